@@ -1,0 +1,111 @@
+// Package backends turns a prepared prompt into a stream of text pieces from a model server.
+// It imports nothing from Caddy. The first backend is Ollama (ollama.go).
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Request is one generation.
+type Request struct {
+	Model       string
+	System      string   // system prompt
+	Prompt      string   // the user message
+	Temperature *float64 // nil: the model's default
+	MaxTokens   int      // maximum output tokens (num_predict); 0: backend default
+	NumCtx      int      // context size; 0: backend default
+	// FirstPieceTimeout bounds the wait for the first piece; 0: the backend's configured default.
+	FirstPieceTimeout time.Duration
+	// IdleTimeout bounds the wait between two pieces; 0: the backend's configured default.
+	IdleTimeout time.Duration
+	// Deadline bounds the whole generation; zero: none beyond ctx.
+	Deadline time.Time
+}
+
+// Stats describe a finished generation.
+type Stats struct {
+	Host         string        `json:"host"`
+	PromptTokens int           `json:"prompt_tokens"`
+	OutputTokens int           `json:"output_tokens"`
+	TimeToFirst  time.Duration `json:"time_to_first"`
+	Total        time.Duration `json:"total"`
+	DoneReason   string        `json:"done_reason"` // "stop", "length", ...
+	Pieces       int           `json:"pieces"`
+}
+
+// Emit receives one piece of text. Returning an error stops the generation (and cancels it on
+// the model server); Generate then returns that error wrapped as KindCanceled.
+type Emit func(piece string) error
+
+// Backend streams a generation. Generate calls emit for every piece in order, from the calling
+// goroutine, and returns when the generation is complete (nil error, Stats filled) or failed
+// (an *Error). Cancelling ctx stops the generation on the model server.
+type Backend interface {
+	Generate(ctx context.Context, req Request, emit Emit) (Stats, error)
+}
+
+// Kind classifies a backend failure so the HTTP layer can map it to a status code.
+type Kind int
+
+const (
+	KindInternal     Kind = iota // a bug or an unexpected local error
+	KindUnavailable              // cannot connect to any host
+	KindOverloaded               // the model server's queue is full (Ollama's 503)
+	KindTimeout                  // no first piece in time
+	KindModelMissing             // the model is not on the server
+	KindUpstream                 // the model server answered with an error before the first piece
+	KindInterrupted              // an error after pieces were sent (error line, idle timeout, dropped connection)
+	KindCanceled                 // ctx was cancelled or emit returned an error
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindUnavailable:
+		return "unavailable"
+	case KindOverloaded:
+		return "overloaded"
+	case KindTimeout:
+		return "timeout"
+	case KindModelMissing:
+		return "model_missing"
+	case KindUpstream:
+		return "upstream"
+	case KindInterrupted:
+		return "interrupted"
+	case KindCanceled:
+		return "canceled"
+	default:
+		return "internal"
+	}
+}
+
+// Error is the typed error of Generate.
+type Error struct {
+	Kind   Kind
+	Host   string
+	Pieces int // pieces emitted before the failure
+	// RetryAfter is a hint for overloaded/unavailable, 0 if none.
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Host != "" {
+		return fmt.Sprintf("backend %s: %s: %v", e.Host, e.Kind, e.Err)
+	}
+	return fmt.Sprintf("backend: %s: %v", e.Kind, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the Kind of err, KindInternal if it is not an *Error.
+func KindOf(err error) Kind {
+	var be *Error
+	if errors.As(err, &be) {
+		return be.Kind
+	}
+	return KindInternal
+}
