@@ -1,0 +1,348 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"go.uber.org/zap"
+)
+
+// DefaultOllamaHost is the Ollama server used when neither the config nor $OLLAMA_HOST names one.
+const DefaultOllamaHost = "http://127.0.0.1:11434"
+
+// OllamaConfig configures an Ollama backend. Zero values take the defaults stated per field.
+type OllamaConfig struct {
+	// Hosts are the Ollama servers, as URLs ("http://10.0.0.5:11434") or, as Ollama itself
+	// accepts them, "host:port" or "host" without a scheme (http, port 11434). Requests go to a
+	// healthy host with the fewest requests in flight. Default: $OLLAMA_HOST, else
+	// http://127.0.0.1:11434.
+	Hosts []string `json:"hosts,omitempty"`
+
+	// ConnectTimeout bounds establishing a connection (and a TLS handshake) to a host.
+	// Default 5s.
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+
+	// FirstPieceTimeout bounds the wait for the first piece of text, which includes loading the
+	// model. Exceeding it fails with KindTimeout. Request.FirstPieceTimeout overrides it.
+	// Default 60s.
+	FirstPieceTimeout time.Duration `json:"first_piece_timeout,omitempty"`
+
+	// IdleTimeout bounds the wait for the next piece once text is flowing (time spent inside
+	// emit does not count). Exceeding it fails with KindInterrupted. Request.IdleTimeout
+	// overrides it. Default 30s.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+
+	// KeepAlive is sent as keep_alive with every request: how long Ollama keeps the model loaded
+	// afterwards (negative: forever, 0: unload at once). Default nil: Ollama's own default
+	// (5 minutes, or the server's OLLAMA_KEEP_ALIVE).
+	KeepAlive *time.Duration `json:"keep_alive,omitempty"`
+
+	// HealthInterval is how often every host is probed (HEAD /), so a host marked down after a
+	// failed connection comes back. Default 10s.
+	HealthInterval time.Duration `json:"health_interval,omitempty"`
+
+	// MaxInFlight caps the requests sent to one host at a time; when every host is at its cap,
+	// Generate fails at once with KindOverloaded. Default 0: no cap (Ollama queues and answers
+	// 503 when its own OLLAMA_MAX_QUEUE is full).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+
+	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
+	Logger *zap.Logger `json:"-"`
+}
+
+// Ollama is a Backend that streams from one or more Ollama servers through /api/chat.
+// It is safe for concurrent use. Close stops its health checker.
+type Ollama struct {
+	cfg       OllamaConfig
+	hosts     []*ollamaHost
+	client    *http.Client
+	transport *http.Transport
+	log       *zap.Logger
+	keepAlive *api.Duration
+	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// NewOllama validates cfg, applies its defaults and starts the health checker. It does not
+// contact the hosts; call CheckModels at start-up for that.
+func NewOllama(cfg OllamaConfig) (*Ollama, error) {
+	if len(cfg.Hosts) == 0 {
+		if env := strings.TrimSpace(os.Getenv("OLLAMA_HOST")); env != "" {
+			cfg.Hosts = []string{env}
+		} else {
+			cfg.Hosts = []string{DefaultOllamaHost}
+		}
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.FirstPieceTimeout == 0 {
+		cfg.FirstPieceTimeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 30 * time.Second
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = 10 * time.Second
+	}
+	switch {
+	case cfg.ConnectTimeout < 0:
+		return nil, fmt.Errorf("ollama connect_timeout: must not be negative")
+	case cfg.FirstPieceTimeout < 0:
+		return nil, fmt.Errorf("ollama first_piece_timeout: must not be negative")
+	case cfg.IdleTimeout < 0:
+		return nil, fmt.Errorf("ollama idle_timeout: must not be negative")
+	case cfg.HealthInterval < 0:
+		return nil, fmt.Errorf("ollama health_interval: must not be negative")
+	case cfg.MaxInFlight < 0:
+		return nil, fmt.Errorf("ollama max_in_flight: must not be negative")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+
+	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: cfg.ConnectTimeout,
+		// Many generations run at once against few hosts; the default of 2 idle connections
+		// per host would make most requests dial anew.
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		// A compressing proxy in between would buffer the stream; Ollama never compresses.
+		DisableCompression: true,
+		// No ResponseHeaderTimeout: Ollama sends the headers with the first piece, after loading
+		// the model, so the first-piece timer bounds that wait instead.
+	}
+	o := &Ollama{
+		cfg:       cfg,
+		transport: transport,
+		// No Client.Timeout: a generation may stream for minutes; the connect, first-piece,
+		// idle timeouts and the request's deadline bound it instead.
+		client: &http.Client{Transport: transport},
+		log:    cfg.Logger,
+		stop:   make(chan struct{}),
+	}
+	if cfg.KeepAlive != nil {
+		o.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
+	}
+	seen := make(map[string]bool)
+	for _, raw := range cfg.Hosts {
+		u, err := ParseOllamaHost(raw)
+		if err != nil {
+			return nil, fmt.Errorf("ollama hosts: %w", err)
+		}
+		name := u.String()
+		if seen[name] {
+			return nil, fmt.Errorf("ollama hosts: %s is listed twice", name)
+		}
+		seen[name] = true
+		h := &ollamaHost{
+			url:     u,
+			name:    name,
+			chatURL: u.JoinPath("/api/chat").String(),
+			api:     api.NewClient(u, o.client),
+		}
+		h.healthy.Store(true) // until proven otherwise
+		o.hosts = append(o.hosts, h)
+	}
+
+	o.wg.Add(1)
+	go o.healthLoop()
+	return o, nil
+}
+
+// ParseOllamaHost parses a host the way Ollama parses OLLAMA_HOST: a URL, or "host:port" /
+// "host" / ":port" without a scheme (meaning http, host 127.0.0.1, port 11434). A URL without
+// a port gets its scheme's default port.
+func ParseOllamaHost(s string) (*url.URL, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, fmt.Errorf("empty host")
+	}
+	defaultPort := "11434"
+	scheme, hostport, ok := strings.Cut(s, "://")
+	switch {
+	case !ok:
+		scheme, hostport = "http", s
+	case scheme == "http":
+		defaultPort = "80"
+	case scheme == "https":
+		defaultPort = "443"
+	default:
+		return nil, fmt.Errorf("host %q: scheme must be http or https", s)
+	}
+	hostport, path, _ := strings.Cut(hostport, "/")
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = strings.Trim(hostport, "[]"), defaultPort
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return nil, fmt.Errorf("host %q: invalid port %q", s, port)
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port)}
+	if path = strings.Trim(path, "/"); path != "" {
+		u.Path = "/" + path
+	}
+	return u, nil
+}
+
+// Generate implements Backend. It sends the request to a healthy host with the fewest requests
+// in flight; if that host cannot be reached or is overloaded, and no text was emitted yet, it
+// tries the next one. Failures are *Error values; ctx's deadline counts like Request.Deadline.
+func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
+	start := time.Now()
+	if req.Model == "" {
+		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("no model in request")}
+	}
+	body, err := o.encodeChat(req)
+	if err != nil {
+		return Stats{}, &Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)}
+	}
+
+	var (
+		tried   triedSet // allocated only when failing over
+		lastErr *Error
+		stats   Stats
+	)
+	allowDown := !o.anyHealthy()
+	for {
+		h, full := o.pick(tried, allowDown)
+		if h == nil {
+			if lastErr != nil {
+				return stats, lastErr
+			}
+			if full {
+				return stats, &Error{Kind: KindOverloaded, RetryAfter: time.Second,
+					Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", o.cfg.MaxInFlight)}
+			}
+			return stats, &Error{Kind: KindUnavailable, RetryAfter: o.cfg.HealthInterval,
+				Err: errors.New("no healthy ollama host")}
+		}
+		stats, err = o.generateOn(ctx, h, req, body, emit, start)
+		h.inFlight.Add(-1)
+		if err == nil {
+			h.up(o.log)
+			return stats, nil
+		}
+		be := err.(*Error)
+		if be.Kind == KindUnavailable {
+			h.down(o.log, be.Err)
+		}
+		if be.Pieces > 0 || (be.Kind != KindUnavailable && be.Kind != KindOverloaded) || ctx.Err() != nil {
+			return stats, be
+		}
+		// Prefer reporting "overloaded" (retry soon) over "unavailable" when hosts differ.
+		if lastErr == nil || be.Kind == KindOverloaded {
+			lastErr = be
+		}
+		if tried == nil {
+			tried = make([]bool, len(o.hosts))
+		}
+		for i, x := range o.hosts {
+			if x == h {
+				tried[i] = true
+			}
+		}
+		if !tried.all() {
+			o.log.Warn("ollama host failed before the first piece; trying another host",
+				zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
+		}
+	}
+}
+
+// pick chooses the least busy untried host and counts the request in its in-flight number.
+// Hosts marked down are chosen only if allowDown (no host was healthy when Generate began).
+// full reports that some candidate was skipped because of MaxInFlight.
+func (o *Ollama) pick(tried triedSet, allowDown bool) (h *ollamaHost, full bool) {
+	n := len(o.hosts)
+	for {
+		var best *ollamaHost
+		bestLoad := int64(-1)
+		off := 0
+		if n > 1 {
+			off = int(o.rr.Add(1) % uint32(n))
+		}
+		for i := 0; i < n; i++ {
+			j := (i + off) % n
+			if tried.has(j) {
+				continue
+			}
+			c := o.hosts[j]
+			if !allowDown && !c.healthy.Load() {
+				continue
+			}
+			load := c.inFlight.Load()
+			if o.cfg.MaxInFlight > 0 && load >= int64(o.cfg.MaxInFlight) {
+				full = true
+				continue
+			}
+			if best == nil || load < bestLoad {
+				best, bestLoad = c, load
+			}
+		}
+		if best == nil {
+			return nil, full
+		}
+		// Another request may have taken the last slot since we looked; then look again.
+		if got := best.inFlight.Add(1); o.cfg.MaxInFlight > 0 && got > int64(o.cfg.MaxInFlight) {
+			best.inFlight.Add(-1)
+			continue
+		}
+		return best, full
+	}
+}
+
+type triedSet []bool
+
+func (t triedSet) has(i int) bool { return t != nil && t[i] }
+
+func (t triedSet) all() bool {
+	for _, x := range t {
+		if !x {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Ollama) anyHealthy() bool {
+	for _, h := range o.hosts {
+		if h.healthy.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops the health checker and closes idle connections. Generations in progress go on.
+func (o *Ollama) Close() error {
+	o.closeOnce.Do(func() {
+		close(o.stop)
+		o.wg.Wait()
+		o.transport.CloseIdleConnections()
+	})
+	return nil
+}
+
+// Interface guards
+var _ Backend = (*Ollama)(nil)

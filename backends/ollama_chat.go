@@ -1,0 +1,271 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ollama/ollama/api"
+)
+
+// The chat stream is read here rather than through api.Client.Chat, which the rest of this
+// backend uses. Its stream loop (api/client.go, v0.17.4) allocates an 8 MB line buffer per
+// request, decodes every line twice (once for an "error" field, once into api.ChatResponse,
+// whose Message decodes a third time), ignores the scanner's error, and returns success when
+// the body ends early: a dropped connection or a stream cut before "done":true would pass for
+// a complete generation. The wire types are still the api package's.
+
+// chatChunk is the part of an api.ChatResponse line that matters here, plus the "error" field
+// Ollama sends instead of a chunk when generation fails mid-stream. Unknown fields (model,
+// created_at, role) are skipped without allocating.
+type chatChunk struct {
+	Message struct {
+		Content string `json:"content"`
+	} `json:"message"`
+	Done            bool   `json:"done"`
+	DoneReason      string `json:"done_reason"`
+	Error           string `json:"error"`
+	PromptEvalCount int    `json:"prompt_eval_count"`
+	EvalCount       int    `json:"eval_count"`
+}
+
+// Causes recorded when this backend, not the caller, ends a request.
+var (
+	errFirstPieceTimeout = errors.New("no first piece within the first-piece timeout")
+	errIdleTimeout       = errors.New("no next piece within the idle timeout")
+	errDeadline          = errors.New("request deadline exceeded")
+	errEmitStopped       = errors.New("emit stopped the generation")
+	errNoDone            = errors.New(`stream ended without "done":true`)
+)
+
+// Timer states for the watchdog of one request.
+const (
+	waitFirst int32 = iota
+	waitNext
+	emitting
+)
+
+func (o *Ollama) encodeChat(req Request) ([]byte, error) {
+	stream := true
+	opts := make(map[string]any, 3)
+	if req.MaxTokens > 0 {
+		opts["num_predict"] = req.MaxTokens
+	}
+	if req.Temperature != nil {
+		opts["temperature"] = *req.Temperature
+	}
+	if req.NumCtx > 0 {
+		opts["num_ctx"] = req.NumCtx
+	}
+	msgs := make([]api.Message, 0, 2)
+	if req.System != "" {
+		msgs = append(msgs, api.Message{Role: "system", Content: req.System})
+	}
+	msgs = append(msgs, api.Message{Role: "user", Content: req.Prompt})
+	return json.Marshal(&api.ChatRequest{
+		Model:     req.Model,
+		Messages:  msgs,
+		Stream:    &stream,
+		KeepAlive: o.keepAlive,
+		Options:   opts,
+	})
+}
+
+// generateOn runs one attempt on host h. Every failure is an *Error.
+func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, body []byte, emit Emit, start time.Time) (Stats, error) {
+	stats := Stats{Host: h.name}
+	firstTimeout := req.FirstPieceTimeout
+	if firstTimeout <= 0 {
+		firstTimeout = o.cfg.FirstPieceTimeout
+	}
+	idleTimeout := req.IdleTimeout
+	if idleTimeout <= 0 {
+		idleTimeout = o.cfg.IdleTimeout
+	}
+
+	// inner is cancelled, with a recorded cause, by the watchdog timer, the deadline, an emit
+	// error, or the end of this attempt; cancelling it aborts the HTTP request, which closes
+	// the connection, which makes Ollama stop generating.
+	inner, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if !req.Deadline.IsZero() {
+		var cancelDeadline context.CancelFunc
+		inner, cancelDeadline = context.WithDeadlineCause(inner, req.Deadline, errDeadline)
+		defer cancelDeadline()
+	}
+
+	// One timer per request serves as first-piece and idle watchdog; a piece costs one Reset.
+	// While emit runs the timer re-arms itself instead of firing: a slow client is the
+	// caller's business, not a stalled model.
+	var state atomic.Int32
+	var watchdog *time.Timer
+	watchdog = time.AfterFunc(firstTimeout, func() {
+		switch state.Load() {
+		case waitFirst:
+			cancel(errFirstPieceTimeout)
+		case waitNext:
+			cancel(errIdleTimeout)
+		default:
+			watchdog.Reset(idleTimeout)
+		}
+	})
+	defer watchdog.Stop()
+
+	fail := func(kind Kind, err error) (Stats, error) {
+		return stats, &Error{Kind: kind, Host: h.name, Pieces: stats.Pieces, Err: err}
+	}
+
+	hreq, err := http.NewRequestWithContext(inner, http.MethodPost, h.chatURL, bytes.NewReader(body))
+	if err != nil {
+		return fail(KindInternal, err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	hreq.Header.Set("User-Agent", "caddy-textgen")
+	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
+	// the server before it read anything (net/http then retries instead of failing); a nil
+	// value is not sent on the wire.
+	hreq.Header["X-Idempotency-Key"] = nil
+
+	resp, err := o.client.Do(hreq)
+	if err != nil {
+		if kind, cause, ok := stopped(ctx, inner, 0); ok {
+			return fail(kind, cause)
+		}
+		return fail(KindUnavailable, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode >= http.StatusBadRequest {
+		kind, retry, serr := statusError(resp)
+		if k, cause, ok := stopped(ctx, inner, 0); ok {
+			return fail(k, cause)
+		}
+		s, e := fail(kind, serr)
+		e.(*Error).RetryAfter = retry
+		return s, e
+	}
+
+	dec := json.NewDecoder(resp.Body)
+	var chunk chatChunk
+	for {
+		chunk = chatChunk{}
+		if err := dec.Decode(&chunk); err != nil {
+			if k, cause, ok := stopped(ctx, inner, stats.Pieces); ok {
+				return fail(k, cause)
+			}
+			if errors.Is(err, io.EOF) {
+				err = errNoDone
+			} else {
+				err = fmt.Errorf("reading ollama stream: %w", err)
+			}
+			if stats.Pieces > 0 {
+				return fail(KindInterrupted, err)
+			}
+			return fail(KindUpstream, err)
+		}
+		if chunk.Error != "" {
+			err := fmt.Errorf("ollama: %s", chunk.Error)
+			if stats.Pieces > 0 {
+				return fail(KindInterrupted, err)
+			}
+			return fail(KindUpstream, err)
+		}
+		if piece := chunk.Message.Content; piece != "" {
+			if stats.Pieces == 0 {
+				stats.TimeToFirst = time.Since(start)
+			}
+			stats.Pieces++
+			state.Store(emitting)
+			if err := emit(piece); err != nil {
+				cancel(errEmitStopped)
+				return fail(KindCanceled, err)
+			}
+		}
+		if chunk.Done {
+			watchdog.Stop()
+			stats.PromptTokens = chunk.PromptEvalCount
+			stats.OutputTokens = chunk.EvalCount
+			stats.DoneReason = chunk.DoneReason
+			stats.Total = time.Since(start)
+			// Read the (empty) rest so the connection can be reused.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			return stats, nil
+		}
+		// Before the first piece the first-piece timeout keeps running; after it, any line
+		// (an empty one too) shows the model is alive. Re-arm before leaving the emitting state
+		// so the timer cannot fire on time spent in emit.
+		if stats.Pieces > 0 {
+			watchdog.Reset(idleTimeout)
+			state.Store(waitNext)
+		}
+	}
+}
+
+// stopped reports whether the attempt ended because ctx or inner was cancelled, and with which
+// kind: the caller's cancellation, a watchdog, or a deadline.
+func stopped(ctx, inner context.Context, pieces int) (Kind, error, bool) {
+	if inner.Err() == nil {
+		return 0, nil, false
+	}
+	timeoutKind := KindTimeout
+	if pieces > 0 {
+		timeoutKind = KindInterrupted
+	}
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return timeoutKind, fmt.Errorf("generation deadline: %w", cause), true
+		}
+		return KindCanceled, fmt.Errorf("generation canceled: %w", cause), true
+	}
+	switch cause := context.Cause(inner); cause {
+	case errFirstPieceTimeout:
+		return KindTimeout, cause, true
+	case errIdleTimeout:
+		return KindInterrupted, cause, true
+	case errDeadline:
+		return timeoutKind, cause, true
+	case errEmitStopped:
+		return KindCanceled, cause, true
+	default:
+		return KindInternal, cause, true
+	}
+}
+
+// statusError turns an HTTP error answer into a kind, a retry hint and an api.StatusError.
+func statusError(resp *http.Response) (Kind, time.Duration, error) {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	se := api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status}
+	var body struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(raw, &body) == nil && body.Error != "" {
+		se.ErrorMessage = body.Error
+	} else {
+		se.ErrorMessage = strings.TrimSpace(string(raw))
+	}
+	msg := strings.ToLower(body.Error)
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusTooManyRequests:
+		retry := time.Second
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			retry = time.Duration(s) * time.Second
+		}
+		return KindOverloaded, retry, se
+	// Ollama: 404 {"error":"model \"x\" not found, try pulling it first"}. A 404 without that
+	// JSON error is a wrong URL, not a missing model.
+	case strings.Contains(msg, "model") && strings.Contains(msg, "not found"):
+		return KindModelMissing, 0, se
+	default:
+		return KindUpstream, 0, se
+	}
+}

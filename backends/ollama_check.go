@@ -1,0 +1,127 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"go.uber.org/zap"
+)
+
+// pullLogInterval throttles pull progress in the log; a variable so tests can shorten it.
+var pullLogInterval = 5 * time.Second
+
+// CheckModels is the start-up check: it asks every host for its version and its models, and
+// logs which host does not answer and which model is missing where, with the command that
+// fixes it. With pull it pulls each missing model instead, logging the progress. It returns
+// nil when every host answers and has every model, else an error listing what is wrong;
+// whether that stops the start-up is the caller's choice (a host may come up later).
+func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) error {
+	var errs []error
+	for _, h := range o.hosts {
+		version, err := h.api.Version(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.down(o.log, err)
+			}
+			o.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
+				zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s does not answer: %w", h.name, err))
+			continue
+		}
+		h.up(o.log)
+		list, err := h.api.List(ctx)
+		if err != nil {
+			o.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s: listing models: %w", h.name, err))
+			continue
+		}
+		have := make(map[string]bool, 2*len(list.Models))
+		for _, m := range list.Models {
+			have[normalizeModel(m.Name)] = true
+			have[normalizeModel(m.Model)] = true
+		}
+		var missing []string
+		seen := make(map[string]bool, len(models))
+		for _, m := range models {
+			n := normalizeModel(m)
+			if m == "" || seen[n] || have[n] {
+				continue
+			}
+			seen[n] = true
+			missing = append(missing, m)
+		}
+		o.log.Info("ollama host answers",
+			zap.String("host", h.name), zap.String("version", version),
+			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
+
+		for _, m := range missing {
+			command := pullCommand(h, m)
+			if !pull {
+				o.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command))
+				errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.name, command))
+				continue
+			}
+			o.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
+			if err := o.pull(ctx, h, m); err != nil {
+				o.log.Error("pulling model failed; pull it by hand with the command given",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command), zap.Error(err))
+				errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.name, err))
+				continue
+			}
+			o.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Ollama) pull(ctx context.Context, h *ollamaHost, model string) error {
+	var (
+		lastStatus string
+		lastLog    time.Time
+	)
+	err := h.api.Pull(ctx, &api.PullRequest{Model: model}, func(p api.ProgressResponse) error {
+		now := time.Now()
+		if p.Status == lastStatus && now.Sub(lastLog) < pullLogInterval {
+			return nil
+		}
+		lastStatus, lastLog = p.Status, now
+		fields := []zap.Field{zap.String("host", h.name), zap.String("model", model), zap.String("status", p.Status)}
+		if p.Total > 0 {
+			fields = append(fields,
+				zap.String("progress", fmt.Sprintf("%.1f%%", 100*float64(p.Completed)/float64(p.Total))),
+				zap.Int64("completed_bytes", p.Completed), zap.Int64("total_bytes", p.Total))
+		}
+		o.log.Info("pulling model", fields...)
+		return nil
+	})
+	// The api client reports a stream cut short as success; Ollama's last line is "success".
+	if err == nil && lastStatus != "success" {
+		err = fmt.Errorf("pull ended without success (last status %q)", lastStatus)
+	}
+	return err
+}
+
+// pullCommand is the shell command an operator runs to get model onto h.
+func pullCommand(h *ollamaHost, model string) string {
+	if h.name == DefaultOllamaHost {
+		return "ollama pull " + model
+	}
+	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
+}
+
+// normalizeModel makes "llama3" and "llama3:latest" compare equal, as Ollama does.
+func normalizeModel(name string) string {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return ""
+	}
+	if i := strings.LastIndex(name, "/"); !strings.Contains(name[i+1:], ":") {
+		name += ":latest"
+	}
+	return name
+}

@@ -1,0 +1,147 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"go.uber.org/zap"
+)
+
+// ollamaHost is one Ollama server of a backend and its runtime state.
+type ollamaHost struct {
+	url     *url.URL
+	name    string // url.String(), as reported in errors, stats and logs
+	chatURL string
+	api     *api.Client
+
+	inFlight atomic.Int64
+	healthy  atomic.Bool
+
+	mu      sync.Mutex
+	lastErr string
+	since   time.Time // when healthy last changed
+}
+
+// HostStatus is a host's state, for readiness endpoints and admin views.
+type HostStatus struct {
+	URL       string    `json:"url"`
+	Healthy   bool      `json:"healthy"`
+	InFlight  int       `json:"in_flight"`
+	LastError string    `json:"last_error,omitempty"` // why it was last marked down
+	Since     time.Time `json:"since,omitzero"`       // when Healthy last changed; zero: never
+}
+
+// Hosts reports every host's state, in configuration order.
+func (o *Ollama) Hosts() []HostStatus {
+	out := make([]HostStatus, len(o.hosts))
+	for i, h := range o.hosts {
+		h.mu.Lock()
+		out[i] = HostStatus{
+			URL:       h.name,
+			Healthy:   h.healthy.Load(),
+			InFlight:  int(h.inFlight.Load()),
+			LastError: h.lastErr,
+			Since:     h.since,
+		}
+		h.mu.Unlock()
+	}
+	return out
+}
+
+// Check probes every host now (HEAD /), updates their health and returns nil if at least one
+// answers, else an error naming each host's failure. A readiness endpoint can call it.
+func (o *Ollama) Check(ctx context.Context) error {
+	errs := o.probeAll(ctx)
+	if len(errs) < len(o.hosts) {
+		return nil
+	}
+	return fmt.Errorf("no ollama host answers: %w", errors.Join(errs...))
+}
+
+// down marks h unhealthy after a failed connection; the health checker brings it back.
+func (h *ollamaHost) down(log *zap.Logger, err error) {
+	h.mu.Lock()
+	h.lastErr = err.Error()
+	was := h.healthy.Swap(false)
+	if was {
+		h.since = time.Now()
+	}
+	h.mu.Unlock()
+	if was {
+		log.Warn("ollama host is down; sending requests to other hosts until it answers again",
+			zap.String("host", h.name), zap.Error(err))
+	}
+}
+
+// up marks h healthy after it answered.
+func (h *ollamaHost) up(log *zap.Logger) {
+	if h.healthy.Load() {
+		return // the common case costs one atomic load
+	}
+	h.mu.Lock()
+	was := h.healthy.Swap(true)
+	if !was {
+		h.since = time.Now()
+	}
+	h.mu.Unlock()
+	if !was {
+		log.Info("ollama host is back", zap.String("host", h.name))
+	}
+}
+
+func (o *Ollama) healthLoop() {
+	defer o.wg.Done()
+	t := time.NewTicker(o.cfg.HealthInterval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-o.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+			o.probeAll(ctx)
+		}
+	}
+}
+
+// probeAll probes every host concurrently and returns the errors of those that failed.
+func (o *Ollama) probeAll(ctx context.Context) []error {
+	errs := make([]error, len(o.hosts))
+	var wg sync.WaitGroup
+	for i, h := range o.hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A probe is one small round trip; allow a connection plus as much again.
+			pctx, cancel := context.WithTimeout(ctx, 2*o.cfg.ConnectTimeout)
+			defer cancel()
+			if err := h.api.Heartbeat(pctx); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", h.name, err)
+				if ctx.Err() == nil { // else we are shutting down: no verdict on the host
+					h.down(o.log, err)
+				}
+				return
+			}
+			h.up(o.log)
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	return failed
+}
