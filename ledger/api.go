@@ -1,8 +1,3 @@
-// Package ledger owns every piece of money-like state of caddy-textgen: accounts, API keys,
-// credit balances, holds and the append-only ledger of entries. It imports nothing from Caddy.
-//
-// The Store interface is independent of Badger so that a second implementation (for example
-// PostgreSQL, for several Caddy instances behind one load balancer) can replace the Badger one.
 package ledger
 
 import (
@@ -228,7 +223,7 @@ type Store interface {
 	BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error)
 	FinishIdempotent(ctx context.Context, accountID, key string, status int) error
 
-	// Backup writes an online, consistent backup stream; see RestoreBadger for the other way.
+	// Backup writes an online, consistent backup stream; see Restore for the other way.
 	Backup(ctx context.Context, w io.Writer) error
 	Close() error
 }

@@ -1,0 +1,185 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/mail"
+	"sort"
+	"strings"
+)
+
+const maxEmailLen = 254
+
+// normalizeEmail trims and lower-cases an address and rejects what is obviously not one
+// (display names, several addresses, spaces, no @). It does not check that the domain exists.
+func normalizeEmail(email string) (string, error) {
+	e := strings.ToLower(strings.TrimSpace(email))
+	bad := fmt.Errorf("email %q is not a valid address: %w", email, ErrInvalidArgument)
+	if e == "" || len(e) > maxEmailLen || strings.ContainsAny(e, " \t\r\n<>,;\"") {
+		return "", bad
+	}
+	addr, err := mail.ParseAddress(e)
+	if err != nil || addr.Address != e || addr.Name != "" {
+		return "", bad
+	}
+	at := strings.LastIndexByte(e, '@')
+	if at <= 0 || at == len(e)-1 {
+		return "", bad
+	}
+	return e, nil
+}
+
+// CreateAccount creates an active account with zero balances. Emails are unique after
+// normalisation (trimmed, lower-cased).
+func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, error) {
+	e, err := normalizeEmail(email)
+	if err != nil {
+		return Account{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+
+	s.acctMu.RLock()
+	_, dup := s.byEmail[e]
+	id := ""
+	for id == "" || s.accounts[id] != nil {
+		id = newAccountID()
+	}
+	s.acctMu.RUnlock()
+	if dup {
+		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
+	}
+	rec := Account{ID: id, Email: e, Status: StatusActive, Created: now().UTC()}
+	a := newAccount(rec)
+	op := s.c.enqueue([]write{
+		set(accountKey(id), mustJSON(rec)),
+		set(emailKey(e), []byte(id)),
+		a.balanceWrite(),
+	})
+	if err := op.wait(); err != nil {
+		return Account{}, err
+	}
+	// Visible only once durable.
+	s.acctMu.Lock()
+	s.accounts[id] = a
+	s.byEmail[e] = a
+	i := sort.SearchStrings(s.acctIDs, id)
+	s.acctIDs = append(s.acctIDs, "")
+	copy(s.acctIDs[i+1:], s.acctIDs[i:])
+	s.acctIDs[i] = id
+	s.acctMu.Unlock()
+	return rec, nil
+}
+
+// GetAccount returns the account or ErrNotFound.
+func (s *Badger) GetAccount(ctx context.Context, id string) (Account, error) {
+	if s.closed.Load() {
+		return Account{}, ErrClosed
+	}
+	a, err := s.account(id)
+	if err != nil {
+		return Account{}, err
+	}
+	return *a.rec.Load(), nil
+}
+
+// GetAccountByEmail finds an account by its (normalised) email, or returns ErrNotFound.
+func (s *Badger) GetAccountByEmail(ctx context.Context, email string) (Account, error) {
+	if s.closed.Load() {
+		return Account{}, ErrClosed
+	}
+	e := strings.ToLower(strings.TrimSpace(email))
+	s.acctMu.RLock()
+	a := s.byEmail[e]
+	s.acctMu.RUnlock()
+	if a == nil {
+		return Account{}, fmt.Errorf("account with email %q: %w", e, ErrNotFound)
+	}
+	return *a.rec.Load(), nil
+}
+
+// ListAccounts lists accounts in id order, one page at a time.
+func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
+	if s.closed.Load() {
+		return nil, "", ErrClosed
+	}
+	limit, err := pageLimit(p)
+	if err != nil {
+		return nil, "", err
+	}
+	after := ""
+	if p.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		if err != nil || !strings.HasPrefix(string(b), "a:") {
+			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
+		}
+		after = string(b[2:])
+	}
+	s.acctMu.RLock()
+	defer s.acctMu.RUnlock()
+	i := sort.SearchStrings(s.acctIDs, after)
+	if i < len(s.acctIDs) && s.acctIDs[i] == after {
+		i++
+	}
+	out := []Account{}
+	for ; i < len(s.acctIDs) && len(out) < limit; i++ {
+		out = append(out, *s.accounts[s.acctIDs[i]].rec.Load())
+	}
+	next := ""
+	if i < len(s.acctIDs) {
+		next = base64.RawURLEncoding.EncodeToString([]byte("a:" + out[len(out)-1].ID))
+	}
+	return out, next, nil
+}
+
+// SetAccountStatus enables or disables an account. Disabling takes effect on the next request;
+// holds already open can still be settled or voided.
+func (s *Badger) SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error) {
+	if status != StatusActive && status != StatusDisabled {
+		return Account{}, fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
+	}
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	a, err := s.account(id)
+	if err != nil {
+		return Account{}, err
+	}
+	a.mu.Lock()
+	rec := *a.rec.Load()
+	if rec.Status == status {
+		a.mu.Unlock()
+		return rec, nil
+	}
+	rec.Status = status
+	a.rec.Store(&rec)
+	op := s.c.enqueue([]write{set(accountKey(id), mustJSON(rec))})
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return Account{}, err
+	}
+	return rec, nil
+}
+
+const (
+	defaultPageLimit = 50
+	maxPageLimit     = 1000
+)
+
+func pageLimit(p Page) (int, error) {
+	switch {
+	case p.Limit < 0:
+		return 0, fmt.Errorf("page limit %d: %w", p.Limit, ErrInvalidArgument)
+	case p.Limit == 0:
+		return defaultPageLimit, nil
+	case p.Limit > maxPageLimit:
+		return maxPageLimit, nil
+	}
+	return p.Limit, nil
+}

@@ -1,0 +1,228 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+)
+
+// The committer is the ledger's group commit. Callers change the in-memory state under their
+// account's mutex and, still under it, enqueue the blind writes that record the change; one
+// goroutine takes everything queued, commits it as ONE Badger transaction (one sync) and wakes
+// the callers. Per-account order is the queue order, and since every batch is one atomic
+// transaction, the directory always holds a prefix of the queue: after a crash each account's
+// balance record matches its entries.
+//
+// Why not one Badger transaction per operation with txn.CommitWith: Badger does keep the order
+// of CommitWith calls (commitAndSend pushes to the write channel under orc.writeChLock), and it
+// does batch requests into one value-log write, but writeToLSM syncs the memtable WAL once per
+// request, so with SyncWrites each operation still pays its own msync. Measured on the 2-core
+// machine: about 1,700 hold+settle/s at 1, 8 or 64 callers that way, versus about 6,900 (8
+// callers) and 31,000 (64 callers) with this committer.
+
+const (
+	maxBatchOps   = 256
+	maxBatchBytes = 512 << 10 // well under Badger's 15% of memTableSize per transaction
+)
+
+// write is one blind write of an operation.
+type write struct {
+	key       []byte
+	val       []byte
+	del       bool
+	expiresAt uint64 // unix seconds; 0 = never
+}
+
+func set(k, v []byte) write { return write{key: k, val: v} }
+func del(k []byte) write    { return write{key: k, del: true} }
+
+type pendingOp struct {
+	writes []write
+	id     uint64
+	done   chan error
+}
+
+func (op *pendingOp) size() int {
+	n := 0
+	for _, w := range op.writes {
+		n += len(w.key) + len(w.val) + 16
+	}
+	return n
+}
+
+// wait blocks until the operation is durable (or failed).
+func (op *pendingOp) wait() error { return <-op.done }
+
+type committer struct {
+	db  *badger.DB
+	log *zap.Logger
+
+	mu     sync.Mutex
+	queue  []*pendingOp
+	nextID uint64
+	failed error // sticky: after a failed commit memory may be ahead of disk
+
+	durable atomic.Uint64 // id of the last operation known to be committed
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newCommitter(db *badger.DB, log *zap.Logger) *committer {
+	c := &committer{
+		db:      db,
+		log:     log,
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// err reports the sticky failure, if any.
+func (c *committer) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// enqueue queues an operation's writes. Callers that need per-account order call it with the
+// account's mutex held. An operation with no writes is a barrier: when it is done, every
+// operation queued before it is durable.
+func (c *committer) enqueue(ws []write) *pendingOp {
+	op := &pendingOp{writes: ws, done: make(chan error, 1)}
+	c.mu.Lock()
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		op.done <- err
+		return op
+	}
+	c.nextID++
+	op.id = c.nextID
+	c.queue = append(c.queue, op)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return op
+}
+
+// barrier waits until every operation queued so far is durable.
+func (c *committer) barrier() error { return c.enqueue(nil).wait() }
+
+// isDurable reports whether operation id has been committed.
+func (c *committer) isDurable(id uint64) bool { return id <= c.durable.Load() }
+
+func (c *committer) run() {
+	defer close(c.stopped)
+	for {
+		select {
+		case <-c.wake:
+			c.drain()
+		case <-c.stop:
+			c.drain()
+			return
+		}
+	}
+}
+
+// close commits what is queued and stops the goroutine. Later enqueues fail.
+func (c *committer) close() {
+	close(c.stop)
+	<-c.stopped
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = ErrClosed
+	}
+	c.mu.Unlock()
+}
+
+func (c *committer) drain() {
+	for {
+		batch := c.take()
+		if len(batch) == 0 {
+			return
+		}
+		c.commit(batch)
+	}
+}
+
+func (c *committer) take() []*pendingOp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, bytes := 0, 0
+	for n < len(c.queue) && n < maxBatchOps {
+		bytes += c.queue[n].size()
+		if n > 0 && bytes > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	batch := c.queue[:n:n]
+	if n == len(c.queue) {
+		c.queue = nil
+	} else {
+		c.queue = c.queue[n:]
+	}
+	return batch
+}
+
+func (c *committer) commit(batch []*pendingOp) {
+	err := c.err()
+	if err == nil {
+		err = c.write(batch)
+		if err != nil {
+			err = fmt.Errorf("committing ledger writes: %w", err)
+			c.log.Error("ledger commit failed; the store refuses further work until it is reopened",
+				zap.Error(err), zap.Int("operations", len(batch)))
+			c.mu.Lock()
+			if c.failed == nil {
+				c.failed = err
+			}
+			c.mu.Unlock()
+		} else {
+			c.durable.Store(batch[len(batch)-1].id)
+		}
+	}
+	for _, op := range batch {
+		op.done <- err
+	}
+}
+
+func (c *committer) write(batch []*pendingOp) error {
+	txn := c.db.NewTransaction(true)
+	defer txn.Discard()
+	n := 0
+	for _, op := range batch {
+		for _, w := range op.writes {
+			var err error
+			if w.del {
+				err = txn.Delete(w.key)
+			} else {
+				e := badger.NewEntry(w.key, w.val)
+				e.ExpiresAt = w.expiresAt
+				err = txn.SetEntry(e)
+			}
+			if err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	err := txn.Commit()
+	if errors.Is(err, badger.ErrConflict) {
+		// Cannot happen with DetectConflicts off; say so loudly if it ever does.
+		return fmt.Errorf("unexpected conflict on a blind write: %w", err)
+	}
+	return err
+}

@@ -1,0 +1,426 @@
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+const (
+	maxRequestIDLen = 128
+	maxKeyIDLen     = 64
+	maxToolLen      = 64
+	maxReferenceLen = 256
+	maxReasonLen    = 512
+	maxCurrencyLen  = 8
+)
+
+func checkString(field, v string, max int, required bool) error {
+	if required && v == "" {
+		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
+	}
+	if len(v) > max || !utf8.ValidString(v) {
+		return fmt.Errorf("%s must be valid UTF-8 of at most %d bytes: %w", field, max, ErrInvalidArgument)
+	}
+	return nil
+}
+
+func checkMode(m Mode) error {
+	if m != Live && m != Test {
+		return fmt.Errorf("mode %q: %w", m, ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) HoldResult {
+	bal, held := a.figures(h.rec.Mode)
+	return HoldResult{RequestID: h.rec.RequestID, State: h.rec.State, Available: bal - held, Repeated: repeated}
+}
+
+// findHold returns the hold from memory or, when its resolution is already durable, from disk.
+// Called with a.mu held; reading after the in-memory check is safe because prune only forgets
+// what is durable.
+func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
+	a.prune(s.c)
+	if h := a.holds[rid]; h != nil {
+		return h, nil
+	}
+	var rec holdRecord
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getHold(txn, a.id, rid)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &holdMem{rec: rec}, nil
+}
+
+// repeated reports a hold that had been handled already, once that first handling is durable.
+func (s *Badger) repeated(a *account, h *holdMem) (HoldResult, error) {
+	r := s.holdResult(a, h, true)
+	op := h.op
+	a.mu.Unlock()
+	if !s.c.isDurable(op) {
+		if err := s.c.barrier(); err != nil {
+			return HoldResult{}, err
+		}
+	}
+	return r, nil
+}
+
+// Hold reserves one credit of req.Mode for req.RequestID. It fails with ErrInsufficientCredits,
+// writing nothing, when no credit is available, and with ErrAccountDisabled for a disabled
+// account. A request id is held at most once: a repeated Hold reports the hold's state with
+// Repeated set and changes nothing.
+func (s *Badger) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
+	if err := checkMode(req.Mode); err != nil {
+		return HoldResult{}, err
+	}
+	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
+		return HoldResult{}, err
+	}
+	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
+		return HoldResult{}, err
+	}
+	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
+		return HoldResult{}, err
+	}
+	if err := s.begin(); err != nil {
+		return HoldResult{}, err
+	}
+	defer s.end()
+	a, err := s.account(req.AccountID)
+	if err != nil {
+		return HoldResult{}, err
+	}
+	a.mu.Lock()
+	h, err := s.findHold(a, req.RequestID)
+	switch {
+	case err == nil:
+		return s.repeated(a, h)
+	case err != ErrNotFound:
+		a.mu.Unlock()
+		return HoldResult{}, err
+	}
+	if a.rec.Load().Status == StatusDisabled {
+		a.mu.Unlock()
+		return HoldResult{}, ErrAccountDisabled
+	}
+	bal, held := a.figures(req.Mode)
+	if bal-held <= 0 {
+		a.mu.Unlock()
+		return HoldResult{}, ErrInsufficientCredits
+	}
+	t := now().UTC()
+	seq := a.nextSeq
+	a.nextSeq++
+	a.add(req.Mode, 0, 1)
+	rec := holdRecord{
+		AccountID: a.id,
+		RequestID: req.RequestID,
+		Mode:      req.Mode,
+		State:     HoldOpen,
+		KeyID:     req.KeyID,
+		Tool:      req.Tool,
+		Created:   t,
+		Expires:   t.Add(s.opts.HoldTTL),
+		HoldSeq:   seq,
+	}
+	ent := Entry{
+		Seq:            seq,
+		AccountID:      a.id,
+		Kind:           KindHold,
+		Mode:           req.Mode,
+		BalanceAfter:   bal,
+		AvailableAfter: bal - held - 1,
+		RequestID:      req.RequestID,
+		KeyID:          req.KeyID,
+		Tool:           req.Tool,
+		Time:           t,
+	}
+	op := s.c.enqueue([]write{
+		set(entryKey(a.id, seq), mustJSON(ent)),
+		set(holdKey(a.id, req.RequestID), mustJSON(rec)),
+		set(openHoldKey(a.id, req.RequestID), nil),
+		a.balanceWrite(),
+	})
+	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return HoldResult{}, err
+	}
+	return HoldResult{RequestID: req.RequestID, State: HoldOpen, Available: ent.AvailableAfter}, nil
+}
+
+// Settle charges the held credit: balance -1, an entry of kind settle. A hold resolved already
+// (settled or voided) reports its first outcome with Repeated set.
+func (s *Badger) Settle(ctx context.Context, accountID, requestID string) (HoldResult, error) {
+	return s.resolve(accountID, requestID, HoldSettled, "")
+}
+
+// Void releases the held credit without charging it: an entry of kind void with the reason.
+// A hold resolved already reports its first outcome with Repeated set.
+func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error) {
+	return s.resolve(accountID, requestID, HoldVoided, reason)
+}
+
+// resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
+// after its client went away, with a context that is already canceled.
+func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
+	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
+		return HoldResult{}, err
+	}
+	if err := checkString("reason", reason, maxReasonLen, false); err != nil {
+		return HoldResult{}, err
+	}
+	if err := s.begin(); err != nil {
+		return HoldResult{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return HoldResult{}, err
+	}
+	a.mu.Lock()
+	h, err := s.findHold(a, requestID)
+	if err == ErrNotFound {
+		a.mu.Unlock()
+		return HoldResult{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
+	}
+	if err != nil {
+		a.mu.Unlock()
+		return HoldResult{}, err
+	}
+	if h.rec.State != HoldOpen {
+		return s.repeated(a, h)
+	}
+	op := s.resolveLocked(a, h, to, reason, now().UTC())
+	r := s.holdResult(a, h, false)
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return HoldResult{}, err
+	}
+	return r, nil
+}
+
+// resolveLocked settles or voids the open hold h. Called with a.mu held.
+func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason string, t time.Time) *pendingOp {
+	m := h.rec.Mode
+	amount := int64(0)
+	kind := KindVoid
+	if to == HoldSettled {
+		amount, kind, reason = -1, KindSettle, ""
+	}
+	seq := a.nextSeq
+	a.nextSeq++
+	a.add(m, amount, -1)
+	bal, held := a.figures(m)
+	rec := h.rec
+	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, seq, reason
+	ent := Entry{
+		Seq:            seq,
+		AccountID:      a.id,
+		Kind:           kind,
+		Mode:           m,
+		Amount:         amount,
+		BalanceAfter:   bal,
+		AvailableAfter: bal - held,
+		RequestID:      rec.RequestID,
+		KeyID:          rec.KeyID,
+		Tool:           rec.Tool,
+		Reason:         reason,
+		Time:           t,
+	}
+	op := s.c.enqueue([]write{
+		set(entryKey(a.id, seq), mustJSON(ent)),
+		set(holdKey(a.id, rec.RequestID), mustJSON(rec)),
+		del(openHoldKey(a.id, rec.RequestID)),
+		a.balanceWrite(),
+	})
+	h.rec, h.op = rec, op.id // h is the map's entry
+	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
+	return op
+}
+
+// Grant adds credits (grant, purchase) or adds or removes them (adjustment). With a Reference
+// it is idempotent: a reference already used on the account returns the first entry with
+// Repeated set and credits nothing.
+func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
+	if err := checkMode(req.Mode); err != nil {
+		return GrantResult{}, err
+	}
+	switch req.Kind {
+	case KindGrant, KindPurchase:
+		if req.Credits <= 0 {
+			return GrantResult{}, fmt.Errorf("a %s needs a positive number of credits: %w", req.Kind, ErrInvalidArgument)
+		}
+	case KindAdjustment:
+		if req.Credits == 0 {
+			return GrantResult{}, fmt.Errorf("an adjustment needs a non-zero number of credits: %w", ErrInvalidArgument)
+		}
+	default:
+		return GrantResult{}, fmt.Errorf("kind %q is not grant, purchase or adjustment: %w", req.Kind, ErrInvalidArgument)
+	}
+	if req.Kind == KindPurchase {
+		if req.Reference == "" {
+			return GrantResult{}, fmt.Errorf("a purchase needs the payment reference: %w", ErrInvalidArgument)
+		}
+		if req.Mode != Live {
+			return GrantResult{}, fmt.Errorf("test credits are not sold: %w", ErrInvalidArgument)
+		}
+	}
+	if req.AmountCents < 0 {
+		return GrantResult{}, fmt.Errorf("amount_cents must not be negative: %w", ErrInvalidArgument)
+	}
+	for _, c := range []struct {
+		f, v string
+		max  int
+	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
+		if err := checkString(c.f, c.v, c.max, false); err != nil {
+			return GrantResult{}, err
+		}
+	}
+	if err := s.begin(); err != nil {
+		return GrantResult{}, err
+	}
+	defer s.end()
+	a, err := s.account(req.AccountID)
+	if err != nil {
+		return GrantResult{}, err
+	}
+	a.mu.Lock()
+	if req.Reference != "" {
+		first, op, found, err := s.findGrant(a, req.Reference)
+		if err != nil || found {
+			b := a.balance()
+			a.mu.Unlock()
+			if err != nil {
+				return GrantResult{}, err
+			}
+			if !s.c.isDurable(op) {
+				if err := s.c.barrier(); err != nil {
+					return GrantResult{}, err
+				}
+			}
+			return GrantResult{Entry: first, Balance: b, Repeated: true}, nil
+		}
+	}
+	bal, held := a.figures(req.Mode)
+	if bal+req.Credits-held < 0 {
+		a.mu.Unlock()
+		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
+	}
+	t := now().UTC()
+	seq := a.nextSeq
+	a.nextSeq++
+	a.add(req.Mode, req.Credits, 0)
+	ent := Entry{
+		Seq:            seq,
+		AccountID:      a.id,
+		Kind:           req.Kind,
+		Mode:           req.Mode,
+		Amount:         req.Credits,
+		BalanceAfter:   bal + req.Credits,
+		AvailableAfter: bal + req.Credits - held,
+		Reference:      req.Reference,
+		Reason:         req.Reason,
+		AmountCents:    req.AmountCents,
+		Currency:       req.Currency,
+		Time:           t,
+	}
+	ws := []write{set(entryKey(a.id, seq), mustJSON(ent)), a.balanceWrite()}
+	if req.Reference != "" {
+		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(seq)))
+	}
+	op := s.c.enqueue(ws)
+	if req.Reference != "" {
+		a.refs[req.Reference] = &refMem{entry: ent, op: op.id}
+		a.recent = append(a.recent, recentItem{kind: 'r', key: req.Reference, op: op.id})
+	}
+	b := a.balance()
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return GrantResult{}, err
+	}
+	return GrantResult{Entry: ent, Balance: b}, nil
+}
+
+// findGrant finds the entry that first used ref. Called with a.mu held.
+func (s *Badger) findGrant(a *account, ref string) (Entry, uint64, bool, error) {
+	a.prune(s.c)
+	if r := a.refs[ref]; r != nil {
+		return r.entry, r.op, true, nil
+	}
+	var ent Entry
+	found := false
+	err := s.db.View(func(txn *badger.Txn) error {
+		v, ok, err := getValue(txn, grantRefKey(a.id, ref))
+		if err != nil || !ok {
+			return err
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("grant reference %q of %q: malformed", ref, a.id)
+		}
+		e, ok, err := getValue(txn, entryKey(a.id, binary.BigEndian.Uint64(v)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("grant reference %q of %q points at a missing entry", ref, a.id)
+		}
+		found = true
+		return json.Unmarshal(e, &ent)
+	})
+	return ent, 0, found, err
+}
+
+// Balance returns the account's live and test figures.
+func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error) {
+	if s.closed.Load() {
+		return Balance{}, ErrClosed
+	}
+	if err := s.c.err(); err != nil {
+		return Balance{}, err
+	}
+	a, err := s.account(accountID)
+	if err != nil {
+		return Balance{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.balance(), nil
+}
+
+// sweep voids every open hold past its expiry and returns how many it voided.
+func (s *Badger) sweep() (int, error) {
+	if err := s.begin(); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	t := now().UTC()
+	var ops []*pendingOp
+	for _, a := range s.allAccounts() {
+		a.mu.Lock()
+		a.prune(s.c)
+		for _, h := range a.holds {
+			if h.rec.State == HoldOpen && !t.Before(h.rec.Expires) {
+				ops = append(ops, s.resolveLocked(a, h, HoldVoided, "expired", t))
+			}
+		}
+		a.mu.Unlock()
+	}
+	var first error
+	for _, op := range ops {
+		if err := op.wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return len(ops), first
+}

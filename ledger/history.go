@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// History returns the account's entries newest first. NextCursor is "" on the last page.
+// It shows durable entries only, so a change is listed once its call has returned.
+func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
+	limit, err := pageLimit(p)
+	if err != nil {
+		return nil, "", err
+	}
+	var before uint64 // list entries with seq < before; 0 = from the newest
+	if p.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		if err != nil || len(b) != 9 || b[0] != 'h' || binary.BigEndian.Uint64(b[1:]) < 2 {
+			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
+		}
+		before = binary.BigEndian.Uint64(b[1:])
+	}
+	if err := s.begin(); err != nil {
+		return nil, "", err
+	}
+	defer s.end()
+	if _, err := s.account(accountID); err != nil {
+		return nil, "", err
+	}
+	out := []Entry{}
+	more := false
+	err = s.db.View(func(txn *badger.Txn) error {
+		prefix := entryPrefix(accountID)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: true, PrefetchSize: min(limit+1, 100)})
+		defer it.Close()
+		if before == 0 {
+			it.Seek(entryKey(accountID, ^uint64(0)))
+		} else {
+			it.Seek(entryKey(accountID, before-1))
+		}
+		for ; it.Valid(); it.Next() {
+			if len(out) == limit {
+				more = true
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var e Entry
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("entry %x: %w", it.Item().Key(), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if more {
+		c := append([]byte{'h'}, seqBytes(out[len(out)-1].Seq)...)
+		next = base64.RawURLEncoding.EncodeToString(c)
+	}
+	return out, next, nil
+}
+
+// Usage counts holds, settles and voids per UTC day, tool and mode, for one account or all,
+// with entry times in [From, To). It scans the entries it covers.
+func (s *Badger) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if q.AccountID != "" {
+		if _, err := s.account(q.AccountID); err != nil {
+			return nil, err
+		}
+	}
+	type rowKey struct {
+		day, tool string
+		mode      Mode
+	}
+	rows := map[rowKey]*UsageRow{}
+	n := 0
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, entryPrefix(q.AccountID), func(k, v []byte) error {
+			if n++; n%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("entry %x: %w", k, err)
+			}
+			if e.Kind != KindHold && e.Kind != KindSettle && e.Kind != KindVoid {
+				return nil
+			}
+			if (!q.From.IsZero() && e.Time.Before(q.From)) || (!q.To.IsZero() && !e.Time.Before(q.To)) {
+				return nil
+			}
+			rk := rowKey{e.Time.UTC().Format("2006-01-02"), e.Tool, e.Mode}
+			r := rows[rk]
+			if r == nil {
+				r = &UsageRow{Day: rk.day, Tool: rk.tool, Mode: rk.mode}
+				rows[rk] = r
+			}
+			switch e.Kind {
+			case KindHold:
+				r.Requests++
+			case KindSettle:
+				r.Settled++
+			case KindVoid:
+				r.Voided++
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]UsageRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Day != b.Day {
+			return a.Day < b.Day
+		}
+		if a.Tool != b.Tool {
+			return a.Tool < b.Tool
+		}
+		return a.Mode < b.Mode
+	})
+	return out, nil
+}

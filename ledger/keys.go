@@ -1,0 +1,360 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+)
+
+const (
+	base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+	livePrefix = "tg_live_"
+	testPrefix = "tg_test_"
+	// A key is a prefix, 30 random base62 characters and 6 base62 characters of the CRC32
+	// (IEEE) of everything before them; 62^6 > 2^32, so every checksum fits.
+	keyRandomLen   = 30
+	keyChecksumLen = 6
+	keyLen         = len(livePrefix) + keyRandomLen + keyChecksumLen
+
+	maxKeyNameLen = 100
+)
+
+var isBase62 = func() (t [256]bool) {
+	for i := range len(base62) {
+		t[base62[i]] = true
+	}
+	return t
+}()
+
+// randomBase62 returns n characters drawn uniformly from base62 with crypto/rand; bytes >= 248
+// (4*62) are rejected so that no character is more likely than another.
+func randomBase62(n int) string {
+	out := make([]byte, 0, n)
+	var buf [64]byte
+	for len(out) < n {
+		rand.Read(buf[:]) // never fails (crypto/rand crashes the program instead)
+		for _, b := range buf {
+			if b < 248 {
+				out = append(out, base62[b%62])
+				if len(out) == n {
+					break
+				}
+			}
+		}
+	}
+	return string(out)
+}
+
+func newAccountID() string { return "acct_" + randomBase62(16) }
+func newKeyID() string     { return "key_" + randomBase62(12) }
+
+// keyChecksum is the fixed-width, zero-padded base62 CRC32 of s.
+func keyChecksum(s string) [keyChecksumLen]byte {
+	v := crc32.ChecksumIEEE([]byte(s))
+	var out [keyChecksumLen]byte
+	for i := keyChecksumLen - 1; i >= 0; i-- {
+		out[i] = base62[v%62]
+		v /= 62
+	}
+	return out
+}
+
+// newFullKey makes a fresh API key for mode.
+func newFullKey(m Mode) string {
+	p := livePrefix
+	if m == Test {
+		p = testPrefix
+	}
+	body := p + randomBase62(keyRandomLen)
+	sum := keyChecksum(body)
+	return body + string(sum[:])
+}
+
+// CheckKeyFormat reports whether s is shaped like an API key (prefix, length, alphabet and
+// checksum) and which mode its prefix names. It touches no store, so a server or a secret
+// scanner can reject mistyped or made-up keys cheaply.
+func CheckKeyFormat(s string) (Mode, bool) {
+	if len(s) != keyLen {
+		return "", false
+	}
+	var m Mode
+	switch s[:len(livePrefix)] {
+	case livePrefix:
+		m = Live
+	case testPrefix:
+		m = Test
+	default:
+		return "", false
+	}
+	for i := len(livePrefix); i < keyLen; i++ {
+		if !isBase62[s[i]] {
+			return "", false
+		}
+	}
+	sum := keyChecksum(s[:keyLen-keyChecksumLen])
+	if string(sum[:]) != s[keyLen-keyChecksumLen:] {
+		return "", false
+	}
+	return m, true
+}
+
+// keyRecord is the stored form of a key (prefixKey): the public Key plus its digest.
+type keyRecord struct {
+	Key
+	Digest string `json:"digest"` // hex SHA-256 of the full key
+}
+
+// keyEntry is a key in memory. rec is replaced (never mutated) on revocation; LastUsed lives in
+// lastUsed so that LookupKey needs no lock and no disk write.
+type keyEntry struct {
+	id      string
+	acct    *account
+	digest  [32]byte
+	rec     atomic.Pointer[Key]
+	used    atomic.Int64 // unix nanoseconds of the last use; 0 = never
+	flushed int64        // value of used last written to disk; guarded by acct.mu
+}
+
+func newKeyEntry(a *account, rec keyRecord) (*keyEntry, error) {
+	e := &keyEntry{id: rec.ID, acct: a}
+	d, err := hex.DecodeString(rec.Digest)
+	if err != nil || len(d) != len(e.digest) {
+		return nil, fmt.Errorf("key %q: malformed digest", rec.ID)
+	}
+	copy(e.digest[:], d)
+	k := rec.Key
+	if !k.LastUsed.IsZero() {
+		e.used.Store(k.LastUsed.UnixNano())
+		e.flushed = e.used.Load()
+	}
+	k.LastUsed = time.Time{}
+	e.rec.Store(&k)
+	return e, nil
+}
+
+// key returns the public key with its current last-use time.
+func (e *keyEntry) key() Key { return e.keyWith(e.used.Load()) }
+
+// keyWith returns the public key with last use u (unix nanoseconds, 0 = never).
+func (e *keyEntry) keyWith(u int64) Key {
+	k := *e.rec.Load()
+	if u != 0 {
+		k.LastUsed = time.Unix(0, u).UTC()
+	}
+	return k
+}
+
+func (e *keyEntry) recordWrite(k Key) write {
+	rec := keyRecord{Key: k, Digest: hex.EncodeToString(e.digest[:])}
+	return set(keyRecordKey(k.AccountID, k.ID), mustJSON(rec))
+}
+
+// CreateKey makes a new API key for the account and returns it in full, once.
+func (s *Badger) CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (string, Key, error) {
+	if mode != Live && mode != Test {
+		return "", Key{}, fmt.Errorf("mode %q: %w", mode, ErrInvalidArgument)
+	}
+	if len(name) > maxKeyNameLen || !utf8.ValidString(name) {
+		return "", Key{}, fmt.Errorf("key name must be valid UTF-8 of at most %d bytes: %w", maxKeyNameLen, ErrInvalidArgument)
+	}
+	t := now().UTC()
+	if !expires.IsZero() {
+		if !expires.After(t) {
+			return "", Key{}, fmt.Errorf("key expiry %s is not in the future: %w", expires, ErrInvalidArgument)
+		}
+		expires = expires.UTC()
+	}
+	if err := s.begin(); err != nil {
+		return "", Key{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return "", Key{}, err
+	}
+	full := newFullKey(mode)
+	e := &keyEntry{acct: a, digest: sha256.Sum256([]byte(full))}
+	s.keyMu.RLock()
+	for e.id == "" || s.keyIDs[e.id] != nil {
+		e.id = newKeyID()
+	}
+	s.keyMu.RUnlock()
+	k := Key{
+		ID:        e.id,
+		AccountID: a.id,
+		Mode:      mode,
+		Name:      name,
+		Prefix:    full[:len(livePrefix)],
+		Last4:     full[len(full)-4:],
+		Created:   t,
+		Expires:   expires,
+	}
+	e.rec.Store(&k)
+	hashVal := append([]byte(a.id), e.id...)
+	op := s.c.enqueue([]write{e.recordWrite(k), set(keyHashKey(e.digest), hashVal)})
+	if err := op.wait(); err != nil {
+		return "", Key{}, err
+	}
+	// The key becomes usable only once it is durable.
+	a.mu.Lock()
+	a.keys = append(a.keys, e)
+	a.mu.Unlock()
+	s.keyMu.Lock()
+	s.byDigest[e.digest] = e
+	s.keyIDs[e.id] = e
+	s.keyMu.Unlock()
+	return full, k, nil
+}
+
+// ListKeys returns the account's keys, oldest first, revoked ones included.
+func (s *Badger) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	a, err := s.account(accountID)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	out := make([]Key, 0, len(a.keys))
+	for _, e := range a.keys {
+		out = append(out, e.key())
+	}
+	a.mu.Unlock()
+	slices.SortFunc(out, func(x, y Key) int {
+		if c := x.Created.Compare(y.Created); c != 0 {
+			return c
+		}
+		return compareStrings(x.ID, y.ID)
+	})
+	return out, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// RevokeKey revokes a key at once: the next LookupKey of it fails.
+func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (Key, error) {
+	if err := s.begin(); err != nil {
+		return Key{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return Key{}, err
+	}
+	a.mu.Lock()
+	var e *keyEntry
+	for _, k := range a.keys {
+		if k.id == keyID {
+			e = k
+		}
+	}
+	if e == nil {
+		a.mu.Unlock()
+		return Key{}, fmt.Errorf("key %q of account %q: %w", keyID, accountID, ErrNotFound)
+	}
+	u := e.used.Load()
+	k := e.keyWith(u)
+	if !k.Revoked.IsZero() {
+		a.mu.Unlock()
+		return k, ErrAlreadyRevoked
+	}
+	k.Revoked = now().UTC()
+	pub := k
+	pub.LastUsed = time.Time{}
+	e.rec.Store(&pub)
+	e.flushed = u
+	op := s.c.enqueue([]write{e.recordWrite(k)})
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return Key{}, err
+	}
+	return k, nil
+}
+
+// lastUsedGranularity limits how often a busy key's shared last-use word is written, so that
+// concurrent requests on one key do not fight over its cache line.
+const lastUsedGranularity = int64(time.Second)
+
+// LookupKey finds the key by its digest in memory. Malformed, unknown, revoked and expired keys
+// all give ErrInvalidKey, with no hint which.
+func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
+	if s.closed.Load() {
+		return Key{}, Account{}, ErrClosed
+	}
+	if _, ok := CheckKeyFormat(presented); !ok {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	d := sha256.Sum256([]byte(presented))
+	s.keyMu.RLock()
+	e := s.byDigest[d]
+	s.keyMu.RUnlock()
+	if e == nil {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	k := *e.rec.Load()
+	t := now()
+	if !k.Revoked.IsZero() || (!k.Expires.IsZero() && !t.Before(k.Expires)) {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	tn := t.UnixNano()
+	if old := e.used.Load(); tn-old >= lastUsedGranularity {
+		e.used.CompareAndSwap(old, tn)
+	}
+	k.LastUsed = t.UTC()
+	return k, *e.acct.rec.Load(), nil
+}
+
+// flushLastUsed writes the last-use times that changed since the last flush. admit is false when
+// called from Close, which already excludes other calls.
+func (s *Badger) flushLastUsed(admit bool) error {
+	if admit {
+		if err := s.begin(); err != nil {
+			return nil // closing: Close flushes
+		}
+		defer s.end()
+	}
+	var ops []*pendingOp
+	for _, a := range s.allAccounts() {
+		a.mu.Lock()
+		var ws []write
+		for _, e := range a.keys {
+			if u := e.used.Load(); u > e.flushed {
+				ws = append(ws, e.recordWrite(e.keyWith(u)))
+				e.flushed = u
+			}
+		}
+		if len(ws) > 0 {
+			ops = append(ops, s.c.enqueue(ws))
+		}
+		a.mu.Unlock()
+	}
+	var first error
+	for _, op := range ops {
+		if err := op.wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if n := len(ops); n > 0 {
+		s.log.Debug("flushed key last-use times", zap.Int("accounts", n))
+	}
+	return first
+}

@@ -1,0 +1,65 @@
+package ledger
+
+import "encoding/binary"
+
+// One-byte type codes that start every Badger key. Ids that follow are fixed-width (account ids
+// are 21 bytes, key ids 16), numbers big-endian, so byte order is numeric order and one account's
+// records are one contiguous prefix.
+//
+// Never reuse a retired code: an old backup or a half-migrated directory may still hold keys
+// with it, and a new meaning would silently misread them. Add new codes at the end.
+const (
+	prefixAccount  byte = 0x01 // acct id -> Account (JSON)
+	prefixEmail    byte = 0x02 // normalised email -> acct id
+	prefixKeyHash  byte = 0x03 // SHA-256 digest (32 bytes) -> acct id + key id
+	prefixKey      byte = 0x04 // acct id + key id -> keyRecord (JSON)
+	prefixBalance  byte = 0x05 // acct id -> balanceRecord (JSON)
+	prefixHold     byte = 0x06 // acct id + request id -> holdRecord (JSON), kept after resolution
+	prefixOpenHold byte = 0x07 // acct id + request id -> empty; present only while the hold is open
+	prefixEntry    byte = 0x08 // acct id + seq (uint64 BE) -> Entry (JSON)
+	prefixGrantRef byte = 0x09 // acct id + reference -> seq (uint64 BE) of the first entry
+	prefixIdem     byte = 0x0A // acct id + Idempotency-Key -> IdempotencyRecord (JSON), 24 h TTL
+	prefixMeta     byte = 0x0B // name -> value (schema version)
+)
+
+const (
+	accountIDLen = len("acct_") + 16
+	keyIDLen     = len("key_") + 12
+)
+
+func key1(p byte, a string) []byte {
+	k := make([]byte, 0, 1+len(a))
+	return append(append(k, p), a...)
+}
+
+func key2(p byte, a, b string) []byte {
+	k := make([]byte, 0, 1+len(a)+len(b))
+	return append(append(append(k, p), a...), b...)
+}
+
+func accountKey(id string) []byte          { return key1(prefixAccount, id) }
+func emailKey(email string) []byte         { return key1(prefixEmail, email) }
+func balanceKey(id string) []byte          { return key1(prefixBalance, id) }
+func keyRecordKey(acct, kid string) []byte { return key2(prefixKey, acct, kid) }
+func holdKey(acct, rid string) []byte      { return key2(prefixHold, acct, rid) }
+func openHoldKey(acct, rid string) []byte  { return key2(prefixOpenHold, acct, rid) }
+func grantRefKey(acct, ref string) []byte  { return key2(prefixGrantRef, acct, ref) }
+func idemKey(acct, k string) []byte        { return key2(prefixIdem, acct, k) }
+
+func keyHashKey(d [32]byte) []byte {
+	return append([]byte{prefixKeyHash}, d[:]...)
+}
+
+func entryKey(acct string, seq uint64) []byte {
+	k := make([]byte, 0, 1+len(acct)+8)
+	k = append(append(k, prefixEntry), acct...)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// entryPrefix is every entry of one account, or of all accounts when acct is "".
+func entryPrefix(acct string) []byte { return key1(prefixEntry, acct) }
+
+var metaSchemaKey = []byte{prefixMeta, 's', 'c', 'h', 'e', 'm', 'a'}
+
+// schemaVersion is written when a directory is first opened; Open refuses a newer one.
+const schemaVersion = "1"
