@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -115,9 +116,31 @@ type faultModel struct {
 	fastBody  []byte // FaultNone without delay: the whole response, rendered once
 }
 
-// NewFaultServer starts a FaultServer on a loopback port with cfg's behaviour for cfg.Model.
-// Call Close when done.
+// NewFaultServer starts a FaultServer on a free loopback port with cfg's behaviour for
+// cfg.Model. Call Close when done.
 func NewFaultServer(cfg FaultConfig) *FaultServer {
+	f := newFaultServer(cfg)
+	f.srv.Start()
+	f.URL = f.srv.URL
+	return f
+}
+
+// NewFaultServerOn is NewFaultServer on a given address ("127.0.0.1:PORT"), e.g. to bring a
+// host back where a backend expects it.
+func NewFaultServerOn(addr string, cfg FaultConfig) (*FaultServer, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fault server: %w", err)
+	}
+	f := newFaultServer(cfg)
+	f.srv.Listener.Close()
+	f.srv.Listener = l
+	f.srv.Start()
+	f.URL = f.srv.URL
+	return f, nil
+}
+
+func newFaultServer(cfg FaultConfig) *FaultServer {
 	f := &FaultServer{models: make(map[string]*faultModel)}
 	f.Set(cfg)
 	mux := http.NewServeMux()
@@ -137,8 +160,7 @@ func NewFaultServer(cfg FaultConfig) *FaultServer {
 			w.Write([]byte("Ollama is running"))
 		}
 	})
-	f.srv = httptest.NewServer(mux)
-	f.URL = f.srv.URL
+	f.srv = httptest.NewUnstartedServer(mux)
 	return f
 }
 

@@ -262,7 +262,9 @@ func (s *Server) CreateModel(ctx context.Context, name string, numPredict int) e
 	if numPredict == 0 {
 		numPredict = 16
 	}
-	modelfile := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"{{ range .Messages }}{{ .Content }}\n{{ end }}\"\"\"\nPARAMETER num_predict %d\n", s.gguf, numPredict)
+	// One thread: the model is tiny, and llama.cpp's spinning thread barrier makes two threads
+	// crawl when the 2-core machine is busy with other work (a build, a load generator).
+	modelfile := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"{{ range .Messages }}{{ .Content }}\n{{ end }}\"\"\"\nPARAMETER num_predict %d\nPARAMETER num_thread 1\n", s.gguf, numPredict)
 	path := filepath.Join(s.root, "Modelfile."+sanitize(name))
 	if err := os.WriteFile(path, []byte(modelfile), 0o644); err != nil {
 		return fmt.Errorf("creating model %s: %w", name, err)
