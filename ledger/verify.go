@@ -181,8 +181,11 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 				add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d",
 					rec.Balance, rec.TestBalance, c.sums[Live].bal, c.sums[Test].bal)
 			}
-			if rec.NextSeq != c.lastSeq+1 {
-				add(id, "balance_mismatch", "stored next entry number %d, last entry is %d", rec.NextSeq, c.lastSeq)
+			switch {
+			case rec.NextSeq > c.lastSeq+1:
+				add(id, "seq_gap", "entries %d to %d are missing (stored next entry number %d)", c.lastSeq+1, rec.NextSeq-1, rec.NextSeq)
+			case rec.NextSeq < c.lastSeq+1:
+				add(id, "balance_mismatch", "stored next entry number %d, but entry %d exists", rec.NextSeq, c.lastSeq)
 			}
 			return nil
 		}); err != nil {

@@ -1,0 +1,138 @@
+package ledger
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAccounts(t *testing.T) {
+	t0 := time.Date(2030, 5, 6, 7, 8, 9, 10, time.UTC)
+	setNow(t, &t0)
+	s := newMem(t)
+
+	a, err := s.CreateAccount(bg, "  Alice@Example.COM ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Email != "alice@example.com" || a.Status != StatusActive || !a.Created.Equal(t0) ||
+		!strings.HasPrefix(a.ID, "acct_") || len(a.ID) != accountIDLen {
+		t.Fatalf("account %+v", a)
+	}
+	if b := mustBalance(t, s, a.ID); b != (Balance{AccountID: a.ID}) {
+		t.Fatalf("new account balance %+v", b)
+	}
+	_, err = s.CreateAccount(bg, "ALICE@example.com")
+	wantErr(t, err, ErrDuplicateEmail)
+	for _, bad := range []string{"", "   ", "alice", "@example.com", "alice@", "a b@example.com",
+		"Alice <alice@example.com>", "a@example.com, b@example.com", "a@@example.com",
+		strings.Repeat("a", 250) + "@example.com", "a@exa mple.com"} {
+		_, err := s.CreateAccount(bg, bad)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+
+	got, err := s.GetAccount(bg, a.ID)
+	if err != nil || got != a {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	got, err = s.GetAccountByEmail(bg, " ALICE@example.com")
+	if err != nil || got != a {
+		t.Fatalf("get by email: %+v %v", got, err)
+	}
+	_, err = s.GetAccount(bg, "acct_missing")
+	wantErr(t, err, ErrNotFound)
+	_, err = s.GetAccountByEmail(bg, "bob@example.com")
+	wantErr(t, err, ErrNotFound)
+
+	d, err := s.SetAccountStatus(bg, a.ID, StatusDisabled)
+	if err != nil || d.Status != StatusDisabled {
+		t.Fatalf("disable: %+v %v", d, err)
+	}
+	if got, _ := s.GetAccount(bg, a.ID); got.Status != StatusDisabled {
+		t.Fatalf("status after disable: %s", got.Status)
+	}
+	if d, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil || d.Status != StatusDisabled {
+		t.Fatalf("disable twice: %+v %v", d, err)
+	}
+	_, err = s.SetAccountStatus(bg, a.ID, "frozen")
+	wantErr(t, err, ErrInvalidArgument)
+	_, err = s.SetAccountStatus(bg, "acct_missing", StatusActive)
+	wantErr(t, err, ErrNotFound)
+	if d, err := s.SetAccountStatus(bg, a.ID, StatusActive); err != nil || d.Status != StatusActive {
+		t.Fatalf("enable: %+v %v", d, err)
+	}
+}
+
+func TestListAccountsPages(t *testing.T) {
+	s := newMem(t)
+	want := map[string]bool{}
+	for i := range 7 {
+		a := mustAccount(t, s, strings.Repeat("x", i+1)+"@example.com")
+		want[a.ID] = true
+	}
+	var pages []int
+	seen := map[string]bool{}
+	last := ""
+	cur := ""
+	for {
+		as, next, err := s.ListAccounts(bg, Page{Cursor: cur, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, len(as))
+		for _, a := range as {
+			if a.ID <= last || seen[a.ID] || !want[a.ID] {
+				t.Fatalf("account %s out of order or unexpected", a.ID)
+			}
+			seen[a.ID], last = true, a.ID
+		}
+		if next == "" {
+			break
+		}
+		cur = next
+	}
+	if len(seen) != 7 || len(pages) != 3 || pages[0] != 3 || pages[2] != 1 {
+		t.Fatalf("pages %v, %d accounts", pages, len(seen))
+	}
+	all, next, err := s.ListAccounts(bg, Page{})
+	if err != nil || len(all) != 7 || next != "" {
+		t.Fatalf("default page: %d %q %v", len(all), next, err)
+	}
+	for _, bad := range []Page{{Cursor: "!!"}, {Cursor: "eHl6"}, {Limit: -1}} {
+		_, _, err := s.ListAccounts(bg, bad)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "c@example.com")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, err := s.CreateAccount(bg, "d@example.com")
+	wantErr(t, err, ErrClosed)
+	_, err = s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: "r"})
+	wantErr(t, err, ErrClosed)
+	_, err = s.GetAccount(bg, a.ID)
+	wantErr(t, err, ErrClosed)
+	_, _, err = s.LookupKey(bg, newFullKey(Live))
+	wantErr(t, err, ErrClosed)
+	_, err = s.Verify(bg)
+	wantErr(t, err, ErrClosed)
+}
+
+func TestOpenArguments(t *testing.T) {
+	if _, err := Open("", Options{}); err == nil {
+		t.Fatal("Open without a directory succeeded")
+	}
+	if _, err := Open(t.TempDir(), Options{InMemory: true}); err == nil {
+		t.Fatal("Open with a directory and InMemory succeeded")
+	}
+	if _, err := Open(t.TempDir(), Options{HoldTTL: -time.Second}); err == nil {
+		t.Fatal("Open with a negative HoldTTL succeeded")
+	}
+}

@@ -1,0 +1,301 @@
+package ledger
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHoldSettleVoid(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := newMem(t)
+	a := mustAccount(t, s, "h@example.com").ID
+
+	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r0"})
+	wantErr(t, err, ErrInsufficientCredits)
+	mustGrant(t, s, a, Live, 2)
+
+	if r := mustHold(t, s, a, Live, "r1"); r.State != HoldOpen || r.Available != 1 || r.Repeated {
+		t.Fatalf("hold r1: %+v", r)
+	}
+	if r := mustHold(t, s, a, Live, "r2"); r.Available != 0 {
+		t.Fatalf("hold r2: %+v", r)
+	}
+	before := len(allHistory(t, s, a))
+	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r3"})
+	wantErr(t, err, ErrInsufficientCredits)
+	if n := len(allHistory(t, s, a)); n != before {
+		t.Fatalf("a refused hold wrote %d entries", n-before)
+	}
+	// Test credits are separate.
+	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Test, RequestID: "t1"})
+	wantErr(t, err, ErrInsufficientCredits)
+
+	if b := mustBalance(t, s, a); b.Balance != 2 || b.Available != 0 {
+		t.Fatalf("balance with two holds: %+v", b)
+	}
+	r, err := s.Settle(bg, a, "r1")
+	if err != nil || r.State != HoldSettled || r.Available != 0 || r.Repeated {
+		t.Fatalf("settle r1: %+v %v", r, err)
+	}
+	r, err = s.Void(bg, a, "r2", "backend_error")
+	if err != nil || r.State != HoldVoided || r.Available != 1 || r.Repeated {
+		t.Fatalf("void r2: %+v %v", r, err)
+	}
+	if b := mustBalance(t, s, a); b.Balance != 1 || b.Available != 1 {
+		t.Fatalf("balance after settle and void: %+v", b)
+	}
+
+	// Repeats report the first outcome and write nothing.
+	n := len(allHistory(t, s, a))
+	for _, c := range []struct {
+		f    func() (HoldResult, error)
+		want HoldState
+	}{
+		{func() (HoldResult, error) { return s.Settle(bg, a, "r1") }, HoldSettled},
+		{func() (HoldResult, error) { return s.Void(bg, a, "r1", "x") }, HoldSettled},
+		{func() (HoldResult, error) {
+			return s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r1"})
+		}, HoldSettled},
+		{func() (HoldResult, error) { return s.Settle(bg, a, "r2") }, HoldVoided},
+		{func() (HoldResult, error) { return s.Void(bg, a, "r2", "again") }, HoldVoided},
+	} {
+		r, err := c.f()
+		if err != nil || !r.Repeated || r.State != c.want || r.Available != 1 {
+			t.Fatalf("repeat: %+v %v, want %s", r, err, c.want)
+		}
+	}
+	r4 := mustHold(t, s, a, Live, "r4")
+	if r, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r4"}); err != nil || !r.Repeated || r.State != HoldOpen || r.Available != 0 {
+		t.Fatalf("repeated open hold: %+v %v (first %+v)", r, err, r4)
+	}
+	if got := len(allHistory(t, s, a)); got != n+1 {
+		t.Fatalf("repeats wrote %d entries", got-n-1)
+	}
+
+	_, err = s.Settle(bg, a, "nope")
+	wantErr(t, err, ErrNotFound)
+	_, err = s.Void(bg, "acct_missing", "r1", "")
+	wantErr(t, err, ErrNotFound)
+
+	// A disabled account takes no new holds but resolves open ones.
+	if _, err := s.SetAccountStatus(bg, a, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r5"})
+	wantErr(t, err, ErrAccountDisabled)
+	if r, err := s.Settle(bg, a, "r4"); err != nil || r.State != HoldSettled {
+		t.Fatalf("settle on disabled account: %+v %v", r, err)
+	}
+
+	for _, req := range []HoldRequest{
+		{AccountID: a, Mode: "prod", RequestID: "x"},
+		{AccountID: a, Mode: Live},
+		{AccountID: a, Mode: Live, RequestID: strings.Repeat("r", 129)},
+		{AccountID: a, Mode: Live, RequestID: "x", Tool: strings.Repeat("t", 65)},
+	} {
+		_, err := s.Hold(bg, req)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+
+	// The entries tell the whole story.
+	h := allHistory(t, s, a)
+	type line struct {
+		kind               EntryKind
+		amount, bal, avail int64
+		rid, reason        string
+	}
+	want := []line{
+		{KindSettle, -1, 0, 0, "r4", ""},
+		{KindHold, 0, 1, 0, "r4", ""},
+		{KindVoid, 0, 1, 1, "r2", "backend_error"},
+		{KindSettle, -1, 1, 0, "r1", ""},
+		{KindHold, 0, 2, 0, "r2", ""},
+		{KindHold, 0, 2, 1, "r1", ""},
+		{KindGrant, 2, 2, 2, "", ""},
+	}
+	if len(h) != len(want) {
+		t.Fatalf("%d entries, want %d: %+v", len(h), len(want), h)
+	}
+	for i, e := range h {
+		w := want[i]
+		if e.Kind != w.kind || e.Amount != w.amount || e.BalanceAfter != w.bal || e.AvailableAfter != w.avail ||
+			e.RequestID != w.rid || e.Reason != w.reason || e.Seq != uint64(len(h)-i) || e.Mode != Live ||
+			e.AccountID != a || !e.Time.Equal(t0) {
+			t.Fatalf("entry %d: %+v, want %+v", i, e, w)
+		}
+		if e.Kind == KindHold || e.Kind == KindSettle || e.Kind == KindVoid {
+			if e.KeyID != "key_test" || e.Tool != "summarize" {
+				t.Fatalf("entry %d lacks key id or tool: %+v", i, e)
+			}
+		}
+	}
+	verifyClean(t, s)
+}
+
+func TestTestModeIsSeparate(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "t@example.com").ID
+	mustGrant(t, s, a, Live, 5)
+	mustGrant(t, s, a, Test, 1)
+	mustHold(t, s, a, Test, "t1")
+	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Test, RequestID: "t2"})
+	wantErr(t, err, ErrInsufficientCredits)
+	if _, err := s.Settle(bg, a, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if b := mustBalance(t, s, a); b != (Balance{AccountID: a, Balance: 5, Available: 5}) {
+		t.Fatalf("balance %+v", b)
+	}
+	verifyClean(t, s)
+}
+
+func TestGrantIdempotentOnReference(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "g@example.com").ID
+	b := mustAccount(t, s, "g2@example.com").ID
+
+	first, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 10,
+		Reference: "pi_123", AmountCents: 200, Currency: "EUR"})
+	if err != nil || first.Repeated || first.Balance.Available != 10 || first.Entry.AmountCents != 200 ||
+		first.Entry.Reference != "pi_123" || first.Entry.Kind != KindPurchase {
+		t.Fatalf("purchase: %+v %v", first, err)
+	}
+	// A replayed notification, even with other figures, credits nothing.
+	for range 3 {
+		r, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 99, Reference: "pi_123"})
+		if err != nil || !r.Repeated || r.Entry != first.Entry || r.Balance.Balance != 10 {
+			t.Fatalf("replay: %+v %v", r, err)
+		}
+	}
+	// References are per account.
+	if r, err := s.Grant(bg, GrantRequest{AccountID: b, Mode: Live, Kind: KindPurchase, Credits: 10, Reference: "pi_123"}); err != nil || r.Repeated {
+		t.Fatalf("same reference on another account: %+v %v", r, err)
+	}
+	// Grants without a reference are not deduplicated.
+	mustGrant(t, s, a, Live, 1)
+	mustGrant(t, s, a, Live, 1)
+	if bal := mustBalance(t, s, a); bal.Balance != 12 {
+		t.Fatalf("balance %+v", bal)
+	}
+
+	// Adjustments.
+	mustHold(t, s, a, Live, "h1")
+	r, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindAdjustment, Credits: -11, Reason: "refund"})
+	if err != nil || r.Balance.Balance != 1 || r.Balance.Available != 0 || r.Entry.Amount != -11 || r.Entry.AvailableAfter != 0 {
+		t.Fatalf("adjustment: %+v %v", r, err)
+	}
+	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindAdjustment, Credits: -1})
+	wantErr(t, err, ErrInsufficientCredits)
+	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Test, Kind: KindAdjustment, Credits: -1})
+	wantErr(t, err, ErrInsufficientCredits)
+
+	for _, req := range []GrantRequest{
+		{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 10},
+		{AccountID: a, Mode: Test, Kind: KindPurchase, Credits: 10, Reference: "pi_t"},
+		{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 0},
+		{AccountID: a, Mode: Live, Kind: KindGrant, Credits: -5},
+		{AccountID: a, Mode: Live, Kind: KindAdjustment},
+		{AccountID: a, Mode: Live, Kind: KindSettle, Credits: 1},
+		{AccountID: a, Mode: "x", Kind: KindGrant, Credits: 1},
+		{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1, Reference: strings.Repeat("r", 257)},
+		{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1, AmountCents: -1},
+	} {
+		_, err := s.Grant(bg, req)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+	_, err = s.Grant(bg, GrantRequest{AccountID: "acct_missing", Mode: Live, Kind: KindGrant, Credits: 1})
+	wantErr(t, err, ErrNotFound)
+	verifyClean(t, s)
+}
+
+func TestHoldExpiry(t *testing.T) {
+	t0 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	dir := t.TempDir()
+	o := quiet
+	o.HoldTTL = 10 * time.Minute
+	s := openDir(t, dir, o)
+	a := mustAccount(t, s, "e@example.com").ID
+	mustGrant(t, s, a, Live, 3)
+	mustHold(t, s, a, Live, "old")
+	t0 = t0.Add(5 * time.Minute)
+	mustHold(t, s, a, Live, "young")
+
+	t0 = t0.Add(5*time.Minute - time.Second)
+	if n, err := s.sweep(); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry: %d %v", n, err)
+	}
+	t0 = t0.Add(time.Second)
+	if n, err := s.sweep(); err != nil || n != 1 {
+		t.Fatalf("sweep at expiry: %d %v", n, err)
+	}
+	if b := mustBalance(t, s, a); b.Balance != 3 || b.Available != 2 {
+		t.Fatalf("after sweep %+v", b)
+	}
+	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "old" || e.Tool != "summarize" {
+		t.Fatalf("sweep entry %+v", e)
+	}
+	if r, err := s.Settle(bg, a, "old"); err != nil || !r.Repeated || r.State != HoldVoided {
+		t.Fatalf("settle after expiry: %+v %v", r, err)
+	}
+	verifyClean(t, s)
+
+	// Verify reports a hold left open long past its expiry (the sweep is off here).
+	t0 = t0.Add(time.Hour)
+	r, err := s.Verify(bg)
+	if err != nil || r.OK || len(r.Problems) != 1 || r.Problems[0].Kind != "expired_open_hold" {
+		t.Fatalf("verify with a stale hold: %+v %v", r, err)
+	}
+
+	// Open voids expired holds before it returns.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir, o)
+	if b := mustBalance(t, s, a); b.Available != 3 {
+		t.Fatalf("after reopen %+v", b)
+	}
+	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "young" {
+		t.Fatalf("open sweep entry %+v", e)
+	}
+	verifyClean(t, s)
+}
+
+func TestBackgroundSweep(t *testing.T) {
+	// The real ticker with a tiny TTL; it only waits for the sweep, it asserts no timing.
+	s, err := Open("", Options{InMemory: true, HoldTTL: time.Millisecond, SweepInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := mustAccount(t, s, "bg@example.com").ID
+	mustGrant(t, s, a, Live, 1)
+	mustHold(t, s, a, Live, "r")
+	deadline := time.Now().Add(time.Minute)
+	for mustBalance(t, s, a).Available != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the background sweep never voided the hold")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	verifyClean(t, s)
+}
+
+func TestFailedCommitStopsTheStore(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "f@example.com").ID
+	mustGrant(t, s, a, Live, 1)
+	boom := errors.New("disk on fire")
+	s.c.mu.Lock()
+	s.c.failed = boom
+	s.c.mu.Unlock()
+	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r"})
+	wantErr(t, err, boom)
+	_, err = s.Balance(bg, a)
+	wantErr(t, err, boom)
+	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1})
+	wantErr(t, err, boom)
+}

@@ -1,0 +1,120 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+var bg = context.Background()
+
+// quiet disables the background loops so tests drive sweeps and flushes themselves.
+var quiet = Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1}
+
+func newMem(t testing.TB) *Badger {
+	t.Helper()
+	o := quiet
+	o.InMemory = true
+	s, err := Open("", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func openDir(t testing.TB, dir string, o Options) *Badger {
+	t.Helper()
+	s, err := Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// setNow fixes the ledger clock to *t (read on every call) until the test ends. Set it only
+// while no background loop of an open store can run.
+func setNow(t testing.TB, at *time.Time) {
+	t.Helper()
+	old := now
+	now = func() time.Time { return *at }
+	t.Cleanup(func() { now = old })
+}
+
+func mustAccount(t testing.TB, s *Badger, email string) Account {
+	t.Helper()
+	a, err := s.CreateAccount(bg, email)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func mustGrant(t testing.TB, s *Badger, acct string, m Mode, n int64) GrantResult {
+	t.Helper()
+	r, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: m, Kind: KindGrant, Credits: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustHold(t testing.TB, s *Badger, acct string, m Mode, rid string) HoldResult {
+	t.Helper()
+	r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_test", Tool: "summarize"})
+	if err != nil {
+		t.Fatalf("hold %s: %v", rid, err)
+	}
+	return r
+}
+
+func mustBalance(t testing.TB, s *Badger, acct string) Balance {
+	t.Helper()
+	b, err := s.Balance(bg, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func wantErr(t testing.TB, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error %v, want %v", err, want)
+	}
+}
+
+func verifyClean(t testing.TB, s *Badger) VerifyReport {
+	t.Helper()
+	r, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK || len(r.Problems) > 0 {
+		t.Fatalf("verify: %+v", r.Problems)
+	}
+	return r
+}
+
+// allHistory returns every entry of the account, newest first.
+func allHistory(t testing.TB, s *Badger, acct string) []Entry {
+	t.Helper()
+	var out []Entry
+	cur := ""
+	for {
+		es, next, err := s.History(bg, acct, Page{Cursor: cur, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, es...)
+		if next == "" {
+			return out
+		}
+		cur = next
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

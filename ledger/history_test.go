@@ -1,0 +1,127 @@
+package ledger
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestHistoryPages(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "p@example.com").ID
+	for range 25 {
+		mustGrant(t, s, a, Live, 1)
+	}
+	var seqs []uint64
+	var sizes []int
+	cur := ""
+	for {
+		es, next, err := s.History(bg, a, Page{Cursor: cur, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(es))
+		for _, e := range es {
+			seqs = append(seqs, e.Seq)
+		}
+		if next == "" {
+			break
+		}
+		cur = next
+	}
+	if !reflect.DeepEqual(sizes, []int{10, 10, 5}) {
+		t.Fatalf("page sizes %v", sizes)
+	}
+	for i, seq := range seqs {
+		if seq != uint64(25-i) {
+			t.Fatalf("seqs %v are not newest first", seqs)
+		}
+	}
+	// Exactly one page when the limit matches the count.
+	es, next, err := s.History(bg, a, Page{Limit: 25})
+	if err != nil || len(es) != 25 || next != "" {
+		t.Fatalf("full page: %d %q %v", len(es), next, err)
+	}
+	es, next, err = s.History(bg, a, Page{})
+	if err != nil || len(es) != 25 || next != "" {
+		t.Fatalf("default page: %d %q %v", len(es), next, err)
+	}
+	// An account without entries, an unknown account, bad cursors.
+	b := mustAccount(t, s, "p2@example.com").ID
+	if es, next, err := s.History(bg, b, Page{}); err != nil || len(es) != 0 || next != "" {
+		t.Fatalf("empty history: %v %q %v", es, next, err)
+	}
+	_, _, err = s.History(bg, "acct_missing", Page{})
+	wantErr(t, err, ErrNotFound)
+	for _, c := range []string{"x", "aGVsbG8", "aAAAAAAAAAAB"} {
+		_, _, err := s.History(bg, a, Page{Cursor: c})
+		wantErr(t, err, ErrInvalidArgument)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	day1 := time.Date(2030, 6, 1, 23, 0, 0, 0, time.UTC)
+	t0 := day1
+	setNow(t, &t0)
+	s := newMem(t)
+	a := mustAccount(t, s, "u1@example.com").ID
+	b := mustAccount(t, s, "u2@example.com").ID
+	for _, id := range []string{a, b} {
+		mustGrant(t, s, id, Live, 100)
+		mustGrant(t, s, id, Test, 100)
+	}
+	n := 0
+	do := func(acct string, m Mode, tool string, settle bool) {
+		n++
+		rid := fmt.Sprint("r", n)
+		if _, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: m, RequestID: rid, Tool: tool}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if settle {
+			_, err = s.Settle(bg, acct, rid)
+		} else {
+			_, err = s.Void(bg, acct, rid, "backend_error")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(a, Live, "summarize", true)
+	do(a, Live, "summarize", true)
+	do(a, Live, "summarize", false)
+	do(a, Test, "summarize", true)
+	do(b, Live, "translate", true)
+	t0 = t0.Add(2 * time.Hour) // next UTC day
+	do(a, Live, "summarize", true)
+	mustHold(t, s, b, Live, "open-one") // a hold without outcome yet
+
+	rows, err := s.Usage(bg, UsageQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Day 2 adds a's settled request and b's still open hold (mustHold's tool is "summarize").
+	want := []UsageRow{
+		{Day: "2030-06-01", Tool: "summarize", Mode: Live, Requests: 3, Settled: 2, Voided: 1},
+		{Day: "2030-06-01", Tool: "summarize", Mode: Test, Requests: 1, Settled: 1},
+		{Day: "2030-06-01", Tool: "translate", Mode: Live, Requests: 1, Settled: 1},
+		{Day: "2030-06-02", Tool: "summarize", Mode: Live, Requests: 2, Settled: 1},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Fatalf("usage\n got %+v\nwant %+v", rows, want)
+	}
+	rows, err = s.Usage(bg, UsageQuery{AccountID: b})
+	if err != nil || !reflect.DeepEqual(rows, []UsageRow{
+		{Day: "2030-06-01", Tool: "translate", Mode: Live, Requests: 1, Settled: 1},
+		{Day: "2030-06-02", Tool: "summarize", Mode: Live, Requests: 1},
+	}) {
+		t.Fatalf("usage of b: %+v %v", rows, err)
+	}
+	rows, err = s.Usage(bg, UsageQuery{AccountID: a, From: day1.Add(time.Hour), To: day1.Add(3 * time.Hour)})
+	if err != nil || !reflect.DeepEqual(rows, []UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: Live, Requests: 1, Settled: 1}}) {
+		t.Fatalf("usage of a on day 2: %+v %v", rows, err)
+	}
+	_, err = s.Usage(bg, UsageQuery{AccountID: "acct_missing"})
+	wantErr(t, err, ErrNotFound)
+}

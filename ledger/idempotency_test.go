@@ -1,0 +1,48 @@
+package ledger
+
+import (
+	"testing"
+	"time"
+)
+
+func TestIdempotencyRecords(t *testing.T) {
+	t0 := time.Date(2030, 2, 2, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := newMem(t)
+	a := mustAccount(t, s, "i@example.com").ID
+
+	rec := IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req1", Fingerprint: "fp1"}
+	got, isNew, err := s.BeginIdempotent(bg, rec)
+	if err != nil || !isNew || !got.Created.Equal(t0) || got.Status != 0 || got.RequestID != "req1" {
+		t.Fatalf("begin: %+v %v %v", got, isNew, err)
+	}
+	again, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req2", Fingerprint: "fp2"})
+	if err != nil || isNew || again != got {
+		t.Fatalf("second begin: %+v %v %v", again, isNew, err)
+	}
+	if err := s.FinishIdempotent(bg, a, "k1", 200); err != nil {
+		t.Fatal(err)
+	}
+	again, isNew, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req3"})
+	if err != nil || isNew || again.Status != 200 || again.RequestID != "req1" {
+		t.Fatalf("begin after finish: %+v %v %v", again, isNew, err)
+	}
+	// Keys are per account.
+	b := mustAccount(t, s, "i2@example.com").ID
+	if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: b, Key: "k1"}); err != nil || !isNew {
+		t.Fatalf("same key on another account: %v %v", isNew, err)
+	}
+
+	wantErr(t, s.FinishIdempotent(bg, a, "nope", 200), ErrNotFound)
+	wantErr(t, s.FinishIdempotent(bg, a, "k1", 42), ErrInvalidArgument)
+	_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a})
+	wantErr(t, err, ErrInvalidArgument)
+	_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: "acct_missing", Key: "k"})
+	wantErr(t, err, ErrNotFound)
+
+	// After 24 h the key is free again.
+	t0 = t0.Add(IdempotencyTTL)
+	if got, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req4"}); err != nil || !isNew || got.RequestID != "req4" {
+		t.Fatalf("begin after 24 h: %+v %v %v", got, isNew, err)
+	}
+}

@@ -1,0 +1,107 @@
+package ledger
+
+import (
+	"testing"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+func problemKinds(r VerifyReport) map[string]int {
+	out := map[string]int{}
+	for _, p := range r.Problems {
+		out[p.Kind]++
+	}
+	return out
+}
+
+func TestVerifyDetectsCorruption(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "v@example.com").ID
+	b := mustAccount(t, s, "v2@example.com").ID
+	mustGrant(t, s, a, Live, 5)
+	mustGrant(t, s, b, Live, 5)
+	mustHold(t, s, a, Live, "r1")
+	mustHold(t, s, b, Live, "r1")
+	if _, err := s.Settle(bg, a, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	r := verifyClean(t, s)
+	if r.Accounts != 2 || r.Entries != 5 {
+		t.Fatalf("verify counted %d accounts, %d entries", r.Accounts, r.Entries)
+	}
+
+	// A wrong balance record, written behind the ledger's back.
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(balanceKey(a), mustJSON(balanceRecord{Balance: 999, NextSeq: 4}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK || len(r.Problems) != 1 || r.Problems[0].Kind != "balance_mismatch" || r.Problems[0].AccountID != a {
+		t.Fatalf("corrupted balance: %+v", r)
+	}
+
+	mustGrant(t, s, b, Live, 1) // entry 3 of b
+	// A lost entry of b: its hold entry (2) disappears.
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(entryKey(b, 2)) }); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := problemKinds(r)
+	for _, want := range []string{"balance_mismatch", "seq_gap", "hold_without_entry", "open_hold_mismatch", "memory_mismatch"} {
+		if k[want] == 0 {
+			t.Errorf("no %s problem in %+v", want, r.Problems)
+		}
+	}
+
+	// In-memory state that drifted from the entries.
+	c := mustAccount(t, s, "v3@example.com").ID
+	mustGrant(t, s, c, Live, 1)
+	ac, _ := s.account(c)
+	ac.mu.Lock()
+	ac.bal = -3
+	ac.mu.Unlock()
+	r, err = s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawMem, sawNeg bool
+	for _, p := range r.Problems {
+		if p.AccountID == c {
+			sawMem = sawMem || p.Kind == "memory_mismatch"
+			sawNeg = sawNeg || p.Kind == "negative_available"
+		}
+	}
+	if !sawMem || !sawNeg {
+		t.Fatalf("drifted memory not reported: %+v", r.Problems)
+	}
+}
+
+func TestVerifyNegativeBalanceInEntries(t *testing.T) {
+	s := newMem(t)
+	a := mustAccount(t, s, "n@example.com").ID
+	// Entries that would take the balance below zero, as a buggy writer might leave them.
+	e := Entry{Seq: 1, AccountID: a, Kind: KindAdjustment, Mode: Live, Amount: -2, BalanceAfter: -2, AvailableAfter: -2}
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(entryKey(a, 1), mustJSON(e)); err != nil {
+			return err
+		}
+		return txn.Set(balanceKey(a), mustJSON(balanceRecord{Balance: -2, NextSeq: 2}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := problemKinds(r)
+	if r.OK || k["negative_balance"] != 1 || k["negative_available"] != 1 {
+		t.Fatalf("negative entries: %+v", r.Problems)
+	}
+}
