@@ -1,0 +1,166 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// 10,000 concurrent holds against 1,000 credits: exactly 1,000 succeed. A third of the winners
+// settle at once, while other holds are still being attempted (a settle frees no credit); the
+// rest are settled or voided only after every hold attempt has finished, so that no voided
+// credit goes back into the pool during the race and the count stays exact.
+func TestConcurrentHolds(t *testing.T) {
+	const attempts, credits = 10000, 1000
+	s := newMem(t)
+	a := mustAccount(t, s, "race@example.com").ID
+	mustGrant(t, s, a, Live, credits)
+
+	var negative atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan int)
+	go func() {
+		n := 0
+		defer func() { sampled <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := s.Balance(bg, a)
+			if err != nil || b.Available < 0 || b.Balance < 0 {
+				negative.Add(1)
+			}
+			n++
+		}
+	}()
+
+	var ok, refused, settledEarly atomic.Int64
+	var mu sync.Mutex
+	var later []string
+	var wg sync.WaitGroup
+	errs := make(chan error, attempts)
+	for i := range attempts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rid := fmt.Sprint("req-", i)
+			r, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: rid, Tool: "t"})
+			switch {
+			case errors.Is(err, ErrInsufficientCredits):
+				refused.Add(1)
+				return
+			case err != nil:
+				errs <- err
+				return
+			}
+			ok.Add(1)
+			if r.Available < 0 {
+				negative.Add(1)
+			}
+			if i%3 == 0 {
+				if _, err := s.Settle(bg, a, rid); err != nil {
+					errs <- err
+				}
+				settledEarly.Add(1)
+				return
+			}
+			mu.Lock()
+			later = append(later, rid)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ok.Load() != credits || refused.Load() != attempts-credits {
+		t.Fatalf("%d holds succeeded and %d were refused, want %d and %d", ok.Load(), refused.Load(), credits, attempts-credits)
+	}
+	if b := mustBalance(t, s, a); b.Available != 0 || b.Balance != credits-settledEarly.Load() {
+		t.Fatalf("after the race: %+v (%d settled)", b, settledEarly.Load())
+	}
+
+	// Resolve the rest concurrently: even ones settle, odd ones void.
+	var settled atomic.Int64
+	settled.Store(settledEarly.Load())
+	errs = make(chan error, len(later))
+	for i, rid := range later {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if i%2 == 0 {
+				_, err = s.Settle(bg, a, rid)
+				settled.Add(1)
+			} else {
+				_, err = s.Void(bg, a, rid, "client_gone")
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	samples := <-sampled
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if negative.Load() != 0 {
+		t.Fatalf("available went below zero %d times", negative.Load())
+	}
+	want := credits - settled.Load()
+	if b := mustBalance(t, s, a); b.Balance != want || b.Available != want {
+		t.Fatalf("final %+v, want %d", b, want)
+	}
+	r := verifyClean(t, s)
+	t.Logf("%d balance samples; %d settled; verify saw %d entries", samples, settled.Load(), r.Entries)
+	if r.Entries != 1+credits+credits {
+		t.Fatalf("%d entries, want %d", r.Entries, 1+2*credits)
+	}
+}
+
+// Many accounts at once: the group committer must keep every account's order.
+func TestConcurrentAccounts(t *testing.T) {
+	s := newMem(t)
+	const accounts, perAccount = 16, 100
+	ids := make([]string, accounts)
+	for i := range ids {
+		ids[i] = mustAccount(t, s, fmt.Sprintf("m%d@example.com", i)).ID
+		mustGrant(t, s, ids[i], Live, perAccount/2)
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range perAccount / 4 {
+					rid := fmt.Sprintf("w%d-%d", w, j)
+					if _, err := s.Hold(bg, HoldRequest{AccountID: id, Mode: Live, RequestID: rid}); err != nil {
+						if !errors.Is(err, ErrInsufficientCredits) {
+							t.Error(err)
+						}
+						continue
+					}
+					if j%2 == 0 {
+						s.Settle(bg, id, rid)
+					} else {
+						s.Void(bg, id, rid, "")
+					}
+					if j%10 == 0 {
+						s.Grant(bg, GrantRequest{AccountID: id, Mode: Live, Kind: KindGrant, Credits: 1, Reference: rid})
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	verifyClean(t, s)
+}
