@@ -1,0 +1,162 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`textgen {
+		ledger /var/lib/textgen
+		ollama http://a:11434 http://b:11434
+		model llama3.2
+		languages de en tr
+		max_input_chars 5000
+		max_body_size 64KiB
+		max_output_tokens 512
+		temperature 0.3
+		num_ctx 4096
+		connect_timeout 2s
+		first_piece_timeout 30s
+		idle_timeout 10s
+		generation_timeout 2m
+		keep_alive 10m
+		hold_ttl 20m
+		pull_models
+		buy_url https://example.com/account
+		log_prompts
+		tool sql-generator {
+			model qwen2.5-coder
+			prompt_file /etc/textgen/sql.md
+			max_input_chars 4000
+			max_output_tokens 300
+			temperature 0.1
+		}
+		tool summarizer {
+			max_input_chars 40000
+		}
+	}`)
+	var h Handler
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	if h.Ledger != "/var/lib/textgen" || len(h.Ollama) != 2 || h.Ollama[1] != "http://b:11434" || h.Model != "llama3.2" {
+		t.Errorf("basic fields: %+v", h)
+	}
+	if strings.Join(h.Languages, ",") != "de,en,tr" || h.MaxInputChars != 5000 || h.MaxBodyBytes != 64*1024 ||
+		h.MaxOutputTokens != 512 || *h.Temperature != 0.3 || h.NumCtx != 4096 {
+		t.Errorf("limits: %+v", h)
+	}
+	if time.Duration(h.ConnectTimeout) != 2*time.Second || time.Duration(h.FirstPieceTimeout) != 30*time.Second ||
+		time.Duration(h.IdleTimeout) != 10*time.Second || time.Duration(h.GenerationTimeout) != 2*time.Minute ||
+		time.Duration(h.KeepAlive) != 10*time.Minute || time.Duration(h.HoldTTL) != 20*time.Minute {
+		t.Errorf("durations: %+v", h)
+	}
+	if !h.PullModels || !h.LogPrompts || h.BuyURL != "https://example.com/account" {
+		t.Errorf("flags: %+v", h)
+	}
+	sql := h.Tools["sql-generator"]
+	if sql == nil || sql.Model != "qwen2.5-coder" || sql.PromptFile != "/etc/textgen/sql.md" || sql.MaxInputChars != 4000 ||
+		sql.MaxOutputTokens != 300 || *sql.Temperature != 0.1 {
+		t.Errorf("tool sql-generator: %+v", sql)
+	}
+	if s := h.Tools["summarizer"]; s == nil || s.MaxInputChars != 40000 {
+		t.Errorf("tool summarizer: %+v", s)
+	}
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	for input, want := range map[string]string{
+		"textgen extra":                                  "wrong argument count",
+		"textgen {\n ledger\n}":                          "wrong argument count",
+		"textgen {\n ledger a b\n}":                      "wrong argument count",
+		"textgen {\n ledger a\n ledger b\n}":             "more than once",
+		"textgen {\n bogus 1\n}":                         "unrecognized textgen subdirective 'bogus'",
+		"textgen {\n max_input_chars lots\n}":            "not a whole number",
+		"textgen {\n max_input_chars -5\n}":              "not a whole number",
+		"textgen {\n temperature warm\n}":                "not a number",
+		"textgen {\n idle_timeout soon\n}":               "idle_timeout",
+		"textgen {\n max_body_size huge\n}":              "max_body_size",
+		"textgen {\n ollama\n}":                          "wrong argument count",
+		"textgen {\n pull_models yes\n}":                 "wrong argument count",
+		"textgen {\n tool x {\n bogus 1\n }\n}":          "unrecognized subdirective 'bogus'",
+		"textgen {\n tool x\n tool x\n}":                 "more than once",
+		"textgen {\n tool x {\n model a\n model b\n}\n}": "more than once",
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want error containing %q", input, err, want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	neg := -1.0
+	for name, h := range map[string]Handler{
+		"no ledger":         {},
+		"bad temperature":   {Ledger: "x", Temperature: &neg},
+		"bad language":      {Ledger: "x", Languages: []string{"not a language!"}},
+		"negative tool max": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}},
+	} {
+		if err := h.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	h := Handler{Ledger: "x", Languages: []string{"de", "pt-BR"}}
+	if err := h.Validate(); err != nil {
+		t.Errorf("valid config rejected: %v", err)
+	}
+}
+
+// TestCaddyfileAdapt checks the JSON the Caddyfile adapter makes of each file in
+// testdata/caddyfile_adapt (a Caddyfile, a line of dashes, the expected JSON).
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/caddyfile_adapt/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.SplitN(string(data), "----------", 2)
+		if len(parts) != 2 {
+			t.Fatalf("%s: no ---------- separator", f)
+		}
+		if os.Getenv("UPDATE_GOLDEN") != "" {
+			writeGolden(t, f, parts[0])
+			continue
+		}
+		if !caddytest.CompareAdapt(t, f, parts[0], "caddyfile", strings.TrimSpace(parts[1])) {
+			t.Errorf("%s: adapted JSON differs", f)
+		}
+	}
+}
+
+// writeGolden rewrites a golden file's expected JSON (run with UPDATE_GOLDEN=1, then review the
+// diff before committing it).
+func writeGolden(t *testing.T, file, caddyfileText string) {
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileText), nil)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	data := caddyfileText + "----------\n" + pretty.String() + "\n"
+	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

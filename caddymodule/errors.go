@@ -1,0 +1,78 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// apiError is one error answer of CONTRACT section 3. It is written as
+// {"error": {"code", "message", "param", "request_id"}} with Content-Type application/json.
+type apiError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+	// RequestID is filled in when the error is written.
+	RequestID string `json:"request_id"`
+	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).
+	RetryAfter time.Duration `json:"-"`
+	// Allow is sent as the Allow header (405 only).
+	Allow string `json:"-"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func newError(status int, code, param, message string) *apiError {
+	return &apiError{Status: status, Code: code, Param: param, Message: message}
+}
+
+// errorBody is the JSON envelope of an error answer.
+type errorBody struct {
+	Error *apiError `json:"error"`
+}
+
+// writeError answers with e. remaining < 0 means the key was not valid, so
+// X-Credits-Remaining is left out.
+func writeError(w http.ResponseWriter, requestID string, e *apiError, remaining int64) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Request-Id", requestID)
+	h.Set("X-Credits-Used", "0")
+	if remaining >= 0 {
+		h.Set("X-Credits-Remaining", strconv.FormatInt(remaining, 10))
+	}
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	if e.Allow != "" {
+		h.Set("Allow", e.Allow)
+	}
+	e.RequestID = requestID
+	body, _ := json.Marshal(errorBody{Error: e})
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(body)
+}
+
+// The errors a client can cause, with the codes of CONTRACT section 3.
+var (
+	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
+	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
+	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, GET /api/v1/tools and GET /api/v1/balance"}
+	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header"}
+	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}
+	errAccountDisabled      = &apiError{Status: http.StatusForbidden, Code: "account_disabled", Message: "this account is disabled; contact the operator of this service"}
+	errUnsupportedMedia     = &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "send the request body as JSON with Content-Type: application/json"}
+	errInternal             = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "an internal error occurred; no credit was charged; quote the request id when reporting it"}
+)
+
+// copyErr returns a copy of a shared error value, so per-request fields can be set on it.
+func copyErr(e *apiError) *apiError {
+	c := *e
+	return &c
+}

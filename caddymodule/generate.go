@@ -1,0 +1,503 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// now is the clock of the package; tests replace it.
+var now = time.Now
+
+// generation is the state of one POST /api/v1/generate.
+type generation struct {
+	h      *Handler
+	w      http.ResponseWriter
+	r      *http.Request
+	id     string
+	start  time.Time
+	key    ledger.Key
+	acct   ledger.Account
+	req    genRequest
+	tool   *toolRuntime
+	lang   string
+	sse    bool
+	idem   string // Idempotency-Key, if sent
+	status int
+	credit int64 // credits charged (0 or 1)
+	// remaining is the available credit reported to the client, -1 while the key is unknown.
+	remaining int64
+	stats     backends.Stats
+	errKind   string
+	logged    bool
+	// abort is set when text went out and the generation broke: the response must end without
+	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
+	abort bool
+}
+
+type holdOutcome struct {
+	res ledger.HoldResult
+	err error
+}
+
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string) {
+	g := &generation{h: h, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
+	defer func() {
+		g.log()
+		if g.abort {
+			panic(http.ErrAbortHandler)
+		}
+	}()
+	if r.Method != http.MethodPost {
+		g.fail(copyErr(errMethodNotAllowedPOST))
+		return
+	}
+	if !g.authenticate() {
+		return
+	}
+	if e := checkContentType(r); e != nil {
+		g.fail(e)
+		return
+	}
+	buf, e := readBody(r, h.MaxBodyBytes)
+	if e != nil {
+		g.fail(e)
+		return
+	}
+	body := buf.Bytes()
+	g.req, e = parseGenRequest(body)
+	if e == nil {
+		e = g.validate()
+	}
+	var fingerprint string
+	if e == nil {
+		g.idem = r.Header.Get("Idempotency-Key")
+		if g.idem != "" {
+			sum := sha256.Sum256(body)
+			fingerprint = hex.EncodeToString(sum[:])
+		}
+	}
+	bodyPool.Put(buf)
+	if e != nil {
+		g.fail(e)
+		return
+	}
+	if g.idem != "" && !g.beginIdempotent(fingerprint) {
+		return
+	}
+	g.run()
+	if g.idem != "" {
+		g.finishIdempotent()
+	}
+}
+
+// authenticate checks the X-API-Key header and the account. No store access happens for a key
+// whose format or checksum is wrong.
+func (g *generation) authenticate() bool {
+	presented := g.r.Header.Get("X-API-Key")
+	if presented == "" {
+		g.fail(copyErr(errMissingKey))
+		return false
+	}
+	key, acct, err := g.h.store.LookupKey(g.r.Context(), presented)
+	if err != nil {
+		if errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound) {
+			g.fail(copyErr(errInvalidKey))
+		} else {
+			g.internal("looking up key", err)
+		}
+		return false
+	}
+	g.key, g.acct = key, acct
+	g.remaining = g.available()
+	if acct.Status == ledger.StatusDisabled {
+		g.fail(copyErr(errAccountDisabled))
+		return false
+	}
+	return true
+}
+
+// available reads the account's available credits for the key's mode (from memory).
+func (g *generation) available() int64 {
+	b, err := g.h.store.Balance(g.r.Context(), g.acct.ID)
+	if err != nil {
+		return 0
+	}
+	if g.key.Mode == ledger.Test {
+		return b.TestAvailable
+	}
+	return b.Available
+}
+
+// validate checks the values of the fields (their presence and types were checked by parsing).
+func (g *generation) validate() *apiError {
+	req := &g.req
+	tool, ok := g.h.tools[req.Tool]
+	if !ok {
+		return newError(http.StatusBadRequest, "unknown_tool", "tool",
+			fmt.Sprintf("tool %q is not one of the %d tools; see GET /api/v1/tools", truncate(req.Tool, 64), len(g.h.tools)))
+	}
+	g.tool = tool
+	tag, name, ok := g.h.languages.Match(req.Language)
+	if !ok {
+		return newError(http.StatusBadRequest, "unsupported_language", "language",
+			fmt.Sprintf("language %q is not supported; use a BCP 47 tag such as de, en, tr or pt-BR (GET /api/v1/tools lists them)", truncate(req.Language, 64)))
+	}
+	g.lang = tag
+	req.Language = name
+	if req.seen&fieldTone != 0 && !catalog.IsTone(req.Tone) {
+		return newError(http.StatusBadRequest, "invalid_tone", "tone",
+			fmt.Sprintf("tone %q is not allowed; use one of %s, or leave it out", truncate(req.Tone, 64), strings.Join(catalog.Tones, ", ")))
+	}
+	if strings.TrimSpace(req.Input) == "" {
+		return newError(http.StatusBadRequest, "empty_input", "input", "input is empty; send the text the tool should work on")
+	}
+	if n := utf8.RuneCountInString(req.Input); n > tool.maxInputChars {
+		return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input",
+			fmt.Sprintf("input has %d characters; the tool %s accepts at most %d", n, tool.Slug, tool.maxInputChars))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// run reserves a credit and streams the generation. The hold (a synced write) runs at the same
+// time as the call to the model server, so its cost is hidden behind the model's time to first
+// token; the first piece of text waits for the hold, and a failed hold cancels the call.
+func (g *generation) run() {
+	h := g.h
+	if g.remaining <= 0 {
+		// A cheap in-memory check first, so a client without credit never makes the model work.
+		g.fail(g.insufficient())
+		return
+	}
+	var backend backends.Backend = h.backend
+	if g.key.Mode == ledger.Test {
+		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
+	}
+	ctx := g.r.Context()
+	genCtx, cancel := context.WithDeadline(ctx, g.start.Add(time.Duration(h.GenerationTimeout)))
+	defer cancel()
+
+	holdCh := make(chan holdOutcome, 1)
+	go func() {
+		// The hold must finish even if the client leaves, so its outcome is known and resolved.
+		res, err := h.store.Hold(context.WithoutCancel(ctx), ledger.HoldRequest{
+			AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+		})
+		if err != nil {
+			cancel()
+		}
+		holdCh <- holdOutcome{res, err}
+	}()
+
+	s := &streamer{g: g, holdCh: holdCh, rc: http.NewResponseController(g.w)}
+	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
+	if h.LogPrompts {
+		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
+	}
+	stats, gerr := backend.Generate(genCtx, backends.Request{
+		Model:             g.tool.model,
+		System:            system,
+		Prompt:            g.req.Input,
+		Temperature:       g.tool.temperature,
+		MaxTokens:         g.tool.maxOutputTokens,
+		NumCtx:            h.NumCtx,
+		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
+		IdleTimeout:       time.Duration(h.IdleTimeout),
+	}, s.emit)
+	g.stats = stats
+	if !s.holdKnown {
+		s.hold = <-holdCh
+		s.holdKnown = true
+	}
+	g.finish(s, gerr)
+}
+
+// finish resolves the hold and ends the response according to CONTRACT section 2.
+func (g *generation) finish(s *streamer, gerr error) {
+	h := g.h
+	bg := context.WithoutCancel(g.r.Context())
+	if err := s.hold.err; err != nil {
+		// Nothing was sent: the first piece waits for the hold.
+		switch {
+		case errors.Is(err, ledger.ErrInsufficientCredits):
+			g.remaining = 0
+			g.fail(g.insufficient())
+		case errors.Is(err, ledger.ErrAccountDisabled):
+			g.fail(copyErr(errAccountDisabled))
+		default:
+			g.internal("holding credit", err)
+		}
+		return
+	}
+	kind := backends.KindOf(gerr)
+	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged.
+	clientGone := gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
+	switch {
+	case gerr == nil && s.started, clientGone && s.started:
+		// Complete, or the client left after text was delivered: the charge stands.
+		res, err := h.store.Settle(bg, g.acct.ID, g.id)
+		if err != nil {
+			// The text went out; an unsettled hold expires and is voided, so the client is never
+			// charged twice, at worst once too little.
+			h.logger.Error("settling credit", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
+		} else {
+			g.remaining = res.Available
+			g.credit = 1
+		}
+		if gerr != nil {
+			g.errKind = "client_gone"
+			g.status = 499
+			return
+		}
+		g.status = http.StatusOK
+		if g.sse {
+			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens})
+		}
+	case gerr == nil:
+		// The model finished without a single piece of text: nothing to charge for.
+		g.void(bg, "empty output")
+		g.fail(newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
+	case s.started:
+		// Text went out and the generation broke: return the credit and abort the response, so
+		// no client can take a truncated text for a complete one.
+		g.void(bg, "interrupted: "+kind.String())
+		g.errKind = kind.String()
+		h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
+		if g.sse {
+			g.status = http.StatusOK
+			s.event("error", errorBody{Error: g.backendError(gerr)})
+			return
+		}
+		g.status = 0
+		g.abort = true
+	default:
+		g.void(bg, kind.String())
+		if clientGone {
+			g.errKind = "client_gone"
+			g.status = 499
+			return
+		}
+		g.fail(g.backendError(gerr))
+	}
+}
+
+func ctxDone(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (g *generation) void(ctx context.Context, reason string) {
+	res, err := g.h.store.Void(ctx, g.acct.ID, g.id, reason)
+	if err != nil {
+		// The hold stays open and expires; the client is not charged either way.
+		g.h.logger.Error("voiding hold", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
+		return
+	}
+	g.remaining = res.Available
+}
+
+func (g *generation) insufficient() *apiError {
+	where := g.h.BuyURL
+	if where == "" {
+		where = "in the My Account area of this service"
+	}
+	msg := "no credits left; buy a credit package (10 credits = 2.00 EUR) " + where
+	if g.key.Mode == ledger.Test {
+		msg = "no test credits left; refill the test balance in the My Account area of this service"
+	}
+	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
+}
+
+// backendError maps a backend failure to CONTRACT section 3.
+func (g *generation) backendError(err error) *apiError {
+	var be *backends.Error
+	retry := time.Duration(0)
+	if errors.As(err, &be) {
+		retry = be.RetryAfter
+	}
+	kind := backends.KindOf(err)
+	g.errKind = kind.String()
+	var e *apiError
+	switch kind {
+	case backends.KindUnavailable:
+		e = newError(http.StatusServiceUnavailable, "backend_unavailable", "", "the model server is not reachable; no credit was charged; try again later")
+		if retry == 0 {
+			retry = 5 * time.Second
+		}
+	case backends.KindOverloaded:
+		e = newError(http.StatusServiceUnavailable, "overloaded", "", "the model server is busy; no credit was charged; try again shortly")
+		if retry == 0 {
+			retry = 2 * time.Second
+		}
+	case backends.KindTimeout, backends.KindCanceled:
+		e = newError(http.StatusGatewayTimeout, "backend_timeout", "", "the model did not start answering in time; no credit was charged")
+	case backends.KindModelMissing:
+		e = newError(http.StatusBadGateway, "backend_error", "", "the model of this tool is not installed on the model server; no credit was charged")
+	case backends.KindUpstream, backends.KindInterrupted:
+		e = newError(http.StatusBadGateway, "backend_error", "", "the model server answered with an error; no credit was charged")
+	default:
+		g.h.logger.Error("generation failed", zap.String("request_id", g.id), zap.Error(err))
+		return copyErr(errInternal)
+	}
+	e.RetryAfter = retry
+	return e
+}
+
+// fail answers with an error; nothing is charged.
+func (g *generation) fail(e *apiError) {
+	g.status = e.Status
+	if g.errKind == "" {
+		g.errKind = e.Code
+	}
+	writeError(g.w, g.id, e, g.remaining)
+}
+
+func (g *generation) internal(what string, err error) {
+	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))
+	g.fail(copyErr(errInternal))
+}
+
+// log writes the one structured line of a generate request. It never holds the key, the
+// input or the output.
+func (g *generation) log() {
+	if g.logged {
+		return
+	}
+	g.logged = true
+	ce := g.h.logger.Check(zapcore.InfoLevel, "generate")
+	if ce == nil {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("request_id", g.id),
+		zap.Int("status", g.status),
+		zap.Int64("credits", g.credit),
+		zap.Duration("duration", now().Sub(g.start)),
+	}
+	if g.acct.ID != "" {
+		fields = append(fields, zap.String("account_id", g.acct.ID), zap.String("key_id", g.key.ID),
+			zap.String("key", g.key.Prefix+"..."+g.key.Last4), zap.String("mode", string(g.key.Mode)))
+	}
+	if g.tool != nil {
+		fields = append(fields, zap.String("tool", g.tool.Slug), zap.String("language", g.lang))
+	}
+	if g.stats.Pieces > 0 || g.stats.OutputTokens > 0 {
+		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),
+			zap.Int("output_tokens", g.stats.OutputTokens), zap.Int("prompt_tokens", g.stats.PromptTokens))
+	}
+	if g.errKind != "" {
+		fields = append(fields, zap.String("error", g.errKind))
+	}
+	ce.Write(fields...)
+}
+
+type doneEvent struct {
+	CreditsUsed      int64  `json:"credits_used"`
+	CreditsRemaining int64  `json:"credits_remaining"`
+	RequestID        string `json:"request_id"`
+	OutputTokens     int    `json:"output_tokens"`
+}
+
+// streamer writes the pieces of one generation to the client.
+type streamer struct {
+	g         *generation
+	rc        *http.ResponseController
+	holdCh    chan holdOutcome
+	hold      holdOutcome
+	holdKnown bool
+	started   bool
+	writeErr  error
+	buf       []byte
+}
+
+var errHoldFailed = errors.New("credit hold failed")
+
+// emit sends one piece. The first piece waits for the hold and sends the 200 headers.
+func (s *streamer) emit(piece string) error {
+	g := s.g
+	if !s.started {
+		if !s.holdKnown {
+			s.hold = <-s.holdCh
+			s.holdKnown = true
+		}
+		if s.hold.err != nil {
+			return errHoldFailed
+		}
+		g.remaining = s.hold.res.Available
+		hdr := g.w.Header()
+		if g.sse {
+			hdr.Set("Content-Type", "text/event-stream")
+		} else {
+			hdr.Set("Content-Type", "text/plain; charset=utf-8")
+		}
+		hdr.Set("X-Credits-Used", "1")
+		hdr.Set("X-Credits-Remaining", strconv.FormatInt(s.hold.res.Available, 10))
+		hdr.Set("X-Request-Id", g.id)
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("X-Content-Type-Options", "nosniff")
+		// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
+		// at once instead of buffering.
+		hdr.Set("X-Accel-Buffering", "no")
+		hdr.Set("Incremental", "?1")
+		g.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	var err error
+	if g.sse {
+		s.buf = append(s.buf[:0], "event: delta\ndata: {\"text\":"...)
+		s.buf = appendJSONString(s.buf, piece)
+		s.buf = append(s.buf, "}\n\n"...)
+		_, err = g.w.Write(s.buf)
+	} else {
+		s.buf = append(s.buf[:0], piece...)
+		_, err = g.w.Write(s.buf)
+	}
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	if err != nil {
+		s.writeErr = err
+	}
+	return err
+}
+
+// event writes one whole SSE event with a JSON payload.
+func (s *streamer) event(name string, v any) {
+	data, _ := jsonMarshal(v)
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.g.w.Write(s.buf); err == nil {
+		_ = s.rc.Flush()
+	}
+}

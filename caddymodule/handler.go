@@ -1,0 +1,393 @@
+// Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
+// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance),
+// its Caddyfile directive textgen, the admin API and the caddy textgen commands.
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
+// the prompt of the requested tool and streams the generated text from Ollama.
+//
+// It answers POST /api/v1/generate, GET /api/v1/tools and GET /api/v1/balance under whatever
+// matcher routes requests to it; other paths get a JSON 404.
+type Handler struct {
+	// Ledger is the directory of the Badger database that holds accounts, keys and credits.
+	// Required. Several handlers (and config reloads) naming the same directory share one open
+	// database.
+	Ledger string `json:"ledger,omitempty"`
+
+	// Ollama lists the base URLs of the Ollama hosts. Default: $OLLAMA_HOST, else
+	// http://127.0.0.1:11434.
+	Ollama []string `json:"ollama,omitempty"`
+
+	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
+	Model string `json:"model,omitempty"`
+
+	// MaxInputChars is the longest input, in Unicode characters, of every tool that does not set
+	// its own. Default: 20000.
+	MaxInputChars int `json:"max_input_chars,omitempty"`
+
+	// MaxBodyBytes caps the request body. Default: 262144 (256 KiB).
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// MaxOutputTokens is the most tokens a generation may produce (Ollama's num_predict) for every
+	// tool that does not set its own. Default: 1024.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+
+	// Temperature of every tool that does not set its own. Default: the model's own.
+	Temperature *float64 `json:"temperature,omitempty"`
+
+	// NumCtx is the context size passed to Ollama. Default: the model's own.
+	NumCtx int `json:"num_ctx,omitempty"`
+
+	// Languages is the set of accepted output languages (BCP 47 base languages; regional
+	// variants such as pt-BR are accepted when their base is in the set). Default: the 24 official
+	// EU languages plus tr, uk, ru, ar, zh and ja.
+	Languages []string `json:"languages,omitempty"`
+
+	// Tools overrides settings of single tools, keyed by slug.
+	Tools map[string]*ToolConfig `json:"tools,omitempty"`
+
+	// ConnectTimeout bounds connecting to an Ollama host. Default: 5s.
+	ConnectTimeout caddy.Duration `json:"connect_timeout,omitempty"`
+	// FirstPieceTimeout bounds the wait for the first piece of text; past it the client gets 504
+	// and no charge. Default: 60s.
+	FirstPieceTimeout caddy.Duration `json:"first_piece_timeout,omitempty"`
+	// IdleTimeout bounds the wait between two pieces; past it the response is aborted and the
+	// credit returned. Default: 30s.
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// GenerationTimeout bounds a whole generation. Default: 5m.
+	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
+	// KeepAlive is how long Ollama keeps a model loaded after a request. Default: Ollama's own (5m).
+	KeepAlive caddy.Duration `json:"keep_alive,omitempty"`
+	// HoldTTL is how long an unresolved hold (a crash mid-request) lives before it is voided.
+	// Default: GenerationTimeout plus 5 minutes.
+	HoldTTL caddy.Duration `json:"hold_ttl,omitempty"`
+	// PullModels pulls missing models at start (in the background, with progress in the log).
+	// Default: off; missing models are reported in the log with the command to get them.
+	PullModels bool `json:"pull_models,omitempty"`
+
+	// BuyURL is where the 402 message tells clients to buy credits. Default: "the My Account
+	// area of this service".
+	BuyURL string `json:"buy_url,omitempty"`
+
+	// LogPrompts logs the prompts and the generated text at debug level. Default: off. Never
+	// enable it where inputs may hold personal data.
+	LogPrompts bool `json:"log_prompts,omitempty"`
+
+	logger     *zap.Logger
+	ledgerKey  string
+	store      ledger.Store
+	backendKey string
+	backend    backends.Backend
+	tools      map[string]*toolRuntime
+	languages  *catalog.LanguageMatcher
+	toolsJSON  []byte
+}
+
+// ToolConfig overrides the settings of one tool.
+type ToolConfig struct {
+	// Model for this tool. Default: the handler's Model.
+	Model string `json:"model,omitempty"`
+	// PromptFile replaces the tool's built-in system prompt with the file's contents (read once,
+	// at config load). The file may start with the same header as the built-in prompts.
+	PromptFile string `json:"prompt_file,omitempty"`
+	// MaxInputChars for this tool. Default: the handler's.
+	MaxInputChars int `json:"max_input_chars,omitempty"`
+	// MaxOutputTokens for this tool. Default: the handler's.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// Temperature for this tool. Default: the handler's.
+	Temperature *float64 `json:"temperature,omitempty"`
+}
+
+// toolRuntime is a tool with every default resolved.
+type toolRuntime struct {
+	*catalog.Tool
+	model           string
+	maxInputChars   int
+	maxOutputTokens int
+	temperature     *float64
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.textgen",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+const (
+	defaultModel             = "llama3.2"
+	defaultMaxInputChars     = 20000
+	defaultMaxBodyBytes      = 256 << 10
+	defaultMaxOutputTokens   = 1024
+	defaultConnectTimeout    = 5 * time.Second
+	defaultFirstPieceTimeout = 60 * time.Second
+	defaultIdleTimeout       = 30 * time.Second
+	defaultGenerationTimeout = 5 * time.Minute
+)
+
+// Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if h.Model == "" {
+		h.Model = defaultModel
+	}
+	if h.MaxInputChars == 0 {
+		h.MaxInputChars = defaultMaxInputChars
+	}
+	if h.MaxBodyBytes == 0 {
+		h.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if h.MaxOutputTokens == 0 {
+		h.MaxOutputTokens = defaultMaxOutputTokens
+	}
+	if h.ConnectTimeout == 0 {
+		h.ConnectTimeout = caddy.Duration(defaultConnectTimeout)
+	}
+	if h.FirstPieceTimeout == 0 {
+		h.FirstPieceTimeout = caddy.Duration(defaultFirstPieceTimeout)
+	}
+	if h.IdleTimeout == 0 {
+		h.IdleTimeout = caddy.Duration(defaultIdleTimeout)
+	}
+	if h.GenerationTimeout == 0 {
+		h.GenerationTimeout = caddy.Duration(defaultGenerationTimeout)
+	}
+	if h.HoldTTL == 0 {
+		h.HoldTTL = h.GenerationTimeout + caddy.Duration(5*time.Minute)
+	}
+	if len(h.Ollama) == 0 {
+		if env := os.Getenv("OLLAMA_HOST"); env != "" {
+			h.Ollama = []string{env}
+		} else {
+			h.Ollama = []string{"http://127.0.0.1:11434"}
+		}
+	}
+	langs := h.Languages
+	if len(langs) == 0 {
+		langs = catalog.Languages
+	}
+	var err error
+	if h.languages, err = catalog.NewLanguageMatcher(langs); err != nil {
+		return fmt.Errorf("textgen: languages: %w", err)
+	}
+	if err := h.loadTools(); err != nil {
+		return err
+	}
+	if err := h.Validate(); err != nil {
+		return err
+	}
+
+	store, key, err := acquireLedger(h.Ledger, ledger.Options{
+		HoldTTL: time.Duration(h.HoldTTL),
+		Logger:  h.logger.Named("ledger"),
+	})
+	if err != nil {
+		return err
+	}
+	h.store, h.ledgerKey = store, key
+
+	backend, bkey, err := acquireOllama(h.ollamaConfig())
+	if err != nil {
+		return err
+	}
+	h.backend, h.backendKey = backend, bkey
+	h.checkModels(backend)
+	return nil
+}
+
+// Validate rejects a configuration that cannot work, naming the field.
+func (h *Handler) Validate() error {
+	if strings.TrimSpace(h.Ledger) == "" {
+		return fmt.Errorf("textgen: ledger: a directory for the ledger database is required")
+	}
+	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
+		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")
+	}
+	if h.Temperature != nil && (*h.Temperature < 0 || *h.Temperature > 2) {
+		return fmt.Errorf("textgen: temperature: %v is outside 0..2", *h.Temperature)
+	}
+	for _, u := range h.Ollama {
+		if strings.TrimSpace(u) == "" {
+			return fmt.Errorf("textgen: ollama: empty host")
+		}
+	}
+	if len(h.Languages) > 0 {
+		if _, err := catalog.NewLanguageMatcher(h.Languages); err != nil {
+			return fmt.Errorf("textgen: languages: %w", err)
+		}
+	}
+	for slug, tc := range h.Tools {
+		if tc == nil {
+			continue
+		}
+		if tc.Temperature != nil && (*tc.Temperature < 0 || *tc.Temperature > 2) {
+			return fmt.Errorf("textgen: tool %s: temperature: %v is outside 0..2", slug, *tc.Temperature)
+		}
+		if tc.MaxInputChars < 0 || tc.MaxOutputTokens < 0 {
+			return fmt.Errorf("textgen: tool %s: max_input_chars and max_output_tokens must not be negative", slug)
+		}
+	}
+	return nil
+}
+
+// Cleanup releases the shared ledger and backend; the last user closes them. It is safe after a
+// Provision that failed half way.
+func (h *Handler) Cleanup() error {
+	var err error
+	if h.store != nil {
+		err = releaseLedger(h.ledgerKey)
+		h.store = nil
+	}
+	if h.backend != nil {
+		if e := releaseOllama(h.backendKey); e != nil && err == nil {
+			err = e
+		}
+		h.backend = nil
+	}
+	return err
+}
+
+// loadTools resolves every tool's settings from the catalog, the handler defaults and the
+// per-tool overrides.
+func (h *Handler) loadTools() error {
+	cat := catalog.Default()
+	for slug, tc := range h.Tools {
+		if _, ok := cat.Lookup(slug); !ok {
+			return fmt.Errorf("textgen: tools: %q is not one of the %d tools", slug, len(cat.Slugs()))
+		}
+		if tc == nil || tc.PromptFile == "" {
+			continue
+		}
+		data, err := os.ReadFile(tc.PromptFile)
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: prompt_file: %w", slug, err)
+		}
+		pf, err := catalog.ParsePromptFile(data)
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: prompt_file %s: %w", slug, tc.PromptFile, err)
+		}
+		cat, err = cat.With(slug, pf.Override())
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: %w", slug, err)
+		}
+	}
+	h.tools = make(map[string]*toolRuntime, len(cat.Slugs()))
+	for _, t := range cat.Tools() {
+		rt := &toolRuntime{
+			Tool:            t,
+			model:           h.Model,
+			maxInputChars:   firstPositive(t.MaxInputChars, h.MaxInputChars),
+			maxOutputTokens: firstPositive(t.MaxOutputTokens, h.MaxOutputTokens),
+			temperature:     h.Temperature,
+		}
+		if t.Temperature != nil {
+			rt.temperature = t.Temperature
+		}
+		if tc := h.Tools[t.Slug]; tc != nil {
+			if tc.Model != "" {
+				rt.model = tc.Model
+			}
+			rt.maxInputChars = firstPositive(tc.MaxInputChars, rt.maxInputChars)
+			rt.maxOutputTokens = firstPositive(tc.MaxOutputTokens, rt.maxOutputTokens)
+			if tc.Temperature != nil {
+				rt.temperature = tc.Temperature
+			}
+		}
+		h.tools[t.Slug] = rt
+	}
+	var err error
+	h.toolsJSON, err = h.buildToolsJSON(cat)
+	return err
+}
+
+func firstPositive(v ...int) int {
+	for _, x := range v {
+		if x > 0 {
+			return x
+		}
+	}
+	return 0
+}
+
+// models lists the distinct models the configuration uses.
+func (h *Handler) models() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, slug := range catalog.Default().Slugs() {
+		if m := h.tools[slug].model; !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkModels checks in the background that every configured model is on the Ollama hosts,
+// logging what is missing and how to get it (or pulling it when PullModels is set). It never
+// blocks the start of the server: the model server may come up after Caddy.
+func (h *Handler) checkModels(b backends.Backend) {
+	o, ok := b.(*backends.Ollama)
+	if !ok {
+		return
+	}
+	models := h.models()
+	pull := h.PullModels
+	logger := h.logger
+	go func() {
+		timeout := 30 * time.Second
+		if pull {
+			timeout = 2 * time.Hour
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := o.CheckModels(ctx, models, pull); err != nil {
+			logger.Warn("model check", zap.Error(err))
+		}
+	}()
+}
+
+// ServeHTTP routes the three endpoints of the API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	reqID := newRequestID()
+	switch r.URL.Path {
+	case "/api/v1/generate":
+		h.serveGenerate(w, r, reqID)
+	case "/api/v1/tools":
+		h.serveTools(w, r, reqID)
+	case "/api/v1/balance":
+		h.serveBalance(w, r, reqID)
+	default:
+		writeError(w, reqID, copyErr(errNotFound), -1)
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,329 @@
+package caddymodule
+
+// The integration harness: the real Caddy runtime (caddytest, in this process), a real Badger
+// ledger on disk, and the real Ollama v0.6.8 with the tiny generated model (ollamatest).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+const (
+	adminPort = 2999 // caddytest's default admin port
+	httpPort  = 9080
+)
+
+var baseURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+
+var (
+	ollamaOnce sync.Once
+	ollamaSrv  *ollamatest.Server
+	ollamaErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ollamaSrv != nil {
+		_ = ollamaSrv.Stop()
+	}
+	os.Exit(code)
+}
+
+// realOllama starts the pinned real Ollama once for the package. It never skips: a test that
+// needs Ollama fails when it cannot run.
+func realOllama(t testing.TB) *ollamatest.Server {
+	t.Helper()
+	ollamaOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		ollamaSrv, ollamaErr = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 24, NumParallel: 4})
+	})
+	if ollamaErr != nil {
+		t.Fatalf("starting the real Ollama: %v", ollamaErr)
+	}
+	return ollamaSrv
+}
+
+// env is one loaded Caddy config with its ledger.
+type env struct {
+	t      *testing.T
+	tester *caddytest.Tester
+	dir    string
+	store  ledger.Store
+	client *http.Client
+}
+
+type envOptions struct {
+	ollama string // base URL of the model server
+	model  string // default "tiny"
+	encode bool   // put encode in front of the handler
+	extra  string // more textgen subdirectives
+	dir    string // ledger directory; default a fresh one
+}
+
+func caddyfileFor(o envOptions, dir string) string {
+	model := o.model
+	if model == "" {
+		model = ollamatest.DefaultModel
+	}
+	enc := ""
+	if o.encode {
+		enc = "encode gzip"
+	}
+	return fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port 9443
+	grace_period 30s
+	skip_install_trust
+}
+http://127.0.0.1:%d {
+	%s
+	textgen /api/* {
+		ledger %s
+		ollama %s
+		model %s
+		%s
+	}
+	respond "not the api" 404
+}
+`, adminPort, httpPort, httpPort, enc, dir, o.ollama, model, o.extra)
+}
+
+// newEnv loads a config into the in-process Caddy and returns its ledger.
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	dir := o.dir
+	if dir == "" {
+		dir = filepath.Join(t.TempDir(), "ledger")
+	}
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
+		TestRequestTimeout: 2 * time.Minute, LoadRequestTimeout: 30 * time.Second,
+	})
+	tester.InitServer(caddyfileFor(o, dir), "caddyfile")
+	if t.Skipped() || t.Failed() {
+		t.Fatalf("the Caddy config did not load")
+	}
+	abs, _ := filepath.Abs(dir)
+	store := openLedgers()[abs]
+	if store == nil {
+		t.Fatalf("ledger %s is not open after loading the config", abs)
+	}
+	return &env{t: t, tester: tester, dir: dir, store: store,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+}
+
+// account creates an account with a live key and credits live credits, and returns both.
+func (e *env) account(credits int64) (ledger.Account, string) {
+	e.t.Helper()
+	ctx := context.Background()
+	acct, err := e.store.CreateAccount(ctx, fmt.Sprintf("user-%d@example.com", time.Now().UnixNano()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	key, _, err := e.store.CreateKey(ctx, acct.ID, ledger.Live, "test", time.Time{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if credits > 0 {
+		e.grant(acct.ID, ledger.Live, credits)
+	}
+	return acct, key
+}
+
+func (e *env) grant(acctID string, mode ledger.Mode, credits int64) {
+	e.t.Helper()
+	_, err := e.store.Grant(context.Background(), ledger.GrantRequest{
+		AccountID: acctID, Mode: mode, Kind: ledger.KindGrant, Credits: credits,
+		Reference: fmt.Sprintf("test-%d", time.Now().UnixNano()),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) balance(acctID string) ledger.Balance {
+	e.t.Helper()
+	b, err := e.store.Balance(context.Background(), acctID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// entries returns the account's whole history, oldest first.
+func (e *env) entries(acctID string) []ledger.Entry {
+	e.t.Helper()
+	var all []ledger.Entry
+	p := ledger.Page{Limit: 1000}
+	for {
+		page, next, err := e.store.History(context.Background(), acctID, p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		p.Cursor = next
+	}
+	for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
+		all[i], all[j] = all[j], all[i]
+	}
+	return all
+}
+
+func (e *env) verify() {
+	e.t.Helper()
+	rep, err := e.store.Verify(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !rep.OK {
+		e.t.Fatalf("ledger verify: %+v", rep.Problems)
+	}
+}
+
+func genBody(tool, input, lang, tone string) string {
+	m := map[string]string{"tool": tool, "input": input, "language": lang}
+	if tone != "" {
+		m["tone"] = tone
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// post sends a generate request.
+func (e *env) post(ctx context.Context, key, body string, hdr ...string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/api/v1/generate", strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return e.client.Do(req)
+}
+
+// chunk is one read of a streamed body.
+type chunk struct {
+	at   time.Time
+	data string
+}
+
+// readChunks reads a body as it arrives, one record per Read that returned data.
+func readChunks(r io.Reader) ([]chunk, error) {
+	var out []chunk
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			out = append(out, chunk{at: time.Now(), data: string(buf[:n])})
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
+func joinChunks(cs []chunk) string {
+	var b strings.Builder
+	for _, c := range cs {
+		b.WriteString(c.data)
+	}
+	return b.String()
+}
+
+// apiErr decodes an error answer.
+type apiErrBody struct {
+	Error struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Param     string `json:"param"`
+		RequestID string `json:"request_id"`
+	} `json:"error"`
+}
+
+func decodeErr(t *testing.T, resp *http.Response) apiErrBody {
+	t.Helper()
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var b apiErrBody
+	if err := json.Unmarshal(data, &b); err != nil {
+		t.Fatalf("error body is not JSON: %q", data)
+	}
+	return b
+}
+
+// sseEvent is one parsed server-sent event.
+type sseEvent struct {
+	name, data string
+}
+
+func readSSE(r io.Reader) ([]sseEvent, error) {
+	var out []sseEvent
+	sc := bufio.NewScanner(r)
+	var cur sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur.name != "" || cur.data != "" {
+				out = append(out, cur)
+			}
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			cur.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.data += strings.TrimPrefix(line, "data: ")
+		}
+	}
+	return out, sc.Err()
+}
+
+// deadURL returns the URL of a loopback port nothing listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+var _ = bytes.NewReader
+
+func mustAbs(t *testing.T, dir string) string {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}

@@ -1,0 +1,85 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// maxIdempotencyKey bounds the Idempotency-Key header (Stripe allows 255 characters).
+const maxIdempotencyKey = 255
+
+// beginIdempotent claims the request's Idempotency-Key. It answers the request itself and
+// returns false when the key was used before: with the first result's status when that request
+// was charged, 409 while it is still running, 422 when the key came with another body.
+// A first request that ended without a charge (an error) does not hold its key: the retry runs.
+func (g *generation) beginIdempotent(fingerprint string) bool {
+	if len(g.idem) > maxIdempotencyKey {
+		g.fail(newError(http.StatusBadRequest, "invalid_field", "Idempotency-Key", "the Idempotency-Key header is longer than 255 characters"))
+		return false
+	}
+	rec, fresh, err := g.h.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
+		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: fingerprint, Created: now(),
+	})
+	if err != nil {
+		g.internal("idempotency record", err)
+		return false
+	}
+	if fresh {
+		return true
+	}
+	switch {
+	case rec.Fingerprint != fingerprint:
+		g.fail(newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
+			"this Idempotency-Key was used with a different request body; use a new key for a new request"))
+	case rec.Status == 0:
+		e := newError(http.StatusConflict, "idempotency_in_progress", "Idempotency-Key",
+			"a request with this Idempotency-Key is still running; retry after it has finished")
+		e.RetryAfter = 1e9
+		g.fail(e)
+	default:
+		g.replay(rec)
+	}
+	return false
+}
+
+// replay answers a retried request whose first attempt was charged: the first status, no text
+// (generated text is never stored) and no new charge.
+func (g *generation) replay(rec ledger.IdempotencyRecord) {
+	g.status = rec.Status
+	g.errKind = "idempotent_replay"
+	body, _ := json.Marshal(map[string]any{
+		"idempotent_replay": true,
+		"request_id":        rec.RequestID,
+		"status":            rec.Status,
+		"message":           "a request with this Idempotency-Key was already completed and charged (request_id); it was not generated or charged again",
+	})
+	body = append(body, '\n')
+	hdr := g.w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Request-Id", g.id)
+	hdr.Set("Idempotent-Replayed", "true")
+	hdr.Set("X-Credits-Used", "0")
+	hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	g.w.WriteHeader(rec.Status)
+	_, _ = g.w.Write(body)
+}
+
+// finishIdempotent records the outcome: the status when the request was charged, else a
+// release (status < 0), so a retry of a failed request may run.
+func (g *generation) finishIdempotent() {
+	status := -1
+	if g.credit > 0 {
+		status = http.StatusOK
+	}
+	if err := g.h.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
+		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
+	}
+}

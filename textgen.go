@@ -1,0 +1,9 @@
+// Package textgen is the caddy-textgen plugin: importing it (as xcaddy does with
+// "xcaddy build --with github.com/caddy-textgen/textgen") registers its Caddy modules,
+// directives and commands. The code lives in caddymodule/, ledger/ and backends/.
+package textgen
+
+import (
+	// Registers http.handlers.textgen, admin.api.textgen and the caddy textgen commands.
+	_ "github.com/caddy-textgen/textgen/caddymodule"
+)
