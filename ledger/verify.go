@@ -33,7 +33,7 @@ type memSnapshot struct {
 // Verify recomputes every account's balances from its entries and reports each difference with
 // the stored balance records and the in-memory state, every negative balance or available
 // figure, entries whose balance_after/available_after or numbering are wrong, open holds that
-// disagree with the entries or outlived their expiry (plus one sweep interval of grace), and
+// disagree with the entries or outlived their expiry (plus two sweep intervals of grace), and
 // broken indexes. It reads one consistent snapshot and does not stop other calls.
 func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 	if err := s.begin(); err != nil {
@@ -67,7 +67,9 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 		return c
 	}
 	t := now()
-	grace := max(s.opts.SweepInterval, 0) * 2
+	// An open hold is a problem once the sweep should have voided it: two sweep intervals (at
+	// least a minute) after its expiry.
+	grace := max(s.opts.SweepInterval*2, time.Minute)
 
 	err := s.db.View(func(txn *badger.Txn) error {
 		accounts := map[string]Account{}

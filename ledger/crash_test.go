@@ -1,0 +1,244 @@
+package ledger
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const crashEmail = "crash@example.com"
+
+// TestCrashChild is the process TestCrash kills. It holds, settles, voids and grants in a
+// loop from several goroutines, and prints "GRANT <reference>" only after Grant has returned,
+// so every printed reference is an acknowledged grant.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv("LEDGER_CRASH_DIR")
+	if dir == "" {
+		t.Skip("run by TestCrash")
+	}
+	round := os.Getenv("LEDGER_CRASH_ROUND")
+	ttl, _ := time.ParseDuration(os.Getenv("LEDGER_CRASH_HOLD_TTL"))
+	sweep, _ := time.ParseDuration(os.Getenv("LEDGER_CRASH_SWEEP"))
+	die := func(format string, args ...any) {
+		fmt.Fprintf(os.Stdout, "ERROR "+format+"\n", args...)
+		os.Exit(3)
+	}
+	s, err := Open(dir, Options{HoldTTL: ttl, SweepInterval: sweep})
+	if err != nil {
+		die("open: %v", err)
+	}
+	a, err := s.GetAccountByEmail(bg, crashEmail)
+	if errors.Is(err, ErrNotFound) {
+		a, err = s.CreateAccount(bg, crashEmail)
+	}
+	if err != nil {
+		die("account: %v", err)
+	}
+	fmt.Fprintln(os.Stdout, "READY")
+
+	var n atomic.Int64
+	grant := func(rng *rand.Rand) {
+		i := n.Add(1)
+		ref := fmt.Sprintf("g-%s-%d", round, i)
+		kind := KindGrant
+		if i%2 == 0 {
+			kind = KindPurchase
+		}
+		if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: kind, Credits: 1 + rng.Int64N(3), Reference: ref}); err != nil {
+			die("grant: %v", err)
+		}
+		fmt.Fprintln(os.Stdout, "GRANT", ref)
+	}
+	for w := range 4 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			for {
+				if rng.IntN(10) < 2 {
+					grant(rng)
+					continue
+				}
+				rid := fmt.Sprintf("q-%s-%d", round, n.Add(1))
+				_, err := s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: rid, Tool: "crash"})
+				if errors.Is(err, ErrInsufficientCredits) {
+					grant(rng)
+					continue
+				}
+				if err != nil {
+					die("hold: %v", err)
+				}
+				switch p := rng.IntN(10); {
+				case p < 5:
+					_, err = s.Settle(bg, a.ID, rid)
+				case p < 8:
+					_, err = s.Void(bg, a.ID, rid, "client_gone")
+				case p < 9:
+					// left open, for expiry
+				default:
+					if _, err = s.Settle(bg, a.ID, rid); err == nil {
+						_, err = s.Void(bg, a.ID, rid, "repeat") // a repeat, changes nothing
+					}
+				}
+				if err != nil {
+					die("resolve: %v", err)
+				}
+			}
+		}()
+	}
+	select {}
+}
+
+// TestCrash kills a child writing to the ledger with SIGKILL at random moments, many times.
+// After each kill it reopens the directory and checks that Verify is clean and that every
+// grant the child had acknowledged is there exactly once; on every other round it reopens with
+// the clock two hours ahead and checks that Open voided every hold left open.
+func TestCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills child processes")
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	dir := t.TempDir()
+	acked := map[string]bool{}
+	killedBeforeReady := 0
+	for round := range 20 {
+		ttl, sweep := "1h", "30s"
+		if round%3 == 1 {
+			ttl, sweep = "50ms", "10ms" // the child's own sweep runs, and gets killed too
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.timeout=2m")
+		cmd.Env = append(os.Environ(), "LEDGER_CRASH_DIR="+dir, "LEDGER_CRASH_ROUND="+strconv.Itoa(round),
+			"LEDGER_CRASH_HOLD_TTL="+ttl, "LEDGER_CRASH_SWEEP="+sweep)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ready := make(chan struct{})
+		done := make(chan struct{})
+		var mu sync.Mutex
+		var refs, errs []string
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				line := sc.Text()
+				mu.Lock()
+				switch {
+				case line == "READY":
+					close(ready)
+				case strings.HasPrefix(line, "GRANT "):
+					refs = append(refs, strings.TrimPrefix(line, "GRANT "))
+				case strings.HasPrefix(line, "ERROR "):
+					errs = append(errs, line)
+				}
+				mu.Unlock()
+			}
+		}()
+		if round%4 == 3 {
+			// Anywhere, Open and account creation included.
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		} else {
+			select {
+			case <-ready:
+			case <-done:
+			case <-time.After(time.Minute):
+			}
+			time.Sleep(time.Duration(20+rng.IntN(250)) * time.Millisecond)
+		}
+		cmd.Process.Kill() // SIGKILL
+		<-done
+		cmd.Wait()
+		mu.Lock()
+		if len(errs) > 0 {
+			t.Fatalf("round %d: child failed: %v\n%s", round, errs, stderr.String())
+		}
+		select {
+		case <-ready:
+		default:
+			killedBeforeReady++
+		}
+		for _, r := range refs {
+			acked[r] = true
+		}
+		mu.Unlock()
+
+		open, last := crashCheck(t, round, dir, acked, -1, 0)
+		if round%2 == 0 {
+			crashCheck(t, round, dir, acked, open, last)
+		}
+	}
+	t.Logf("%d rounds (%d killed before READY), %d acknowledged grants all present", 20, killedBeforeReady, len(acked))
+}
+
+// crashCheck opens dir, checks it, and returns the number of open holds and the last entry's
+// seq. With voidOpen >= 0 it opens with the clock two hours ahead and checks that Open voided
+// exactly voidOpen holds as expired, in the entries after seq after.
+func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, voidOpen int, after uint64) (int, uint64) {
+	t.Helper()
+	if voidOpen >= 0 {
+		old, ahead := now, time.Now().Add(2*time.Hour)
+		now = func() time.Time { return ahead }
+		defer func() { now = old }()
+	}
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatalf("round %d: reopen: %v", round, err)
+	}
+	defer s.Close()
+	if r, err := s.Verify(bg); err != nil || !r.OK {
+		t.Fatalf("round %d: verify: %+v %v", round, r.Problems, err)
+	}
+	a, err := s.GetAccountByEmail(bg, crashEmail)
+	if errors.Is(err, ErrNotFound) && len(acked) == 0 {
+		return 0, 0 // killed before the account was durable
+	}
+	if err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+	seen := map[string]int{}
+	expired := 0
+	h := allHistory(t, s, a.ID)
+	for _, e := range h {
+		if e.Reference != "" {
+			seen[e.Reference]++
+		}
+		if e.Seq > after && e.Kind == KindVoid && e.Reason == "expired" {
+			expired++
+		}
+	}
+	for ref := range acked {
+		if seen[ref] != 1 {
+			t.Fatalf("round %d: acknowledged grant %s appears %d times", round, ref, seen[ref])
+		}
+	}
+	for ref, n := range seen {
+		if n != 1 {
+			t.Fatalf("round %d: reference %s credited %d times", round, ref, n)
+		}
+	}
+	b := mustBalance(t, s, a.ID)
+	open := int(b.Balance - b.Available)
+	if voidOpen >= 0 && (open != 0 || expired != voidOpen) {
+		t.Fatalf("round %d: %d holds still open and %d voided as expired, want 0 and %d", round, open, expired, voidOpen)
+	}
+	last := uint64(0)
+	if len(h) > 0 {
+		last = h[0].Seq
+	}
+	return open, last
+}
