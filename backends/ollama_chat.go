@@ -154,11 +154,15 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return s, e
 	}
 
-	dec := json.NewDecoder(resp.Body)
+	lines := newLineReader(resp.Body)
+	defer lines.release()
 	var chunk chatChunk
 	for {
-		chunk = chatChunk{}
-		if err := dec.Decode(&chunk); err != nil {
+		line, err := lines.next()
+		if err == nil {
+			err = decodeChunk(line, &chunk)
+		}
+		if err != nil {
 			if k, cause, ok := stopped(ctx, inner, stats.Pieces); ok {
 				return fail(k, cause)
 			}
