@@ -67,6 +67,7 @@ type committer struct {
 	failed error // sticky: after a failed commit memory may be ahead of disk
 
 	durable atomic.Uint64 // id of the last operation known to be committed
+	snap    atomic.Pointer[snapshot]
 	wake    chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
@@ -80,8 +81,49 @@ func newCommitter(db *badger.DB, log *zap.Logger) *committer {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	c.publish(0)
 	go c.run()
 	return c
+}
+
+// snapshot is a read-only transaction that sees every operation up to upTo. Checks that run
+// under an account's mutex ("was this request id held before?") read it instead of opening a
+// transaction of their own, because Badger's NewTransaction waits until the commit in flight
+// is done (oracle.readTs -> txnMark.WaitForMark): under the mutex that would serialise the
+// account behind every sync. The committer, the only writer, makes a new snapshot right after
+// each commit, when nothing is in flight, so making it never waits either.
+type snapshot struct {
+	txn  *badger.Txn
+	upTo uint64
+	refs atomic.Int64 // one for being current, one per user
+}
+
+// get reads one value from the snapshot; ok is false when the key does not exist.
+func (s *snapshot) get(k []byte) ([]byte, bool, error) { return getValue(s.txn, k) }
+
+func (c *committer) publish(upTo uint64) {
+	n := &snapshot{txn: c.db.NewTransaction(false), upTo: upTo}
+	n.refs.Store(1)
+	if old := c.snap.Swap(n); old != nil {
+		c.release(old)
+	}
+}
+
+// acquire returns the current snapshot; release it when done.
+func (c *committer) acquire() *snapshot {
+	for {
+		s := c.snap.Load()
+		// refs is 0 only for a snapshot already replaced and discarded; load the new one.
+		if r := s.refs.Load(); r > 0 && s.refs.CompareAndSwap(r, r+1) {
+			return s
+		}
+	}
+}
+
+func (c *committer) release(s *snapshot) {
+	if s.refs.Add(-1) == 0 {
+		s.txn.Discard() // read-only: only marks the read done, safe from any goroutine
+	}
 }
 
 // err reports the sticky failure, if any.
@@ -137,6 +179,9 @@ func (c *committer) run() {
 func (c *committer) close() {
 	close(c.stop)
 	<-c.stopped
+	if s := c.snap.Swap(nil); s != nil {
+		c.release(s)
+	}
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = ErrClosed
@@ -188,7 +233,9 @@ func (c *committer) commit(batch []*pendingOp) {
 			}
 			c.mu.Unlock()
 		} else {
-			c.durable.Store(batch[len(batch)-1].id)
+			last := batch[len(batch)-1].id
+			c.durable.Store(last)
+			c.publish(last)
 		}
 	}
 	for _, op := range batch {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 const (
@@ -42,20 +40,16 @@ func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) HoldResult {
 	return HoldResult{RequestID: h.rec.RequestID, State: h.rec.State, Available: bal - held, Repeated: repeated}
 }
 
-// findHold returns the hold from memory or, when its resolution is already durable, from disk.
-// Called with a.mu held; reading after the in-memory check is safe because prune only forgets
-// what is durable.
+// findHold returns the hold from memory or, once its resolution is visible in the committer's
+// snapshot, from there. Called with a.mu held.
 func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
-	a.prune(s.c)
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	a.prune(snap)
 	if h := a.holds[rid]; h != nil {
 		return h, nil
 	}
-	var rec holdRecord
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		rec, err = getHold(txn, a.id, rid)
-		return err
-	})
+	rec, err := getHold(snap.txn, a.id, rid)
 	if err != nil {
 		return nil, err
 	}
@@ -354,31 +348,28 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 
 // findGrant finds the entry that first used ref. Called with a.mu held.
 func (s *Badger) findGrant(a *account, ref string) (Entry, uint64, bool, error) {
-	a.prune(s.c)
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	a.prune(snap)
 	if r := a.refs[ref]; r != nil {
 		return r.entry, r.op, true, nil
 	}
 	var ent Entry
-	found := false
-	err := s.db.View(func(txn *badger.Txn) error {
-		v, ok, err := getValue(txn, grantRefKey(a.id, ref))
-		if err != nil || !ok {
-			return err
-		}
-		if len(v) != 8 {
-			return fmt.Errorf("grant reference %q of %q: malformed", ref, a.id)
-		}
-		e, ok, err := getValue(txn, entryKey(a.id, binary.BigEndian.Uint64(v)))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("grant reference %q of %q points at a missing entry", ref, a.id)
-		}
-		found = true
-		return json.Unmarshal(e, &ent)
-	})
-	return ent, 0, found, err
+	v, ok, err := snap.get(grantRefKey(a.id, ref))
+	if err != nil || !ok {
+		return ent, 0, false, err
+	}
+	if len(v) != 8 {
+		return ent, 0, false, fmt.Errorf("grant reference %q of %q: malformed", ref, a.id)
+	}
+	e, ok, err := snap.get(entryKey(a.id, binary.BigEndian.Uint64(v)))
+	if err != nil {
+		return ent, 0, false, err
+	}
+	if !ok {
+		return ent, 0, false, fmt.Errorf("grant reference %q of %q points at a missing entry", ref, a.id)
+	}
+	return ent, 0, true, json.Unmarshal(e, &ent)
 }
 
 // Balance returns the account's live and test figures.
@@ -408,7 +399,9 @@ func (s *Badger) sweep() (int, error) {
 	var ops []*pendingOp
 	for _, a := range s.allAccounts() {
 		a.mu.Lock()
-		a.prune(s.c)
+		snap := s.c.acquire()
+		a.prune(snap)
+		s.c.release(snap)
 		for _, h := range a.holds {
 			if h.rec.State == HoldOpen && !t.Before(h.rec.Expires) {
 				ops = append(ops, s.resolveLocked(a, h, HoldVoided, "expired", t))

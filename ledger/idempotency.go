@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // IdempotencyTTL is how long an Idempotency-Key record is kept.
@@ -14,22 +12,23 @@ const IdempotencyTTL = 24 * time.Hour
 
 const maxIdempotencyKeyLen = 255
 
-// findIdem returns the live record for key, from memory while its write is not known durable,
-// else from disk. Called with a.mu held.
+// findIdem returns the live record for key, from memory while its write is not in the
+// committer's snapshot, else from the snapshot. Called with a.mu held.
 func (s *Badger) findIdem(a *account, key string) (*idemMem, error) {
-	a.prune(s.c)
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	a.prune(snap)
 	r := a.idem[key]
 	if r == nil {
-		err := s.db.View(func(txn *badger.Txn) error {
-			v, ok, err := getValue(txn, idemKey(a.id, key))
-			if err != nil || !ok {
-				return err
-			}
-			r = &idemMem{}
-			return json.Unmarshal(v, &r.rec)
-		})
+		v, ok, err := snap.get(idemKey(a.id, key))
 		if err != nil {
 			return nil, err
+		}
+		if ok {
+			r = &idemMem{}
+			if err := json.Unmarshal(v, &r.rec); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Badger drops the record after its TTL; the check here makes the injected clock agree.

@@ -91,12 +91,11 @@ type recentItem struct {
 	op   uint64
 }
 
-// prune forgets in-memory copies that are durable, so that later checks read them from disk.
+// prune forgets in-memory copies that snap shows, so that later checks read them from snap.
 // Called with a.mu held.
-func (a *account) prune(c *committer) {
-	durable := c.durable.Load()
+func (a *account) prune(snap *snapshot) {
 	i := 0
-	for ; i < len(a.recent) && a.recent[i].op <= durable; i++ {
+	for ; i < len(a.recent) && a.recent[i].op <= snap.upTo; i++ {
 		it := a.recent[i]
 		switch it.kind {
 		case 'h':

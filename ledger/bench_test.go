@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchStore opens a synced store on a real directory with n accounts of plenty of credits.
+func benchStore(b *testing.B, n int) (*Badger, []string) {
+	b.Helper()
+	s, err := Open(b.TempDir(), Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = mustAccount(b, s, fmt.Sprintf("bench%d@example.com", i)).ID
+		mustGrant(b, s, ids[i], Live, 1<<40)
+	}
+	return s, ids
+}
+
+// fanOut runs b.N calls of f over exactly callers goroutines and returns calls per second.
+func fanOut(b *testing.B, callers int, f func(caller int, i int64)) float64 {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				f(c, i)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	return float64(b.N) / el.Seconds()
+}
+
+func holdSettle(b *testing.B, s *Badger, acct, rid string) {
+	if _, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid, KeyID: "key_bench", Tool: "summarize"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Settle(bg, acct, rid); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkHoldSettle: one op is a Hold plus its Settle, each synced to disk.
+func BenchmarkHoldSettle(b *testing.B) {
+	for _, c := range []struct {
+		name              string
+		accounts, callers int
+	}{
+		{"hot/callers=1", 1, 1},
+		{"hot/callers=8", 1, 8},
+		{"hot/callers=64", 1, 64},
+		{"spread64/callers=64", 64, 64},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, ids := benchStore(b, c.accounts)
+			rate := fanOut(b, c.callers, func(caller int, i int64) {
+				holdSettle(b, s, ids[caller%len(ids)], fmt.Sprint("r", i))
+			})
+			b.ReportMetric(rate, "holdsettle/s")
+		})
+	}
+}
+
+// BenchmarkHoldLatency: 8 callers doing hold+settle on one hot account; the latency of each
+// Hold (until it is durable) is recorded.
+func BenchmarkHoldLatency(b *testing.B) {
+	s, ids := benchStore(b, 1)
+	const callers = 8
+	lat := make([][]time.Duration, callers)
+	rate := fanOut(b, callers, func(caller int, i int64) {
+		rid := fmt.Sprint("r", i)
+		t := time.Now()
+		if _, err := s.Hold(bg, HoldRequest{AccountID: ids[0], Mode: Live, RequestID: rid}); err != nil {
+			b.Fatal(err)
+		}
+		lat[caller] = append(lat[caller], time.Since(t))
+		if _, err := s.Settle(bg, ids[0], rid); err != nil {
+			b.Fatal(err)
+		}
+	})
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	q := func(p float64) float64 {
+		return float64(all[min(len(all)-1, int(p*float64(len(all))))].Microseconds())
+	}
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(float64(all[len(all)-1].Microseconds()), "max-µs")
+	b.ReportMetric(rate, "holdsettle/s")
+}
+
+// BenchmarkLookupKey: a cached lookup of a valid key (format check, SHA-256, map).
+func BenchmarkLookupKey(b *testing.B) {
+	s, ids := benchStore(b, 1)
+	full, _, err := s.CreateKey(bg, ids[0], Live, "bench", time.Time{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := s.LookupKey(bg, full); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, _, err := s.LookupKey(bg, full); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("malformed", func(b *testing.B) {
+		bad := full[:43] + "!"
+		for b.Loop() {
+			if _, _, err := s.LookupKey(bg, bad); err != ErrInvalidKey {
+				b.Fatal(err)
+			}
+		}
+	})
+}
