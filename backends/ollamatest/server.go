@@ -256,8 +256,9 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
-// CreateModel registers the tiny model under name with `ollama create name -f Modelfile`, with
-// PARAMETER num_predict numPredict (0: 16). Tests use it for a second model with another length.
+// CreateModel registers the tiny model under name with `ollama create name -f Modelfile`: a
+// TEMPLATE that prints each message's content on a line, PARAMETER num_predict numPredict
+// (0: 16) and num_thread 1. Tests use it for a second model with another length.
 func (s *Server) CreateModel(ctx context.Context, name string, numPredict int) error {
 	if numPredict == 0 {
 		numPredict = 16
