@@ -53,6 +53,10 @@ func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rec.State == HoldOpen {
+		// Every open hold is loaded at Open and kept in memory until resolved.
+		return nil, fmt.Errorf("hold %q of %q is open on disk but not in memory", rid, a.id)
+	}
 	return &holdMem{rec: rec}, nil
 }
 

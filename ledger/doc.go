@@ -50,6 +50,10 @@
 // thing visible earlier is the in-memory Balance of a change still in flight. If a commit ever
 // fails, the store stops accepting work (memory may be ahead of disk) until it is reopened.
 //
+// Calls that change the ledger do not give up when their context is canceled: a handler voids
+// a hold after its client went away, with a context that is already done, and a change that
+// was queued is committed anyway. Long reads (History, Usage, Verify) do honour ctx.
+//
 // Writes are synced (SyncWrites) unless Options.DisableSyncWrites is set: a charge or purchase
 // that was acknowledged must survive a power loss. API keys' last-use times are the exception:
 // they are kept in memory and flushed every LastUsedFlushInterval and at Close, so a crash can

@@ -60,7 +60,12 @@ func newKeyID() string     { return "key_" + randomBase62(12) }
 
 // keyChecksum is the fixed-width, zero-padded base62 CRC32 of s.
 func keyChecksum(s string) [keyChecksumLen]byte {
-	v := crc32.ChecksumIEEE([]byte(s))
+	var buf [keyLen]byte // no allocation for key-sized input
+	return keyChecksumBytes(append(buf[:0], s...))
+}
+
+func keyChecksumBytes(b []byte) [keyChecksumLen]byte {
+	v := crc32.ChecksumIEEE(b)
 	var out [keyChecksumLen]byte
 	for i := keyChecksumLen - 1; i >= 0; i-- {
 		out[i] = base62[v%62]
@@ -84,9 +89,17 @@ func newFullKey(m Mode) string {
 // checksum) and which mode its prefix names. It touches no store, so a server or a secret
 // scanner can reject mistyped or made-up keys cheaply.
 func CheckKeyFormat(s string) (Mode, bool) {
+	var buf [keyLen]byte
+	return checkKeyFormat(s, &buf)
+}
+
+// checkKeyFormat is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
+// allocation.
+func checkKeyFormat(s string, buf *[keyLen]byte) (Mode, bool) {
 	if len(s) != keyLen {
 		return "", false
 	}
+	copy(buf[:], s)
 	var m Mode
 	switch s[:len(livePrefix)] {
 	case livePrefix:
@@ -101,7 +114,7 @@ func CheckKeyFormat(s string) (Mode, bool) {
 			return "", false
 		}
 	}
-	sum := keyChecksum(s[:keyLen-keyChecksumLen])
+	sum := keyChecksumBytes(buf[:keyLen-keyChecksumLen])
 	if string(sum[:]) != s[keyLen-keyChecksumLen:] {
 		return "", false
 	}
@@ -300,10 +313,11 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 	if s.closed.Load() {
 		return Key{}, Account{}, ErrClosed
 	}
-	if _, ok := CheckKeyFormat(presented); !ok {
+	var buf [keyLen]byte
+	if _, ok := checkKeyFormat(presented, &buf); !ok {
 		return Key{}, Account{}, ErrInvalidKey
 	}
-	d := sha256.Sum256([]byte(presented))
+	d := sha256.Sum256(buf[:])
 	s.keyMu.RLock()
 	e := s.byDigest[d]
 	s.keyMu.RUnlock()

@@ -230,7 +230,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		return fail(fmt.Errorf("voiding expired holds: %w", err))
 	}
 	s.every(opts.SweepInterval, func() {
-		if n, err := s.sweep(); err != nil {
+		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.Error("hold expiry sweep failed", zap.Error(err))
 		} else if n > 0 {
 			s.log.Info("voided expired holds", zap.Int("holds", n))
