@@ -211,8 +211,8 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 // tries the next one. Failures are *Error values; ctx's deadline counts like Request.Deadline.
 func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
-	if req.Model == "" {
-		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("no model in request")}
+	if req.Model == "" || emit == nil {
+		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")}
 	}
 	body, err := o.encodeChat(req)
 	if err != nil {

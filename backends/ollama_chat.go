@@ -140,7 +140,9 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		if kind, cause, ok := stopped(ctx, inner, 0); ok {
 			return fail(kind, cause)
 		}
-		return fail(KindUnavailable, err)
+		s, e := fail(KindUnavailable, err)
+		e.(*Error).RetryAfter = o.cfg.HealthInterval // when the health checker looks again
+		return s, e
 	}
 	defer resp.Body.Close()
 

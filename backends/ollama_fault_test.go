@@ -159,6 +159,23 @@ func TestStopsReachTheServer(t *testing.T) {
 	}
 }
 
+// Pieces are emitted as they arrive, not when the stream ends: this stream never ends.
+func TestPiecesEmittedBeforeStreamEnds(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall, Pieces: 3})
+	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}})
+	enough := errors.New("enough")
+	n := 0
+	_, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
+		if n++; n == 3 {
+			return enough
+		}
+		return nil
+	})
+	if be := wantKind(t, err, backends.KindCanceled); be.Pieces != 3 || !errors.Is(err, enough) {
+		t.Errorf("error %+v", be)
+	}
+}
+
 // Time spent in emit (a slow client) does not count toward the idle timeout.
 func TestSlowEmitIsNotIdle(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3})

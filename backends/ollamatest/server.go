@@ -186,9 +186,9 @@ func start(ctx context.Context, bin, gguf string, opts Options) (*Server, error)
 	s.cmd.Dir = root
 	s.cmd.Stdout = logw
 	s.cmd.Stderr = logw
-	// Own process group, so Stop also reaches the runner processes Ollama spawns; and die with
-	// the test binary if it is killed.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Own process group, so Stop also reaches the runner processes Ollama spawns. If the test
+	// binary dies (a test timeout), SIGTERM lets `ollama serve` stop its runners as it exits.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := s.cmd.Start(); err != nil {
 		s.logFile.Close()
 		os.RemoveAll(root)
