@@ -197,12 +197,14 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 			}
 		}
 		if chunk.Done {
-			watchdog.Stop()
 			stats.PromptTokens = chunk.PromptEvalCount
 			stats.OutputTokens = chunk.EvalCount
 			stats.DoneReason = chunk.DoneReason
 			stats.Total = time.Since(start)
-			// Read the (empty) rest so the connection can be reused.
+			// Read the (empty) rest so the connection can be reused; the watchdog still
+			// bounds a server that keeps it open after "done".
+			watchdog.Reset(idleTimeout)
+			state.Store(waitNext)
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			return stats, nil
 		}

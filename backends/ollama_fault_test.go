@@ -159,6 +159,21 @@ func TestStopsReachTheServer(t *testing.T) {
 	}
 }
 
+// A finished generation leaves its connection reusable (the rest of the body is read), so
+// sequential requests share one connection.
+func TestConnectionReused(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: time.Millisecond})
+	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}})
+	for range 5 {
+		if _, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fs.Connections(); n != 1 {
+		t.Errorf("%d connections for 5 sequential requests, want 1", n)
+	}
+}
+
 // Pieces are emitted as they arrive, not when the stream ends: this stream never ends.
 func TestPiecesEmittedBeforeStreamEnds(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall, Pieces: 3})

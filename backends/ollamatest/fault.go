@@ -105,6 +105,7 @@ type FaultServer struct {
 	last   api.ChatRequest
 
 	requests   atomic.Int64
+	conns      atomic.Int64
 	inFlight   atomic.Int64
 	clientGone atomic.Int64
 }
@@ -161,6 +162,11 @@ func newFaultServer(cfg FaultConfig) *FaultServer {
 		}
 	})
 	f.srv = httptest.NewUnstartedServer(mux)
+	f.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			f.conns.Add(1)
+		}
+	}
 	return f
 }
 
@@ -218,6 +224,10 @@ func (f *FaultServer) Close() {
 
 // Requests is the number of chat requests received.
 func (f *FaultServer) Requests() int64 { return f.requests.Load() }
+
+// Connections is the number of connections accepted: a client that reuses its connections
+// keeps it low.
+func (f *FaultServer) Connections() int64 { return f.conns.Load() }
 
 // InFlight is the number of chat requests being answered now.
 func (f *FaultServer) InFlight() int64 { return f.inFlight.Load() }
