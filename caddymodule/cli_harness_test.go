@@ -129,6 +129,8 @@ type cliServer struct {
 	t      *testing.T
 	bin    string
 	admin  string // HOST:PORT of the admin API
+	http   string // HOST:PORT of the site
+	config string // its Caddyfile
 	ledger string // "" when the config has no textgen handler
 	home   string
 	cmd    *exec.Cmd
@@ -181,7 +183,7 @@ http://127.0.0.1:%d {
 		t.Fatal(err)
 	}
 	s := &cliServer{
-		t: t, bin: bin, admin: fmt.Sprintf("127.0.0.1:%d", adminPort), ledger: ledgerDir,
+		t: t, bin: bin, admin: fmt.Sprintf("127.0.0.1:%d", adminPort), http: fmt.Sprintf("127.0.0.1:%d", httpPort), ledger: ledgerDir, config: cfgPath,
 		home: filepath.Join(work, "home"), logs: &syncBuffer{}, done: make(chan struct{}),
 	}
 	s.cmd = exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
@@ -236,6 +238,28 @@ func (s *cliServer) waitReady() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.t.Fatalf("caddy's admin API at %s did not answer\n%s", s.admin, s.logs.String())
+}
+
+// generate sends one generate request with key and returns its status after reading the whole
+// response (a test key streams a fixed sample without calling any model).
+func (s *cliServer) generate(key, tool string) int {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.http+"/api/v1/generate",
+		strings.NewReader(fmt.Sprintf(`{"tool":%q,"input":"Ask for the invoice","language":"en"}`, tool)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("generate: %v", err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		s.t.Fatalf("generate: reading the response: %v", err)
+	}
+	return resp.StatusCode
 }
 
 // stop stops the server the way an operator does (SIGINT: a graceful shutdown that closes the

@@ -166,6 +166,35 @@ func TestCLICommands(t *testing.T) {
 			}
 		}
 	}
+	// usage with requests: a test key draws test credits and never calls a model
+	sandbox := jsonStr(t, s.json("key", "create", "--account", other, "--test"), "key")
+	s.json("credits", "grant", "--account", other, "--credits", "2", "--test")
+	for i, want := range []int{200, 200, 402} {
+		if got := s.generate(sandbox, "email-writer"); got != want {
+			t.Errorf("generate #%d with a test key: status %d, want %d", i+1, got, want)
+		}
+	}
+	u := s.json("usage", "--account", other)
+	rows, byTool, total := jsonList(t, u, "rows"), jsonList(t, u, "by_tool"), jsonList(t, u, "total")
+	if len(rows) != 1 || rows[0]["tool"] != "email-writer" || rows[0]["mode"] != "test" ||
+		fmt.Sprintf("%v %v %v", rows[0]["requests"], rows[0]["settled"], rows[0]["voided"]) != "2 2 0" {
+		t.Errorf("usage rows: %v", rows)
+	}
+	if len(byTool) != 1 || byTool[0]["tool"] != "email-writer" || len(total) != 1 || fmt.Sprint(total[0]["settled"]) != "2" {
+		t.Errorf("usage sums: by_tool %v, total %v", byTool, total)
+	}
+	if u := s.json("usage"); len(jsonList(t, u, "rows")) != 1 {
+		t.Errorf("usage of all accounts: %v", u)
+	}
+	if u := s.json("usage", "--account", id); len(jsonList(t, u, "rows")) != 0 {
+		t.Errorf("usage of an account without requests: %v", u)
+	}
+	if u := s.json("usage", "--to", "2001-01-01"); len(jsonList(t, u, "rows")) != 0 {
+		t.Errorf("usage before any request: %v", u)
+	}
+	if res := s.textgen("usage"); res.code != 0 || !strings.Contains(res.stdout, "email-writer") || !strings.Contains(res.stdout, "TOTAL") {
+		t.Errorf("usage table\n%s", res)
+	}
 	mustFail(t, s.textgen("usage", "--from", "yesterday", "--json"), 1, "from")
 	mustFail(t, s.textgen("usage", "--from", "2025-02-01", "--to", "2025-01-01", "--json"), 1, "before")
 
@@ -173,6 +202,11 @@ func TestCLICommands(t *testing.T) {
 	v := s.json("ledger", "verify")
 	if !jsonBool(t, v, "ok") || jsonNum(t, v, "accounts") != 2 || len(jsonList(t, v, "problems")) != 0 {
 		t.Errorf("ledger verify: %v", v)
+	}
+
+	// the admin address read from the config instead of --address
+	if v := mustOneJSON(t, runCaddy(t, s.home, "textgen", "ledger", "verify", "--config", s.config, "--adapter", "caddyfile", "--json")); !jsonBool(t, v, "ok") {
+		t.Errorf("ledger verify --config: %v", v)
 	}
 
 	// readable tables without --json
@@ -185,7 +219,7 @@ func TestCLICommands(t *testing.T) {
 		{[]string{"account", "get", "--account", id}, []string{"alice@example.com", "KEY ID", liveID, "revoked"}},
 		{[]string{"key", "list", "--account", id}, []string{"KEY ID", liveID, "tg_live_…" + liveKey[len(liveKey)-4:]}},
 		{[]string{"history", "--account", id}, []string{"SEQ", "adjustment", "reason=refund of a failed batch", "reference=inv-1"}},
-		{[]string{"usage"}, []string{"No requests"}},
+		{[]string{"usage", "--account", id}, []string{"No requests"}},
 		{[]string{"ledger", "verify"}, []string{"ok: 2 accounts"}},
 	} {
 		res := s.textgen(c.args...)
@@ -231,6 +265,12 @@ func TestCLIBackupRestore(t *testing.T) {
 		accts = append(accts, acctState{id: id})
 	}
 	s.json("account", "disable", "--account", accts[1].id)
+	// requests leave holds and settlements in the ledger and in the usage summary
+	sandbox := jsonStr(t, s.json("key", "create", "--account", accts[2].id, "--test"), "key")
+	if st := s.generate(sandbox, "email-writer"); st != 200 {
+		t.Errorf("generate with a test key: status %d", st)
+	}
+	usageBefore := s.textgen("usage", "--json").stdout
 	for i := range accts {
 		accts[i].balance = s.json("balance", "--account", accts[i].id)
 	}
@@ -291,6 +331,9 @@ func TestCLIBackupRestore(t *testing.T) {
 			if fmt.Sprint(after) != fmt.Sprint(a.balance) {
 				t.Errorf("balance of %s after restore: %v, before %v", a.id, after, a.balance)
 			}
+		}
+		if got := s2.textgen("usage", "--json").stdout; got != usageBefore {
+			t.Errorf("usage after restore:\n%s\nbefore:\n%s", got, usageBefore)
 		}
 		if got := s2.textgen("account", "list", "--json").stdout; got != listBefore {
 			t.Errorf("account list after restore:\n%s\nbefore:\n%s", got, listBefore)
