@@ -121,10 +121,15 @@ func cliLeaf(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Co
 }
 
 func cliGroup(use, short string, children ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs}
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: groupHelp}
 	cmd.AddCommand(children...)
 	return cmd
 }
+
+// groupHelp makes a command group runnable, so that cobra rejects a mistyped subcommand
+// ("unknown command", exit 1) instead of printing the help and exiting 0; the bare group prints
+// its help.
+func groupHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 
 func accountFlag(cmd *cobra.Command) {
 	cmd.Flags().String("account", "", "Account id (required)")
@@ -138,6 +143,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 	pf.String("ledger", "", "Ledger directory: which ledger to use when the server has several open; for restore, the new directory")
 	pf.Bool("json", false, "Print one JSON object instead of a table")
 	cmd.Args = cobra.NoArgs
+	cmd.RunE = groupHelp
 
 	cmd.AddCommand(
 		cliGroup("account", "Creates, lists, shows, disables and enables accounts",

@@ -372,4 +372,13 @@ func TestCLIUnreachable(t *testing.T) {
 	if res := runCaddy(t, home, "textgen", "--help"); res.code != 0 || !strings.Contains(res.stdout, "never make it reachable") {
 		t.Errorf("textgen --help\n%s", res)
 	}
+	// a mistyped command fails instead of printing the help and exiting 0
+	for _, args := range [][]string{{"textgen", "acount"}, {"textgen", "account", "lst"}, {"textgen", "balance", "extra"}} {
+		if res := runCaddy(t, home, args...); res.code == 0 || !strings.Contains(res.stderr, "unknown command") {
+			t.Errorf("want a failure with \"unknown command\"\n%s", res)
+		}
+	}
+	if res := runCaddy(t, home, "textgen", "account"); res.code != 0 || !strings.Contains(res.stdout, "Available Commands") {
+		t.Errorf("a bare command group prints its help\n%s", res)
+	}
 }
