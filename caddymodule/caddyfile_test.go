@@ -12,6 +12,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -158,5 +160,39 @@ func writeGolden(t *testing.T, file, caddyfileText string) {
 	data := caddyfileText + "----------\n" + pretty.String() + "\n"
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestToolSettingPrecedence: a tool's own block beats the handler-wide setting, which beats the
+// built-in value of the tool, which beats the default.
+func TestToolSettingPrecedence(t *testing.T) {
+	half, cold := 0.5, 0.05
+	builtin, _ := catalog.Default().Lookup("sql-generator")
+	if builtin.Temperature == nil || builtin.MaxOutputTokens == 0 {
+		t.Fatal("the test expects sql-generator to have built-in temperature and output length")
+	}
+
+	h := Handler{Model: "m", MaxInputChars: defaultMaxInputChars, MaxOutputTokens: defaultMaxOutputTokens, languages: catalog.DefaultLanguageMatcher()}
+	if err := h.loadTools(toolDefaults{}); err != nil {
+		t.Fatal(err)
+	}
+	if sql := h.tools["sql-generator"]; *sql.temperature != *builtin.Temperature || sql.maxOutputTokens != builtin.MaxOutputTokens {
+		t.Errorf("without operator settings the built-in values hold: %+v", sql)
+	}
+	if s := h.tools["summarizer"]; s.maxInputChars != defaultMaxInputChars || s.model != "m" {
+		t.Errorf("summarizer defaults: %+v", s)
+	}
+
+	h = Handler{Model: "m", MaxInputChars: 500, MaxOutputTokens: 64, Temperature: &half,
+		Tools:     map[string]*ToolConfig{"sql-generator": {Model: "coder", Temperature: &cold, MaxOutputTokens: 32}},
+		languages: catalog.DefaultLanguageMatcher()}
+	if err := h.loadTools(toolDefaults{maxInputChars: 500, maxOutputTokens: 64, temperature: &half}); err != nil {
+		t.Fatal(err)
+	}
+	if sql := h.tools["sql-generator"]; sql.model != "coder" || *sql.temperature != cold || sql.maxOutputTokens != 32 || sql.maxInputChars != 500 {
+		t.Errorf("tool block over handler: %+v", sql)
+	}
+	if s := h.tools["summarizer"]; *s.temperature != half || s.maxOutputTokens != 64 || s.maxInputChars != 500 || s.model != "m" {
+		t.Errorf("handler-wide settings over built-ins: %+v", s)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -42,18 +43,21 @@ type Handler struct {
 	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
 	Model string `json:"model,omitempty"`
 
-	// MaxInputChars is the longest input, in Unicode characters, of every tool that does not set
-	// its own. Default: 20000.
+	// MaxInputChars is the longest input, in Unicode characters, of every tool without its own
+	// setting in Tools. When set, it beats the built-in values of the tools. Default: the tool's
+	// built-in value, else 20000.
 	MaxInputChars int `json:"max_input_chars,omitempty"`
 
 	// MaxBodyBytes caps the request body. Default: 262144 (256 KiB).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 
-	// MaxOutputTokens is the most tokens a generation may produce (Ollama's num_predict) for every
-	// tool that does not set its own. Default: 1024.
+	// MaxOutputTokens is the most tokens a generation may produce (Ollama's num_predict), for
+	// every tool without its own setting in Tools. When set, it beats the built-in values of the
+	// tools. Default: the tool's built-in value, else 1024.
 	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 
-	// Temperature of every tool that does not set its own. Default: the model's own.
+	// Temperature of every tool without its own setting in Tools. When set, it beats the
+	// built-in values of the tools. Default: the tool's built-in value, else the model's own.
 	Temperature *float64 `json:"temperature,omitempty"`
 
 	// NumCtx is the context size passed to Ollama. Default: the model's own.
@@ -93,6 +97,12 @@ type Handler struct {
 	// LogPrompts logs the prompts and the generated text at debug level. Default: off. Never
 	// enable it where inputs may hold personal data.
 	LogPrompts bool `json:"log_prompts,omitempty"`
+
+	// life is read-locked by every request and write-locked by Cleanup: Caddy cleans up the
+	// old config of a reload while its requests may still stream, so the shared ledger and
+	// backend are released only after the last of them ends.
+	life    *sync.RWMutex // a pointer: the module value is copied by CaddyModule
+	cleaned bool
 
 	logger     *zap.Logger
 	ledgerKey  string
@@ -149,7 +159,10 @@ const (
 
 // Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	h.life = new(sync.RWMutex)
 	h.logger = ctx.Logger()
+	// Settings the operator wrote beat the built-in per-tool values; defaults do not.
+	explicit := toolDefaults{maxInputChars: h.MaxInputChars, maxOutputTokens: h.MaxOutputTokens, temperature: h.Temperature}
 	if h.Model == "" {
 		h.Model = defaultModel
 	}
@@ -192,7 +205,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.languages, err = catalog.NewLanguageMatcher(langs); err != nil {
 		return fmt.Errorf("textgen: languages: %w", err)
 	}
-	if err := h.loadTools(); err != nil {
+	if err := h.loadTools(explicit); err != nil {
 		return err
 	}
 	if err := h.Validate(); err != nil {
@@ -252,26 +265,54 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases the shared ledger and backend; the last user closes them. It is safe after a
-// Provision that failed half way.
+// Cleanup releases the shared ledger and backend; the last user closes them. Requests of this
+// config that still run (a reload does not wait for them) keep both until they end: then the
+// release happens in the background. It is safe after a Provision that failed half way.
 func (h *Handler) Cleanup() error {
+	if h.life == nil {
+		return nil // Provision did not start
+	}
+	if h.life.TryLock() {
+		return h.release()
+	}
+	go func() {
+		h.life.Lock()
+		if err := h.release(); err != nil {
+			h.logger.Error("releasing ledger or backend", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// release gives back the pooled ledger and backend, once. Called with h.life write-locked;
+// it leaves it locked, so no request can use them afterwards.
+func (h *Handler) release() error {
+	if h.cleaned {
+		return nil
+	}
+	h.cleaned = true
 	var err error
 	if h.store != nil {
 		err = releaseLedger(h.ledgerKey)
-		h.store = nil
 	}
 	if h.backend != nil {
 		if e := releaseOllama(h.backendKey); e != nil && err == nil {
 			err = e
 		}
-		h.backend = nil
 	}
 	return err
 }
 
-// loadTools resolves every tool's settings from the catalog, the handler defaults and the
-// per-tool overrides.
-func (h *Handler) loadTools() error {
+// toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
+type toolDefaults struct {
+	maxInputChars, maxOutputTokens int
+	temperature                    *float64
+}
+
+// loadTools resolves every tool's settings. Precedence, highest first: the tool's own block in
+// the config, the handler-wide setting in the config, the built-in value of the tool, the
+// handler default.
+func (h *Handler) loadTools(explicit toolDefaults) error {
 	cat := catalog.Default()
 	for slug, tc := range h.Tools {
 		if _, ok := cat.Lookup(slug); !ok {
@@ -298,12 +339,12 @@ func (h *Handler) loadTools() error {
 		rt := &toolRuntime{
 			Tool:            t,
 			model:           h.Model,
-			maxInputChars:   firstPositive(t.MaxInputChars, h.MaxInputChars),
-			maxOutputTokens: firstPositive(t.MaxOutputTokens, h.MaxOutputTokens),
-			temperature:     h.Temperature,
+			maxInputChars:   firstPositive(explicit.maxInputChars, t.MaxInputChars, h.MaxInputChars),
+			maxOutputTokens: firstPositive(explicit.maxOutputTokens, t.MaxOutputTokens, h.MaxOutputTokens),
+			temperature:     t.Temperature,
 		}
-		if t.Temperature != nil {
-			rt.temperature = t.Temperature
+		if explicit.temperature != nil {
+			rt.temperature = explicit.temperature
 		}
 		if tc := h.Tools[t.Slug]; tc != nil {
 			if tc.Model != "" {
@@ -371,6 +412,15 @@ func (h *Handler) checkModels(b backends.Backend) {
 // ServeHTTP routes the three endpoints of the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	reqID := newRequestID()
+	h.life.RLock()
+	defer h.life.RUnlock()
+	if h.cleaned {
+		// A request that reached a config that has been replaced (a rare race in a reload).
+		e := newError(http.StatusServiceUnavailable, "overloaded", "", "the server is reloading its configuration; retry")
+		e.RetryAfter = time.Second
+		writeError(w, reqID, e, -1)
+		return nil
+	}
 	switch r.URL.Path {
 	case "/api/v1/generate":
 		h.serveGenerate(w, r, reqID)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
@@ -38,12 +39,34 @@ var (
 	ollamaErr  error
 )
 
+// testRoot holds the ledger directories. A config stays loaded after its test ends (until the
+// next test loads another), so its ledger must outlive the test: the directories are removed
+// only after Caddy has stopped.
+var testRoot string
+
 func TestMain(m *testing.M) {
+	var err error
+	if testRoot, err = os.MkdirTemp("", "textgen-caddymodule-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	_ = caddy.Stop()
 	if ollamaSrv != nil {
 		_ = ollamaSrv.Stop()
 	}
+	_ = os.RemoveAll(testRoot)
 	os.Exit(code)
+}
+
+// ledgerDir returns a fresh directory for a ledger that outlives the test.
+func ledgerDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(testRoot, "ledger-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // realOllama starts the pinned real Ollama once for the package. It never skips: a test that
@@ -100,6 +123,9 @@ http://127.0.0.1:%d {
 		ledger %s
 		ollama %s
 		model %s
+		# The tiny test model has random weights: at a low temperature it repeats one token, and
+		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
+		temperature 1
 		%s
 	}
 	respond "not the api" 404
@@ -112,7 +138,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	dir := o.dir
 	if dir == "" {
-		dir = filepath.Join(t.TempDir(), "ledger")
+		dir = ledgerDir(t)
 	}
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
 		TestRequestTimeout: 2 * time.Minute, LoadRequestTimeout: 30 * time.Second,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +23,15 @@ import (
 // stays open (it is shared through the pool, never reopened) and verifies clean.
 func TestReloadUnderLoad(t *testing.T) {
 	realOllama(t)
-	o := ollamatest.StartT(t, ollamatest.Options{NumParallel: 20, NumPredict: 400})
-	opts := envOptions{ollama: o.URL, model: o.Model, extra: "max_output_tokens 400"}
+	o := ollamatest.StartT(t, ollamatest.Options{NumParallel: 20, NumPredict: 120})
+	// The tiny model evaluates prompts slowly (about 3 ms a token on one thread): a short
+	// prompt file (an operator override) keeps 20 parallel prompts well inside the timeouts.
+	prompt := filepath.Join(testRoot, "short-summarizer.md")
+	if err := os.WriteFile(prompt, []byte("description: short test prompt\n---\nSummarize."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tools := "max_output_tokens 120\ntool summarizer {\nprompt_file " + prompt + "\n}"
+	opts := envOptions{ollama: o.URL, model: o.Model, extra: tools}
 	e := newEnv(t, opts)
 	acct, key := e.account(40)
 
@@ -68,7 +77,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	reloadAt := time.Now()
 	opts2 := opts
 	opts2.dir = e.dir
-	opts2.extra = "max_output_tokens 400\nmax_input_chars 999"
+	opts2.extra = tools + "\nmax_input_chars 999"
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(caddyfileFor(opts2, e.dir), "caddyfile")
 	if t.Failed() {
@@ -86,6 +95,9 @@ func TestReloadUnderLoad(t *testing.T) {
 		if r.endAt.After(reloadDone) && r.firstAt.Before(reloadAt) {
 			overlapped++
 		}
+	}
+	if t.Failed() {
+		t.Logf("Ollama log:\n%s", o.LogTail(40))
 	}
 	if overlapped == 0 {
 		t.Fatalf("no stream ran across the reload; the test proves nothing")
