@@ -66,6 +66,9 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 	}
 	a.mu.Lock()
 	old, err := s.findIdem(a, rec.Key)
+	if err == nil && old != nil && s.idemReusable(old.rec) {
+		old = nil // released, or abandoned by a crash: the new request takes the key over
+	}
 	if err != nil || old != nil {
 		a.mu.Unlock()
 		if err != nil {
@@ -98,9 +101,23 @@ func (s *Badger) storeIdem(a *account, rec IdempotencyRecord) *pendingOp {
 	return op
 }
 
-// FinishIdempotent records the final HTTP status of the request that began key.
+// StatusReleased, given to FinishIdempotent, releases the key: the request it began ended
+// without effect (for a generate request: without a charge), so a retry may run it again.
+const StatusReleased = -1
+
+// idemReusable reports whether a record no longer holds its key: it was released, or it is
+// still "in progress" long after any request could run (its process died; its hold expired).
+func (s *Badger) idemReusable(rec IdempotencyRecord) bool {
+	if rec.Status == StatusReleased {
+		return true
+	}
+	return rec.Status == 0 && now().Sub(rec.Created) > s.opts.HoldTTL
+}
+
+// FinishIdempotent records the final HTTP status of the request that began key, or releases
+// the key with StatusReleased.
 func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, status int) error {
-	if status < 100 || status > 599 {
+	if (status < 100 || status > 599) && status != StatusReleased {
 		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
 	}
 	if err := s.begin(); err != nil {

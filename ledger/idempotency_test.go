@@ -46,3 +46,42 @@ func TestIdempotencyRecords(t *testing.T) {
 		t.Fatalf("begin after 24 h: %+v %v %v", got, isNew, err)
 	}
 }
+
+// TestIdempotencyReleaseAndTakeOver: a request that ended without effect releases its key, and a
+// record left "in progress" by a crash is taken over once no request can still be running.
+func TestIdempotencyReleaseAndTakeOver(t *testing.T) {
+	t0 := time.Date(2030, 3, 3, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := newMem(t)
+	a := mustAccount(t, s, "r@example.com").ID
+
+	if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req1", Fingerprint: "fp"}); err != nil || !isNew {
+		t.Fatal(isNew, err)
+	}
+	if err := s.FinishIdempotent(bg, a, "k", StatusReleased); err != nil {
+		t.Fatal(err)
+	}
+	got, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req2", Fingerprint: "fp"})
+	if err != nil || !isNew || got.RequestID != "req2" || got.Status != 0 {
+		t.Fatalf("begin after release: %+v %v %v", got, isNew, err)
+	}
+
+	// req2 "crashes" in progress: within the hold TTL its key stays taken, after it is free.
+	t0 = t0.Add(DefaultHoldTTL - time.Second)
+	if got, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req3"}); isNew || got.RequestID != "req2" {
+		t.Fatalf("in progress within the TTL was taken over: %+v", got)
+	}
+	t0 = t0.Add(2 * time.Second)
+	if got, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req4"}); !isNew || got.RequestID != "req4" {
+		t.Fatalf("abandoned record not taken over: %+v", got)
+	}
+
+	// A finished record is never taken over before its 24 h.
+	if err := s.FinishIdempotent(bg, a, "k", 200); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(DefaultHoldTTL * 2)
+	if got, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req5"}); isNew || got.Status != 200 || got.RequestID != "req4" {
+		t.Fatalf("finished record taken over: %+v", got)
+	}
+}
