@@ -75,7 +75,7 @@ func (g *generation) replay(rec ledger.IdempotencyRecord) {
 // finishIdempotent records the outcome: the status when the request was charged, else a
 // release (status < 0), so a retry of a failed request may run.
 func (g *generation) finishIdempotent() {
-	status := -1
+	status := ledger.StatusReleased
 	if g.credit > 0 {
 		status = http.StatusOK
 	}
