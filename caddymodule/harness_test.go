@@ -86,7 +86,7 @@ func realOllama(t testing.TB) *ollamatest.Server {
 
 // env is one loaded Caddy config with its ledger.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	tester *caddytest.Tester
 	dir    string
 	store  ledger.Store
@@ -345,7 +345,7 @@ func deadURL(t *testing.T) string {
 
 var _ = bytes.NewReader
 
-func mustAbs(t *testing.T, dir string) string {
+func mustAbs(t testing.TB, dir string) string {
 	t.Helper()
 	abs, err := filepath.Abs(dir)
 	if err != nil {

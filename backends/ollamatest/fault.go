@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,9 @@ type FaultConfig struct {
 	Pieces int
 	// Piece is the text of every piece. Default "tok ".
 	Piece string
+	// Numbered appends the piece's index and a space to Piece ("tok0 tok1 ..."), so a client can
+	// check that no piece was lost, doubled or reordered.
+	Numbered bool
 	// Delay is the pause before each piece; 0: pieces are written at once.
 	Delay time.Duration
 	// Stall bounds FaultStall; 0: until the client goes away.
@@ -113,8 +117,10 @@ type FaultServer struct {
 type faultModel struct {
 	cfg       FaultConfig
 	pieceLine []byte
-	doneLine  []byte
-	fastBody  []byte // FaultNone without delay: the whole response, rendered once
+	// pieceLines are the numbered pieces (FaultConfig.Numbered).
+	pieceLines [][]byte
+	doneLine   []byte
+	fastBody   []byte // FaultNone without delay: the whole response, rendered once
 }
 
 // NewFaultServer starts a FaultServer on a free loopback port with cfg's behaviour for
@@ -201,8 +207,21 @@ func (f *FaultServer) Set(cfg FaultConfig) {
 			EvalCount: cfg.Pieces, EvalDuration: 900 * time.Microsecond,
 		},
 	})
+	if cfg.Numbered {
+		m.pieceLines = make([][]byte, cfg.Pieces)
+		for i := range m.pieceLines {
+			m.pieceLines[i] = mustLine(api.ChatResponse{
+				Model: cfg.Model, CreatedAt: created,
+				Message: api.Message{Role: "assistant", Content: cfg.Piece + strconv.Itoa(i) + " "},
+			})
+		}
+	}
 	if cfg.Mode == FaultNone && cfg.Delay == 0 {
-		m.fastBody = append(bytes.Repeat(m.pieceLine, cfg.Pieces), m.doneLine...)
+		if cfg.Numbered {
+			m.fastBody = append(bytes.Join(m.pieceLines, nil), m.doneLine...)
+		} else {
+			m.fastBody = append(bytes.Repeat(m.pieceLine, cfg.Pieces), m.doneLine...)
+		}
 	}
 	f.mu.Lock()
 	f.models[cfg.Model] = m
@@ -309,7 +328,11 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 			gone(ctx.Err())
 			return
 		}
-		if _, err := w.Write(m.pieceLine); err != nil {
+		line := m.pieceLine
+		if m.pieceLines != nil {
+			line = m.pieceLines[i]
+		}
+		if _, err := w.Write(line); err != nil {
 			gone(err)
 			return
 		}

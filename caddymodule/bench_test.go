@@ -1,0 +1,323 @@
+package caddymodule
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
+)
+
+// BenchmarkGenerate measures in one run, against one fast fake Ollama that answers at once
+// (8 pieces), the time to the first piece of text and the throughput of three paths:
+//
+//	direct   the client straight to the backend's /api/chat
+//	proxy    through a plain Caddy reverse_proxy (flush_interval -1) to the backend
+//	textgen  through Caddy and this plugin: key check, durable charging (hold + settle with
+//	         synced writes), prompt building, streaming
+//
+// and 256 concurrent streams through textgen (no piece lost, doubled or out of order) with the
+// process's peak RSS. Run it with
+//
+//	go test ./caddymodule -run '^$' -bench BenchmarkGenerate -benchtime 1x
+//
+// Load generator, Caddy and backend share this process and the machine's cores, so compare the
+// figures as ratios from one run.
+func BenchmarkGenerate(b *testing.B) {
+	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: 8, Piece: "p", Numbered: true})
+	fs.Set(ollamatest.FaultConfig{Model: "slow", Pieces: 50, Piece: "s", Numbered: true, Delay: 10 * time.Millisecond})
+	dir := ledgerDir(b)
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port 9443
+	skip_install_trust
+}
+http://127.0.0.1:%d {
+	handle /proxy/* {
+		uri strip_prefix /proxy
+		reverse_proxy %s {
+			flush_interval -1
+		}
+	}
+	textgen /api/* {
+		ledger %s
+		ollama %s
+		model tiny
+		tool summarizer {
+			model slow
+		}
+	}
+}
+`, adminPort, httpPort, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL)
+	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{LoadRequestTimeout: 30 * time.Second})
+	tester.InitServer(cfg, "caddyfile")
+	if b.Failed() || b.Skipped() {
+		b.Fatal("the Caddy config did not load")
+	}
+	store := openLedgers()[mustAbs(b, dir)]
+	e := &env{t: b, store: store}
+	_, key := e.account(10_000_000)
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024, DisableCompression: true}}
+	chatBody := []byte(`{"model":"tiny","stream":true,"messages":[{"role":"user","content":"Summarize this."}]}`)
+	genReq := []byte(genBody("email-writer", "Summarize this.", "en", ""))
+	want := func(n int, prefix string) string {
+		var sb strings.Builder
+		for i := 0; i < n; i++ {
+			sb.WriteString(prefix + strconv.Itoa(i) + " ")
+		}
+		return sb.String()
+	}
+	wantText := want(8, "p")
+
+	type target struct {
+		name string
+		req  func() *http.Request
+		// check validates a whole body.
+		check func(body []byte) error
+	}
+	checkNDJSON := func(body []byte) error {
+		if n := bytes.Count(body, []byte("\n")); n != 9 {
+			return fmt.Errorf("%d NDJSON lines, want 9", n)
+		}
+		return nil
+	}
+	targets := []target{
+		{"direct", func() *http.Request {
+			r, _ := http.NewRequest("POST", fs.URL+"/api/chat", bytes.NewReader(chatBody))
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		}, checkNDJSON},
+		{"proxy", func() *http.Request {
+			r, _ := http.NewRequest("POST", baseURL+"/proxy/api/chat", bytes.NewReader(chatBody))
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		}, checkNDJSON},
+		{"textgen", func() *http.Request {
+			r, _ := http.NewRequest("POST", baseURL+"/api/v1/generate", bytes.NewReader(genReq))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("X-API-Key", key)
+			return r
+		}, func(body []byte) error {
+			if string(body) != wantText {
+				return fmt.Errorf("body %q, want %q", body, wantText)
+			}
+			return nil
+		}},
+	}
+
+	// one request: time to the first body byte, and the whole body checked.
+	one := func(t target) (time.Duration, error) {
+		start := time.Now()
+		resp, err := client.Do(t.req())
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		first, err := br.ReadByte()
+		ttfb := time.Since(start)
+		if err != nil {
+			return 0, err
+		}
+		rest, err := io.ReadAll(br)
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("%s: status %d", t.name, resp.StatusCode)
+		}
+		return ttfb, t.check(append([]byte{first}, rest...))
+	}
+
+	// Warm up every path (connections, model lookups, caches).
+	for i := 0; i < 200; i++ {
+		for _, t := range targets {
+			if _, err := one(t); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
+	b.ResetTimer()
+	// Time to first piece, interleaved so every path sees the same machine load.
+	for _, conc := range []int{1, 64} {
+		rounds := 1500
+		if conc > 1 {
+			rounds = 60
+		}
+		lat := make([][]time.Duration, len(targets))
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		for w := 0; w < conc; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				local := make([][]time.Duration, len(targets))
+				for r := 0; r < rounds; r++ {
+					for k := range targets {
+						i := (k + r + w) % len(targets)
+						d, err := one(targets[i])
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+						local[i] = append(local[i], d)
+					}
+				}
+				mu.Lock()
+				for i := range local {
+					lat[i] = append(lat[i], local[i]...)
+				}
+				mu.Unlock()
+			}(w)
+		}
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		p := make([][2]float64, len(targets))
+		for i := range targets {
+			p[i] = [2]float64{percentileUS(lat[i], 50), percentileUS(lat[i], 99)}
+			b.ReportMetric(p[i][0], fmt.Sprintf("%s-ttfb-p50-us/c%d", targets[i].name, conc))
+			b.ReportMetric(p[i][1], fmt.Sprintf("%s-ttfb-p99-us/c%d", targets[i].name, conc))
+		}
+		b.ReportMetric(p[2][0]-p[1][0], fmt.Sprintf("plugin-added-vs-proxy-p50-us/c%d", conc))
+		b.ReportMetric(p[2][1]-p[1][1], fmt.Sprintf("plugin-added-vs-proxy-p99-us/c%d", conc))
+		b.ReportMetric(p[2][0]-p[0][0], fmt.Sprintf("added-vs-direct-p50-us/c%d", conc))
+		b.ReportMetric(p[2][1]-p[0][1], fmt.Sprintf("added-vs-direct-p99-us/c%d", conc))
+		b.Logf("clients %d, time to first byte p50/p99 (us): direct %.0f/%.0f, reverse_proxy %.0f/%.0f, textgen %.0f/%.0f (%d requests each)",
+			conc, p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], len(lat[0]))
+	}
+
+	// Throughput at 64 clients, each path alone, in the order A B C C B A.
+	rps := make([]float64, len(targets))
+	for _, i := range []int{0, 1, 2, 2, 1, 0} {
+		const n, conc = 4000, 64
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		start := time.Now()
+		for w := 0; w < conc; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= n {
+					if _, err := one(targets[i]); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		rps[i] += n / time.Since(start).Seconds() / 2
+	}
+	for i, t := range targets {
+		b.ReportMetric(rps[i], t.name+"-req/s")
+	}
+	b.ReportMetric(rps[2]/rps[1], "textgen/proxy-throughput")
+	b.Logf("requests/s at 64 clients: direct %.0f, reverse_proxy %.0f, textgen %.0f", rps[0], rps[1], rps[2])
+
+	// 256 concurrent streams of 50 pieces, 10 ms apart: every text complete and in order.
+	slowBody := []byte(genBody("summarizer", "Summarize this.", "en", ""))
+	wantSlow := want(50, "s")
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if rss := rssBytes(); rss > peak.Load() {
+					peak.Store(rss)
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	var open, maxOpen atomic.Int64
+	for i := 0; i < 256; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := http.NewRequestWithContext(context.Background(), "POST", baseURL+"/api/v1/generate", bytes.NewReader(slowBody))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("X-API-Key", key)
+			resp, err := client.Do(r)
+			if err != nil {
+				bad.Add(1)
+				return
+			}
+			defer resp.Body.Close()
+			if n := open.Add(1); n > maxOpen.Load() {
+				maxOpen.Store(n)
+			}
+			body, err := io.ReadAll(resp.Body)
+			open.Add(-1)
+			if err != nil || resp.StatusCode != 200 || string(body) != wantSlow {
+				bad.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if bad.Load() != 0 {
+		b.Fatalf("%d of 256 streams lost, doubled or reordered pieces", bad.Load())
+	}
+	b.ReportMetric(float64(maxOpen.Load()), "streams-open-at-once")
+	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-rss-MB/256-streams")
+	b.Logf("256 streams: all complete and in order; %d open at once; peak RSS of the whole process (client, Caddy, backend) %.0f MB",
+		maxOpen.Load(), float64(peak.Load())/(1<<20))
+	e.verify()
+}
+
+func percentileUS(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p / 100)
+	return float64(s[i].Nanoseconds()) / 1e3
+}
+
+// rssBytes reads the resident set size of this process.
+func rssBytes() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
