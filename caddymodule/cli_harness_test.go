@@ -32,7 +32,7 @@ var (
 // cliBinary builds the caddy binary once per test binary. It lives in the repository's .xcaddy
 // folder (ignored by git), built under a temporary name and renamed into place, so a concurrent
 // test binary keeps running the file it started.
-func cliBinary(t *testing.T) string {
+func cliBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the caddy binary; not in -short mode")
@@ -89,7 +89,7 @@ func repoRoot() (string, error) {
 }
 
 // cliFreePort returns a loopback port nothing listens on right now (never 2999, caddytest's).
-func cliFreePort(t *testing.T) int {
+func cliFreePort(t testing.TB) int {
 	t.Helper()
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,7 +126,7 @@ func cliEnv(home string) []string {
 
 // cliServer is one `caddy run` process.
 type cliServer struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	admin  string // HOST:PORT of the admin API
 	http   string // HOST:PORT of the site
@@ -160,13 +160,20 @@ func (s *syncBuffer) String() string {
 // empty, a site without textgen), and waits until the admin API answers.
 func startCLIServer(t *testing.T, ledgerDir string) *cliServer {
 	t.Helper()
-	bin := cliBinary(t)
-	work := t.TempDir()
-	adminPort, httpPort, httpsPort := cliFreePort(t), cliFreePort(t), cliFreePort(t)
 	site := `respond "no textgen here" 404`
 	if ledgerDir != "" {
 		site = fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama http://127.0.0.1:1\n\t}", ledgerDir)
 	}
+	return startCaddyProcess(t, site, ledgerDir)
+}
+
+// startCaddyProcess runs the built caddy binary with one site block (site) on free ports and
+// waits until its admin API answers (for ledgerDir's ledger, when it is not empty).
+func startCaddyProcess(t testing.TB, site, ledgerDir string) *cliServer {
+	t.Helper()
+	bin := cliBinary(t)
+	work := t.TempDir()
+	adminPort, httpPort, httpsPort := cliFreePort(t), cliFreePort(t), cliFreePort(t)
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	http_port %d
@@ -288,7 +295,7 @@ func (r cliResult) String() string {
 }
 
 // runCaddy runs the binary with args and returns its output and exit code.
-func runCaddy(t *testing.T, home string, args ...string) cliResult {
+func runCaddy(t testing.TB, home string, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.Command(cliBinary(t), args...)
 	cmd.Env = cliEnv(home)
@@ -323,7 +330,7 @@ func (s *cliServer) json(args ...string) map[string]any {
 }
 
 // mustOneJSON requires exit 0 and stdout to be exactly one JSON object.
-func mustOneJSON(t *testing.T, res cliResult) map[string]any {
+func mustOneJSON(t testing.TB, res cliResult) map[string]any {
 	t.Helper()
 	if res.code != 0 {
 		t.Fatalf("want exit 0\n%s", res)
@@ -358,7 +365,7 @@ func mustFail(t *testing.T, res cliResult, code int, want ...string) {
 }
 
 // jsonStr, jsonNum, jsonBool and jsonList read fields of a decoded JSON object.
-func jsonStr(t *testing.T, obj map[string]any, key string) string {
+func jsonStr(t testing.TB, obj map[string]any, key string) string {
 	t.Helper()
 	v, ok := obj[key].(string)
 	if !ok {
@@ -367,7 +374,7 @@ func jsonStr(t *testing.T, obj map[string]any, key string) string {
 	return v
 }
 
-func jsonNum(t *testing.T, obj map[string]any, key string) int64 {
+func jsonNum(t testing.TB, obj map[string]any, key string) int64 {
 	t.Helper()
 	v, ok := obj[key].(json.Number)
 	if !ok {
@@ -380,7 +387,7 @@ func jsonNum(t *testing.T, obj map[string]any, key string) int64 {
 	return n
 }
 
-func jsonBool(t *testing.T, obj map[string]any, key string) bool {
+func jsonBool(t testing.TB, obj map[string]any, key string) bool {
 	t.Helper()
 	v, ok := obj[key].(bool)
 	if !ok {

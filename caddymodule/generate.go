@@ -49,11 +49,6 @@ type generation struct {
 	abort bool
 }
 
-type holdOutcome struct {
-	res ledger.HoldResult
-	err error
-}
-
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string) {
 	g := &generation{h: h, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
 	defer func() {
@@ -183,37 +178,37 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// run reserves a credit and streams the generation. The hold (a synced write) runs at the same
-// time as the call to the model server, so its cost is hidden behind the model's time to first
-// token; the first piece of text waits for the hold, and a failed hold cancels the call.
+// run reserves a credit and streams the generation. The reservation is made in memory, in
+// commit order, without waiting for the disk (ledger.Reserve): a hold lost to a crash charges
+// nothing, and the settle is durable only together with the hold before it. So the call to the
+// model never waits for a disk sync, and a client without credit never makes the model work.
 func (g *generation) run() {
 	h := g.h
-	if g.remaining <= 0 {
-		// A cheap in-memory check first, so a client without credit never makes the model work.
+	bg := context.WithoutCancel(g.r.Context())
+	res, err := h.store.Reserve(bg, ledger.HoldRequest{
+		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+	})
+	switch {
+	case errors.Is(err, ledger.ErrInsufficientCredits):
+		g.remaining = 0
 		g.fail(g.insufficient())
 		return
+	case errors.Is(err, ledger.ErrAccountDisabled):
+		g.fail(copyErr(errAccountDisabled))
+		return
+	case err != nil:
+		g.internal("holding credit", err)
+		return
 	}
+	g.remaining = res.Available
+
 	var backend backends.Backend = h.backend
 	if g.key.Mode == ledger.Test {
 		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
 	}
-	ctx := g.r.Context()
-	genCtx, cancel := context.WithDeadline(ctx, g.start.Add(time.Duration(h.GenerationTimeout)))
+	genCtx, cancel := context.WithDeadline(g.r.Context(), g.start.Add(time.Duration(h.GenerationTimeout)))
 	defer cancel()
-
-	holdCh := make(chan holdOutcome, 1)
-	go func() {
-		// The hold must finish even if the client leaves, so its outcome is known and resolved.
-		res, err := h.store.Hold(context.WithoutCancel(ctx), ledger.HoldRequest{
-			AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
-		})
-		if err != nil {
-			cancel()
-		}
-		holdCh <- holdOutcome{res, err}
-	}()
-
-	s := &streamer{g: g, holdCh: holdCh, rc: http.NewResponseController(g.w)}
+	s := &streamer{g: g, rc: http.NewResponseController(g.w)}
 	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
@@ -229,10 +224,6 @@ func (g *generation) run() {
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 	}, s.emit)
 	g.stats = stats
-	if !s.holdKnown {
-		s.hold = <-holdCh
-		s.holdKnown = true
-	}
 	g.finish(s, gerr)
 }
 
@@ -240,19 +231,6 @@ func (g *generation) run() {
 func (g *generation) finish(s *streamer, gerr error) {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
-	if err := s.hold.err; err != nil {
-		// Nothing was sent: the first piece waits for the hold.
-		switch {
-		case errors.Is(err, ledger.ErrInsufficientCredits):
-			g.remaining = 0
-			g.fail(g.insufficient())
-		case errors.Is(err, ledger.ErrAccountDisabled):
-			g.fail(copyErr(errAccountDisabled))
-		default:
-			g.internal("holding credit", err)
-		}
-		return
-	}
 	kind := backends.KindOf(gerr)
 	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged.
 	clientGone := gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
@@ -428,30 +406,17 @@ type doneEvent struct {
 
 // streamer writes the pieces of one generation to the client.
 type streamer struct {
-	g         *generation
-	rc        *http.ResponseController
-	holdCh    chan holdOutcome
-	hold      holdOutcome
-	holdKnown bool
-	started   bool
-	writeErr  error
-	buf       []byte
+	g        *generation
+	rc       *http.ResponseController
+	started  bool
+	writeErr error
+	buf      []byte
 }
 
-var errHoldFailed = errors.New("credit hold failed")
-
-// emit sends one piece. The first piece waits for the hold and sends the 200 headers.
+// emit sends one piece. The first piece sends the 200 headers.
 func (s *streamer) emit(piece string) error {
 	g := s.g
 	if !s.started {
-		if !s.holdKnown {
-			s.hold = <-s.holdCh
-			s.holdKnown = true
-		}
-		if s.hold.err != nil {
-			return errHoldFailed
-		}
-		g.remaining = s.hold.res.Available
 		hdr := g.w.Header()
 		if g.sse {
 			hdr.Set("Content-Type", "text/event-stream")
@@ -459,7 +424,7 @@ func (s *streamer) emit(piece string) error {
 			hdr.Set("Content-Type", "text/plain; charset=utf-8")
 		}
 		hdr.Set("X-Credits-Used", "1")
-		hdr.Set("X-Credits-Remaining", strconv.FormatInt(s.hold.res.Available, 10))
+		hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
 		hdr.Set("X-Request-Id", g.id)
 		hdr.Set("Cache-Control", "no-store")
 		hdr.Set("X-Content-Type-Options", "nosniff")

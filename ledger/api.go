@@ -209,6 +209,9 @@ type Store interface {
 
 	// Credits.
 	Hold(ctx context.Context, req HoldRequest) (HoldResult, error)
+	// Reserve is Hold that returns once the credit is reserved, before the hold is on disk; a
+	// later Settle or Void of the same request is durable only together with the hold.
+	Reserve(ctx context.Context, req HoldRequest) (HoldResult, error)
 	Settle(ctx context.Context, accountID, requestID string) (HoldResult, error)
 	Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error)
 	Grant(ctx context.Context, req GrantRequest) (GrantResult, error)

@@ -78,6 +78,19 @@ func (s *Badger) repeated(a *account, h *holdMem) (HoldResult, error) {
 // account. A request id is held at most once: a repeated Hold reports the hold's state with
 // Repeated set and changes nothing.
 func (s *Badger) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
+	return s.hold(req, true)
+}
+
+// Reserve is Hold without waiting for the hold to reach the disk: it returns once the credit is
+// reserved in memory and the hold's write is queued. Writes commit in queue order, so a later
+// Settle or Void of the request is durable only with the hold before it; a crash before the
+// hold's commit loses the hold, which charges nothing. The generate handler reserves this way
+// so that a model faster than a disk sync never waits for one before its first piece of text.
+func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, error) {
+	return s.hold(req, false)
+}
+
+func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	if err := checkMode(req.Mode); err != nil {
 		return HoldResult{}, err
 	}
@@ -151,6 +164,9 @@ func (s *Badger) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) 
 	})
 	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
 	a.mu.Unlock()
+	if !wait {
+		return HoldResult{RequestID: req.RequestID, State: HoldOpen, Available: ent.AvailableAfter}, nil
+	}
 	if err := op.wait(); err != nil {
 		return HoldResult{}, err
 	}

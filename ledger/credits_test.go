@@ -299,3 +299,42 @@ func TestFailedCommitStopsTheStore(t *testing.T) {
 	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1})
 	wantErr(t, err, boom)
 }
+
+// TestReserve: a reservation takes the credit at once (the next one sees it gone) and becomes
+// durable with the settle that follows it.
+func TestReserve(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, Options{})
+	a := mustAccount(t, s, "reserve@example.com").ID
+	mustGrant(t, s, a, Live, 1)
+
+	r, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r1", Tool: "summarizer"})
+	if err != nil || r.State != HoldOpen || r.Available != 0 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r2"}); err != ErrInsufficientCredits {
+		t.Fatalf("second reserve on a balance of 1: %v", err)
+	}
+	if res, err := s.Settle(bg, a, "req_r1"); err != nil || res.State != HoldSettled {
+		t.Fatalf("settle: %+v %v", res, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir, Options{})
+	b, err := s.Balance(bg, a)
+	if err != nil || b.Balance != 0 || b.Available != 0 {
+		t.Fatalf("after reopen: %+v %v", b, err)
+	}
+	var kinds []EntryKind
+	es, _, _ := s.History(bg, a, Page{})
+	for _, e := range es {
+		kinds = append(kinds, e.Kind)
+	}
+	if len(kinds) != 3 || kinds[0] != KindSettle || kinds[1] != KindHold || kinds[2] != KindGrant {
+		t.Fatalf("history after reopen, newest first: %v", kinds)
+	}
+	if rep, err := s.Verify(bg); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
