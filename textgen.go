@@ -6,4 +6,6 @@ package textgen
 import (
 	// Registers http.handlers.textgen, admin.api.textgen and the caddy textgen commands.
 	_ "github.com/caddy-textgen/textgen/caddymodule"
+	// Registers http.handlers.textgen_account, the My Account area.
+	_ "github.com/caddy-textgen/textgen/caddymodule/account"
 )

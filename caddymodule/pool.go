@@ -93,3 +93,13 @@ func releaseOllama(key string) error {
 	_, err := ollamas.Delete(key)
 	return err
 }
+
+// AcquireLedger opens the ledger in dir or joins it if it is open, for other modules of the
+// plugin (the account area) that share it with the generate handler. Release it with
+// ReleaseLedger(key) exactly once, in Cleanup.
+func AcquireLedger(dir string, opts ledger.Options) (*ledger.Badger, string, error) {
+	return acquireLedger(dir, opts)
+}
+
+// ReleaseLedger gives back a ledger taken with AcquireLedger; the last user closes it.
+func ReleaseLedger(key string) error { return releaseLedger(key) }

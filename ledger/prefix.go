@@ -20,6 +20,10 @@ const (
 	prefixGrantRef byte = 0x09 // acct id + reference -> seq (uint64 BE) of the first entry
 	prefixIdem     byte = 0x0A // acct id + Idempotency-Key -> IdempotencyRecord (JSON), 24 h TTL
 	prefixMeta     byte = 0x0B // name -> value (schema version)
+	// The account area (auth.go).
+	prefixCredential  byte = 0x0C // acct id -> credentialRecord (JSON): argon2id hash of the password
+	prefixSession     byte = 0x0D // SHA-256 digest of a session token (32 bytes) -> sessionRecord (JSON), Badger TTL = expiry
+	prefixAcctSession byte = 0x0E // acct id + session digest -> empty, same TTL; finds an account's sessions
 )
 
 const (
@@ -63,3 +67,12 @@ var metaSchemaKey = []byte{prefixMeta, 's', 'c', 'h', 'e', 'm', 'a'}
 
 // schemaVersion is written when a directory is first opened; Open refuses a newer one.
 const schemaVersion = "1"
+
+func credentialKey(acct string) []byte { return key1(prefixCredential, acct) }
+
+func sessionKey(d [32]byte) []byte { return append([]byte{prefixSession}, d[:]...) }
+
+func acctSessionKey(acct string, d [32]byte) []byte {
+	k := make([]byte, 0, 1+len(acct)+len(d))
+	return append(append(append(k, prefixAcctSession), acct...), d[:]...)
+}

@@ -1,0 +1,308 @@
+// Package account is "My Account", the self-service area of caddy-textgen in the browser: the
+// Caddy HTTP handler http.handlers.textgen_account (Caddyfile directive textgen_account). Account
+// holders sign up, log in, create and revoke API keys, see their credits, requests and
+// purchases, refill their test credits, and buy credit packages through Stripe Checkout, whose
+// webhook credits the purchase exactly once. It shares the ledger with the generate handler
+// through the plugin's ledger pool.
+package account
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/caddymodule"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler serves the account area under PathPrefix and passes every other request on to the
+// next handler, so it works in a site block next to textgen without a matcher.
+type Handler struct {
+	// Ledger is the directory of the Badger ledger, the same one the textgen handler names.
+	// Required. Both handlers share one open database.
+	Ledger string `json:"ledger,omitempty"`
+
+	// PathPrefix is where the account area lives. Default: /account.
+	PathPrefix string `json:"path_prefix,omitempty"`
+
+	// SessionLifetime is how long a log-in lasts (absolute, not extended by activity).
+	// Default: 12h.
+	SessionLifetime caddy.Duration `json:"session_lifetime,omitempty"`
+
+	// CookieName names the session cookie; the log-in form's CSRF cookie is the same name with
+	// "_csrf" appended. Default: textgen_session.
+	CookieName string `json:"cookie_name,omitempty"`
+
+	// StripeSecretKey is the Stripe API secret key (sk_live_... or sk_test_...). Placeholders
+	// such as {env.STRIPE_SECRET_KEY} are resolved at start. Default: none; without it (and
+	// the webhook secret) buying credits is switched off and the pages say so.
+	StripeSecretKey string `json:"stripe_secret_key,omitempty"`
+
+	// StripeWebhookSecret is the signing secret (whsec_...) of the webhook endpoint registered
+	// in Stripe for PathPrefix + "/stripe/webhook". Placeholders are resolved at start.
+	// Required when StripeSecretKey is set.
+	StripeWebhookSecret string `json:"stripe_webhook_secret,omitempty"`
+
+	// StripeAPIURL is the base URL of the Stripe API. Default: https://api.stripe.com (tests
+	// point it at stripe-mock).
+	StripeAPIURL string `json:"stripe_api_url,omitempty"`
+
+	// WebhookTolerance is how old a webhook's signed timestamp may be. Default: 5m (Stripe's).
+	WebhookTolerance caddy.Duration `json:"webhook_tolerance,omitempty"`
+
+	// Packages are the credit packages on sale, in the order shown. Default: one package "10"
+	// of 10 credits for 200 cents (2.00 EUR).
+	Packages []Package `json:"packages,omitempty"`
+
+	// PublicURL is the scheme and host customers reach the site at (https://api.example.com),
+	// used for Stripe's return links. Default: taken from each request (its Host header and
+	// whether it came over TLS); set it when Caddy sits behind another proxy.
+	PublicURL string `json:"public_url,omitempty"`
+
+	// TestCredits is the number of test credits a refill tops the account up to. Default: 50.
+	TestCredits int64 `json:"test_credits,omitempty"`
+
+	// SiteName is shown in page titles and the header. Default: "Text generation API".
+	SiteName string `json:"site_name,omitempty"`
+
+	// MaxKeys is the most unrevoked API keys an account may have. Default: 20.
+	MaxKeys int `json:"max_keys,omitempty"`
+
+	life    *sync.RWMutex // read-locked by requests, write-locked by Cleanup (as in textgen)
+	cleaned bool
+
+	logger    *zap.Logger
+	ledgerKey string
+	app       *app
+}
+
+// Package is a credit package on sale. The price is in euro cents.
+type Package struct {
+	// ID names the package in forms and in the Checkout Session's metadata. Letters, digits,
+	// "-" and "_"; required.
+	ID string `json:"id,omitempty"`
+	// Credits bought with the package; required, > 0.
+	Credits int64 `json:"credits,omitempty"`
+	// PriceCents is the price in euro cents; required, at least 50 (Stripe's minimum charge).
+	PriceCents int64 `json:"price_cents,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.textgen_account",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+const (
+	defaultPrefix           = "/account"
+	defaultSessionLifetime  = 12 * time.Hour
+	defaultCookieName       = "textgen_session"
+	defaultWebhookTolerance = 5 * time.Minute
+	defaultTestCredits      = 50
+	defaultSiteName         = "Text generation API"
+	defaultMaxKeys          = 20
+	// The generate handler's default hold TTL (generation_timeout 5m + 5m): whichever of the
+	// two handlers opens the shared ledger first, it opens it with the same settings.
+	ledgerHoldTTL = 10 * time.Minute
+)
+
+// DefaultPackages is the seed's one package: 10 credits for 2.00 EUR.
+var DefaultPackages = []Package{{ID: "10", Credits: 10, PriceCents: 200}}
+
+var (
+	packageIDRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+	cookieNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+)
+
+// Provision sets defaults, resolves the Stripe secrets and opens (or joins) the ledger.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.life = new(sync.RWMutex)
+	h.logger = ctx.Logger()
+	if h.PathPrefix == "" {
+		h.PathPrefix = defaultPrefix
+	}
+	h.PathPrefix = strings.TrimRight(h.PathPrefix, "/")
+	if h.SessionLifetime == 0 {
+		h.SessionLifetime = caddy.Duration(defaultSessionLifetime)
+	}
+	if h.CookieName == "" {
+		h.CookieName = defaultCookieName
+	}
+	if h.WebhookTolerance == 0 {
+		h.WebhookTolerance = caddy.Duration(defaultWebhookTolerance)
+	}
+	if len(h.Packages) == 0 {
+		h.Packages = append([]Package(nil), DefaultPackages...)
+	}
+	if h.TestCredits == 0 {
+		h.TestCredits = defaultTestCredits
+	}
+	if h.SiteName == "" {
+		h.SiteName = defaultSiteName
+	}
+	if h.MaxKeys == 0 {
+		h.MaxKeys = defaultMaxKeys
+	}
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	// Secrets come from the environment ({env.STRIPE_SECRET_KEY}), resolved once here so that
+	// they never appear in the config JSON.
+	repl := caddy.NewReplacer()
+	secretKey := strings.TrimSpace(repl.ReplaceAll(h.StripeSecretKey, ""))
+	webhookSecret := strings.TrimSpace(repl.ReplaceAll(h.StripeWebhookSecret, ""))
+	if (secretKey == "") != (webhookSecret == "") {
+		return fmt.Errorf("textgen_account: stripe_secret_key and stripe_webhook_secret must both be set (after resolving placeholders) or both be empty")
+	}
+	if secretKey == "" {
+		h.logger.Warn("buying credits is switched off: no stripe_secret_key / stripe_webhook_secret")
+	}
+
+	store, key, err := caddymodule.AcquireLedger(h.Ledger, ledger.Options{
+		HoldTTL: ledgerHoldTTL,
+		Logger:  h.logger.Named("ledger"),
+	})
+	if err != nil {
+		return fmt.Errorf("textgen_account: %w", err)
+	}
+	h.ledgerKey = key
+	h.app, err = newApp(appConfig{
+		store:            store,
+		logger:           h.logger,
+		prefix:           h.PathPrefix,
+		sessionLifetime:  time.Duration(h.SessionLifetime),
+		cookieName:       h.CookieName,
+		stripeKey:        secretKey,
+		webhookSecret:    webhookSecret,
+		stripeAPIURL:     h.StripeAPIURL,
+		webhookTolerance: time.Duration(h.WebhookTolerance),
+		packages:         h.Packages,
+		publicURL:        strings.TrimRight(h.PublicURL, "/"),
+		testCredits:      h.TestCredits,
+		siteName:         h.SiteName,
+		maxKeys:          h.MaxKeys,
+	})
+	return err
+}
+
+// Validate rejects a configuration that cannot work, naming the field.
+func (h *Handler) Validate() error {
+	if strings.TrimSpace(h.Ledger) == "" {
+		return fmt.Errorf("textgen_account: ledger: the directory of the ledger (as in textgen) is required")
+	}
+	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || p == "/") {
+		return fmt.Errorf("textgen_account: path_prefix: %q must be a path like /account", p)
+	}
+	if h.SessionLifetime < 0 || time.Duration(h.SessionLifetime) > ledger.MaxSessionTTL {
+		return fmt.Errorf("textgen_account: session_lifetime: must be between 0 and %s", ledger.MaxSessionTTL)
+	}
+	if h.CookieName != "" && !cookieNameRe.MatchString(h.CookieName) {
+		return fmt.Errorf("textgen_account: cookie_name: %q may hold only letters, digits, - and _", h.CookieName)
+	}
+	if h.WebhookTolerance < 0 {
+		return fmt.Errorf("textgen_account: webhook_tolerance must not be negative")
+	}
+	seen := map[string]bool{}
+	for _, p := range h.Packages {
+		if !packageIDRe.MatchString(p.ID) {
+			return fmt.Errorf("textgen_account: package %q: the id may hold only letters, digits, - and _", p.ID)
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("textgen_account: package %q is defined twice", p.ID)
+		}
+		seen[p.ID] = true
+		if p.Credits <= 0 || p.Credits > 1_000_000 {
+			return fmt.Errorf("textgen_account: package %q: credits must be between 1 and 1000000", p.ID)
+		}
+		if p.PriceCents < 50 || p.PriceCents > 99_999_999 {
+			return fmt.Errorf("textgen_account: package %q: the price must be between 50 and 99999999 cents", p.ID)
+		}
+	}
+	if h.PublicURL != "" {
+		u, err := url.Parse(h.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("textgen_account: public_url: %q must be a scheme and host like https://api.example.com", h.PublicURL)
+		}
+	}
+	if h.StripeAPIURL != "" {
+		if u, err := url.Parse(h.StripeAPIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("textgen_account: stripe_api_url: %q is not an http(s) URL", h.StripeAPIURL)
+		}
+	}
+	if h.TestCredits < 0 || h.TestCredits > 10_000 {
+		return fmt.Errorf("textgen_account: test_credits must be between 0 and 10000")
+	}
+	if h.MaxKeys < 0 {
+		return fmt.Errorf("textgen_account: max_keys must not be negative")
+	}
+	return nil
+}
+
+// Cleanup releases the shared ledger once the last request of this config has ended. It is
+// safe after a Provision that failed half way.
+func (h *Handler) Cleanup() error {
+	if h.life == nil {
+		return nil
+	}
+	if h.life.TryLock() {
+		return h.release()
+	}
+	go func() {
+		h.life.Lock()
+		if err := h.release(); err != nil {
+			h.logger.Error("releasing ledger", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// release is called with h.life write-locked and leaves it locked.
+func (h *Handler) release() error {
+	if h.cleaned {
+		return nil
+	}
+	h.cleaned = true
+	if h.ledgerKey != "" {
+		return caddymodule.ReleaseLedger(h.ledgerKey)
+	}
+	return nil
+}
+
+// ServeHTTP serves the account area and passes other paths on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	p := r.URL.Path
+	if p != h.PathPrefix && !strings.HasPrefix(p, h.PathPrefix+"/") {
+		return next.ServeHTTP(w, r)
+	}
+	h.life.RLock()
+	defer h.life.RUnlock()
+	if h.cleaned {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "The server is reloading its configuration; retry.", http.StatusServiceUnavailable)
+		return nil
+	}
+	h.app.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,170 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// now is the account area's clock (session expiry); tests replace it instead of sleeping.
+var now = time.Now
+
+// appConfig is the Handler's configuration with every default and secret resolved.
+type appConfig struct {
+	store            ledger.Store
+	logger           *zap.Logger
+	prefix           string
+	sessionLifetime  time.Duration
+	cookieName       string
+	stripeKey        string
+	webhookSecret    string
+	stripeAPIURL     string
+	webhookTolerance time.Duration
+	packages         []Package
+	publicURL        string
+	testCredits      int64
+	siteName         string
+	maxKeys          int
+	// httpClient is the client for the Stripe API. Default: one with a 30 s timeout.
+	httpClient *http.Client
+}
+
+// app is the account area: its routes and everything they share. It is independent of Caddy's
+// module lifecycle so that tests can build it on an in-memory ledger.
+type app struct {
+	appConfig
+	stripe    *stripe.Client // nil: buying is switched off
+	packageBy map[string]Package
+	mux       *http.ServeMux
+	pages     *pageSet
+	origin    *http.CrossOriginProtection
+	// Log-in throttles: failed attempts per account (email) and per client address, and
+	// sign-ups per client address.
+	failByEmail, failByIP, signupByIP *throttle
+	// hashSlots bounds the argon2id hashes running at once (each takes 19 MiB).
+	hashSlots chan struct{}
+}
+
+const (
+	maxFormBytes   = 16 << 10
+	maxWebhookBody = 1 << 20
+	hashSlots      = 4
+)
+
+func newApp(c appConfig) (*app, error) {
+	if c.httpClient == nil {
+		c.httpClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	a := &app{
+		appConfig:   c,
+		packageBy:   map[string]Package{},
+		origin:      http.NewCrossOriginProtection(),
+		failByEmail: newThrottle(5, 15*time.Minute, 100_000),
+		failByIP:    newThrottle(30, 15*time.Minute, 100_000),
+		signupByIP:  newThrottle(10, time.Hour, 100_000),
+		hashSlots:   make(chan struct{}, hashSlots),
+	}
+	for _, p := range c.packages {
+		a.packageBy[p.ID] = p
+	}
+	if c.stripeKey != "" {
+		cfg := &stripe.BackendConfig{HTTPClient: c.httpClient, LeveledLogger: stripeLogger{c.logger.Named("stripe")}}
+		if c.stripeAPIURL != "" {
+			cfg.URL = stripe.String(c.stripeAPIURL)
+		}
+		a.stripe = stripe.NewClient(c.stripeKey, stripe.WithBackends(stripe.NewBackendsWithConfig(cfg)))
+	}
+	var err error
+	if a.pages, err = loadPages(); err != nil {
+		return nil, err
+	}
+	a.routes()
+	return a, nil
+}
+
+func (a *app) routes() {
+	p := a.prefix
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+p+"/assets/{name}", a.serveAsset)
+	m.HandleFunc("GET "+p+"/{$}", a.authed(a.dashboard))
+	m.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, p+"/", http.StatusSeeOther)
+	})
+	m.HandleFunc("GET "+p+"/signup", a.signupForm)
+	m.HandleFunc("POST "+p+"/signup", a.signup)
+	m.HandleFunc("GET "+p+"/login", a.loginForm)
+	m.HandleFunc("POST "+p+"/login", a.login)
+	m.HandleFunc("POST "+p+"/logout", a.authedPost(a.logout))
+	m.HandleFunc("GET "+p+"/keys", a.authed(a.keys))
+	m.HandleFunc("POST "+p+"/keys", a.authedPost(a.createKey))
+	m.HandleFunc("GET "+p+"/keys/revoke", a.authed(a.revokeConfirm))
+	m.HandleFunc("POST "+p+"/keys/revoke", a.authedPost(a.revokeKey))
+	m.HandleFunc("POST "+p+"/test-credits", a.authedPost(a.refillTestCredits))
+	m.HandleFunc("GET "+p+"/buy", a.authed(a.buyPage))
+	m.HandleFunc("POST "+p+"/buy", a.authedPost(a.buy))
+	m.HandleFunc("GET "+p+"/buy/success", a.authed(a.buySuccess))
+	m.HandleFunc("GET "+p+"/buy/cancel", a.authed(a.buyCancel))
+	m.HandleFunc("POST "+p+"/stripe/webhook", a.webhook)
+	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
+		a.errorPage(w, r, nil, http.StatusNotFound, "Page not found", "There is no page at this address.")
+	})
+	a.mux = m
+}
+
+// ServeHTTP serves one request of the account area.
+func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Pages are personal and carry forms: never cached, never framed, no foreign content.
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	// form-action allows https: for the redirect from "Buy" to Stripe Checkout (browsers apply
+	// form-action to the redirects a form submission follows).
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "+
+		"form-action 'self' https:; frame-ancestors 'none'; base-uri 'none'")
+	a.mux.ServeHTTP(w, r)
+}
+
+// withHash runs f in one of the bounded argon2id slots, or gives up with the request.
+func (a *app) withHash(ctx context.Context, f func()) error {
+	select {
+	case a.hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-a.hashSlots }()
+	f()
+	return nil
+}
+
+// internalError logs err and shows a 500 page that says nothing about it.
+func (a *app) internalError(w http.ResponseWriter, r *http.Request, sc *sessionCtx, what string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	fields := []zap.Field{zap.Error(err), zap.String("path", r.URL.Path)}
+	if sc != nil {
+		fields = append(fields, zap.String("account", sc.acct.ID))
+	}
+	a.logger.Error(what, fields...)
+	a.errorPage(w, r, sc, http.StatusInternalServerError, "Something went wrong",
+		"The server could not complete this request. Nothing was changed that you have not been told about; please try again.")
+}
+
+// stripeLogger routes stripe-go's leveled logger into zap (it logs request errors at Error).
+type stripeLogger struct{ l *zap.Logger }
+
+func (s stripeLogger) Debugf(f string, v ...any) { s.l.Sugar().Debugf(f, v...) }
+func (s stripeLogger) Infof(f string, v ...any)  { s.l.Sugar().Debugf(f, v...) }
+func (s stripeLogger) Warnf(f string, v ...any)  { s.l.Sugar().Warnf(f, v...) }
+func (s stripeLogger) Errorf(f string, v ...any) { s.l.Sugar().Errorf(f, v...) }
+
+// Interface guards
+var _ stripe.LeveledLoggerInterface = stripeLogger{}

@@ -1,0 +1,190 @@
+package account
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// The message for every failed log-in, whether the email is unknown or the password wrong.
+const badLogin = "The email or password is not correct."
+
+type authForm struct {
+	Email    string
+	Expired  bool
+	LoggedIn bool
+}
+
+func (a *app) signupForm(w http.ResponseWriter, r *http.Request) {
+	if a.loggedIn(r) {
+		http.Redirect(w, r, a.prefix+"/", http.StatusSeeOther)
+		return
+	}
+	a.authPage(w, r, http.StatusOK, "signup", "", authForm{})
+}
+
+func (a *app) loginForm(w http.ResponseWriter, r *http.Request) {
+	if a.loggedIn(r) {
+		http.Redirect(w, r, a.prefix+"/", http.StatusSeeOther)
+		return
+	}
+	q := r.URL.Query()
+	a.authPage(w, r, http.StatusOK, "login", "", authForm{Expired: q.Has("expired"), LoggedIn: q.Has("logged_out")})
+}
+
+// loggedIn reports whether the request carries a live session (for the log-in and sign-up
+// pages, which send a logged-in user to the dashboard).
+func (a *app) loggedIn(r *http.Request) bool {
+	c, err := r.Cookie(a.cookieName)
+	if err != nil {
+		return false
+	}
+	s, acct, err := a.store.GetSession(r.Context(), c.Value)
+	return err == nil && now().Before(s.Expires) && acct.Status == ledger.StatusActive
+}
+
+func (a *app) authPage(w http.ResponseWriter, r *http.Request, status int, name, errMsg string, f authForm) {
+	title := "Log in"
+	if name == "signup" {
+		title = "Create your account"
+	}
+	a.render(w, r, status, name, page{Title: title, CSRF: a.anonCSRF(w, r), Error: errMsg, Data: f})
+}
+
+func (a *app) signup(w http.ResponseWriter, r *http.Request) {
+	if !a.parseForm(w, r) {
+		return
+	}
+	email := strings.TrimSpace(r.PostFormValue("email"))
+	form := authForm{Email: email}
+	if !a.checkAnonCSRF(r) {
+		a.authPage(w, r, http.StatusForbidden, "signup", "The form had expired. Please try again.", form)
+		return
+	}
+	t := now()
+	ip := clientKey(r)
+	if blocked, wait := a.signupByIP.blocked(ip, t); blocked {
+		a.throttled(w, r, "signup", form, wait)
+		return
+	}
+	var acct ledger.Account
+	var err error
+	if herr := a.withHash(r.Context(), func() {
+		acct, err = a.store.CreateAccountWithPassword(r.Context(), email, r.PostFormValue("password"))
+	}); herr != nil {
+		return // the client went away
+	}
+	var weak *ledger.WeakPasswordError
+	switch {
+	case errors.As(err, &weak):
+		a.authPage(w, r, http.StatusBadRequest, "signup", weak.Reason, form)
+		return
+	case errors.Is(err, ledger.ErrDuplicateEmail):
+		a.authPage(w, r, http.StatusConflict, "signup", "An account with this email already exists. Log in instead.", form)
+		return
+	case errors.Is(err, ledger.ErrInvalidArgument):
+		a.authPage(w, r, http.StatusBadRequest, "signup", "Enter a valid email address, like name@example.com.", form)
+		return
+	case err != nil:
+		a.internalError(w, r, nil, "sign-up", err)
+		return
+	}
+	a.signupByIP.add(ip, t)
+	a.logger.Info("account signed up", zap.String("account", acct.ID))
+	// Free test credits from the start, so a test key works at once.
+	if _, _, err := a.store.RefillTestCredits(r.Context(), acct.ID, a.testCredits); err != nil {
+		a.logger.Warn("granting the first test credits", zap.String("account", acct.ID), zap.Error(err))
+	}
+	a.startSession(w, r, acct)
+}
+
+func (a *app) login(w http.ResponseWriter, r *http.Request) {
+	if !a.parseForm(w, r) {
+		return
+	}
+	email := strings.ToLower(strings.TrimSpace(r.PostFormValue("email")))
+	form := authForm{Email: email}
+	if !a.checkAnonCSRF(r) {
+		a.authPage(w, r, http.StatusForbidden, "login", "The form had expired. Please try again.", form)
+		return
+	}
+	t := now()
+	ip := clientKey(r)
+	if blocked, wait := a.failByIP.blocked(ip, t); blocked {
+		a.throttled(w, r, "login", form, wait)
+		return
+	}
+	if blocked, wait := a.failByEmail.blocked(email, t); blocked {
+		a.throttled(w, r, "login", form, wait)
+		return
+	}
+	var acct ledger.Account
+	var err error
+	if herr := a.withHash(r.Context(), func() {
+		acct, err = a.store.Authenticate(r.Context(), email, r.PostFormValue("password"))
+	}); herr != nil {
+		return
+	}
+	switch {
+	case errors.Is(err, ledger.ErrInvalidCredentials):
+		a.failByIP.add(ip, t)
+		a.failByEmail.add(email, t)
+		a.logger.Info("failed log-in", zap.String("client", ip))
+		a.authPage(w, r, http.StatusUnauthorized, "login", badLogin, form)
+		return
+	case errors.Is(err, ledger.ErrAccountDisabled):
+		a.authPage(w, r, http.StatusForbidden, "login", "This account is disabled. Please contact the operator of this service.", form)
+		return
+	case err != nil:
+		a.internalError(w, r, nil, "log-in", err)
+		return
+	}
+	a.failByEmail.reset(email)
+	a.startSession(w, r, acct)
+}
+
+func (a *app) throttled(w http.ResponseWriter, r *http.Request, name string, f authForm, wait time.Duration) {
+	mins := int(math.Ceil(wait.Minutes()))
+	w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
+	msg := fmt.Sprintf("Too many attempts. Please wait %d minute%s and try again.", mins, plural(mins))
+	a.authPage(w, r, http.StatusTooManyRequests, name, msg, f)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// startSession logs the account in: a fresh session (never one the browser brought along), its
+// cookie, and the dashboard.
+func (a *app) startSession(w http.ResponseWriter, r *http.Request, acct ledger.Account) {
+	if c, err := r.Cookie(a.cookieName); err == nil {
+		_ = a.store.DeleteSession(r.Context(), c.Value)
+	}
+	token, _, err := a.store.CreateSession(r.Context(), acct.ID, a.sessionLifetime)
+	if err != nil {
+		a.internalError(w, r, nil, "creating session", err)
+		return
+	}
+	a.setSessionCookie(w, r, token)
+	a.clearCookie(w, r, a.cookieName+"_csrf")
+	http.Redirect(w, r, a.prefix+"/", http.StatusSeeOther)
+}
+
+func (a *app) logout(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	if err := a.store.DeleteSession(r.Context(), sc.token); err != nil {
+		a.internalError(w, r, sc, "ending session", err)
+		return
+	}
+	a.clearCookie(w, r, a.cookieName)
+	http.Redirect(w, r, a.prefix+"/login?logged_out=1", http.StatusSeeOther)
+}

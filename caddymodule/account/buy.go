@@ -1,0 +1,112 @@
+package account
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/stripe/stripe-go/v82"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Buying credits: the buy page lists the packages; "Buy" creates a Stripe Checkout Session
+// (client_reference_id = the account id, metadata = the package) and sends the browser to
+// Stripe's payment page. Credits are added only by the webhook (webhook.go), never by the
+// return page: a browser can come back without paying, or pay and never come back.
+
+type buyData struct {
+	Packages []Package
+	Enabled  bool
+}
+
+func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	p := sc.page("Buy credits", "buy")
+	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil}
+	a.render(w, r, http.StatusOK, "buy", p)
+}
+
+func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	if a.stripe == nil {
+		a.errorPage(w, r, sc, http.StatusServiceUnavailable, "Buying is not available",
+			"This service does not sell credits online. Please contact its operator.")
+		return
+	}
+	id := r.PostFormValue("package")
+	pkg, ok := a.packageBy[id]
+	if !ok {
+		p := sc.page("Buy credits", "buy")
+		p.Error = "There is no such package. Choose one of the packages below."
+		p.Data = buyData{Packages: a.packages, Enabled: true}
+		a.render(w, r, http.StatusBadRequest, "buy", p)
+		return
+	}
+	base := a.baseURL(r) + a.prefix
+	params := &stripe.CheckoutSessionCreateParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
+		ClientReferenceID: stripe.String(sc.acct.ID),
+		CustomerEmail:     stripe.String(sc.acct.Email),
+		SuccessURL:        stripe.String(base + "/buy/success?session_id={CHECKOUT_SESSION_ID}"),
+		CancelURL:         stripe.String(base + "/buy/cancel"),
+		LineItems: []*stripe.CheckoutSessionCreateLineItemParams{{
+			Quantity: stripe.Int64(1),
+			PriceData: &stripe.CheckoutSessionCreateLineItemPriceDataParams{
+				Currency:   stripe.String("eur"),
+				UnitAmount: stripe.Int64(pkg.PriceCents),
+				ProductData: &stripe.CheckoutSessionCreateLineItemPriceDataProductDataParams{
+					Name: stripe.String(fmt.Sprintf("%d credits", pkg.Credits)),
+				},
+			},
+		}},
+		Metadata: map[string]string{
+			"package":    pkg.ID,
+			"credits":    strconv.FormatInt(pkg.Credits, 10),
+			"account_id": sc.acct.ID,
+		},
+	}
+	cs, err := a.stripe.V1CheckoutSessions.Create(r.Context(), params)
+	if err != nil || cs.URL == "" {
+		a.logger.Error("creating a Stripe Checkout Session", zap.String("account", sc.acct.ID), zap.String("package", pkg.ID), zap.Error(err))
+		a.errorPage(w, r, sc, http.StatusBadGateway, "Payment page not available",
+			"The payment provider could not be reached. Nothing was charged; please try again in a moment.")
+		return
+	}
+	a.logger.Info("checkout session created", zap.String("account", sc.acct.ID), zap.String("package", pkg.ID),
+		zap.String("checkout_session", cs.ID))
+	http.Redirect(w, r, cs.URL, http.StatusSeeOther)
+}
+
+type successData struct {
+	Purchase *ledger.Entry
+	Balance  ledger.Balance
+}
+
+// buySuccess is Stripe's return page. It shows whether the webhook has credited the session
+// yet; it never credits anything itself.
+func (a *app) buySuccess(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	sid := r.URL.Query().Get("session_id")
+	var d successData
+	purchases, err := a.store.Purchases(r.Context(), sc.acct.ID, 100)
+	if err != nil {
+		a.internalError(w, r, sc, "reading purchases", err)
+		return
+	}
+	for i := range purchases {
+		if sid != "" && purchases[i].Reference == sid {
+			d.Purchase = &purchases[i]
+		}
+	}
+	if d.Balance, err = a.store.Balance(r.Context(), sc.acct.ID); err != nil {
+		a.internalError(w, r, sc, "reading balance", err)
+		return
+	}
+	p := sc.page("Thank you", "buy")
+	p.Data = d
+	a.render(w, r, http.StatusOK, "buy_success", p)
+}
+
+func (a *app) buyCancel(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	p := sc.page("Payment cancelled", "buy")
+	a.render(w, r, http.StatusOK, "buy_cancel", p)
+}

@@ -1,0 +1,107 @@
+package account
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+const (
+	recentRequests = 20
+	historyWindow  = 300 // entries read to find the latest requests
+)
+
+// requestRow is one generate request as the dashboard lists it.
+type requestRow struct {
+	Time    time.Time
+	Tool    string
+	Mode    ledger.Mode
+	Credits int64
+	Status  string // "charged", "not charged", "in progress"
+	Detail  string // the void reason
+}
+
+type dashboardData struct {
+	Balance    ledger.Balance
+	Requests   []requestRow
+	Purchases  []ledger.Entry
+	TestTarget int64
+	CanBuy     bool
+}
+
+func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	ctx := r.Context()
+	bal, err := a.store.Balance(ctx, sc.acct.ID)
+	if err != nil {
+		a.internalError(w, r, sc, "reading balance", err)
+		return
+	}
+	hist, _, err := a.store.History(ctx, sc.acct.ID, ledger.Page{Limit: historyWindow})
+	if err != nil {
+		a.internalError(w, r, sc, "reading history", err)
+		return
+	}
+	purchases, err := a.store.Purchases(ctx, sc.acct.ID, 20)
+	if err != nil {
+		a.internalError(w, r, sc, "reading purchases", err)
+		return
+	}
+	p := sc.page("Dashboard", "dashboard")
+	q := r.URL.Query()
+	if n, err := strconv.Atoi(q.Get("refilled")); err == nil && q.Has("refilled") {
+		if n > 0 {
+			p.Flash = fmt.Sprintf("Added %d test credits.", n)
+		} else {
+			p.Flash = fmt.Sprintf("Your test credits are full already (%d).", a.testCredits)
+		}
+	}
+	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
+		TestTarget: a.testCredits, CanBuy: a.stripe != nil}
+	a.render(w, r, http.StatusOK, "dashboard", p)
+}
+
+// latestRequests turns ledger entries (newest first) into the newest n requests: a hold opens
+// a request, a settle charges it, a void releases it.
+func latestRequests(entries []ledger.Entry, n int) []requestRow {
+	rows := map[string]*requestRow{}
+	for _, e := range entries {
+		if e.RequestID == "" {
+			continue
+		}
+		row := rows[e.RequestID]
+		if row == nil {
+			row = &requestRow{Time: e.Time, Tool: e.Tool, Mode: e.Mode, Status: "in progress"}
+			rows[e.RequestID] = row
+		}
+		switch e.Kind {
+		case ledger.KindHold:
+			row.Time = e.Time // the request's start
+		case ledger.KindSettle:
+			row.Status, row.Credits = "charged", -e.Amount
+		case ledger.KindVoid:
+			row.Status, row.Detail = "not charged", e.Reason
+		}
+	}
+	out := make([]requestRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Time.After(out[j].Time) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func (a *app) refillTestCredits(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	n, _, err := a.store.RefillTestCredits(r.Context(), sc.acct.ID, a.testCredits)
+	if err != nil {
+		a.internalError(w, r, sc, "refilling test credits", err)
+		return
+	}
+	http.Redirect(w, r, fmt.Sprintf("%s/?refilled=%d", a.prefix, n), http.StatusSeeOther)
+}

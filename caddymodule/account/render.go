@@ -1,0 +1,160 @@
+package account
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets/*
+var assetFS embed.FS
+
+// pageSet holds one template per page (each the layout plus the page's content) and the
+// static assets with a content hash for cache busting.
+type pageSet struct {
+	pages        map[string]*template.Template
+	assets       map[string][]byte
+	assetVersion string
+}
+
+var funcs = template.FuncMap{
+	"euro": formatEuro,
+	"time": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format("2006-01-02 15:04")
+	},
+	"isoTime": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"perCredit": func(p Package) string {
+		return formatEuro(p.PriceCents / p.Credits)
+	},
+}
+
+// formatEuro writes integer cents as euros: 200 -> "€2.00".
+func formatEuro(cents int64) string {
+	sign := ""
+	if cents < 0 {
+		sign, cents = "-", -cents
+	}
+	return fmt.Sprintf("%s€%d.%02d", sign, cents/100, cents%100)
+}
+
+func loadPages() (*pageSet, error) {
+	ps := &pageSet{pages: map[string]*template.Template{}, assets: map[string][]byte{}}
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	if err != nil {
+		return nil, fmt.Errorf("account templates: %w", err)
+	}
+	files, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(path.Base(f), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, f)
+		if err != nil {
+			return nil, fmt.Errorf("account template %s: %w", f, err)
+		}
+		ps.pages[name] = t
+	}
+	h := sha256.New()
+	entries, err := fs.ReadDir(assetFS, "assets")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(assetFS, "assets/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ps.assets[e.Name()] = b
+		h.Write(b)
+	}
+	ps.assetVersion = hex.EncodeToString(h.Sum(nil)[:6])
+	return ps, nil
+}
+
+// page is what every template gets.
+type page struct {
+	Title, Site, Prefix, Assets, Nav string
+	Account                          *ledger.Account
+	CSRF                             string
+	Flash, Error                     string
+	Data                             any
+}
+
+// render writes page name with status. Templates run into a buffer first, so a template error
+// becomes a clean 500 rather than half a page.
+func (a *app) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t := a.pages.pages[name]
+	if t == nil {
+		a.logger.Error("no such page template", zap.String("page", name))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	p.Site, p.Prefix, p.Assets = a.siteName, a.prefix, a.pages.assetVersion
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		a.logger.Error("rendering page", zap.String("page", name), zap.Error(err))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// errorPage shows a short page for an error status; sc may be nil (not logged in).
+func (a *app) errorPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx, status int, title, msg string) {
+	p := sc.page(title, "")
+	p.Data = struct{ Message string }{msg}
+	a.render(w, r, status, "error", p)
+}
+
+// page starts the data of a page for this session (nil: not logged in).
+func (sc *sessionCtx) page(title, nav string) page {
+	p := page{Title: title, Nav: nav}
+	if sc != nil {
+		acct := sc.acct
+		p.Account, p.CSRF = &acct, sc.sess.CSRFToken
+	}
+	return p
+}
+
+// serveAsset serves the embedded CSS and script; they may be cached for a long time because
+// their URL carries a content hash.
+func (a *app) serveAsset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	b, ok := a.pages.assets[name]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	switch path.Ext(name) {
+	case ".css":
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	case ".js":
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	}
+	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	w.Write(b)
+}

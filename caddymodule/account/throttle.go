@@ -1,0 +1,87 @@
+package account
+
+import (
+	"sync"
+	"time"
+)
+
+// throttle counts events per key in fixed windows: once a key has max events in its current
+// window, it is blocked until the window ends. It keeps at most capacity keys: when full, it
+// drops ended windows, and if none has ended, an arbitrary key, so that a flood of new keys
+// costs bounded memory (at worst it forgets some counts; it never blocks everyone).
+//
+// The state is per handler instance and in memory: a config reload or restart starts afresh.
+type throttle struct {
+	max      int
+	window   time.Duration
+	capacity int
+
+	mu   sync.Mutex
+	keys map[string]*throttleWindow
+}
+
+type throttleWindow struct {
+	start time.Time
+	n     int
+}
+
+func newThrottle(max int, window time.Duration, capacity int) *throttle {
+	return &throttle{max: max, window: window, capacity: capacity, keys: map[string]*throttleWindow{}}
+}
+
+// blocked reports whether key is over its limit at t, and for how much longer.
+func (th *throttle) blocked(key string, t time.Time) (bool, time.Duration) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	w := th.keys[key]
+	if w == nil || !t.Before(w.start.Add(th.window)) {
+		return false, 0
+	}
+	if w.n >= th.max {
+		return true, w.start.Add(th.window).Sub(t)
+	}
+	return false, 0
+}
+
+// add counts one event for key at t.
+func (th *throttle) add(key string, t time.Time) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	w := th.keys[key]
+	if w == nil || !t.Before(w.start.Add(th.window)) {
+		if w == nil && len(th.keys) >= th.capacity {
+			th.evict(t)
+		}
+		w = &throttleWindow{start: t}
+		th.keys[key] = w
+	}
+	w.n++
+}
+
+// reset forgets key (a successful log-in clears its account's failures).
+func (th *throttle) reset(key string) {
+	th.mu.Lock()
+	delete(th.keys, key)
+	th.mu.Unlock()
+}
+
+// evict is called with th.mu held and the map full.
+func (th *throttle) evict(t time.Time) {
+	for k, w := range th.keys {
+		if !t.Before(w.start.Add(th.window)) {
+			delete(th.keys, k)
+		}
+	}
+	for k := range th.keys {
+		if len(th.keys) < th.capacity {
+			return
+		}
+		delete(th.keys, k)
+	}
+}
+
+func (th *throttle) size() int {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	return len(th.keys)
+}

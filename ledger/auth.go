@@ -1,0 +1,457 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// What the self-service account area stores besides accounts, keys and credits: password
+// credentials and browser sessions. Both live only in Badger (not in the in-memory working
+// state): they are read once per page view or log-in, where a Badger read costs nothing that
+// matters.
+
+// credentialRecord is the stored form of a password (prefixCredential).
+type credentialRecord struct {
+	Hash    string    `json:"hash"` // PHC argon2id string
+	Updated time.Time `json:"updated"`
+}
+
+// sessionRecord is the stored form of a session (prefixSession); the token is not in it.
+type sessionRecord struct {
+	AccountID string    `json:"account_id"`
+	Created   time.Time `json:"created"`
+	Expires   time.Time `json:"expires"`
+	CSRFToken string    `json:"csrf_token"`
+}
+
+const (
+	sessionTokenLen = 43 // base62 characters, about 256 bits
+	csrfTokenLen    = 43
+	// MaxSessionTTL bounds CreateSession's ttl.
+	MaxSessionTTL = 30 * 24 * time.Hour
+)
+
+func sessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
+
+// CreateAccountWithPassword creates an active account with zero balances and its password
+// credential in one durable write: there is never an account that a sign-up created without
+// its password.
+func (s *Badger) CreateAccountWithPassword(ctx context.Context, email, password string) (Account, error) {
+	e, err := normalizeEmail(email)
+	if err != nil {
+		return Account{}, err
+	}
+	if err := CheckPasswordPolicy(e, password); err != nil {
+		return Account{}, err
+	}
+	// Refuse a known email before spending the hash; the check under createMu below decides.
+	s.acctMu.RLock()
+	_, dup := s.byEmail[e]
+	s.acctMu.RUnlock()
+	if dup {
+		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return Account{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+
+	s.acctMu.RLock()
+	_, dup = s.byEmail[e]
+	id := ""
+	for id == "" || s.accounts[id] != nil {
+		id = newAccountID()
+	}
+	s.acctMu.RUnlock()
+	if dup {
+		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
+	}
+	t := now().UTC()
+	rec := Account{ID: id, Email: e, Status: StatusActive, Created: t}
+	a := newAccount(rec)
+	op := s.c.enqueue([]write{
+		set(accountKey(id), mustJSON(rec)),
+		set(emailKey(e), []byte(id)),
+		a.balanceWrite(),
+		set(credentialKey(id), mustJSON(credentialRecord{Hash: hash, Updated: t})),
+	})
+	if err := op.wait(); err != nil {
+		return Account{}, err
+	}
+	// Visible only once durable (as in CreateAccount).
+	s.acctMu.Lock()
+	s.accounts[id] = a
+	s.byEmail[e] = a
+	i := sort.SearchStrings(s.acctIDs, id)
+	s.acctIDs = append(s.acctIDs, "")
+	copy(s.acctIDs[i+1:], s.acctIDs[i:])
+	s.acctIDs[i] = id
+	s.acctMu.Unlock()
+	return rec, nil
+}
+
+// SetPassword replaces the account's password (or sets the first one of an account the operator
+// created) and ends every session of the account.
+func (s *Badger) SetPassword(ctx context.Context, accountID, password string) error {
+	a, err := s.account(accountID)
+	if err != nil {
+		return err
+	}
+	if err := CheckPasswordPolicy(a.rec.Load().Email, password); err != nil {
+		return err
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return err
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	ws := []write{set(credentialKey(a.id), mustJSON(credentialRecord{Hash: hash, Updated: now().UTC()}))}
+	a.mu.Lock()
+	// CreateSession queues under a.mu, so after this barrier every session of the account is
+	// durable and visible to the read below. Both wait for a sync under the mutex; a password
+	// change is rare enough for that.
+	if err := s.c.barrier(); err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	sessions, err := s.accountSessions(a.id)
+	if err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	for _, d := range sessions {
+		ws = append(ws, del(sessionKey(d)), del(acctSessionKey(a.id, d)))
+	}
+	op := s.c.enqueue(ws)
+	a.mu.Unlock()
+	return op.wait()
+}
+
+// accountSessions lists the digests of the account's stored sessions.
+func (s *Badger) accountSessions(acct string) ([][32]byte, error) {
+	var out [][32]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		prefix := key1(prefixAcctSession, acct)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+32 {
+				return fmt.Errorf("malformed session index key %x", k)
+			}
+			var d [32]byte
+			copy(d[:], k[len(prefix):])
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Authenticate checks an email and password. Every failure that could tell whether an email
+// has an account (unknown email, no password, wrong password) is ErrInvalidCredentials and
+// costs one argon2id hash, like a wrong password does.
+func (s *Badger) Authenticate(ctx context.Context, email, password string) (Account, error) {
+	if s.closed.Load() {
+		return Account{}, ErrClosed
+	}
+	fail := func(hash string) (Account, error) {
+		_, _ = VerifyPassword(hash, password)
+		return Account{}, ErrInvalidCredentials
+	}
+	if len(password) > MaxPasswordLen {
+		return Account{}, ErrInvalidCredentials // no account has such a password; do not hash it
+	}
+	e := strings.ToLower(strings.TrimSpace(email))
+	s.acctMu.RLock()
+	a := s.byEmail[e]
+	s.acctMu.RUnlock()
+	if a == nil {
+		return fail(dummyHash())
+	}
+	cred, ok, err := s.credential(a.id)
+	if err != nil {
+		return Account{}, err
+	}
+	if !ok {
+		return fail(dummyHash())
+	}
+	match, err := VerifyPassword(cred.Hash, password)
+	if err != nil {
+		return Account{}, fmt.Errorf("account %q: %w", a.id, err)
+	}
+	if !match {
+		return Account{}, ErrInvalidCredentials
+	}
+	acct := *a.rec.Load()
+	if acct.Status == StatusDisabled {
+		return acct, ErrAccountDisabled
+	}
+	return acct, nil
+}
+
+func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
+	var rec credentialRecord
+	if err := s.begin(); err != nil {
+		return rec, false, err
+	}
+	defer s.end()
+	var v []byte
+	var ok bool
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		v, ok, err = getValue(txn, credentialKey(acct))
+		return err
+	})
+	if err != nil || !ok {
+		return rec, false, err
+	}
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return rec, false, fmt.Errorf("credential of %q: %w", acct, err)
+	}
+	return rec, true, nil
+}
+
+// CreateSession starts a session for an active account.
+func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.Duration) (string, Session, error) {
+	if ttl <= 0 || ttl > MaxSessionTTL {
+		return "", Session{}, fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
+	}
+	if err := s.begin(); err != nil {
+		return "", Session{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return "", Session{}, err
+	}
+	if a.rec.Load().Status == StatusDisabled {
+		return "", Session{}, ErrAccountDisabled
+	}
+	token := randomBase62(sessionTokenLen)
+	d := sha256.Sum256([]byte(token))
+	t := now().UTC()
+	rec := sessionRecord{AccountID: a.id, Created: t, Expires: t.Add(ttl), CSRFToken: randomBase62(csrfTokenLen)}
+	// Badger drops both records at expiry; GetSession also compares with the clock.
+	exp := uint64(time.Now().Add(ttl).Unix()) + 1
+	w1 := set(sessionKey(d), mustJSON(rec))
+	w2 := set(acctSessionKey(a.id, d), nil)
+	w1.expiresAt, w2.expiresAt = exp, exp
+	a.mu.Lock() // orders it with SetPassword, which ends the account's sessions
+	op := s.c.enqueue([]write{w1, w2})
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return "", Session{}, err
+	}
+	return token, rec.session(d), nil
+}
+
+func (r sessionRecord) session(d [32]byte) Session {
+	return Session{ID: sessionID(d), AccountID: r.AccountID, Created: r.Created, Expires: r.Expires, CSRFToken: r.CSRFToken}
+}
+
+// looksLikeToken rejects what CreateSession cannot have made, before any lookup.
+func looksLikeToken(t string) bool {
+	if len(t) != sessionTokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if !isBase62[t[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// GetSession finds a live session by its token.
+func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account, error) {
+	if !looksLikeToken(token) {
+		return Session{}, Account{}, ErrInvalidSession
+	}
+	if err := s.begin(); err != nil {
+		return Session{}, Account{}, err
+	}
+	defer s.end()
+	d := sha256.Sum256([]byte(token))
+	var v []byte
+	var ok bool
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		v, ok, err = getValue(txn, sessionKey(d))
+		return err
+	})
+	if err != nil {
+		return Session{}, Account{}, err
+	}
+	if !ok {
+		return Session{}, Account{}, ErrInvalidSession
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return Session{}, Account{}, fmt.Errorf("session %s: %w", sessionID(d), err)
+	}
+	if !now().Before(rec.Expires) {
+		return Session{}, Account{}, ErrInvalidSession
+	}
+	a, err := s.account(rec.AccountID)
+	if errors.Is(err, ErrNotFound) {
+		return Session{}, Account{}, ErrInvalidSession
+	}
+	if err != nil {
+		return Session{}, Account{}, err
+	}
+	return rec.session(d), *a.rec.Load(), nil
+}
+
+// DeleteSession ends the session of token, if there is one.
+func (s *Badger) DeleteSession(ctx context.Context, token string) error {
+	if !looksLikeToken(token) {
+		return nil
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	d := sha256.Sum256([]byte(token))
+	var v []byte
+	var ok bool
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		v, ok, err = getValue(txn, sessionKey(d))
+		return err
+	})
+	if err != nil || !ok {
+		return err
+	}
+	var rec sessionRecord
+	ws := []write{del(sessionKey(d))}
+	if json.Unmarshal(v, &rec) == nil && rec.AccountID != "" {
+		ws = append(ws, del(acctSessionKey(rec.AccountID, d)))
+	}
+	return s.c.enqueue(ws).wait()
+}
+
+// Purchases lists the account's purchase entries, newest first. It reads the grant-reference
+// index (every purchase has a reference), so it does not scan the account's request entries.
+func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
+	limit, err := pageLimit(Page{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if _, err := s.account(accountID); err != nil {
+		return nil, err
+	}
+	out := []Entry{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, key1(prefixGrantRef, accountID), func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if len(v) != 8 {
+				return fmt.Errorf("grant reference %q: malformed", k)
+			}
+			ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
+			if err != nil || !ok {
+				return err
+			}
+			var e Entry
+			if err := json.Unmarshal(ev, &e); err != nil {
+				return fmt.Errorf("entry of grant reference %q: %w", k, err)
+			}
+			if e.Kind == KindPurchase {
+				out = append(out, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RefillTestCredits tops the account's available test credits up to upTo. The check and the
+// grant happen under the account's mutex, so concurrent refills never overshoot.
+func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
+	if upTo <= 0 {
+		return 0, Balance{}, fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
+	}
+	if err := s.begin(); err != nil {
+		return 0, Balance{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return 0, Balance{}, err
+	}
+	a.mu.Lock()
+	if a.rec.Load().Status == StatusDisabled {
+		a.mu.Unlock()
+		return 0, Balance{}, ErrAccountDisabled
+	}
+	bal, held := a.figures(Test)
+	credits := upTo - (bal - held)
+	if credits <= 0 {
+		b := a.balance()
+		a.mu.Unlock()
+		return 0, b, nil
+	}
+	t := now().UTC()
+	seq := a.nextSeq
+	a.nextSeq++
+	a.add(Test, credits, 0)
+	// The entry number makes the reference unique on the account.
+	ref := fmt.Sprintf("test-refill-%d", seq)
+	ent := Entry{
+		Seq:            seq,
+		AccountID:      a.id,
+		Kind:           KindGrant,
+		Mode:           Test,
+		Amount:         credits,
+		BalanceAfter:   bal + credits,
+		AvailableAfter: bal + credits - held,
+		Reference:      ref,
+		Reason:         "test credit refill",
+		Time:           t,
+	}
+	op := s.c.enqueue([]write{
+		set(entryKey(a.id, seq), mustJSON(ent)),
+		a.balanceWrite(),
+		set(grantRefKey(a.id, ref), seqBytes(seq)),
+	})
+	a.refs[ref] = &refMem{entry: ent, op: op.id}
+	a.recent = append(a.recent, recentItem{kind: 'r', key: ref, op: op.id})
+	b := a.balance()
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return 0, Balance{}, err
+	}
+	return credits, b, nil
+}
