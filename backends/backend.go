@@ -23,6 +23,9 @@ type Request struct {
 	IdleTimeout time.Duration
 	// Deadline bounds the whole generation; zero: none beyond ctx.
 	Deadline time.Time
+	// Slot is a place on a host taken beforehand with Ollama.Admit; Generate starts there and
+	// releases it. Nil: Generate admits the request itself. Other backends ignore it.
+	Slot *Slot
 }
 
 // Stats describe a finished generation.

@@ -53,9 +53,19 @@ type OllamaConfig struct {
 	HealthInterval time.Duration `json:"health_interval,omitempty"`
 
 	// MaxInFlight caps the requests sent to one host at a time; when every host is at its cap,
-	// Generate fails at once with KindOverloaded. Default 0: no cap (Ollama queues and answers
-	// 503 when its own OLLAMA_MAX_QUEUE is full).
+	// a request waits in the admission queue (QueueSize) or, without one, fails at once with
+	// KindOverloaded. Default 0: no cap (Ollama queues and answers 503 when its own
+	// OLLAMA_MAX_QUEUE is full).
 	MaxInFlight int `json:"max_in_flight,omitempty"`
+
+	// QueueSize is how many requests may wait, first come first served, for a host below
+	// MaxInFlight; one more fails at once with KindOverloaded (ErrQueueFull). Only with
+	// MaxInFlight > 0. Default 0: no queue.
+	QueueSize int `json:"queue_size,omitempty"`
+
+	// QueueTimeout is the longest wait in the admission queue; past it the request fails with
+	// KindOverloaded (ErrQueueTimeout). Default 10s.
+	QueueTimeout time.Duration `json:"queue_timeout,omitempty"`
 
 	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
 	Logger *zap.Logger `json:"-"`
@@ -71,6 +81,7 @@ type Ollama struct {
 	log       *zap.Logger
 	keepAlive *api.Duration
 	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
+	adm       admission
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -99,6 +110,9 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 10 * time.Second
 	}
+	if cfg.QueueTimeout == 0 {
+		cfg.QueueTimeout = 10 * time.Second
+	}
 	switch {
 	case cfg.ConnectTimeout < 0:
 		return nil, fmt.Errorf("ollama connect_timeout: must not be negative")
@@ -110,6 +124,10 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		return nil, fmt.Errorf("ollama health_interval: must not be negative")
 	case cfg.MaxInFlight < 0:
 		return nil, fmt.Errorf("ollama max_in_flight: must not be negative")
+	case cfg.QueueSize < 0:
+		return nil, fmt.Errorf("ollama queue_size: must not be negative")
+	case cfg.QueueTimeout < 0:
+		return nil, fmt.Errorf("ollama queue_timeout: must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -206,11 +224,16 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// Generate implements Backend. It sends the request to a healthy host with the fewest requests
-// in flight; if that host cannot be reached or is overloaded, and no text was emitted yet, it
-// tries the next one. Failures are *Error values; ctx's deadline counts like Request.Deadline.
+// Generate implements Backend. Without req.Slot it first admits the request (Admit: a host
+// below MaxInFlight, waiting in the admission queue if need be); with it, it starts on the
+// slot's host and gives the slot back at the end. If the host cannot be reached or is
+// overloaded, and no text was emitted yet, it tries the next one (without queueing again).
+// Failures are *Error values; ctx's deadline counts like Request.Deadline.
 func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
+	allowDown := !o.anyHealthy()
+	slot := req.Slot
+	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
 	if req.Model == "" || emit == nil {
 		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")}
 	}
@@ -218,28 +241,26 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 	if err != nil {
 		return Stats{}, &Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)}
 	}
+	if slot == nil {
+		if slot, err = o.Admit(ctx); err != nil {
+			return Stats{}, err
+		}
+		defer slot.Release()
+	}
 
 	var (
 		tried   triedSet // allocated only when failing over
 		lastErr *Error
 		stats   Stats
 	)
-	allowDown := !o.anyHealthy()
+	h := slot.h
 	for {
-		h, full := o.pick(tried, allowDown)
-		if h == nil {
-			if lastErr != nil {
-				return stats, lastErr
-			}
-			if full {
-				return stats, &Error{Kind: KindOverloaded, RetryAfter: time.Second,
-					Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", o.cfg.MaxInFlight)}
-			}
-			return stats, &Error{Kind: KindUnavailable, RetryAfter: o.cfg.HealthInterval,
-				Err: errors.New("no healthy ollama host")}
-		}
 		stats, err = o.generateOn(ctx, h, req, body, emit, start)
-		h.inFlight.Add(-1)
+		if h == slot.h {
+			slot.Release()
+		} else {
+			o.release(h)
+		}
 		if err == nil {
 			h.up(o.log)
 			return stats, nil
@@ -263,10 +284,13 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 				tried[i] = true
 			}
 		}
-		if !tried.all() {
-			o.log.Warn("ollama host failed before the first piece; trying another host",
-				zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
+		next, _ := o.pick(tried, allowDown)
+		if next == nil {
+			return stats, lastErr
 		}
+		o.log.Warn("ollama host failed before the first piece; trying another host",
+			zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
+		h = next
 	}
 }
 

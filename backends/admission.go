@@ -1,0 +1,192 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Admission control. Ollama queues requests it cannot run at once and answers 503 only when its
+// own queue (OLLAMA_MAX_QUEUE, 512 by default) is full, so a busy server shows no back-pressure
+// until every client has waited for minutes. The backend therefore caps the requests it sends to
+// each host (MaxInFlight) and keeps its own bounded, first-come-first-served queue in front of
+// the hosts (QueueSize, QueueTimeout). A caller that must not start expensive work for a request
+// that will be refused (the HTTP layer reserves a credit) admits it first with Admit and passes
+// the Slot to Generate.
+
+// Errors of an admission that failed (wrapped in an *Error of KindOverloaded).
+var (
+	// ErrQueueFull: every host is at MaxInFlight and QueueSize requests are already waiting.
+	ErrQueueFull = errors.New("every ollama host is busy and the admission queue is full")
+	// ErrQueueTimeout: the request waited QueueTimeout in the admission queue without a free host.
+	ErrQueueTimeout = errors.New("no ollama host became free within the queue timeout")
+)
+
+// Retry hints of a refused admission.
+const (
+	queueFullRetry    = 2 * time.Second
+	queueTimeoutRetry = 5 * time.Second
+)
+
+// Slot is a place on one host, taken by Admit. Pass it in Request.Slot: Generate then starts on
+// that host and gives the slot back when it ends. A slot that is not passed to Generate must be
+// released with Release. Release may be called more than once.
+type Slot struct {
+	o        *Ollama
+	h        *ollamaHost
+	released atomic.Bool
+	// Waited is how long the request waited in the admission queue (0: it was not queued).
+	Waited time.Duration
+}
+
+// Release gives the slot back, waking the first queued request. Safe on a nil or released slot.
+func (s *Slot) Release() {
+	if s == nil || !s.released.CompareAndSwap(false, true) {
+		return
+	}
+	s.o.release(s.h)
+}
+
+// waiter is one request in the admission queue. ch receives one value when a slot was freed for
+// it (a hand-off); it then picks a host itself.
+type waiter struct{ ch chan struct{} }
+
+// admission is the queue state of an Ollama backend.
+type admission struct {
+	// waiting counts the requests inside Admit's queue path. It is raised before the request
+	// looks for a host, and release reads it after lowering a host's count: either the release
+	// sees the request and wakes it, or the request sees the freed place. No wake-up is lost.
+	waiting atomic.Int64
+
+	mu    sync.Mutex
+	queue []*waiter // FIFO
+	// handoffs counts queued requests that were woken but have not taken their host yet: a
+	// newcomer must queue behind them instead of taking the place that was freed for them.
+	handoffs int
+}
+
+// Admit waits for a free place on a host: at once when one is free; else, with QueueSize > 0,
+// in a first-come-first-served queue for at most QueueTimeout. It fails with an *Error of
+// KindOverloaded (ErrQueueFull, ErrQueueTimeout, or every host at MaxInFlight without a queue),
+// KindUnavailable (no healthy host) or KindCanceled (ctx ended while waiting).
+func (o *Ollama) Admit(ctx context.Context) (*Slot, error) {
+	allowDown := !o.anyHealthy()
+	if o.cfg.MaxInFlight == 0 || o.cfg.QueueSize <= 0 {
+		h, full := o.pick(nil, allowDown)
+		if h == nil {
+			return nil, o.noHost(full)
+		}
+		return &Slot{o: o, h: h}, nil
+	}
+
+	a := &o.adm
+	a.waiting.Add(1)
+	defer a.waiting.Add(-1)
+	a.mu.Lock()
+	if len(a.queue) == 0 && a.handoffs == 0 {
+		h, full := o.pick(nil, allowDown)
+		if h != nil || !full {
+			a.mu.Unlock()
+			if h == nil {
+				return nil, o.noHost(false)
+			}
+			return &Slot{o: o, h: h}, nil
+		}
+	}
+	if len(a.queue) >= o.cfg.QueueSize {
+		a.mu.Unlock()
+		return nil, &Error{Kind: KindOverloaded, RetryAfter: queueFullRetry,
+			Err: fmt.Errorf("%w (%d waiting)", ErrQueueFull, o.cfg.QueueSize)}
+	}
+	w := &waiter{ch: make(chan struct{}, 1)}
+	a.queue = append(a.queue, w)
+	a.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(o.cfg.QueueTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.ch:
+			a.mu.Lock()
+			a.handoffs--
+			h, full := o.pick(nil, !o.anyHealthy())
+			if h != nil || !full {
+				a.mu.Unlock()
+				if h == nil {
+					return nil, o.noHost(false)
+				}
+				return &Slot{o: o, h: h, Waited: time.Since(start)}, nil
+			}
+			// The place went to a failover attempt of a running request: wait again, first in line.
+			a.queue = append([]*waiter{w}, a.queue...)
+			a.mu.Unlock()
+		case <-timer.C:
+			o.leave(w)
+			return nil, &Error{Kind: KindOverloaded, RetryAfter: queueTimeoutRetry,
+				Err: fmt.Errorf("%w (%s)", ErrQueueTimeout, o.cfg.QueueTimeout)}
+		case <-ctx.Done():
+			o.leave(w)
+			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for an ollama host: %w", context.Cause(ctx))}
+		}
+	}
+}
+
+// noHost is the error when pick found no host: all at their cap (full) or none healthy.
+func (o *Ollama) noHost(full bool) error {
+	if full {
+		return &Error{Kind: KindOverloaded, RetryAfter: time.Second,
+			Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", o.cfg.MaxInFlight)}
+	}
+	return &Error{Kind: KindUnavailable, RetryAfter: o.cfg.HealthInterval, Err: errors.New("no healthy ollama host")}
+}
+
+// leave takes a waiter that gives up out of the queue. If a place had already been handed to it,
+// the place goes to the next in line.
+func (o *Ollama) leave(w *waiter) {
+	a := &o.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.queue {
+		if x == w {
+			a.queue = append(a.queue[:i], a.queue[i+1:]...)
+			return
+		}
+	}
+	// Not queued: it was woken (its channel holds the hand-off) while it gave up.
+	a.handoffs--
+	o.wakeLocked()
+}
+
+// wakeLocked hands the turn to the first queued request. Called with adm.mu held.
+func (o *Ollama) wakeLocked() {
+	a := &o.adm
+	if len(a.queue) == 0 {
+		return
+	}
+	w := a.queue[0]
+	a.queue[0] = nil
+	a.queue = a.queue[1:]
+	a.handoffs++
+	w.ch <- struct{}{}
+}
+
+// release frees a place on h and wakes the first queued request.
+func (o *Ollama) release(h *ollamaHost) {
+	h.inFlight.Add(-1)
+	if o.adm.waiting.Load() > 0 {
+		o.adm.mu.Lock()
+		o.wakeLocked()
+		o.adm.mu.Unlock()
+	}
+}
+
+// QueueLen is the number of requests waiting in the admission queue.
+func (o *Ollama) QueueLen() int {
+	o.adm.mu.Lock()
+	defer o.adm.mu.Unlock()
+	return len(o.adm.queue)
+}
