@@ -125,7 +125,9 @@ func start(ctx context.Context, bin string) (*Server, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), exited: make(chan struct{})}
-	s.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port))
+	// -http-port alone serves plain HTTP only (with -http-addr, stripe-mock also opens HTTPS on
+	// its default port 12112, which collides between concurrent runs).
+	s.cmd = exec.Command(bin, "-http-port", strconv.Itoa(port))
 	s.cmd.Stdout, s.cmd.Stderr = &syncWriter{w: &s.log}, &syncWriter{w: &s.log}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := s.cmd.Start(); err != nil {

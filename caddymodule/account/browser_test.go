@@ -1,0 +1,440 @@
+package account
+
+// The whole account area in a real headless Chromium, driven with chromedp, against the real
+// Caddy (in process, caddytest), a real Badger ledger on disk, the real Ollama with the tiny
+// model behind the textgen handler, and stripe-mock for Stripe. The test signs up, creates a
+// key, uses it on /api/v1/generate (402 before buying, a streamed text after), buys a package
+// (the browser is sent to Stripe Checkout, which the test stands in for, and the test delivers
+// the signed webhook as Stripe would), sees the new balance, revokes the key and logs out.
+// Every page is saved as a screenshot, at a desktop and a phone size, under
+// testdata/artifacts/.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/chromedp"
+
+	"github.com/caddy-textgen/textgen/caddymodule"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+const (
+	caddyAdminPort = 3011
+	caddyHTTPPort  = 9180
+	caddyHTTPSPort = 9543
+)
+
+var caddyBase = fmt.Sprintf("http://127.0.0.1:%d", caddyHTTPPort)
+
+// chromiumInstall is the command that installs the browser on Debian (CI runs it in .ci/run).
+const chromiumInstall = "apt-get update && apt-get install -y chromium"
+
+// chromiumPath finds the browser: $TEXTGEN_CHROMIUM, else chromium on the PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TEXTGEN_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("Chromium is not installed; install it with: %s (or set TEXTGEN_CHROMIUM to its path)", chromiumInstall)
+	return ""
+}
+
+var caddyOnce sync.Once
+
+// startCaddy runs the in-process Caddy with only its admin endpoint on port 3011, so that
+// caddytest finds it running and never takes its skip path.
+func startCaddy(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Fatal("this integration test does not run with -short")
+	}
+	var err error
+	caddyOnce.Do(func() {
+		err = caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, caddyAdminPort)), true)
+	})
+	if err != nil {
+		t.Fatalf("starting the in-process Caddy on admin port %d: %v", caddyAdminPort, err)
+	}
+}
+
+// loadCaddyfile loads a config into the in-process Caddy.
+func loadCaddyfile(t *testing.T, cfg string) {
+	t.Helper()
+	startCaddy(t)
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
+		AdminPort: caddyAdminPort, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 2 * time.Minute,
+	})
+	tester.InitServer(cfg, "caddyfile")
+	if t.Failed() {
+		t.Fatal("the Caddy config did not load")
+	}
+}
+
+type shooter struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+	n   int
+}
+
+// shot saves a full-page PNG of the current page as testdata/artifacts/<NN>-<name>.png.
+func (s *shooter) shot(name string) {
+	s.t.Helper()
+	png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		s.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	s.n++
+	path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s.png", s.n, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(path)
+	s.t.Logf("screenshot: %s", abs)
+}
+
+func TestBrowserSignUpKeyGenerateBuy(t *testing.T) {
+	chromium := chromiumPath(t)
+	ollama := realOllama(t)
+	rec := newStripeRecorder(t, realStripeMock(t).URL)
+
+	dir, err := os.MkdirTemp(testRoot, "ledger-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Stripe secrets reach the config as environment placeholders, as in production.
+	t.Setenv("TEXTGEN_TEST_STRIPE_KEY", "sk_test_browser")
+	t.Setenv("TEXTGEN_TEST_WEBHOOK_SECRET", testWebhookSecret)
+	loadCaddyfile(t, fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 5s
+	skip_install_trust
+}
+http://127.0.0.1:%d {
+	textgen /api/* {
+		ledger %s
+		ollama %s
+		model %s
+		temperature 1
+		max_output_tokens 16
+	}
+	textgen_account {
+		ledger %s
+		stripe_secret_key {env.TEXTGEN_TEST_STRIPE_KEY}
+		stripe_webhook_secret {env.TEXTGEN_TEST_WEBHOOK_SECRET}
+		stripe_api_url %s
+		site_name "Textgen"
+	}
+	respond "not found" 404
+}
+`, caddyAdminPort, caddyHTTPPort, caddyHTTPSPort, caddyHTTPPort, dir, ollama.URL, ollama.Model, dir, rec.srv.URL))
+
+	// The account area and the generate handler share one open ledger.
+	abs, _ := filepath.Abs(dir)
+	store, key, err := caddymodule.AcquireLedger(abs, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caddymodule.ReleaseLedger(key)
+
+	artifacts := filepath.Join("testdata", "artifacts", "browser")
+	os.RemoveAll(artifacts)
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	defer cancelCtx()
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout on it
+		t.Fatalf("starting Chromium (%s): %v", chromium, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	shots := &shooter{t: t, ctx: ctx, dir: artifacts}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("reading %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	desktop := chromedp.EmulateViewport(1280, 900)
+	phone := chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)
+
+	// Stripe Checkout is on the internet; the test stands in for it and records where the
+	// browser was sent.
+	checkoutURLs := make(chan string, 4)
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	go func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			checkoutURLs <- ev.Request.URL
+			page := `<!doctype html><html lang="en"><head><meta name="viewport" content="width=device-width"><title>Stripe Checkout (test stand-in)</title></head>` +
+				`<body style="font-family:sans-serif;padding:2rem"><h1 id="stand-in">Stripe Checkout</h1><p>Stand-in page of the test: Stripe is not reachable here.</p></body></html>`
+			chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+				_, err := cdp.Call(ctx, tg, fetch.FulfillRequest, fetch.FulfillRequestParams{
+					RequestID: ev.RequestID, ResponseCode: 200,
+					ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "text/html; charset=utf-8"}},
+					Body:            []byte(page),
+				})
+				return chromedp.Void{}, err
+			})
+		}
+	}()
+	do("intercepting Stripe Checkout", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "https://checkout.stripe.com/*"}}})
+		return chromedp.Void{}, err
+	})
+
+	// Sign up (a weak password first: the error is shown next to the form).
+	email := uniqueEmail("browser")
+	do("sign-up page", desktop, chromedp.Navigate(caddyBase+"/account/signup"), chromedp.WaitVisible(chromedp.CSS("#email")))
+	shots.shot("signup")
+	do("weak password",
+		chromedp.SendKeys(chromedp.CSS("#email"), email),
+		chromedp.SetAttributeValue(chromedp.CSS("#password"), "minlength", "1"), // let the server judge
+		chromedp.SendKeys(chromedp.CSS("#password"), "short"),
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#form-error")))
+	if msg := text("#form-error"); !strings.Contains(msg, "at least 10 characters") {
+		t.Fatalf("weak password message %q", msg)
+	}
+	shots.shot("signup-weak-password")
+	do("sign up",
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#live-credits")))
+	if live, test := text("#live-credits"), text("#test-credits"); live != "0" || test != "50" {
+		t.Fatalf("new dashboard: live %q, test %q", live, test)
+	}
+	shots.shot("dashboard-new")
+
+	// Create a live key and read it from the page.
+	do("keys page", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS("#key-name")))
+	shots.shot("keys-empty")
+	do("create key",
+		chromedp.SendKeys(chromedp.CSS("#key-name"), "browser test"),
+		chromedp.Click(chromedp.CSS(`form[action="/account/keys"] button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#new-key")))
+	apiKey, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS("#new-key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ledger.CheckKeyFormat(apiKey); !ok || !strings.HasPrefix(apiKey, "tg_live_") {
+		t.Fatalf("the page shows %q, not a live key", apiKey)
+	}
+	if w := text(".warning"); !strings.Contains(w, "You will not see it again") {
+		t.Fatalf("warning %q", w)
+	}
+	// The copy button answers (clipboard or the selection fallback).
+	do("copy", chromedp.Click(chromedp.CSS(`button[data-copy="new-key"]`)))
+	var status string
+	for range 50 {
+		if status = text("#copy-status"); status != "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if status == "" {
+		t.Fatal("the copy button did nothing")
+	}
+	shots.shot("key-created")
+
+	// The key works on the API at once: no credits yet, so 402.
+	res := generate(t, apiKey)
+	if res.status != http.StatusPaymentRequired {
+		t.Fatalf("generate without credits: %d %s", res.status, res.body)
+	}
+
+	// Buy a package: the browser goes to Stripe Checkout.
+	do("buy page", chromedp.Navigate(caddyBase+"/account/buy"), chromedp.WaitVisible(chromedp.CSS(".package")))
+	shots.shot("buy")
+	do("buy", chromedp.Click(chromedp.CSS(`.package button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#stand-in")))
+	var checkoutURL string
+	select {
+	case checkoutURL = <-checkoutURLs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the browser was not sent to Stripe Checkout")
+	}
+	created := rec.created()
+	if len(created) != 1 || created[0].URL != checkoutURL {
+		t.Fatalf("browser went to %q; Checkout Sessions created: %+v", checkoutURL, created)
+	}
+	cs := created[0]
+	acct, err := store.GetAccountByEmail(bg, email)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Form.Get("client_reference_id") != acct.ID || cs.Form.Get("metadata[package]") != "10" {
+		t.Fatalf("checkout session form %v", cs.Form)
+	}
+	shots.shot("stripe-checkout-stand-in")
+
+	// The customer pays; Stripe delivers the signed webhook (twice, as it may) and sends the
+	// browser back to the success page.
+	paid := checkoutEvent("checkout.session.completed", cs.ID, acct.ID, "paid", "10", 200)
+	for range 2 {
+		if status, body := deliver(t, caddyBase+"/account/stripe/webhook", paid, testWebhookSecret, time.Now()); status != 200 {
+			t.Fatalf("webhook: %d %s", status, body)
+		}
+	}
+	successURL := strings.Replace(cs.Form.Get("success_url"), "{CHECKOUT_SESSION_ID}", cs.ID, 1)
+	if !strings.HasPrefix(successURL, caddyBase+"/account/buy/success?session_id=cs_test_") {
+		t.Fatalf("success URL %q", successURL)
+	}
+	do("success page", chromedp.Navigate(successURL), chromedp.WaitVisible(chromedp.CSS("#live-credits")))
+	if got := text("#live-credits"); got != "10" {
+		t.Fatalf("credits on the success page: %q", got)
+	}
+	shots.shot("buy-success")
+
+	// Now the key generates text with the real Ollama, and is charged 1 credit.
+	res = generate(t, apiKey)
+	if res.status != http.StatusOK || res.header.Get("X-Credits-Used") != "1" || res.header.Get("X-Credits-Remaining") != "9" || len(res.body) == 0 {
+		t.Fatalf("generate after buying: %d %v %q", res.status, res.header, res.body)
+	}
+
+	// The dashboard shows the balance, the request and the purchase.
+	do("dashboard", chromedp.Navigate(caddyBase+"/account/"), chromedp.WaitVisible(chromedp.CSS("#live-credits")))
+	if got := text("#live-credits"); got != "9" {
+		t.Fatalf("dashboard credits %q, want 9", got)
+	}
+	requests, purchases := text("#requests-h + .table-wrap"), text("#purchases-h + .table-wrap")
+	if !strings.Contains(requests, "summarizer") || !strings.Contains(requests, "charged") {
+		t.Fatalf("latest requests: %q", requests)
+	}
+	if !strings.Contains(purchases, "€2.00") || !strings.Contains(purchases, cs.ID) {
+		t.Fatalf("purchases: %q", purchases)
+	}
+	shots.shot("dashboard")
+
+	// Phone size: the same pages must be usable on a narrow screen.
+	for _, p := range []struct{ path, wait, name string }{
+		{"/account/", "#live-credits", "phone-dashboard"},
+		{"/account/keys", "#key-name", "phone-keys"},
+		{"/account/buy", ".package", "phone-buy"},
+	} {
+		do(p.name, phone, chromedp.Navigate(caddyBase+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+		width, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if width > 390 {
+			t.Errorf("%s: the page is %d px wide on a 390 px screen (scrolls sideways)", p.path, width)
+		}
+		shots.shot(p.name)
+	}
+	do("desktop again", desktop)
+
+	// Revoke the key, with the confirmation step; the API refuses it from then on.
+	do("revoke link", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS(".danger-link")),
+		chromedp.Click(chromedp.CSS(".danger-link")), chromedp.WaitVisible(chromedp.CSS("button.danger")))
+	shots.shot("revoke-confirm")
+	do("revoke", chromedp.Click(chromedp.CSS("button.danger")), chromedp.WaitVisible(chromedp.CSS("p.notice")))
+	if n := text("p.notice"); !strings.Contains(n, "is revoked") {
+		t.Fatalf("notice after revoking: %q", n)
+	}
+	shots.shot("keys-revoked")
+	if res := generate(t, apiKey); res.status != http.StatusUnauthorized {
+		t.Fatalf("generate with the revoked key: %d", res.status)
+	}
+
+	// Log out, and the dashboard is closed.
+	do("log out", chromedp.Click(chromedp.CSS(`form[action="/account/logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#password")))
+	if n := text("p.notice"); !strings.Contains(n, "logged out") {
+		t.Fatalf("after log-out: %q", n)
+	}
+	shots.shot("logged-out")
+	do("dashboard after log-out", chromedp.Navigate(caddyBase+"/account/"), chromedp.WaitVisible(chromedp.CSS("#password")))
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	if !strings.HasSuffix(loc, "/account/login") {
+		t.Fatalf("after log-out the dashboard leads to %q", loc)
+	}
+	// And back in with a wrong password: the error shows; then the right one.
+	do("wrong password", chromedp.SendKeys(chromedp.CSS("#email"), email), chromedp.SendKeys(chromedp.CSS("#password"), "wrong password!"),
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#form-error")))
+	shots.shot("login-error")
+	do("log in", chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#live-credits")))
+
+	if got := purchasesOf(t, store, acct.ID); len(got) != 1 || got[cs.ID] != 1 {
+		t.Fatalf("purchases %v", got)
+	}
+	if rep, err := store.Verify(bg); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+type genResult struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func generate(t *testing.T, key string) genResult {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"tool": "summarizer", "input": "The account area sells credits.", "language": "en"})
+	req, _ := http.NewRequest(http.MethodPost, caddyBase+"/api/v1/generate", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("reading the generated text: %v", err)
+	}
+	return genResult{res.StatusCode, res.Header, string(out)}
+}
+
+var _ = strconv.Itoa

@@ -1,0 +1,142 @@
+package account
+
+// The package's shared real parts: stripe-mock, the real Ollama, and the in-process Caddy that
+// caddytest starts on first use (admin port 3011, HTTP 9180: the caddymodule tests use 2999 and
+// 9080 in another process at the same time).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
+)
+
+var (
+	stripeOnce sync.Once
+	stripeSrv  *stripemocktest.Server
+	stripeErr  error
+
+	ollamaOnce sync.Once
+	ollamaSrv  *ollamatest.Server
+	ollamaErr  error
+
+	// testRoot holds ledger directories that outlive their test (a loaded Caddy config keeps
+	// its ledger open until the next config replaces it).
+	testRoot string
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if testRoot, err = os.MkdirTemp("", "textgen-account-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = caddy.Stop()
+	if stripeSrv != nil {
+		stripeSrv.Stop()
+	}
+	if ollamaSrv != nil {
+		ollamaSrv.Stop()
+	}
+	os.RemoveAll(testRoot)
+	os.Exit(code)
+}
+
+// realStripeMock starts the pinned stripe-mock once for the package (building it if needed).
+// It never skips: without it the test fails, naming the command that installs it.
+func realStripeMock(t testing.TB) *stripemocktest.Server {
+	t.Helper()
+	stripeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		stripeSrv, stripeErr = stripemocktest.Start(ctx)
+	})
+	if stripeErr != nil {
+		t.Fatalf("starting stripe-mock (go install github.com/stripe/stripe-mock@%s): %v", stripemocktest.Version, stripeErr)
+	}
+	return stripeSrv
+}
+
+func realOllama(t testing.TB) *ollamatest.Server {
+	t.Helper()
+	ollamaOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		ollamaSrv, ollamaErr = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 12})
+	})
+	if ollamaErr != nil {
+		t.Fatalf("starting the real Ollama: %v", ollamaErr)
+	}
+	return ollamaSrv
+}
+
+// stripeRecorder sits in front of stripe-mock and remembers every Checkout Session created
+// through it (the form the client sent and the id stripe-mock gave it): stripe-mock keeps no
+// state, and its answer's payment URL is a fixed fixture, so this is how a test learns which
+// session a browser is paying for.
+type stripeRecorder struct {
+	target string
+	srv    *httptest.Server
+
+	mu       sync.Mutex
+	sessions []recordedSession
+}
+
+type recordedSession struct {
+	Form url.Values
+	ID   string
+	URL  string
+}
+
+func newStripeRecorder(t testing.TB, target string) *stripeRecorder {
+	rec := &stripeRecorder{target: target}
+	rec.srv = httptest.NewServer(rec)
+	t.Cleanup(rec.srv.Close)
+	return rec
+}
+
+func (rec *stripeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, rec.target+r.URL.RequestURI(), bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions" && res.StatusCode == 200 {
+		form, _ := url.ParseQuery(string(body))
+		var cs struct{ ID, URL string }
+		json.Unmarshal(out, &cs)
+		rec.mu.Lock()
+		rec.sessions = append(rec.sessions, recordedSession{Form: form, ID: cs.ID, URL: cs.URL})
+		rec.mu.Unlock()
+	}
+	for k, v := range res.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(res.StatusCode)
+	w.Write(out)
+}
+
+func (rec *stripeRecorder) created() []recordedSession {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]recordedSession(nil), rec.sessions...)
+}

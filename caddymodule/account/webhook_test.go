@@ -1,0 +1,220 @@
+package account
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+const testWebhookSecret = "whsec_test_secret_for_caddy_textgen"
+
+// checkoutEvent is a Stripe event carrying a Checkout Session, shaped as Stripe sends it.
+func checkoutEvent(evType, sessionID, acctID, paymentStatus, pkg string, amount int64) []byte {
+	ev := map[string]any{
+		"id":          "evt_" + sessionID + "_" + evType,
+		"object":      "event",
+		"api_version": stripe.APIVersion,
+		"created":     time.Now().Unix(),
+		"livemode":    false,
+		"type":        evType,
+		"data": map[string]any{"object": map[string]any{
+			"id":                  sessionID,
+			"object":              "checkout.session",
+			"client_reference_id": acctID,
+			"payment_status":      paymentStatus,
+			"status":              "complete",
+			"mode":                "payment",
+			"amount_total":        amount,
+			"currency":            "eur",
+			"metadata":            map[string]string{"package": pkg, "account_id": acctID},
+		}},
+	}
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// deliver posts a payload signed as Stripe signs it (secret and timestamp as given).
+func deliver(t *testing.T, url string, payload []byte, secret string, at time.Time) (int, string) {
+	t.Helper()
+	sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at})
+	return deliverHeader(t, url, payload, sp.Header)
+}
+
+func deliverHeader(t *testing.T, url string, payload []byte, header string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(string(payload)))
+	req.Header.Set("Content-Type", "application/json")
+	if header != "" {
+		req.Header.Set("Stripe-Signature", header)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
+func purchasesOf(t *testing.T, s ledger.Store, acct string) map[string]int {
+	t.Helper()
+	ps, err := s.Purchases(bg, acct, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, p := range ps {
+		n[p.Reference]++
+	}
+	return n
+}
+
+// TestWebhook delivers every kind of event the endpoint must handle and checks, at the end,
+// that each paid session was credited exactly once.
+func TestWebhook(t *testing.T) {
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	acct, err := e.store.CreateAccount(bg, "payer@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := e.srv.URL + "/account/stripe/webhook"
+	nowT := time.Now()
+	type c struct {
+		name    string
+		payload []byte
+		secret  string
+		at      time.Time
+		status  int
+		reply   string
+	}
+	paid1 := checkoutEvent("checkout.session.completed", "cs_test_paid1", acct.ID, "paid", "10", 200)
+	paid2 := checkoutEvent("checkout.session.completed", "cs_test_paid2", acct.ID, "paid", "50", 900)
+	asyncPending := checkoutEvent("checkout.session.completed", "cs_test_async", acct.ID, "unpaid", "10", 200)
+	asyncPaid := checkoutEvent("checkout.session.async_payment_succeeded", "cs_test_async", acct.ID, "paid", "10", 200)
+	cases := []c{
+		{"valid", paid1, testWebhookSecret, nowT, 200, "credited"},
+		{"replayed", paid1, testWebhookSecret, nowT, 200, "duplicate"},
+		{"replayed later with a fresh signature", paid1, testWebhookSecret, nowT.Add(time.Minute), 200, "duplicate"},
+		{"second package", paid2, testWebhookSecret, nowT, 200, "credited"},
+		{"bad signature (other secret)", checkoutEvent("checkout.session.completed", "cs_test_forged", acct.ID, "paid", "10", 200), "whsec_wrong", nowT, 400, "invalid signature"},
+		{"too old", checkoutEvent("checkout.session.completed", "cs_test_old", acct.ID, "paid", "10", 200), testWebhookSecret, nowT.Add(-6 * time.Minute), 400, "tolerance"},
+		{"unpaid session", checkoutEvent("checkout.session.completed", "cs_test_unpaid", acct.ID, "unpaid", "10", 200), testWebhookSecret, nowT, 200, "not paid"},
+		{"unknown package", checkoutEvent("checkout.session.completed", "cs_test_unknownpkg", acct.ID, "paid", "999", 200), testWebhookSecret, nowT, 200, "unknown package"},
+		{"unknown account", checkoutEvent("checkout.session.completed", "cs_test_unknownacct", "acct_0000000000000000", "paid", "10", 200), testWebhookSecret, nowT, 200, "unknown account"},
+		{"other event type", checkoutEvent("checkout.session.expired", "cs_test_expired", acct.ID, "unpaid", "10", 200), testWebhookSecret, nowT, 200, "event type"},
+		{"async payment pending", asyncPending, testWebhookSecret, nowT, 200, "not paid"},
+		{"async payment succeeded", asyncPaid, testWebhookSecret, nowT, 200, "credited"},
+		{"async payment succeeded, replayed", asyncPaid, testWebhookSecret, nowT, 200, "duplicate"},
+	}
+	for _, c := range cases {
+		status, body := deliver(t, url, c.payload, c.secret, c.at)
+		if status != c.status || !strings.Contains(body, c.reply) {
+			t.Errorf("%s: %d %s, want %d with %q", c.name, status, body, c.status, c.reply)
+		}
+	}
+
+	// Tampered body with the original signature, no signature, garbage signature.
+	sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: paid1, Secret: testWebhookSecret})
+	tampered := []byte(strings.Replace(string(paid1), `"amount_total":200`, `"amount_total":1`, 1))
+	if status, _ := deliverHeader(t, url, tampered, sp.Header); status != 400 {
+		t.Errorf("tampered body: %d", status)
+	}
+	if status, _ := deliverHeader(t, url, paid2, ""); status != 400 {
+		t.Errorf("no signature: %d", status)
+	}
+	if status, _ := deliverHeader(t, url, paid2, "t=abc,v1=zz"); status != 400 {
+		t.Errorf("garbage signature: %d", status)
+	}
+	if status, _ := deliverHeader(t, url, []byte(strings.Repeat("x", maxWebhookBody+10)), sp.Header); status != 413 {
+		t.Errorf("huge body: %d", status)
+	}
+
+	// Each paid session credited exactly once; nothing else credited.
+	got := purchasesOf(t, e.store, acct.ID)
+	want := map[string]int{"cs_test_paid1": 1, "cs_test_paid2": 1, "cs_test_async": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("purchases %v, want %v", got, want)
+	}
+	bal, _ := e.store.Balance(bg, acct.ID)
+	if bal.Balance != 10+50+10 {
+		t.Fatalf("balance %+v, want 70", bal)
+	}
+	ps, _ := e.store.Purchases(bg, acct.ID, 10)
+	for _, p := range ps {
+		if p.Currency != "EUR" || p.Kind != ledger.KindPurchase || p.Mode != ledger.Live || (p.AmountCents != 200 && p.AmountCents != 900) {
+			t.Errorf("purchase entry %+v", p)
+		}
+	}
+	if rep, err := e.store.Verify(bg); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// TestWebhookConcurrentRetries delivers one paid session many times at once (Stripe may
+// retry while the first delivery is still running): it is credited once.
+func TestWebhookConcurrentRetries(t *testing.T) {
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	acct, _ := e.store.CreateAccount(bg, "concurrent@example.com")
+	payload := checkoutEvent("checkout.session.completed", "cs_test_concurrent", acct.ID, "paid", "10", 200)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	replies := map[string]int{}
+	for range 16 {
+		wg.Go(func() {
+			status, body := deliver(t, e.srv.URL+"/account/stripe/webhook", payload, testWebhookSecret, time.Now())
+			mu.Lock()
+			replies[fmt.Sprintf("%d %s", status, strings.TrimSpace(body))]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if replies[`200 {"status":"credited"}`] != 1 || replies[`200 {"status":"duplicate: credited before"}`] != 15 {
+		t.Fatalf("replies %v", replies)
+	}
+	if bal, _ := e.store.Balance(bg, acct.ID); bal.Balance != 10 {
+		t.Fatalf("balance %+v", bal)
+	}
+}
+
+// TestWebhookLedgerFailureAnswers500 checks that a paid session is not acknowledged when the
+// credit could not be made durable, so that Stripe retries it, and that the retry credits it.
+func TestWebhookLedgerFailureAnswers500(t *testing.T) {
+	dir := t.TempDir()
+	store, err := ledger.Open(dir, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, _ := store.CreateAccount(bg, "retry@example.com")
+	e := newTestEnvOn(t, store, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	payload := checkoutEvent("checkout.session.completed", "cs_test_retry", acct.ID, "paid", "10", 200)
+	url := e.srv.URL + "/account/stripe/webhook"
+
+	store.Close() // the ledger is gone: every write fails
+	if status, body := deliver(t, url, payload, testWebhookSecret, time.Now()); status != http.StatusInternalServerError {
+		t.Fatalf("delivery while the ledger is down: %d %s, want 500", status, body)
+	}
+
+	// Stripe retries once the ledger is back.
+	store2, err := ledger.Open(dir, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store2.Close()
+	e2 := newTestEnvOn(t, store2, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	if status, body := deliver(t, e2.srv.URL+"/account/stripe/webhook", payload, testWebhookSecret, time.Now()); status != 200 || !strings.Contains(body, "credited") {
+		t.Fatalf("retry: %d %s", status, body)
+	}
+	if got := purchasesOf(t, store2, acct.ID); got["cs_test_retry"] != 1 || len(got) != 1 {
+		t.Fatalf("purchases after the retry: %v", got)
+	}
+}
