@@ -7,6 +7,7 @@ import (
 	"net/mail"
 	"sort"
 	"strings"
+	"time"
 )
 
 const maxEmailLen = 254
@@ -37,6 +38,12 @@ func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, erro
 	if err != nil {
 		return Account{}, err
 	}
+	return s.createAccount(e, nil)
+}
+
+// createAccount creates the account for the normalised email e, writing extra (for example its
+// credential) in the same durable commit. The account becomes visible only once durable.
+func (s *Badger) createAccount(e string, extra func(id string, t time.Time) []write) (Account, error) {
 	if err := s.begin(); err != nil {
 		return Account{}, err
 	}
@@ -56,15 +63,17 @@ func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, erro
 	}
 	rec := Account{ID: id, Email: e, Status: StatusActive, Created: now().UTC()}
 	a := newAccount(rec)
-	op := s.c.enqueue([]write{
+	ws := []write{
 		set(accountKey(id), mustJSON(rec)),
 		set(emailKey(e), []byte(id)),
 		a.balanceWrite(),
-	})
-	if err := op.wait(); err != nil {
+	}
+	if extra != nil {
+		ws = append(ws, extra(id, rec.Created)...)
+	}
+	if err := s.c.enqueue(ws).wait(); err != nil {
 		return Account{}, err
 	}
-	// Visible only once durable.
 	s.acctMu.Lock()
 	s.accounts[id] = a
 	s.byEmail[e] = a

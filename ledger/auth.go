@@ -65,45 +65,9 @@ func (s *Badger) CreateAccountWithPassword(ctx context.Context, email, password 
 	if err != nil {
 		return Account{}, err
 	}
-	if err := s.begin(); err != nil {
-		return Account{}, err
-	}
-	defer s.end()
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-
-	s.acctMu.RLock()
-	_, dup = s.byEmail[e]
-	id := ""
-	for id == "" || s.accounts[id] != nil {
-		id = newAccountID()
-	}
-	s.acctMu.RUnlock()
-	if dup {
-		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
-	}
-	t := now().UTC()
-	rec := Account{ID: id, Email: e, Status: StatusActive, Created: t}
-	a := newAccount(rec)
-	op := s.c.enqueue([]write{
-		set(accountKey(id), mustJSON(rec)),
-		set(emailKey(e), []byte(id)),
-		a.balanceWrite(),
-		set(credentialKey(id), mustJSON(credentialRecord{Hash: hash, Updated: t})),
+	return s.createAccount(e, func(id string, t time.Time) []write {
+		return []write{set(credentialKey(id), mustJSON(credentialRecord{Hash: hash, Updated: t}))}
 	})
-	if err := op.wait(); err != nil {
-		return Account{}, err
-	}
-	// Visible only once durable (as in CreateAccount).
-	s.acctMu.Lock()
-	s.accounts[id] = a
-	s.byEmail[e] = a
-	i := sort.SearchStrings(s.acctIDs, id)
-	s.acctIDs = append(s.acctIDs, "")
-	copy(s.acctIDs[i+1:], s.acctIDs[i:])
-	s.acctIDs[i] = id
-	s.acctMu.Unlock()
-	return rec, nil
 }
 
 // SetPassword replaces the account's password (or sets the first one of an account the operator

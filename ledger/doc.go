@@ -35,6 +35,9 @@
 //	09 acct reference      -> seq of the entry that first used the grant reference
 //	0A acct idempotency-key -> IdempotencyRecord (JSON), with a 24 h Badger TTL
 //	0B name                -> metadata (schema version)
+//	0C acct                -> credential: argon2id hash of the password (PHC string)
+//	0D session digest      -> session (SHA-256 of the token; expiry; CSRF secret), Badger TTL
+//	0E acct session digest -> empty: finds an account's sessions (for log-out everywhere)
 //
 // Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12.
 //
