@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -46,12 +48,20 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		pull_models
 //		buy_url             <url>
 //		log_prompts
+//		rate_limit          key|account <n>/<window> [burst <n>] | off
+//		auth_failure_limit  <n>/<window> [burst <n>] | off
+//		max_concurrent_per_account <n> | off
+//		max_in_flight       <n> | off
+//		queue_size          <n> | off
+//		queue_timeout       <duration>
+//		body_read_timeout   <duration>
 //		tool <slug> {
 //			model             <name>
 //			prompt_file       <path>
 //			max_input_chars   <n>
 //			max_output_tokens <n>
 //			temperature       <0..2>
+//			rate_limit        key|account <n>/<window> [burst <n>]
 //		}
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -63,10 +73,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
 		if name != "tool" {
-			if seen[name] {
-				return d.Errf("%s specified more than once", name)
+			id := name
+			if name == "rate_limit" && d.NextArg() { // once per scope
+				id += " " + d.Val()
+				d.Prev()
 			}
-			seen[name] = true
+			if seen[id] {
+				return d.Errf("%s specified more than once", id)
+			}
+			seen[id] = true
 		}
 		var err error
 		switch name {
@@ -125,6 +140,23 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.LogPrompts = true
+		case "rate_limit":
+			if h.RateLimit == nil {
+				h.RateLimit = &RateLimits{}
+			}
+			err = rateLimitScope(d, h.RateLimit, true)
+		case "auth_failure_limit":
+			h.AuthFailureLimit, err = parseRateLimit(d, true)
+		case "max_concurrent_per_account":
+			err = intOrOff(d, &h.MaxConcurrentPerAccount)
+		case "max_in_flight":
+			err = intOrOff(d, &h.MaxInFlight)
+		case "queue_size":
+			err = intOrOff(d, &h.QueueSize)
+		case "queue_timeout":
+			err = oneDuration(d, &h.QueueTimeout)
+		case "body_read_timeout":
+			err = oneDuration(d, &h.BodyReadTimeout)
 		case "tool":
 			err = h.unmarshalTool(d)
 		default:
@@ -153,10 +185,15 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
-		if seen[name] {
-			return d.Errf("tool %s: %s specified more than once", slug, name)
+		id := name
+		if name == "rate_limit" && d.NextArg() {
+			id += " " + d.Val()
+			d.Prev()
 		}
-		seen[name] = true
+		if seen[id] {
+			return d.Errf("tool %s: %s specified more than once", slug, id)
+		}
+		seen[id] = true
 		var err error
 		switch name {
 		case "model":
@@ -169,6 +206,11 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 			err = oneInt(d, &tc.MaxOutputTokens)
 		case "temperature":
 			err = oneFloat(d, &tc.Temperature)
+		case "rate_limit":
+			if tc.RateLimit == nil {
+				tc.RateLimit = &RateLimits{}
+			}
+			err = rateLimitScope(d, tc.RateLimit, false)
 		default:
 			return d.Errf("tool %s: unrecognized subdirective '%s'", slug, name)
 		}
@@ -176,6 +218,81 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// rateLimitScope reads "key|account <n>/<window> [burst <n>]" (or "off" where allowed) into rl.
+func rateLimitScope(d *caddyfile.Dispenser, rl *RateLimits, offAllowed bool) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	var dst **RateLimit
+	switch scope := d.Val(); scope {
+	case "key":
+		dst = &rl.Key
+	case "account":
+		dst = &rl.Account
+	default:
+		return d.Errf("rate_limit: %q is neither key nor account", scope)
+	}
+	l, err := parseRateLimit(d, offAllowed)
+	*dst = l
+	return err
+}
+
+// parseRateLimit reads "<n>/<window> [burst <n>]" or "off". The window is a duration ("1m",
+// "10s", "1h"); a bare unit ("m") means 1 of it.
+func parseRateLimit(d *caddyfile.Dispenser, offAllowed bool) (*RateLimit, error) {
+	name := d.Val()
+	args := d.RemainingArgs()
+	if len(args) == 1 && args[0] == "off" {
+		if !offAllowed {
+			return nil, d.Errf("%s: off is only allowed for the handler-wide limits", name)
+		}
+		return &RateLimit{Off: true}, nil
+	}
+	if len(args) != 1 && len(args) != 3 {
+		return nil, d.ArgErr()
+	}
+	n, win, ok := strings.Cut(args[0], "/")
+	requests, err := strconv.Atoi(n)
+	if !ok || err != nil || requests <= 0 {
+		return nil, d.Errf("%s: %q is not <requests>/<window>, such as 60/1m", name, args[0])
+	}
+	if win != "" && strings.Trim(win, "smh") == "" && len(win) == 1 {
+		win = "1" + win
+	}
+	dur, err := caddy.ParseDuration(win)
+	if err != nil || dur < time.Second {
+		return nil, d.Errf("%s: window %q is not a duration of at least 1s", name, win)
+	}
+	l := &RateLimit{Requests: requests, Window: caddy.Duration(dur)}
+	if len(args) == 3 {
+		b, err := strconv.Atoi(args[2])
+		if args[1] != "burst" || err != nil || b <= 0 {
+			return nil, d.Errf("%s: expected burst <n> after the rate, got %q %q", name, args[1], args[2])
+		}
+		l.Burst = b
+	}
+	return l, nil
+}
+
+// intOrOff reads a whole number > 0, or "off" (stored as -1).
+func intOrOff(d *caddyfile.Dispenser, dst *int) error {
+	name := d.Val()
+	var s string
+	if err := oneString(d, &s); err != nil {
+		return err
+	}
+	if s == "off" {
+		*dst = -1
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return d.Errf("%s: %q is neither a whole number > 0 nor off", name, s)
+	}
+	*dst = n
 	return nil
 }
 

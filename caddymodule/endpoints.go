@@ -85,9 +85,15 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		writeError(w, reqID, copyErr(errMissingKey), -1)
 		return
 	}
+	addr, refused := h.authGate(w, r)
+	if refused != nil {
+		writeError(w, reqID, refused, -1)
+		return
+	}
 	key, acct, err := h.store.LookupKey(r.Context(), presented)
 	if err != nil {
 		if errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound) {
+			h.authFailed(addr)
 			writeError(w, reqID, copyErr(errInvalidKey), -1)
 		} else {
 			writeError(w, reqID, copyErr(errInternal), -1)
@@ -223,7 +229,15 @@ func (h *Handler) ollamaConfig() backends.OllamaConfig {
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
+		QueueTimeout:      time.Duration(h.QueueTimeout),
 		Logger:            h.logger.Named("ollama"),
+	}
+	// -1 (off) in the handler is 0 (none) in the backend.
+	if h.MaxInFlight > 0 {
+		cfg.MaxInFlight = h.MaxInFlight
+		if h.QueueSize > 0 {
+			cfg.QueueSize = h.QueueSize
+		}
 	}
 	if h.KeepAlive != 0 {
 		ka := time.Duration(h.KeepAlive)

@@ -44,6 +44,14 @@ type generation struct {
 	stats     backends.Stats
 	errKind   string
 	logged    bool
+	// states are the rate limits this request was counted against, for the RateLimit headers.
+	states  [4]limitState
+	nstates int
+	// slotHeld: the request holds one of its account's concurrent places (released at the end).
+	slotHeld bool
+	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
+	holding bool
+	queued  time.Duration // time waited in the admission queue
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool
@@ -52,7 +60,11 @@ type generation struct {
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string) {
 	g := &generation{h: h, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
 	defer func() {
+		if g.slotHeld {
+			h.lim.slots.release(g.acct.ID)
+		}
 		g.log()
+		g.observe()
 		if g.abort {
 			panic(http.ErrAbortHandler)
 		}
@@ -64,11 +76,16 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	if !g.authenticate() {
 		return
 	}
+	// Every request with a valid key counts against its key's and account's limits, whatever
+	// its outcome; checked before the body is read, so a client over its limit costs little.
+	if !g.limitRate(h.lim.global) {
+		return
+	}
 	if e := checkContentType(r); e != nil {
 		g.fail(e)
 		return
 	}
-	buf, e := readBody(r, h.MaxBodyBytes)
+	buf, e := g.readBody()
 	if e != nil {
 		g.fail(e)
 		return
@@ -91,6 +108,9 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		g.fail(e)
 		return
 	}
+	if !g.limitRate(h.lim.tools[g.tool.Slug]) || !g.takeSlot() {
+		return
+	}
 	if g.idem != "" && !g.beginIdempotent(fingerprint) {
 		return
 	}
@@ -108,9 +128,16 @@ func (g *generation) authenticate() bool {
 		g.fail(copyErr(errMissingKey))
 		return false
 	}
+	addr, blocked := g.h.authGate(g.w, g.r)
+	if blocked != nil {
+		g.errKind = "auth_failures"
+		g.fail(blocked)
+		return false
+	}
 	key, acct, err := g.h.store.LookupKey(g.r.Context(), presented)
 	if err != nil {
 		if errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound) {
+			g.h.authFailed(addr)
 			g.fail(copyErr(errInvalidKey))
 		} else {
 			g.internal("looking up key", err)
@@ -185,9 +212,37 @@ func truncate(s string, n int) string {
 func (g *generation) run() {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
+	var backend backends.Backend = h.backend
+	var slot *backends.Slot
+	if g.key.Mode == ledger.Test {
+		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
+	} else {
+		if g.remaining == 0 {
+			// No credit: answer at once rather than after a wait in the admission queue.
+			g.fail(g.insufficient())
+			return
+		}
+		// Admission before the reservation: a request the model hosts cannot take is refused
+		// (or waits) without holding a credit.
+		if adm, ok := backend.(admitter); ok {
+			var err error
+			if slot, err = adm.Admit(g.r.Context()); err != nil {
+				g.refuseAdmission(err)
+				return
+			}
+			defer slot.Release() // Generate releases it; this covers the returns before
+			if slot.Waited > 0 {
+				g.queued = slot.Waited
+				metrics.queueWait.Observe(slot.Waited.Seconds())
+			}
+		}
+	}
+
+	t0 := time.Now()
 	res, err := h.store.Reserve(bg, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
 	})
+	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
 		g.remaining = 0
@@ -201,11 +256,9 @@ func (g *generation) run() {
 		return
 	}
 	g.remaining = res.Available
+	g.holding = true
+	metrics.holdsOpen.Inc()
 
-	var backend backends.Backend = h.backend
-	if g.key.Mode == ledger.Test {
-		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
-	}
 	genCtx, cancel := context.WithDeadline(g.r.Context(), g.start.Add(time.Duration(h.GenerationTimeout)))
 	defer cancel()
 	s := &streamer{g: g, rc: http.NewResponseController(g.w)}
@@ -213,6 +266,7 @@ func (g *generation) run() {
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
 	}
+	genStart := time.Now()
 	stats, gerr := backend.Generate(genCtx, backends.Request{
 		Model:             g.tool.model,
 		System:            system,
@@ -222,9 +276,49 @@ func (g *generation) run() {
 		NumCtx:            h.NumCtx,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
+		Slot:              slot,
 	}, s.emit)
 	g.stats = stats
+	if s.started {
+		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
+		metrics.generation.Observe(time.Since(genStart).Seconds())
+	}
+	if stats.OutputTokens > 0 {
+		metrics.outputTokens.WithLabelValues(g.tool.Slug).Add(float64(stats.OutputTokens))
+	}
 	g.finish(s, gerr)
+}
+
+// admitter is a backend with admission control (backends.Ollama).
+type admitter interface {
+	Admit(ctx context.Context) (*backends.Slot, error)
+}
+
+// refuseAdmission answers a request the model hosts could not take: 503 overloaded (queue full
+// or wait too long) or backend_unavailable; nothing was reserved.
+func (g *generation) refuseAdmission(err error) {
+	if backends.KindOf(err) == backends.KindCanceled {
+		g.errKind = "client_gone" // the client left while queued
+		g.status = 499
+		return
+	}
+	reason := ""
+	switch {
+	case errors.Is(err, backends.ErrQueueFull):
+		reason = "queue_full"
+	case errors.Is(err, backends.ErrQueueTimeout):
+		reason = "queue_timeout"
+	case backends.KindOf(err) == backends.KindOverloaded:
+		reason = "overloaded"
+	}
+	e := g.backendError(err)
+	if reason != "" {
+		metrics.rejections.WithLabelValues(reason).Inc()
+		g.errKind = reason
+	} else {
+		metrics.backendErrors.WithLabelValues(g.errKind).Inc()
+	}
+	g.fail(e)
 }
 
 // finish resolves the hold and ends the response according to CONTRACT section 2.
@@ -234,10 +328,19 @@ func (g *generation) finish(s *streamer, gerr error) {
 	kind := backends.KindOf(gerr)
 	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged.
 	clientGone := gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
+	if gerr != nil && !clientGone {
+		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
+	}
 	switch {
 	case gerr == nil && s.started, clientGone && s.started:
 		// Complete, or the client left after text was delivered: the charge stands.
+		t0 := time.Now()
 		res, err := h.store.Settle(bg, g.acct.ID, g.id)
+		metrics.ledgerOps.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
+		g.resolved()
+		if err == nil {
+			metrics.credits.WithLabelValues("settled", string(g.key.Mode)).Inc()
+		}
 		if err != nil {
 			// The text went out; an unsettled hold expires and is voided, so the client is never
 			// charged twice, at worst once too little.
@@ -292,8 +395,23 @@ func ctxDone(ctx context.Context) bool {
 	}
 }
 
+// resolved notes that the request's hold was settled or voided (or tried to be: a failed
+// resolution leaves a hold that expires on its own).
+func (g *generation) resolved() {
+	if g.holding {
+		g.holding = false
+		metrics.holdsOpen.Dec()
+	}
+}
+
 func (g *generation) void(ctx context.Context, reason string) {
+	t0 := time.Now()
 	res, err := g.h.store.Void(ctx, g.acct.ID, g.id, reason)
+	metrics.ledgerOps.WithLabelValues("void").Observe(time.Since(t0).Seconds())
+	g.resolved()
+	if err == nil {
+		metrics.credits.WithLabelValues("voided", string(g.key.Mode)).Inc()
+	}
 	if err != nil {
 		// The hold stays open and expires; the client is not charged either way.
 		g.h.logger.Error("voiding hold", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
@@ -391,10 +509,22 @@ func (g *generation) log() {
 		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),
 			zap.Int("output_tokens", g.stats.OutputTokens), zap.Int("prompt_tokens", g.stats.PromptTokens))
 	}
+	if g.queued > 0 {
+		fields = append(fields, zap.Duration("queue_wait", g.queued))
+	}
 	if g.errKind != "" {
 		fields = append(fields, zap.String("error", g.errKind))
 	}
 	ce.Write(fields...)
+}
+
+// observe counts the finished request in the metrics.
+func (g *generation) observe() {
+	tool := "none"
+	if g.tool != nil {
+		tool = g.tool.Slug
+	}
+	metrics.requests.WithLabelValues(tool, statusLabel(g.status)).Inc()
 }
 
 type doneEvent struct {

@@ -28,8 +28,8 @@ func init() {
 // Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
 // the prompt of the requested tool and streams the generated text from Ollama.
 //
-// It answers POST /api/v1/generate, GET /api/v1/tools and GET /api/v1/balance under whatever
-// matcher routes requests to it; other paths get a JSON 404.
+// It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
+// /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
 type Handler struct {
 	// Ledger is the directory of the Badger database that holds accounts, keys and credits.
 	// Required. Several handlers (and config reloads) naming the same directory share one open
@@ -98,6 +98,29 @@ type Handler struct {
 	// enable it where inputs may hold personal data.
 	LogPrompts bool `json:"log_prompts,omitempty"`
 
+	// RateLimit limits the generate requests per API key and per account (429 rate_limited).
+	// Default: per key 60 per minute with a burst of 20, per account 120 per minute; a limit
+	// with "off": true is off. A tool's own RateLimit adds to these.
+	RateLimit *RateLimits `json:"rate_limit,omitempty"`
+	// AuthFailureLimit limits the requests with an invalid API key per client address (an
+	// IPv6 address counts by its /64); past it the address gets 429 rate_limited before its key
+	// is even looked up. Default: 30 per minute.
+	AuthFailureLimit *RateLimit `json:"auth_failure_limit,omitempty"`
+	// MaxConcurrentPerAccount caps the generations one account runs at once (429
+	// too_many_concurrent_requests). Default: 4; -1: no cap.
+	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
+	// MaxInFlight caps the generations sent to one Ollama host at once; more wait in the
+	// admission queue. Default: 8; -1: no cap.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// QueueSize is how many generations may wait for a host; one more gets 503 overloaded.
+	// Default: 32; -1: no queue.
+	QueueSize int `json:"queue_size,omitempty"`
+	// QueueTimeout is the longest wait in the admission queue; then 503 overloaded. Default: 10s.
+	QueueTimeout caddy.Duration `json:"queue_timeout,omitempty"`
+	// BodyReadTimeout bounds reading the request body; a slower client gets 408
+	// request_timeout. Default: 10s.
+	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
+
 	// life is read-locked by every request and write-locked by Cleanup: Caddy cleans up the
 	// old config of a reload while its requests may still stream, so the shared ledger and
 	// backend are released only after the last of them ends.
@@ -112,6 +135,7 @@ type Handler struct {
 	tools      map[string]*toolRuntime
 	languages  *catalog.LanguageMatcher
 	toolsJSON  []byte
+	lim        *limits
 }
 
 // ToolConfig overrides the settings of one tool.
@@ -127,6 +151,9 @@ type ToolConfig struct {
 	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 	// Temperature for this tool. Default: the handler's.
 	Temperature *float64 `json:"temperature,omitempty"`
+	// RateLimit adds limits per key and per account for the requests of this tool alone; the
+	// handler-wide limits still count them too. Default: none.
+	RateLimit *RateLimits `json:"rate_limit,omitempty"`
 }
 
 // toolRuntime is a tool with every default resolved.
@@ -190,6 +217,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.HoldTTL == 0 {
 		h.HoldTTL = h.GenerationTimeout + caddy.Duration(5*time.Minute)
 	}
+	h.setLimitDefaults()
 	if len(h.Ollama) == 0 {
 		if env := os.Getenv("OLLAMA_HOST"); env != "" {
 			h.Ollama = []string{env}
@@ -212,6 +240,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("textgen: metrics: %w", err)
+	}
+
 	store, key, err := acquireLedger(h.Ledger, ledger.Options{
 		HoldTTL: time.Duration(h.HoldTTL),
 		Logger:  h.logger.Named("ledger"),
@@ -220,6 +252,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.store, h.ledgerKey = store, key
+	if err := h.setupLimits(key); err != nil {
+		return fmt.Errorf("textgen: limits: %w", err)
+	}
 
 	backend, bkey, err := acquireOllama(h.ollamaConfig())
 	if err != nil {
@@ -251,9 +286,20 @@ func (h *Handler) Validate() error {
 			return fmt.Errorf("textgen: languages: %w", err)
 		}
 	}
+	if err := h.validateLimits(); err != nil {
+		return err
+	}
 	for slug, tc := range h.Tools {
 		if tc == nil {
 			continue
+		}
+		if tc.RateLimit != nil {
+			if err := tc.RateLimit.Key.validate("tool "+slug+": rate_limit key", false); err != nil {
+				return err
+			}
+			if err := tc.RateLimit.Account.validate("tool "+slug+": rate_limit account", false); err != nil {
+				return err
+			}
 		}
 		if tc.Temperature != nil && (*tc.Temperature < 0 || *tc.Temperature > 2) {
 			return fmt.Errorf("textgen: tool %s: temperature: %v is outside 0..2", slug, *tc.Temperature)
@@ -291,6 +337,7 @@ func (h *Handler) release() error {
 		return nil
 	}
 	h.cleaned = true
+	h.lim.release()
 	var err error
 	if h.store != nil {
 		err = releaseLedger(h.ledgerKey)
@@ -409,7 +456,7 @@ func (h *Handler) checkModels(b backends.Backend) {
 	}()
 }
 
-// ServeHTTP routes the three endpoints of the API.
+// ServeHTTP routes the endpoints of the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	reqID := newRequestID()
 	h.life.RLock()
@@ -428,6 +475,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.serveTools(w, r, reqID)
 	case "/api/v1/balance":
 		h.serveBalance(w, r, reqID)
+	case "/api/v1/ready":
+		h.serveReady(w, r, reqID)
 	default:
 		writeError(w, reqID, copyErr(errNotFound), -1)
 	}

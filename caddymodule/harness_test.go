@@ -99,7 +99,21 @@ type envOptions struct {
 	encode bool   // put encode in front of the handler
 	extra  string // more textgen subdirectives
 	dir    string // ledger directory; default a fresh one
+	// limits are the limit subdirectives; "" sets them all so high that the tests of other
+	// behaviour (50 requests at once from one key, 20 streams across a reload) cannot trip over
+	// them while their code still runs; "default" leaves the defaults.
+	limits string
+	site   string // more directives of the site block (before textgen)
+	global string // more global options
 }
+
+// highLimits are on, but out of reach of any test.
+const highLimits = `rate_limit key 1000000/1m
+		rate_limit account 1000000/1m
+		auth_failure_limit 1000000/1m
+		max_concurrent_per_account 1000
+		max_in_flight 1000
+		queue_size 1000`
 
 func caddyfileFor(o envOptions, dir string) string {
 	model := o.model
@@ -110,14 +124,23 @@ func caddyfileFor(o envOptions, dir string) string {
 	if o.encode {
 		enc = "encode gzip"
 	}
+	limits := o.limits
+	switch limits {
+	case "":
+		limits = highLimits
+	case "default":
+		limits = ""
+	}
 	return fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
 	https_port 9443
 	grace_period 30s
 	skip_install_trust
+	%s
 }
 http://127.0.0.1:%d {
+	%s
 	%s
 	textgen /api/* {
 		ledger %s
@@ -127,10 +150,11 @@ http://127.0.0.1:%d {
 		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
 		temperature 1
 		%s
+		%s
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, httpPort, enc, dir, o.ollama, model, o.extra)
+`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, limits, o.extra)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.

@@ -1,0 +1,79 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// readyDoc is the answer of GET /api/v1/ready. It names no host, key or account: the endpoint
+// is public (load balancers call it without a key).
+type readyDoc struct {
+	Ready        bool   `json:"ready"`
+	Reason       string `json:"reason,omitempty"`
+	Ledger       string `json:"ledger"`        // "ok", "closed" or "failed" (the log says why)
+	HostsHealthy int    `json:"hosts_healthy"` // model hosts that answered their last check
+	Hosts        int    `json:"hosts"`
+	Queued       int    `json:"queued"` // requests waiting in the admission queue
+}
+
+// serveReady answers GET /api/v1/ready for load balancers: 200 when the ledger is open and
+// writable and at least one model host is healthy, else 503 with the reason. It needs no key
+// and costs no credit; it reads only in-memory state (the hosts' health comes from the
+// backend's periodic checks), so it can be polled often.
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeError(w, reqID, copyErr(errMethodNotAllowedGET), -1)
+		return
+	}
+	doc := readyDoc{Ledger: "ok"}
+	// Balance of no account: ErrNotFound when the ledger works; ErrClosed, or the committer's
+	// error after a failed disk write, when it does not.
+	if _, err := h.store.Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		doc.Ledger = "failed"
+		if errors.Is(err, ledger.ErrClosed) {
+			doc.Ledger = "closed"
+		}
+		doc.Reason = "the ledger is not usable"
+		if ce := h.logger.Check(zapcore.WarnLevel, "not ready: ledger"); ce != nil {
+			ce.Write(zap.Error(err))
+		}
+	}
+	if o, ok := h.backend.(*backends.Ollama); ok {
+		for _, hs := range o.Hosts() {
+			doc.Hosts++
+			if hs.Healthy {
+				doc.HostsHealthy++
+			}
+		}
+		doc.Queued = o.QueueLen()
+		if doc.HostsHealthy == 0 && doc.Reason == "" {
+			doc.Reason = "no model host is healthy"
+		}
+	}
+	doc.Ready = doc.Reason == ""
+	body, _ := json.Marshal(doc)
+	body = append(body, '\n')
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Request-Id", reqID)
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	status := http.StatusOK
+	if !doc.Ready {
+		status = http.StatusServiceUnavailable
+		hdr.Set("Retry-After", "5")
+	}
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body)
+	}
+}
