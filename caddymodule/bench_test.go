@@ -254,7 +254,7 @@ http://127.0.0.1:%d {
 	// 256 concurrent streams of 50 pieces, 10 ms apart, through a separate caddy process (the
 	// built binary, so its memory is the server's alone): every text complete and in order.
 	procLedger := ledgerDir(b)
-	srv := startCaddyProcess(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t}", procLedger, fs.URL), procLedger)
+	srv := startCaddyProcess(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t}", procLedger, fs.URL), procLedger)
 	acct := jsonStr(b, srv.json("account", "create", "--email", "rss@example.com"), "id")
 	liveKey := jsonStr(b, srv.json("key", "create", "--account", acct, "--name", "bench"), "key")
 	srv.json("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "bench")
