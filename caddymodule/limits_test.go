@@ -126,7 +126,7 @@ func parseRateLimitField(t *testing.T, v string) map[string][2]int {
 
 func TestRateLimitPerKey(t *testing.T) {
 	fs := fastBackend(t)
-	e := newEnv(t, envOptions{ollama: fs.URL, limits: "rate_limit key 2/1m\n\t\trate_limit account off"})
+	e := newEnv(t, envOptions{ollama: fs.URL, limits: "rate_limit key 2/20m\n\t\trate_limit account off"})
 	acct, key := e.account(10)
 	otherKey, _, err := e.store.CreateKey(context.Background(), acct.ID, ledger.Live, "second", time.Time{})
 	if err != nil {
@@ -135,19 +135,19 @@ func TestRateLimitPerKey(t *testing.T) {
 
 	for i, wantR := range []int{1, 0} {
 		resp := e.generateOK(key)
-		if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=2;w=60` {
+		if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=2;w=1200` {
 			t.Errorf("request %d: RateLimit-Policy %q", i, p)
 		}
 		rl := parseRateLimitField(t, resp.Header.Get("RateLimit"))
-		if got := rl["key"]; got[0] != wantR || got[1] < 1 || got[1] > 30 {
-			t.Errorf("request %d: RateLimit %q, want r=%d and t within one token's 30 s", i, resp.Header.Get("RateLimit"), wantR)
+		if got := rl["key"]; got[0] != wantR || got[1] < 1 || got[1] > 600 {
+			t.Errorf("request %d: RateLimit %q, want r=%d and t within one token's 600 s", i, resp.Header.Get("RateLimit"), wantR)
 		}
 	}
 	resp, retry := e.expect429(key, "summarizer", "rate_limited")
-	if retry > 30 {
-		t.Errorf("Retry-After %d: the next token is at most 30 s away", retry)
+	if retry > 600 {
+		t.Errorf("Retry-After %d: the next token is at most 600 s away", retry)
 	}
-	if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=2;w=60` {
+	if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=2;w=1200` {
 		t.Errorf("429 RateLimit-Policy %q", p)
 	}
 	if rl := parseRateLimitField(t, resp.Header.Get("RateLimit")); rl["key"] != [2]int{0, retry} {
@@ -163,11 +163,12 @@ func TestRateLimitPerKey(t *testing.T) {
 	// The limit is per key: the account's other key still works.
 	e.generateOK(otherKey)
 
-	// One token comes back after 30 s, the whole burst after the window.
-	advanceClock(31 * time.Second)
+	// One token comes back after 10 minutes, the whole burst after the window. (The windows
+	// are long so that the real time the test takes never restores a token.)
+	advanceClock(11 * time.Minute)
 	e.generateOK(key)
 	e.expect429(key, "summarizer", "rate_limited")
-	advanceClock(61 * time.Second)
+	advanceClock(21 * time.Minute)
 	e.generateOK(key)
 	e.generateOK(key)
 	e.expect429(key, "summarizer", "rate_limited")
@@ -180,8 +181,8 @@ func TestRateLimitPerKey(t *testing.T) {
 func TestRateLimitPerAccountAndTool(t *testing.T) {
 	fs := fastBackend(t)
 	e := newEnv(t, envOptions{ollama: fs.URL,
-		limits: "rate_limit key 100/1m burst 50\n\t\trate_limit account 3/1m",
-		extra:  "tool summarizer {\n\t\t\trate_limit key 1/1m\n\t\t}"})
+		limits: "rate_limit key 100/1h burst 50\n\t\trate_limit account 3/1h",
+		extra:  "tool summarizer {\n\t\t\trate_limit key 1/1h\n\t\t}"})
 	acct, key1 := e.account(10)
 	key2, _, err := e.store.CreateKey(context.Background(), acct.ID, ledger.Live, "second", time.Time{})
 	if err != nil {
@@ -191,7 +192,7 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 
 	// The tool's own limit adds to the handler-wide ones, and shows in the headers.
 	resp := e.generateOK(key1)
-	if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=100;w=60;textgen-burst=50, "account";q=3;w=60, "key/summarizer";q=1;w=60` {
+	if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=100;w=3600;textgen-burst=50, "account";q=3;w=3600, "key/summarizer";q=1;w=3600` {
 		t.Errorf("RateLimit-Policy %q", p)
 	}
 	rl := parseRateLimitField(t, resp.Header.Get("RateLimit"))
@@ -199,7 +200,7 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 		t.Errorf("RateLimit %q", resp.Header.Get("RateLimit"))
 	}
 	resp, _ = e.expect429(key1, "summarizer", "rate_limited")
-	if p := resp.Header.Get("RateLimit-Policy"); p != `"key/summarizer";q=1;w=60` {
+	if p := resp.Header.Get("RateLimit-Policy"); p != `"key/summarizer";q=1;w=3600` {
 		t.Errorf("the refusing policy is the tool's: %q", p)
 	}
 	// Another tool is not under the summarizer's limit. The account limit (3) counts the
@@ -219,7 +220,7 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 	}
 	okOther(key2)
 	resp, _ = e.expect429(key2, "email-writer", "rate_limited")
-	if p := resp.Header.Get("RateLimit-Policy"); p != `"account";q=3;w=60` {
+	if p := resp.Header.Get("RateLimit-Policy"); p != `"account";q=3;w=3600` {
 		t.Errorf("the refusing policy is the account's: %q", p)
 	}
 	// Other accounts are not affected.
@@ -232,7 +233,7 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 
 func TestAuthFailureLimit(t *testing.T) {
 	fs := fastBackend(t)
-	e := newEnv(t, envOptions{ollama: fs.URL, limits: "auth_failure_limit 3/1m"})
+	e := newEnv(t, envOptions{ollama: fs.URL, limits: "auth_failure_limit 3/1h"})
 	acct, key := e.account(5)
 	post := func(k string) *http.Response {
 		t.Helper()
@@ -256,10 +257,10 @@ func TestAuthFailureLimit(t *testing.T) {
 	}
 	// Over the limit even a valid key is refused before it is looked up.
 	resp, retry := e.expect429(key, "summarizer", "rate_limited")
-	if retry > 20 {
-		t.Errorf("Retry-After %d; a failure is restored every 20 s", retry)
+	if retry > 1200 {
+		t.Errorf("Retry-After %d; a failure is restored every 1200 s", retry)
 	}
-	if p := resp.Header.Get("RateLimit-Policy"); p != `"auth-failures";q=3;w=60` {
+	if p := resp.Header.Get("RateLimit-Policy"); p != `"auth-failures";q=3;w=3600` {
 		t.Errorf("RateLimit-Policy %q", p)
 	}
 	if rl := parseRateLimitField(t, resp.Header.Get("RateLimit")); rl["auth-failures"] != [2]int{0, retry} {
@@ -277,7 +278,7 @@ func TestAuthFailureLimit(t *testing.T) {
 		t.Errorf("a refused request held a credit")
 	}
 
-	advanceClock(21 * time.Second) // one failure restored
+	advanceClock(21 * time.Minute) // one failure restored
 	e.generateOK(key)              // a success costs no failure
 	e.generateOK(key)
 	if b := decodeErr(t, post("tg_live_guess")); b.Error.Code != "invalid_api_key" {
@@ -293,7 +294,7 @@ func TestAuthFailureLimit(t *testing.T) {
 // reset them); a changed limit starts afresh; the old config's limiter state is released.
 func TestRateLimitSurvivesReload(t *testing.T) {
 	fs := fastBackend(t)
-	opts := envOptions{ollama: fs.URL, limits: "rate_limit key 2/1m\n\t\tmax_concurrent_per_account 3"}
+	opts := envOptions{ollama: fs.URL, limits: "rate_limit key 2/1h\n\t\tmax_concurrent_per_account 3"}
 	e := newEnv(t, opts)
 	_, key := e.account(10)
 	e.generateOK(key)
@@ -315,7 +316,7 @@ func TestRateLimitSurvivesReload(t *testing.T) {
 	}
 	e.expect429(key, "summarizer", "rate_limited")
 
-	opts.limits = "rate_limit key 3/1m\n\t\tmax_concurrent_per_account 3"
+	opts.limits = "rate_limit key 3/1h\n\t\tmax_concurrent_per_account 3"
 	newEnv(t, opts)
 	e.client.CloseIdleConnections()
 	e.generateOK(key)
@@ -328,7 +329,7 @@ func TestRateLimitSurvivesReload(t *testing.T) {
 		}
 		return true
 	})
-	want := []string{abs + "|key|3/60000000000/3", abs + "|account|120/60000000000/120", abs + "|auth|30/60000000000/30"}
+	want := []string{abs + "|key|3/3600000000000/3", abs + "|account|120/60000000000/120", abs + "|auth|30/60000000000/30"}
 	if len(keys) != len(want) {
 		t.Errorf("limiter state held for this ledger: %q, want %q (the replaced config's released)", keys, want)
 	}

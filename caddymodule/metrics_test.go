@@ -44,7 +44,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Piece: "tok "})
 	e := newEnv(t, envOptions{ollama: fs.URL,
 		site:   "handle /metrics {\n\t\tmetrics\n\t}",
-		limits: "rate_limit key 3/1m\n\t\trate_limit account off",
+		limits: "rate_limit key 3/1h\n\t\trate_limit account off",
 		// A model the server does not have: 502 backend_error, kind model_missing.
 		extra: "tool email-writer {\n\t\t\tmodel missing\n\t\t}"})
 	before := scrape(t, e)
