@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -86,24 +87,24 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		var err error
 		switch name {
 		case "ledger":
-			err = oneString(d, &h.Ledger)
+			err = cfarg.String(d, &h.Ledger)
 		case "ollama":
 			h.Ollama = d.RemainingArgs()
 			if len(h.Ollama) == 0 {
 				return d.ArgErr()
 			}
 		case "model":
-			err = oneString(d, &h.Model)
+			err = cfarg.String(d, &h.Model)
 		case "languages":
 			h.Languages = d.RemainingArgs()
 			if len(h.Languages) == 0 {
 				return d.ArgErr()
 			}
 		case "max_input_chars":
-			err = oneInt(d, &h.MaxInputChars)
+			err = cfarg.Int(d, &h.MaxInputChars)
 		case "max_body_size":
 			var s string
-			if err = oneString(d, &s); err == nil {
+			if err = cfarg.String(d, &s); err == nil {
 				var n uint64
 				if n, err = humanize.ParseBytes(s); err != nil {
 					return d.Errf("max_body_size: %v", err)
@@ -111,30 +112,30 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.MaxBodyBytes = int64(n)
 			}
 		case "max_output_tokens":
-			err = oneInt(d, &h.MaxOutputTokens)
+			err = cfarg.Int(d, &h.MaxOutputTokens)
 		case "temperature":
-			err = oneFloat(d, &h.Temperature)
+			err = cfarg.Float(d, &h.Temperature)
 		case "num_ctx":
-			err = oneInt(d, &h.NumCtx)
+			err = cfarg.Int(d, &h.NumCtx)
 		case "connect_timeout":
-			err = oneDuration(d, &h.ConnectTimeout)
+			err = cfarg.Duration(d, &h.ConnectTimeout)
 		case "first_piece_timeout":
-			err = oneDuration(d, &h.FirstPieceTimeout)
+			err = cfarg.Duration(d, &h.FirstPieceTimeout)
 		case "idle_timeout":
-			err = oneDuration(d, &h.IdleTimeout)
+			err = cfarg.Duration(d, &h.IdleTimeout)
 		case "generation_timeout":
-			err = oneDuration(d, &h.GenerationTimeout)
+			err = cfarg.Duration(d, &h.GenerationTimeout)
 		case "keep_alive":
-			err = oneDuration(d, &h.KeepAlive)
+			err = cfarg.Duration(d, &h.KeepAlive)
 		case "hold_ttl":
-			err = oneDuration(d, &h.HoldTTL)
+			err = cfarg.Duration(d, &h.HoldTTL)
 		case "pull_models":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
 			h.PullModels = true
 		case "buy_url":
-			err = oneString(d, &h.BuyURL)
+			err = cfarg.String(d, &h.BuyURL)
 		case "log_prompts":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -154,9 +155,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "queue_size":
 			err = intOrOff(d, &h.QueueSize)
 		case "queue_timeout":
-			err = oneDuration(d, &h.QueueTimeout)
+			err = cfarg.Duration(d, &h.QueueTimeout)
 		case "body_read_timeout":
-			err = oneDuration(d, &h.BodyReadTimeout)
+			err = cfarg.Duration(d, &h.BodyReadTimeout)
 		case "tool":
 			err = h.unmarshalTool(d)
 		default:
@@ -171,7 +172,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 	var slug string
-	if err := oneString(d, &slug); err != nil {
+	if err := cfarg.String(d, &slug); err != nil {
 		return err
 	}
 	if h.Tools == nil {
@@ -197,15 +198,15 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 		var err error
 		switch name {
 		case "model":
-			err = oneString(d, &tc.Model)
+			err = cfarg.String(d, &tc.Model)
 		case "prompt_file":
-			err = oneString(d, &tc.PromptFile)
+			err = cfarg.String(d, &tc.PromptFile)
 		case "max_input_chars":
-			err = oneInt(d, &tc.MaxInputChars)
+			err = cfarg.Int(d, &tc.MaxInputChars)
 		case "max_output_tokens":
-			err = oneInt(d, &tc.MaxOutputTokens)
+			err = cfarg.Int(d, &tc.MaxOutputTokens)
 		case "temperature":
-			err = oneFloat(d, &tc.Temperature)
+			err = cfarg.Float(d, &tc.Temperature)
 		case "rate_limit":
 			if tc.RateLimit == nil {
 				tc.RateLimit = &RateLimits{}
@@ -281,7 +282,7 @@ func parseRateLimit(d *caddyfile.Dispenser, offAllowed bool) (*RateLimit, error)
 func intOrOff(d *caddyfile.Dispenser, dst *int) error {
 	name := d.Val()
 	var s string
-	if err := oneString(d, &s); err != nil {
+	if err := cfarg.String(d, &s); err != nil {
 		return err
 	}
 	if s == "off" {
@@ -293,63 +294,6 @@ func intOrOff(d *caddyfile.Dispenser, dst *int) error {
 		return d.Errf("%s: %q is neither a whole number > 0 nor off", name, s)
 	}
 	*dst = n
-	return nil
-}
-
-// oneString reads exactly one argument.
-func oneString(d *caddyfile.Dispenser, dst *string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	*dst = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return nil
-}
-
-func oneInt(d *caddyfile.Dispenser, dst *int) error {
-	name := d.Val()
-	var s string
-	if err := oneString(d, &s); err != nil {
-		return err
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return d.Errf("%s: %q is not a whole number >= 0", name, s)
-	}
-	*dst = n
-	return nil
-}
-
-func oneFloat(d *caddyfile.Dispenser, dst **float64) error {
-	name := d.Val()
-	var s string
-	if err := oneString(d, &s); err != nil {
-		return err
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return d.Errf("%s: %q is not a number", name, s)
-	}
-	*dst = &f
-	return nil
-}
-
-func oneDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
-	name := d.Val()
-	var s string
-	if err := oneString(d, &s); err != nil {
-		return err
-	}
-	dur, err := caddy.ParseDuration(s)
-	if err != nil {
-		return d.Errf("%s: %v", name, err)
-	}
-	if dur < 0 {
-		return d.Errf("%s: must not be negative", name)
-	}
-	*dst = caddy.Duration(dur)
 	return nil
 }
 

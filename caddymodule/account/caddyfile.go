@@ -3,7 +3,7 @@ package account
 import (
 	"strconv"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -60,28 +60,28 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		var err error
 		switch name {
 		case "ledger":
-			err = oneString(d, &h.Ledger)
+			err = cfarg.String(d, &h.Ledger)
 		case "path_prefix":
-			err = oneString(d, &h.PathPrefix)
+			err = cfarg.String(d, &h.PathPrefix)
 		case "session_lifetime":
-			err = oneDuration(d, &h.SessionLifetime)
+			err = cfarg.Duration(d, &h.SessionLifetime)
 		case "cookie_name":
-			err = oneString(d, &h.CookieName)
+			err = cfarg.String(d, &h.CookieName)
 		case "stripe_secret_key":
-			err = oneString(d, &h.StripeSecretKey)
+			err = cfarg.String(d, &h.StripeSecretKey)
 		case "stripe_webhook_secret":
-			err = oneString(d, &h.StripeWebhookSecret)
+			err = cfarg.String(d, &h.StripeWebhookSecret)
 		case "stripe_api_url":
-			err = oneString(d, &h.StripeAPIURL)
+			err = cfarg.String(d, &h.StripeAPIURL)
 		case "webhook_tolerance":
-			err = oneDuration(d, &h.WebhookTolerance)
+			err = cfarg.Duration(d, &h.WebhookTolerance)
 		case "public_url":
-			err = oneString(d, &h.PublicURL)
+			err = cfarg.String(d, &h.PublicURL)
 		case "site_name":
-			err = oneString(d, &h.SiteName)
+			err = cfarg.String(d, &h.SiteName)
 		case "test_credits":
 			var s string
-			if err = oneString(d, &s); err == nil {
+			if err = cfarg.String(d, &s); err == nil {
 				h.TestCredits, err = strconv.ParseInt(s, 10, 64)
 				if err != nil {
 					return d.Errf("test_credits: %q is not a whole number", s)
@@ -89,7 +89,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "max_keys":
 			var s string
-			if err = oneString(d, &s); err == nil {
+			if err = cfarg.String(d, &s); err == nil {
 				h.MaxKeys, err = strconv.Atoi(s)
 				if err != nil {
 					return d.Errf("max_keys: %q is not a whole number", s)
@@ -115,30 +115,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
-	return nil
-}
-
-func oneString(d *caddyfile.Dispenser, dst *string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	*dst = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return nil
-}
-
-func oneDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
-	var s string
-	if err := oneString(d, &s); err != nil {
-		return err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil {
-		return d.Errf("%q is not a duration: %v", s, err)
-	}
-	*dst = caddy.Duration(v)
 	return nil
 }
 
