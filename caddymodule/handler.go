@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -121,11 +121,9 @@ type Handler struct {
 	// request_timeout. Default: 10s.
 	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
 
-	// life is read-locked by every request and write-locked by Cleanup: Caddy cleans up the
-	// old config of a reload while its requests may still stream, so the shared ledger and
-	// backend are released only after the last of them ends.
-	life    *sync.RWMutex // a pointer: the module value is copied by CaddyModule
-	cleaned bool
+	// inFlight keeps the shared ledger and backend until the last request of this config ends:
+	// Caddy cleans up the old config of a reload while its requests may still stream.
+	inFlight *inflight.Guard
 
 	logger     *zap.Logger
 	ledgerKey  string
@@ -186,8 +184,8 @@ const (
 
 // Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.life = new(sync.RWMutex)
 	h.logger = ctx.Logger()
+	h.inFlight = inflight.New(h.release, h.logger)
 	// Settings the operator wrote beat the built-in per-tool values; defaults do not.
 	explicit := toolDefaults{maxInputChars: h.MaxInputChars, maxOutputTokens: h.MaxOutputTokens, temperature: h.Temperature}
 	if h.Model == "" {
@@ -315,28 +313,11 @@ func (h *Handler) Validate() error {
 // config that still run (a reload does not wait for them) keep both until they end: then the
 // release happens in the background. It is safe after a Provision that failed half way.
 func (h *Handler) Cleanup() error {
-	if h.life == nil {
-		return nil // Provision did not start
-	}
-	if h.life.TryLock() {
-		return h.release()
-	}
-	go func() {
-		h.life.Lock()
-		if err := h.release(); err != nil {
-			h.logger.Error("releasing ledger or backend", zap.Error(err))
-		}
-	}()
-	return nil
+	return h.inFlight.Cleanup()
 }
 
-// release gives back the pooled ledger and backend, once. Called with h.life write-locked;
-// it leaves it locked, so no request can use them afterwards.
+// release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
-	if h.cleaned {
-		return nil
-	}
-	h.cleaned = true
 	h.lim.release()
 	var err error
 	if h.store != nil {
@@ -459,15 +440,14 @@ func (h *Handler) checkModels(b backends.Backend) {
 // ServeHTTP routes the endpoints of the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	reqID := newRequestID()
-	h.life.RLock()
-	defer h.life.RUnlock()
-	if h.cleaned {
+	if !h.inFlight.Enter() {
 		// A request that reached a config that has been replaced (a rare race in a reload).
 		e := newError(http.StatusServiceUnavailable, "overloaded", "", "the server is reloading its configuration; retry")
 		e.RetryAfter = time.Second
 		writeError(w, reqID, e, -1)
 		return nil
 	}
+	defer h.inFlight.Exit()
 	switch r.URL.Path {
 	case "/api/v1/generate":
 		h.serveGenerate(w, r, reqID)

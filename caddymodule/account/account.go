@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -80,8 +80,7 @@ type Handler struct {
 	// MaxKeys is the most unrevoked API keys an account may have. Default: 20.
 	MaxKeys int `json:"max_keys,omitempty"`
 
-	life    *sync.RWMutex // read-locked by requests, write-locked by Cleanup (as in textgen)
-	cleaned bool
+	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
 
 	logger    *zap.Logger
 	ledgerKey string
@@ -130,8 +129,8 @@ var (
 
 // Provision sets defaults, resolves the Stripe secrets and opens (or joins) the ledger.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.life = new(sync.RWMutex)
 	h.logger = ctx.Logger()
+	h.inFlight = inflight.New(h.release, h.logger)
 	if h.PathPrefix == "" {
 		h.PathPrefix = defaultPrefix
 	}
@@ -255,27 +254,11 @@ func (h *Handler) Validate() error {
 // Cleanup releases the shared ledger once the last request of this config has ended. It is
 // safe after a Provision that failed half way.
 func (h *Handler) Cleanup() error {
-	if h.life == nil {
-		return nil
-	}
-	if h.life.TryLock() {
-		return h.release()
-	}
-	go func() {
-		h.life.Lock()
-		if err := h.release(); err != nil {
-			h.logger.Error("releasing ledger", zap.Error(err))
-		}
-	}()
-	return nil
+	return h.inFlight.Cleanup()
 }
 
-// release is called with h.life write-locked and leaves it locked.
+// release gives back the pooled ledger; the Guard calls it once.
 func (h *Handler) release() error {
-	if h.cleaned {
-		return nil
-	}
-	h.cleaned = true
 	if h.ledgerKey != "" {
 		return caddymodule.ReleaseLedger(h.ledgerKey)
 	}
@@ -288,13 +271,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if p != h.PathPrefix && !strings.HasPrefix(p, h.PathPrefix+"/") {
 		return next.ServeHTTP(w, r)
 	}
-	h.life.RLock()
-	defer h.life.RUnlock()
-	if h.cleaned {
+	if !h.inFlight.Enter() {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "The server is reloading its configuration; retry.", http.StatusServiceUnavailable)
 		return nil
 	}
+	defer h.inFlight.Exit()
 	h.app.ServeHTTP(w, r)
 	return nil
 }

@@ -1,0 +1,59 @@
+package inflight
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestReleaseWaitsForRunningRequests(t *testing.T) {
+	var released atomic.Int32
+	g := New(func() error { released.Add(1); return nil }, nil)
+	if !g.Enter() {
+		t.Fatal("Enter refused before Cleanup")
+	}
+	if err := g.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	// A running request keeps the resources.
+	for i := 0; i < 100; i++ {
+		if released.Load() != 0 {
+			t.Fatal("released while a request was running")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.Exit()
+	deadline := time.Now().Add(10 * time.Second)
+	for released.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("not released after the last request ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A late request is refused at once instead of blocking, and nothing is released twice.
+	done := make(chan bool)
+	go func() { done <- g.Enter() }()
+	select {
+	case ok := <-done:
+		if ok {
+			t.Fatal("Enter let a request in after the release")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enter blocked after the release")
+	}
+	if err := g.Cleanup(); err != nil || released.Load() != 1 {
+		t.Fatalf("second Cleanup: %v, released %d times", err, released.Load())
+	}
+}
+
+func TestReleaseAtOnceWhenIdle(t *testing.T) {
+	n := 0
+	g := New(func() error { n++; return nil }, nil)
+	if err := g.Cleanup(); err != nil || n != 1 {
+		t.Fatalf("idle Cleanup: %v, released %d times", err, n)
+	}
+	var nilGuard *Guard
+	if err := nilGuard.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+}
