@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -469,7 +471,15 @@ func TestGenerateClientDisconnect(t *testing.T) {
 func TestGenerateDisconnectRealOllama(t *testing.T) {
 	realOllama(t) // builds the binary and model if needed
 	o := ollamatest.StartT(t, ollamatest.Options{NumParallel: 1})
-	e := newEnv(t, envOptions{ollama: o.URL, model: o.Model, extra: "max_output_tokens 100000\ntool summarizer {\nmax_output_tokens 4\n}"})
+	// Short prompts: the tiny model evaluates a prompt at a few ms a token, slower on a loaded
+	// machine, and the built-in prompts are long. A generous first-piece timeout still tells
+	// the cases apart: 100000 tokens would hold the only slot for many minutes.
+	prompt := filepath.Join(testRoot, "short-prompt.md")
+	if err := os.WriteFile(prompt, []byte("Answer."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{ollama: o.URL, model: o.Model, extra: "max_output_tokens 100000\nfirst_piece_timeout 150s\n" +
+		"tool email-writer {\nprompt_file " + prompt + "\n}\ntool summarizer {\nmax_output_tokens 4\nprompt_file " + prompt + "\n}"})
 	acct, key := e.account(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := e.post(ctx, key, genBody("email-writer", "x", "en", ""))
@@ -483,7 +493,7 @@ func TestGenerateDisconnectRealOllama(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel2()
 	resp, err = e.post(ctx2, key, genBody("summarizer", "x", "en", ""))
 	if err != nil {

@@ -124,6 +124,12 @@ func caddyfileFor(o envOptions, dir string) string {
 	if o.encode {
 		enc = "encode gzip"
 	}
+	extra := o.extra
+	if !strings.Contains(extra, "first_piece_timeout") {
+		// The tiny model evaluates the long built-in prompts at a few ms a token, several at
+		// once and on a loaded machine much slower: tests allow it more than the 60s default.
+		extra += "\n\t\tfirst_piece_timeout 150s"
+	}
 	limits := o.limits
 	switch limits {
 	case "":
@@ -154,7 +160,7 @@ http://127.0.0.1:%d {
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, limits, o.extra)
+`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, limits, extra)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.
