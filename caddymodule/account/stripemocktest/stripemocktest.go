@@ -7,88 +7,32 @@ package stripemocktest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest/gobin"
 )
 
 // Version is the pinned stripe-mock.
 const Version = "v0.203.0"
 
-// CacheDir is where the binary is cached: $TEXTGEN_CACHE if set, else
-// os.UserCacheDir()/caddy-textgen (the same folder as the Ollama test binary).
-func CacheDir() (string, error) {
-	if d := os.Getenv("TEXTGEN_CACHE"); d != "" {
-		return d, nil
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("finding the cache folder (set TEXTGEN_CACHE): %w", err)
-	}
-	return filepath.Join(d, "caddy-textgen"), nil
+// program is the pinned stripe-mock, cached beside the Ollama test binary.
+var program = gobin.Program{
+	Module: "github.com/stripe/stripe-mock", Version: Version, Name: "stripe-mock",
+	EnvOverride: "TEXTGEN_STRIPE_MOCK_BIN",
 }
 
 // EnsureBinary returns the path of the pinned stripe-mock, building it first when it is missing
-// (`GOBIN=<cache>/stripe-mock-v0.203.0 go install github.com/stripe/stripe-mock@v0.203.0`, a few
-// seconds). A file lock makes test processes that run at the same time build it only once.
+// (`go install github.com/stripe/stripe-mock@v0.203.0` into <cache>/stripe-mock-v0.203.0, a few
+// seconds), once per machine even when test processes run at the same time.
 // $TEXTGEN_STRIPE_MOCK_BIN names a binary to use instead.
-func EnsureBinary() (string, error) {
-	if p := os.Getenv("TEXTGEN_STRIPE_MOCK_BIN"); p != "" {
-		if err := checkExecutable(p); err != nil {
-			return "", fmt.Errorf("TEXTGEN_STRIPE_MOCK_BIN: %w", err)
-		}
-		return p, nil
-	}
-	cache, err := CacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "stripe-mock-"+Version)
-	bin := filepath.Join(dir, "stripe-mock")
-	if checkExecutable(bin) == nil {
-		return bin, nil
-	}
-	unlock, err := lockFile(dir + ".lock")
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if checkExecutable(bin) == nil { // built by another process while we waited
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("building stripe-mock: %w", err)
-	}
-	// Install into a fresh folder and rename into place, so an interrupted build never leaves a
-	// half-written binary that a later run would trust.
-	tmp, err := os.MkdirTemp(cache, ".stripe-mock-build-*")
-	if err != nil {
-		return "", fmt.Errorf("building stripe-mock: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "install", "github.com/stripe/stripe-mock@"+Version)
-	cmd.Dir = tmp // outside any module, so the current go.mod plays no part
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	fmt.Fprintf(os.Stderr, "stripemocktest: building stripe-mock %s into %s\n", Version, dir)
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building stripe-mock: go install github.com/stripe/stripe-mock@%s: %w\n%s", Version, err, out.Bytes())
-	}
-	if err := os.Rename(filepath.Join(tmp, "stripe-mock"), bin); err != nil {
-		return "", fmt.Errorf("building stripe-mock: %w", err)
-	}
-	return bin, nil
-}
+func EnsureBinary() (string, error) { return program.Ensure() }
 
 // Server is a running stripe-mock.
 type Server struct {
@@ -192,40 +136,4 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	logMu.Lock()
 	defer logMu.Unlock()
 	return s.w.Write(p)
-}
-
-func checkExecutable(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 || fi.Size() == 0 {
-		return &fs.PathError{Op: "exec", Path: path, Err: errors.New("not an executable file")}
-	}
-	return nil
-}
-
-// lockFile takes an exclusive flock on path (created if needed), blocking until it is free.
-func lockFile(path string) (func(), error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
 }
