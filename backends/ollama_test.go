@@ -202,7 +202,10 @@ func TestOllamaCancelStopsGenerationOnServer(t *testing.T) {
 			t.Errorf("%s: pieces %d, want >= 3", how, be.Pieces)
 		}
 
-		stats, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "next", MaxTokens: 8},
+		// Ollama's runner frees a cancelled sequence's slot at its next flushed token; on a machine
+		// loaded by other test packages that can take a while, so the wait is generous. The
+		// cancelled generation of 1,000,000 tokens would hold the slot for far longer.
+		stats, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "next", MaxTokens: 8, FirstPieceTimeout: 150 * time.Second},
 			func(string) error { return nil })
 		if err != nil {
 			t.Fatalf("%s: the request after the cancelled one failed (the cancelled generation still holds the only slot?): %v", how, err)
