@@ -5,12 +5,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 )
 
 func init() {

@@ -105,6 +105,10 @@ type envOptions struct {
 	limits string
 	site   string // more directives of the site block (before textgen)
 	global string // more global options
+	// firstPiece is first_piece_timeout. Default 150s: the tiny model evaluates the long
+	// built-in prompts at a few ms a token, several at once and on a loaded machine much
+	// slower, so tests allow it more than the 60s default.
+	firstPiece string
 }
 
 // highLimits are on, but out of reach of any test.
@@ -124,11 +128,9 @@ func caddyfileFor(o envOptions, dir string) string {
 	if o.encode {
 		enc = "encode gzip"
 	}
-	extra := o.extra
-	if !strings.Contains(extra, "first_piece_timeout") {
-		// The tiny model evaluates the long built-in prompts at a few ms a token, several at
-		// once and on a loaded machine much slower: tests allow it more than the 60s default.
-		extra += "\n\t\tfirst_piece_timeout 150s"
+	firstPiece := o.firstPiece
+	if firstPiece == "" {
+		firstPiece = "150s"
 	}
 	limits := o.limits
 	switch limits {
@@ -155,12 +157,13 @@ http://127.0.0.1:%d {
 		# The tiny test model has random weights: at a low temperature it repeats one token, and
 		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
 		temperature 1
+		first_piece_timeout %s
 		%s
 		%s
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, limits, extra)
+`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, firstPiece, limits, o.extra)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.

@@ -3,10 +3,11 @@ package account
 import (
 	"strconv"
 
-	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
 )
 
 func init() {
