@@ -17,6 +17,7 @@
 // once; repeated calls report the first outcome. A grant reference credits at most once per
 // account. Holds left open past HoldTTL (by a crash, say) are voided with reason "expired" by a
 // background sweep and by Open before it returns. Verify recomputes all of this from the entries.
+// Open also removes the empty log files a crash during Badger's file creation leaves (repair.go).
 //
 // # Key layout
 //

@@ -200,6 +200,11 @@ func Open(dir string, opts Options) (*Badger, error) {
 	if opts.InMemory != (dir == "") {
 		return nil, fmt.Errorf("opening ledger: a directory is required unless in_memory is set, and not allowed with it: %w", ErrInvalidArgument)
 	}
+	if !opts.InMemory {
+		if err := removeEmptyLogs(dir, opts.Logger); err != nil {
+			return nil, fmt.Errorf("opening ledger %q: removing empty log files: %w", dir, err)
+		}
+	}
 	db, err := badger.Open(badgerOptions(dir, opts))
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger %q: %w", dir, err)

@@ -1,0 +1,80 @@
+package ledger
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// A process killed between Badger creating a write-ahead log (.mem) or value-log (.vlog) file and
+// sizing it leaves that file empty, and Badger v4.9 then refuses to open the directory:
+//
+//	During db.vlog.open err: Open existing file: ".../000026.vlog" err: Create a new file
+//
+// (dgraph-io/badger#2207; the fix, #2331, is not released). TestCrash hit it after a SIGKILL
+// during Open. An empty log file holds no entry, so removing it loses nothing: no value pointer
+// can point into it and no write-ahead record is in it. removeEmptyLogs does that before Open,
+// under the same directory lock Badger takes, so it never touches the files of a process that
+// has the ledger open (see repair_unix.go).
+
+// emptyLogs lists dir's zero-length .mem and .vlog files.
+func emptyLogs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var empty []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog")) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			return nil, err
+		}
+		if info.Size() == 0 {
+			empty = append(empty, filepath.Join(dir, name))
+		}
+	}
+	return empty, nil
+}
+
+// removeEmptyLogs removes dir's empty log files while holding the directory lock. It does
+// nothing if dir does not exist yet or another process holds the lock (Open then reports that).
+func removeEmptyLogs(dir string, log *zap.Logger) error {
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	return withDirLock(dir, func() error {
+		empty, err := emptyLogs(dir)
+		if err != nil {
+			return err
+		}
+		for _, path := range empty {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			log.Warn("removed an empty log file left by a crash while it was being created",
+				zap.String("file", path))
+		}
+		if len(empty) > 0 {
+			return syncDir(dir)
+		}
+		return nil
+	})
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
