@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,23 +83,65 @@ func BenchmarkHoldSettle(b *testing.B) {
 }
 
 // BenchmarkHoldLatency: 8 callers doing hold+settle on one hot account; the latency of each
-// Hold (until it is durable) is recorded.
+// hold is recorded. "hold" is Hold, which returns once the hold is durable: its floor is one disk
+// sync (see BenchmarkDiskSync, run next to it). "reserve" is Reserve, what the generate handler
+// calls: the credit is reserved in memory and the write queued, and the Settle after it is
+// durable only together with it.
 func BenchmarkHoldLatency(b *testing.B) {
-	s, ids := benchStore(b, 1)
-	const callers = 8
-	lat := make([][]time.Duration, callers)
-	rate := fanOut(b, callers, func(caller int, i int64) {
-		rid := fmt.Sprint("r", i)
+	for _, c := range []struct {
+		name string
+		wait bool
+	}{{"hold", true}, {"reserve", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, ids := benchStore(b, 1)
+			const callers = 8
+			lat := make([][]time.Duration, callers)
+			rate := fanOut(b, callers, func(caller int, i int64) {
+				rid := fmt.Sprint("r", i)
+				t := time.Now()
+				if _, err := s.hold(HoldRequest{AccountID: ids[0], Mode: Live, RequestID: rid}, c.wait); err != nil {
+					b.Fatal(err)
+				}
+				lat[caller] = append(lat[caller], time.Since(t))
+				if _, err := s.Settle(bg, ids[0], rid); err != nil {
+					b.Fatal(err)
+				}
+			})
+			reportLatency(b, slices.Concat(lat...))
+			b.ReportMetric(rate, "holdsettle/s")
+		})
+	}
+}
+
+// BenchmarkDiskSync: the floor under every durable ledger operation on this disk, a 4 KiB write
+// plus fsync in the benchmark's temporary directory, one at a time.
+func BenchmarkDiskSync(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "sync"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var lat []time.Duration
+	i := int64(0)
+	for b.Loop() {
 		t := time.Now()
-		if _, err := s.Hold(bg, HoldRequest{AccountID: ids[0], Mode: Live, RequestID: rid}); err != nil {
+		if _, err := f.WriteAt(buf, (i%1024)*4096); err != nil {
 			b.Fatal(err)
 		}
-		lat[caller] = append(lat[caller], time.Since(t))
-		if _, err := s.Settle(bg, ids[0], rid); err != nil {
+		if err := f.Sync(); err != nil {
 			b.Fatal(err)
 		}
-	})
-	all := slices.Concat(lat...)
+		lat = append(lat, time.Since(t))
+		i++
+	}
+	reportLatency(b, lat)
+}
+
+func reportLatency(b *testing.B, all []time.Duration) {
+	if len(all) == 0 {
+		return
+	}
 	slices.Sort(all)
 	q := func(p float64) float64 {
 		return float64(all[min(len(all)-1, int(p*float64(len(all))))].Microseconds())
@@ -105,7 +149,6 @@ func BenchmarkHoldLatency(b *testing.B) {
 	b.ReportMetric(q(0.50), "p50-µs")
 	b.ReportMetric(q(0.99), "p99-µs")
 	b.ReportMetric(float64(all[len(all)-1].Microseconds()), "max-µs")
-	b.ReportMetric(rate, "holdsettle/s")
 }
 
 // BenchmarkLookupKey: a cached lookup of a valid key (format check, SHA-256, map).
