@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -109,12 +110,17 @@ func TestValidate(t *testing.T) {
 		"bad temperature":   {Ledger: "x", Temperature: &neg},
 		"bad language":      {Ledger: "x", Languages: []string{"not a language!"}},
 		"negative tool max": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}},
+		"hold_ttl shorter than a generation": {Ledger: "x", HoldTTL: caddy.Duration(time.Minute),
+			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)},
+		"hold_ttl just the generation and queue": {Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),
+			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)},
 	} {
 		if err := h.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	h := Handler{Ledger: "x", Languages: []string{"de", "pt-BR"}}
+	h := Handler{Ledger: "x", Languages: []string{"de", "pt-BR"}, HoldTTL: caddy.Duration(3*time.Minute + time.Second),
+		GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)}
 	if err := h.Validate(); err != nil {
 		t.Errorf("valid config rejected: %v", err)
 	}

@@ -241,6 +241,7 @@ func (g *generation) run() {
 	t0 := time.Now()
 	res, err := h.store.Reserve(bg, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+		TTL: time.Duration(h.HoldTTL),
 	})
 	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
 	switch {

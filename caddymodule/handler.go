@@ -242,6 +242,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen: metrics: %w", err)
 	}
 
+	// Every hold and idempotency record carries this handler's hold_ttl, so handlers sharing
+	// the ledger, and a reload that changes hold_ttl, each get their own.
 	store, key, err := acquireLedger(h.Ledger, ledger.Options{
 		HoldTTL: time.Duration(h.HoldTTL),
 		Logger:  h.logger.Named("ledger"),
@@ -270,6 +272,12 @@ func (h *Handler) Validate() error {
 	}
 	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
 		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")
+	}
+	// A hold that expired while its generation still ran would be voided, and the text it paid
+	// for would go out free. (The zero values are Provision's defaults, which satisfy this.)
+	if h.HoldTTL != 0 && h.HoldTTL <= h.GenerationTimeout+h.QueueTimeout {
+		return fmt.Errorf("textgen: hold_ttl %v must be longer than generation_timeout + queue_timeout (%v), or a hold could expire while its generation runs",
+			time.Duration(h.HoldTTL), time.Duration(h.GenerationTimeout+h.QueueTimeout))
 	}
 	if h.Temperature != nil && (*h.Temperature < 0 || *h.Temperature > 2) {
 		return fmt.Errorf("textgen: temperature: %v is outside 0..2", *h.Temperature)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -25,6 +26,7 @@ func (g *generation) beginIdempotent(fingerprint string) bool {
 	}
 	rec, fresh, err := g.h.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
 		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: fingerprint, Created: now(),
+		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
 	if err != nil {
 		g.internal("idempotency record", err)

@@ -98,6 +98,9 @@ type HoldRequest struct {
 	RequestID string // unique per request; a second Hold with the same id is a no-op
 	KeyID     string
 	Tool      string
+	// TTL is how long the hold may stay open before it expires; 0: Options.HoldTTL. Callers that
+	// share one store with different generation limits each pass their own.
+	TTL time.Duration
 }
 
 // HoldState is the outcome of a hold.
@@ -150,6 +153,10 @@ type IdempotencyRecord struct {
 	Fingerprint string    `json:"fingerprint"` // hash of the request body, to detect reuse with another body
 	Status      int       `json:"status"`      // 0 while in progress
 	Created     time.Time `json:"created"`
+	// HoldTTL is how long the record may stay in progress before a new request may take the key
+	// over (its process died and its hold expired); 0: Options.HoldTTL. Pass the TTL of the
+	// request's hold.
+	HoldTTL time.Duration `json:"hold_ttl,omitempty"`
 }
 
 // Page asks for one page of a listing. Cursor is the opaque NextCursor of the previous page.

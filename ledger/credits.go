@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -103,6 +104,9 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
 		return HoldResult{}, err
 	}
+	if req.TTL < 0 {
+		return HoldResult{}, fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
+	}
 	if err := s.begin(); err != nil {
 		return HoldResult{}, err
 	}
@@ -141,7 +145,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		KeyID:     req.KeyID,
 		Tool:      req.Tool,
 		Created:   t,
-		Expires:   t.Add(s.opts.HoldTTL),
+		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
 		HoldSeq:   seq,
 	}
 	ent := Entry{

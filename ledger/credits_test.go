@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,46 @@ func TestHoldExpiry(t *testing.T) {
 	}
 	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "young" {
 		t.Fatalf("open sweep entry %+v", e)
+	}
+	verifyClean(t, s)
+}
+
+// TestHoldOwnTTL: a hold expires after the TTL it was created with, whatever the store's
+// default, so handlers sharing a store (or a reload that changed hold_ttl) each keep their own.
+func TestHoldOwnTTL(t *testing.T) {
+	t0 := time.Date(2030, 3, 2, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	o := quiet
+	o.HoldTTL = 10 * time.Minute
+	s := openDir(t, t.TempDir(), o)
+	a := mustAccount(t, s, "ttl@example.com").ID
+	mustGrant(t, s, a, Live, 3)
+	for _, h := range []struct {
+		rid string
+		ttl time.Duration
+	}{{"short", 2 * time.Minute}, {"default", 0}, {"long", 30 * time.Minute}} {
+		if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: h.rid, TTL: h.ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "negative", TTL: -time.Second})
+	wantErr(t, err, ErrInvalidArgument)
+
+	var voided []string
+	for _, step := range []time.Duration{2 * time.Minute, 8 * time.Minute, 20 * time.Minute} {
+		t0 = t0.Add(step)
+		if _, err := s.sweep(); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range allHistory(t, s, a) {
+			if e.Kind == KindVoid && e.Reason == "expired" && !slices.Contains(voided, e.RequestID) {
+				voided = append(voided, e.RequestID)
+			}
+		}
+		voided = append(voided, "|")
+	}
+	if got := strings.Join(voided, " "); got != "short | default | long |" {
+		t.Fatalf("expired at +2m, +10m, +30m: %s, want short | default | long |", got)
 	}
 	verifyClean(t, s)
 }

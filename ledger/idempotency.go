@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -55,6 +56,9 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 	}
 	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
 		return IdempotencyRecord{}, false, err
+	}
+	if rec.HoldTTL < 0 {
+		return IdempotencyRecord{}, false, fmt.Errorf("hold ttl %v is negative: %w", rec.HoldTTL, ErrInvalidArgument)
 	}
 	if err := s.begin(); err != nil {
 		return IdempotencyRecord{}, false, err
@@ -111,7 +115,7 @@ func (s *Badger) idemReusable(rec IdempotencyRecord) bool {
 	if rec.Status == StatusReleased {
 		return true
 	}
-	return rec.Status == 0 && now().Sub(rec.Created) > s.opts.HoldTTL
+	return rec.Status == 0 && now().Sub(rec.Created) > cmp.Or(rec.HoldTTL, s.opts.HoldTTL)
 }
 
 // FinishIdempotent records the final HTTP status of the request that began key, or releases

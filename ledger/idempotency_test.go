@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -74,6 +75,28 @@ func TestIdempotencyReleaseAndTakeOver(t *testing.T) {
 	t0 = t0.Add(2 * time.Second)
 	if got, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req4"}); !isNew || got.RequestID != "req4" {
 		t.Fatalf("abandoned record not taken over: %+v", got)
+	}
+
+	// A record carries the TTL of its request's hold: a short one frees the key sooner, a long
+	// one later, than the store's default.
+	for _, c := range []struct {
+		key string
+		ttl time.Duration
+	}{{"short", time.Minute}, {"long", 3 * DefaultHoldTTL}} {
+		if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: c.key, RequestID: c.key + "1", HoldTTL: c.ttl}); err != nil || !isNew {
+			t.Fatal(isNew, err)
+		}
+	}
+	t0 = t0.Add(2 * time.Minute)
+	if _, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "short", RequestID: "short2"}); !isNew {
+		t.Fatal("a record past its own one-minute TTL was not taken over")
+	}
+	t0 = t0.Add(2 * DefaultHoldTTL)
+	if got, isNew, _ := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "long", RequestID: "long2"}); isNew || got.RequestID != "long1" {
+		t.Fatalf("a record within its own TTL (3x the default) was taken over: %+v", got)
+	}
+	if _, _, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "neg", RequestID: "n", HoldTTL: -1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("negative HoldTTL: %v, want ErrInvalidArgument", err)
 	}
 
 	// A finished record is never taken over before its 24 h.

@@ -114,9 +114,6 @@ const (
 	defaultTestCredits      = 50
 	defaultSiteName         = "Text generation API"
 	defaultMaxKeys          = 20
-	// The generate handler's default hold TTL (generation_timeout 5m + 5m): whichever of the
-	// two handlers opens the shared ledger first, it opens it with the same settings.
-	ledgerHoldTTL = 10 * time.Minute
 )
 
 // DefaultPackages is the seed's one package: 10 credits for 2.00 EUR.
@@ -171,9 +168,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.logger.Warn("buying credits is switched off: no stripe_secret_key / stripe_webhook_secret")
 	}
 
+	// No HoldTTL: My Account holds no credits, and every hold the generate handler makes
+	// carries that handler's own hold_ttl, whoever opened the shared ledger.
 	store, key, err := caddymodule.AcquireLedger(h.Ledger, ledger.Options{
-		HoldTTL: ledgerHoldTTL,
-		Logger:  h.logger.Named("ledger"),
+		Logger: h.logger.Named("ledger"),
 	})
 	if err != nil {
 		return fmt.Errorf("textgen_account: %w", err)
