@@ -33,14 +33,14 @@ func TestServerKilledMidStream(t *testing.T) {
 	fs.Set(ollamatest.FaultConfig{Model: "slow", Pieces: 1000, Numbered: true, Delay: 10 * time.Millisecond})
 
 	dir := ledgerDir(t)
-	const holdTTL = 4 * time.Second
+	const holdTTL = 6 * time.Second
 	site := func(extra string) string {
 		return fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel fast\n%s\t\ttool summarizer {\n\t\t\tmodel slow\n\t\t}\n\t}", dir, fs.URL, extra)
 	}
 	// My Account comes first in the route, so it opens the shared ledger, with the ledger's
 	// default hold TTL (minutes): the generate handler's holds must carry its own hold_ttl.
 	srv := startCaddyProcess(t, fmt.Sprintf("route {\n\ttextgen_account {\n\t\tledger %s\n\t}\n\t%s\n\t}", dir,
-		site(fmt.Sprintf("\t\tgeneration_timeout 2s\n\t\tqueue_timeout 1s\n\t\thold_ttl %s\n\t\tmax_concurrent_per_account 20\n\t\tmax_in_flight 20\n", holdTTL))), dir)
+		site(fmt.Sprintf("\t\tgeneration_timeout 4s\n\t\tqueue_timeout 1s\n\t\thold_ttl %s\n\t\tmax_concurrent_per_account 20\n\t\tmax_in_flight 20\n", holdTTL))), dir)
 	acct := jsonStr(t, srv.json("account", "create", "--email", "kill@example.com"), "id")
 	key := jsonStr(t, srv.json("key", "create", "--account", acct, "--name", "kill"), "key")
 	srv.json("credits", "grant", "--account", acct, "--credits", "100", "--reference", "kill-test")
