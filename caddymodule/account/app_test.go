@@ -3,10 +3,12 @@ package account
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,19 +251,74 @@ func TestThrottleEviction(t *testing.T) {
 	th := newThrottle(2, time.Minute, 3)
 	t0 := time.Now()
 	for _, k := range []string{"a", "b", "c", "d", "e"} {
-		th.add(k, t0)
+		th.take(k, t0)
 	}
 	if n := th.size(); n > 3 {
 		t.Fatalf("throttle keeps %d keys, capacity 3", n)
 	}
-	th.add("x", t0)
-	th.add("x", t0)
-	if b, _ := th.blocked("x", t0); !b {
-		t.Fatal("x not blocked after 2 events")
+	th.take("x", t0)
+	th.take("x", t0)
+	if ok, wait := th.take("x", t0); ok || wait != time.Minute {
+		t.Fatalf("x not blocked after 2 events: %v %v", ok, wait)
 	}
-	if b, _ := th.blocked("x", t0.Add(time.Minute)); b {
+	th.refund("x", t0)
+	if ok, _ := th.take("x", t0); !ok {
+		t.Fatal("a refunded attempt still counts")
+	}
+	if ok, _ := th.take("x", t0.Add(time.Minute)); !ok {
 		t.Fatal("x still blocked after the window")
 	}
+	th.refund("x", t0) // an attempt of the old window: the new window keeps its count
+	if ok, _ := th.take("x", t0.Add(time.Minute)); !ok {
+		t.Fatal("second attempt of the new window refused")
+	}
+	if ok, _ := th.take("x", t0.Add(time.Minute)); ok {
+		t.Fatal("a refund for the old window lowered the new window's count")
+	}
+}
+
+// TestLogInThrottledInParallel: wrong passwords sent all at once are limited like ones sent one
+// by one: each attempt is counted before its password is checked.
+func TestLogInThrottledInParallel(t *testing.T) {
+	e := newTestEnv(t)
+	e.browser().signup("burst@example.com")
+	b := e.browser()
+	tok := b.csrf("/account/login")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := b.post("/account/login", "csrf_token", tok, "email", "burst@example.com", "password", fmt.Sprint("guess ", i))
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[http.StatusUnauthorized] != 5 || codes[http.StatusTooManyRequests] != 15 {
+		t.Fatalf("20 parallel wrong passwords: %v, want 5x401 and 15x429", codes)
+	}
+}
+
+// TestSignUpThrottled: sign-ups per client address are limited, "already exists" answers
+// included (else they would tell, unlimited, which emails have accounts); a weak password is
+// not counted.
+func TestSignUpThrottled(t *testing.T) {
+	e := newTestEnv(t)
+	e.browser().signup("taken@example.com")
+	b := e.browser() // not logged in; same client address
+	weak := b.post("/account/signup", "csrf_token", b.csrf("/account/signup"), "email", "weak@example.com", "password", "short")
+	expectStatus(t, "weak password", weak, http.StatusBadRequest)
+	for i := range 9 {
+		r := b.post("/account/signup", "csrf_token", b.csrf("/account/signup"), "email", "taken@example.com", "password", testPassword)
+		expectStatus(t, fmt.Sprint("probe ", i), r, http.StatusConflict)
+	}
+	r := b.post("/account/signup", "csrf_token", b.csrf("/account/signup"), "email", "new@example.com", "password", testPassword)
+	expectStatus(t, "eleventh sign-up from one address", r, http.StatusTooManyRequests)
+	mustContain(t, "throttled sign-up", r.body, "Too many attempts")
 }
 
 func TestExpiredSession(t *testing.T) {

@@ -68,9 +68,13 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 		a.authPage(w, r, http.StatusForbidden, "signup", "The form had expired. Please try again.", form)
 		return
 	}
+	// Every sign-up from an address counts, the refused ones too: "this email already exists"
+	// would otherwise answer, unlimited, which emails have accounts. Only a weak password or a
+	// malformed email (checked before the email is looked up, so they reveal nothing) is
+	// refunded.
 	t := now()
 	ip := clientKey(r)
-	if blocked, wait := a.signupByIP.blocked(ip, t); blocked {
+	if ok, wait := a.signupByIP.take(ip, t); !ok {
 		a.throttled(w, r, "signup", form, wait)
 		return
 	}
@@ -79,24 +83,27 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	if herr := a.withHash(r.Context(), func() {
 		acct, err = a.store.CreateAccountWithPassword(r.Context(), email, r.PostFormValue("password"))
 	}); herr != nil {
+		a.signupByIP.refund(ip, t)
 		return // the client went away
 	}
 	var weak *ledger.WeakPasswordError
 	switch {
 	case errors.As(err, &weak):
+		a.signupByIP.refund(ip, t)
 		a.authPage(w, r, http.StatusBadRequest, "signup", weak.Reason, form)
 		return
 	case errors.Is(err, ledger.ErrDuplicateEmail):
 		a.authPage(w, r, http.StatusConflict, "signup", "An account with this email already exists. Log in instead.", form)
 		return
 	case errors.Is(err, ledger.ErrInvalidArgument):
+		a.signupByIP.refund(ip, t)
 		a.authPage(w, r, http.StatusBadRequest, "signup", "Enter a valid email address, like name@example.com.", form)
 		return
 	case err != nil:
+		a.signupByIP.refund(ip, t)
 		a.internalError(w, r, nil, "sign-up", err)
 		return
 	}
-	a.signupByIP.add(ip, t)
 	a.logger.Info("account signed up", zap.String("account", acct.ID))
 	// Free test credits from the start, so a test key works at once.
 	if _, _, err := a.store.RefillTestCredits(r.Context(), acct.ID, a.testCredits); err != nil {
@@ -115,37 +122,46 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 		a.authPage(w, r, http.StatusForbidden, "login", "The form had expired. Please try again.", form)
 		return
 	}
+	// The attempt counts as a failure before its password is checked (so that attempts sent
+	// all at once are limited too) and is refunded unless the password was wrong.
 	t := now()
 	ip := clientKey(r)
-	if blocked, wait := a.failByIP.blocked(ip, t); blocked {
+	if ok, wait := a.failByIP.take(ip, t); !ok {
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
-	if blocked, wait := a.failByEmail.blocked(email, t); blocked {
+	if ok, wait := a.failByEmail.take(email, t); !ok {
+		a.failByIP.refund(ip, t)
 		a.throttled(w, r, "login", form, wait)
 		return
+	}
+	refund := func() {
+		a.failByIP.refund(ip, t)
+		a.failByEmail.refund(email, t)
 	}
 	var acct ledger.Account
 	var err error
 	if herr := a.withHash(r.Context(), func() {
 		acct, err = a.store.Authenticate(r.Context(), email, r.PostFormValue("password"))
 	}); herr != nil {
+		refund() // the client went away before its password was checked
 		return
 	}
 	switch {
 	case errors.Is(err, ledger.ErrInvalidCredentials):
-		a.failByIP.add(ip, t)
-		a.failByEmail.add(email, t)
 		a.logger.Info("failed log-in", zap.String("client", ip))
 		a.authPage(w, r, http.StatusUnauthorized, "login", badLogin, form)
 		return
 	case errors.Is(err, ledger.ErrAccountDisabled):
+		refund()
 		a.authPage(w, r, http.StatusForbidden, "login", "This account is disabled. Please contact the operator of this service.", form)
 		return
 	case err != nil:
+		refund()
 		a.internalError(w, r, nil, "log-in", err)
 		return
 	}
+	a.failByIP.refund(ip, t)
 	a.failByEmail.reset(email)
 	a.startSession(w, r, acct)
 }

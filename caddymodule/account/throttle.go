@@ -29,22 +29,11 @@ func newThrottle(max int, window time.Duration, capacity int) *throttle {
 	return &throttle{max: max, window: window, capacity: capacity, keys: map[string]*throttleWindow{}}
 }
 
-// blocked reports whether key is over its limit at t, and for how much longer.
-func (th *throttle) blocked(key string, t time.Time) (bool, time.Duration) {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	w := th.keys[key]
-	if w == nil || !t.Before(w.start.Add(th.window)) {
-		return false, 0
-	}
-	if w.n >= th.max {
-		return true, w.start.Add(th.window).Sub(t)
-	}
-	return false, 0
-}
-
-// add counts one event for key at t.
-func (th *throttle) add(key string, t time.Time) {
+// take counts one attempt for key at t, unless key is at its limit: then it counts nothing and
+// reports for how much longer. Checking and counting under one lock is what makes the limit
+// hold for attempts sent all at once: each one is counted before its password is checked, and
+// refunded if it turns out not to count (a successful log-in, say).
+func (th *throttle) take(key string, t time.Time) (ok bool, wait time.Duration) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	w := th.keys[key]
@@ -55,7 +44,20 @@ func (th *throttle) add(key string, t time.Time) {
 		w = &throttleWindow{start: t}
 		th.keys[key] = w
 	}
+	if w.n >= th.max {
+		return false, w.start.Add(th.window).Sub(t)
+	}
 	w.n++
+	return true, 0
+}
+
+// refund takes back an attempt that take counted at t, if its window is still the current one.
+func (th *throttle) refund(key string, t time.Time) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if w := th.keys[key]; w != nil && w.n > 0 && !t.Before(w.start) && t.Before(w.start.Add(th.window)) {
+		w.n--
+	}
 }
 
 // reset forgets key (a successful log-in clears its account's failures).
