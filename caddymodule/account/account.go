@@ -201,7 +201,7 @@ func (h *Handler) Validate() error {
 	if strings.TrimSpace(h.Ledger) == "" {
 		return fmt.Errorf("textgen_account: ledger: the directory of the ledger (as in textgen) is required")
 	}
-	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || p == "/") {
+	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || strings.Trim(p, "/") == "") {
 		return fmt.Errorf("textgen_account: path_prefix: %q must be a path like /account", p)
 	}
 	if h.SessionLifetime < 0 || time.Duration(h.SessionLifetime) > ledger.MaxSessionTTL {

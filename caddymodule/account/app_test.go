@@ -236,6 +236,13 @@ func TestLogInThrottled(t *testing.T) {
 	t1 := t0.Add(15*time.Minute + time.Second)
 	clock.Store(&t1)
 	expectStatus(t, "log-in after the window", b.login("victim@example.com", testPassword), http.StatusSeeOther)
+	// A successful log-in clears the account's failures: five more wrong passwords are checked
+	// (not refused) in the same window, and only the sixth is throttled.
+	b3 := e.browser()
+	for range 5 {
+		expectStatus(t, "failure after a success", b3.login("victim@example.com", "wrong again"), http.StatusUnauthorized)
+	}
+	expectStatus(t, "sixth attempt after the success", b3.login("victim@example.com", testPassword), http.StatusTooManyRequests)
 
 	// Per client address: 30 failures over any emails, then even a new email is refused.
 	e2 := newTestEnv(t)
@@ -416,8 +423,11 @@ func TestCrossSitePostRefused(t *testing.T) {
 	hdr := http.Header{"Sec-Fetch-Site": {"cross-site"}, "Origin": {"https://evil.example"}}
 	r := b.postHdr("/account/keys", hdr, "csrf_token", tok, "name", "x", "mode", "live")
 	expectStatus(t, "cross-site POST", r, http.StatusForbidden)
-	r = b.postHdr("/account/login", hdr, "csrf_token", "x", "email", "xsite@example.com", "password", testPassword)
+	// A valid token and password: only the cross-site origin is wrong.
+	b2 := e.browser()
+	r = b2.postHdr("/account/login", hdr, "csrf_token", b2.csrf("/account/login"), "email", "xsite@example.com", "password", testPassword)
 	expectStatus(t, "cross-site log-in", r, http.StatusForbidden)
+	expectStatus(t, "same log-in from the site", b2.login("xsite@example.com", testPassword), http.StatusSeeOther)
 }
 
 var fullKeyRe = regexp.MustCompile(`tg_(live|test)_[0-9A-Za-z]{36}`)

@@ -78,6 +78,7 @@ func TestValidate(t *testing.T) {
 		"ledger":            {},
 		"path_prefix":       {Ledger: "/x", PathPrefix: "account"},
 		"path_prefix /":     {Ledger: "/x", PathPrefix: "/"},
+		"path_prefix //":    {Ledger: "/x", PathPrefix: "//"},
 		"session_lifetime":  {Ledger: "/x", SessionLifetime: caddy.Duration(365 * 24 * time.Hour)},
 		"cookie_name":       {Ledger: "/x", CookieName: "bad name;"},
 		"package":           {Ledger: "/x", Packages: []Package{{ID: "a b", Credits: 1, PriceCents: 100}}},

@@ -92,17 +92,6 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		webhookReply(w, http.StatusOK, "ignored: unknown package")
 		return
 	}
-	if _, err := a.store.GetAccount(r.Context(), cs.ClientReferenceID); err != nil {
-		if errors.Is(err, ledger.ErrNotFound) {
-			log.Error("a PAID checkout session names an account that does not exist; credit or refund it by hand",
-				zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
-			webhookReply(w, http.StatusOK, "ignored: unknown account")
-			return
-		}
-		log.Error("reading the account of a paid checkout session; Stripe will retry", zap.Error(err))
-		webhookReply(w, http.StatusInternalServerError, "ledger unavailable")
-		return
-	}
 	if !strings.EqualFold(cs.Currency, "eur") || cs.AmountTotal != pkg.PriceCents {
 		// The price may have changed since the session was created, or a coupon applied: the
 		// customer gets the package, the entry records what was paid.
@@ -119,6 +108,12 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		AmountCents: cs.AmountTotal,
 		Currency:    strings.ToUpper(cs.Currency),
 	})
+	if errors.Is(err, ledger.ErrNotFound) {
+		log.Error("a PAID checkout session names an account that does not exist; credit or refund it by hand",
+			zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
+		webhookReply(w, http.StatusOK, "ignored: unknown account")
+		return
+	}
 	if err != nil {
 		log.Error("crediting a paid checkout session failed; answering 500 so that Stripe retries", zap.Error(err))
 		webhookReply(w, http.StatusInternalServerError, "ledger error")

@@ -79,6 +79,28 @@ func purchasesOf(t *testing.T, s ledger.Store, acct string) map[string]int {
 	return n
 }
 
+// TestWebhookTolerance: the configured tolerance decides, not stripe-go's default (5 minutes).
+func TestWebhookTolerance(t *testing.T) {
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret),
+		func(c *appConfig) { c.webhookTolerance = time.Minute })
+	acct, err := e.store.CreateAccount(bg, "tolerance@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := e.srv.URL + "/account/stripe/webhook"
+	old := checkoutEvent("checkout.session.completed", "cs_test_2min", acct.ID, "paid", "10", 200)
+	if status, body := deliver(t, url, old, testWebhookSecret, time.Now().Add(-2*time.Minute)); status != 400 || !strings.Contains(body, "tolerance") {
+		t.Errorf("signed 2 minutes ago, tolerance 1 minute: %d %s, want 400", status, body)
+	}
+	recent := checkoutEvent("checkout.session.completed", "cs_test_30s", acct.ID, "paid", "10", 200)
+	if status, body := deliver(t, url, recent, testWebhookSecret, time.Now().Add(-30*time.Second)); status != 200 || !strings.Contains(body, "credited") {
+		t.Errorf("signed 30 seconds ago: %d %s, want 200 credited", status, body)
+	}
+	if got := purchasesOf(t, e.store, acct.ID); fmt.Sprint(got) != "map[cs_test_30s:1]" {
+		t.Errorf("purchases %v, want only cs_test_30s", got)
+	}
+}
+
 // TestWebhook delivers every kind of event the endpoint must handle and checks, at the end,
 // that each paid session was credited exactly once.
 func TestWebhook(t *testing.T) {
