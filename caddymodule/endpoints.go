@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -19,7 +21,7 @@ import (
 // serveTools answers GET /api/v1/tools with the catalog (free, no key needed).
 func (h *Handler) serveTools(w http.ResponseWriter, r *http.Request, reqID string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeError(w, reqID, copyErr(errMethodNotAllowedGET), -1)
+		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
 	}
 	hdr := w.Header()
@@ -73,46 +75,71 @@ type balanceDoc struct {
 	RequestID string `json:"request_id"`
 }
 
+// keyCheck is what Handler.checkKey found out about the X-API-Key of a request.
+type keyCheck struct {
+	key  ledger.Key
+	acct ledger.Account
+	// balance and available are the credits of the key's mode; available is -1 until the key
+	// is known to be valid (then X-Credits-Remaining is left out of an error answer).
+	balance, available int64
+	// authLimited: refused by the limit on failed authentications of the client address.
+	authLimited bool
+}
+
+// checkKey authenticates a request by its X-API-Key for generate and balance: the key's format
+// and checksum first (garbage never reaches the store), the client address's limit on failed
+// authentications, the key, then the account and its credits. It returns the error to answer
+// with, if any; a ledger failure is logged and answered as an internal error, never as a
+// missing credit.
+func (h *Handler) checkKey(w http.ResponseWriter, r *http.Request, reqID string) (keyCheck, *apiError) {
+	kc := keyCheck{available: -1}
+	presented := r.Header.Get("X-API-Key")
+	if presented == "" {
+		return kc, errMissingKey
+	}
+	addr, refused := h.authGate(w, r)
+	if refused != nil {
+		kc.authLimited = true
+		return kc, refused
+	}
+	key, acct, err := h.store.LookupKey(r.Context(), presented)
+	switch {
+	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
+		h.authFailed(addr)
+		return kc, errInvalidKey
+	case err != nil:
+		h.logger.Error("looking up key", zap.String("request_id", reqID), zap.Error(err))
+		return kc, errInternal
+	}
+	b, err := h.store.Balance(r.Context(), acct.ID)
+	if err != nil {
+		h.logger.Error("reading the balance", zap.String("request_id", reqID), zap.Error(err))
+		return kc, errInternal
+	}
+	kc.key, kc.acct = key, acct
+	kc.balance, kc.available = b.Balance, b.Available
+	if key.Mode == ledger.Test {
+		kc.balance, kc.available = b.TestBalance, b.TestAvailable
+	}
+	if acct.Status == ledger.StatusDisabled {
+		return kc, errAccountDisabled
+	}
+	return kc, nil
+}
+
 // serveBalance answers GET /api/v1/balance for the account of the X-API-Key: the credits of the
 // key's mode (live or test).
 func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeError(w, reqID, copyErr(errMethodNotAllowedGET), -1)
+		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
 	}
-	presented := r.Header.Get("X-API-Key")
-	if presented == "" {
-		writeError(w, reqID, copyErr(errMissingKey), -1)
+	kc, e := h.checkKey(w, r, reqID)
+	if e != nil {
+		writeError(w, reqID, e, kc.available)
 		return
 	}
-	addr, refused := h.authGate(w, r)
-	if refused != nil {
-		writeError(w, reqID, refused, -1)
-		return
-	}
-	key, acct, err := h.store.LookupKey(r.Context(), presented)
-	if err != nil {
-		if errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound) {
-			h.authFailed(addr)
-			writeError(w, reqID, copyErr(errInvalidKey), -1)
-		} else {
-			writeError(w, reqID, copyErr(errInternal), -1)
-		}
-		return
-	}
-	b, err := h.store.Balance(r.Context(), acct.ID)
-	if err != nil {
-		writeError(w, reqID, copyErr(errInternal), -1)
-		return
-	}
-	doc := balanceDoc{AccountID: acct.ID, Mode: string(key.Mode), Available: b.Available, Balance: b.Balance, RequestID: reqID}
-	if key.Mode == ledger.Test {
-		doc.Available, doc.Balance = b.TestAvailable, b.TestBalance
-	}
-	if acct.Status == ledger.StatusDisabled {
-		writeError(w, reqID, copyErr(errAccountDisabled), doc.Available)
-		return
-	}
+	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance, RequestID: reqID}
 	body, _ := json.Marshal(doc)
 	body = append(body, '\n')
 	hdr := w.Header()

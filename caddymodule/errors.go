@@ -14,7 +14,7 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Param   string `json:"param,omitempty"`
-	// RequestID is filled in when the error is written.
+	// RequestID is filled in, on a copy, when the error is written.
 	RequestID string `json:"request_id"`
 	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).
 	RetryAfter time.Duration `json:"-"`
@@ -51,8 +51,10 @@ func writeError(w http.ResponseWriter, requestID string, e *apiError, remaining 
 	if e.Allow != "" {
 		h.Set("Allow", e.Allow)
 	}
-	e.RequestID = requestID
-	body, _ := json.Marshal(errorBody{Error: e})
+	// The request id goes into a copy: e may be one of the shared values below.
+	c := *e
+	c.RequestID = requestID
+	body, _ := json.Marshal(errorBody{Error: &c})
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)
@@ -70,9 +72,3 @@ var (
 	errUnsupportedMedia     = &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "send the request body as JSON with Content-Type: application/json"}
 	errInternal             = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "an internal error occurred; no credit was charged; quote the request id when reporting it"}
 )
-
-// copyErr returns a copy of a shared error value, so per-request fields can be set on it.
-func copyErr(e *apiError) *apiError {
-	c := *e
-	return &c
-}

@@ -70,7 +70,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		}
 	}()
 	if r.Method != http.MethodPost {
-		g.fail(copyErr(errMethodNotAllowedPOST))
+		g.fail(errMethodNotAllowedPOST)
 		return
 	}
 	if !g.authenticate() {
@@ -120,49 +120,18 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	}
 }
 
-// authenticate checks the X-API-Key header and the account. No store access happens for a key
-// whose format or checksum is wrong.
+// authenticate checks the X-API-Key header and the account (see Handler.checkKey).
 func (g *generation) authenticate() bool {
-	presented := g.r.Header.Get("X-API-Key")
-	if presented == "" {
-		g.fail(copyErr(errMissingKey))
-		return false
-	}
-	addr, blocked := g.h.authGate(g.w, g.r)
-	if blocked != nil {
-		g.errKind = "auth_failures"
-		g.fail(blocked)
-		return false
-	}
-	key, acct, err := g.h.store.LookupKey(g.r.Context(), presented)
-	if err != nil {
-		if errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound) {
-			g.h.authFailed(addr)
-			g.fail(copyErr(errInvalidKey))
-		} else {
-			g.internal("looking up key", err)
+	kc, e := g.h.checkKey(g.w, g.r, g.id)
+	g.key, g.acct, g.remaining = kc.key, kc.acct, kc.available
+	if e != nil {
+		if kc.authLimited {
+			g.errKind = "auth_failures"
 		}
-		return false
-	}
-	g.key, g.acct = key, acct
-	g.remaining = g.available()
-	if acct.Status == ledger.StatusDisabled {
-		g.fail(copyErr(errAccountDisabled))
+		g.fail(e)
 		return false
 	}
 	return true
-}
-
-// available reads the account's available credits for the key's mode (from memory).
-func (g *generation) available() int64 {
-	b, err := g.h.store.Balance(g.r.Context(), g.acct.ID)
-	if err != nil {
-		return 0
-	}
-	if g.key.Mode == ledger.Test {
-		return b.TestAvailable
-	}
-	return b.Available
 }
 
 // validate checks the values of the fields (their presence and types were checked by parsing).
@@ -250,7 +219,7 @@ func (g *generation) run() {
 		g.fail(g.insufficient())
 		return
 	case errors.Is(err, ledger.ErrAccountDisabled):
-		g.fail(copyErr(errAccountDisabled))
+		g.fail(errAccountDisabled)
 		return
 	case err != nil:
 		g.internal("holding credit", err)
@@ -462,7 +431,7 @@ func (g *generation) backendError(err error) *apiError {
 		e = newError(http.StatusBadGateway, "backend_error", "", "the model server answered with an error; no credit was charged")
 	default:
 		g.h.logger.Error("generation failed", zap.String("request_id", g.id), zap.Error(err))
-		return copyErr(errInternal)
+		return errInternal
 	}
 	e.RetryAfter = retry
 	return e
@@ -479,7 +448,7 @@ func (g *generation) fail(e *apiError) {
 
 func (g *generation) internal(what string, err error) {
 	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))
-	g.fail(copyErr(errInternal))
+	g.fail(errInternal)
 }
 
 // log writes the one structured line of a generate request. It never holds the key, the

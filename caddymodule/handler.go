@@ -466,7 +466,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case "/api/v1/ready":
 		h.serveReady(w, r, reqID)
 	default:
-		writeError(w, reqID, copyErr(errNotFound), -1)
+		writeError(w, reqID, errNotFound, -1)
 	}
 	return nil
 }

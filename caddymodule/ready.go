@@ -31,7 +31,7 @@ type readyDoc struct {
 // backend's periodic checks), so it can be polled often.
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeError(w, reqID, copyErr(errMethodNotAllowedGET), -1)
+		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
 	}
 	doc := readyDoc{Ledger: "ok"}

@@ -40,9 +40,9 @@ func checkContentType(r *http.Request) *apiError {
 		return errUnsupportedMedia
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
-		e := copyErr(errUnsupportedMedia)
+		e := *errUnsupportedMedia
 		e.Message = "the request body must be UTF-8 JSON (charset " + cs + " is not supported)"
-		return e
+		return &e
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -145,5 +147,30 @@ func TestNewRequestID(t *testing.T) {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true
+	}
+}
+
+// TestWriteErrorLeavesSharedErrorsAlone: the errors a client causes are shared values, answered
+// by many requests at once; each answer must carry its own request id, and the shared value none.
+func TestWriteErrorLeavesSharedErrorsAlone(t *testing.T) {
+	var wg sync.WaitGroup
+	bodies := make([]string, 64)
+	for i := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := httptest.NewRecorder()
+			writeError(rec, fmt.Sprint("req_", i), errUnsupportedMedia, -1)
+			bodies[i] = rec.Body.String()
+		}()
+	}
+	wg.Wait()
+	for i, b := range bodies {
+		if want := fmt.Sprintf(`"request_id":"req_%d"`, i); !strings.Contains(b, want) {
+			t.Errorf("answer %d: %s, want %s", i, b, want)
+		}
+	}
+	if errUnsupportedMedia.RequestID != "" {
+		t.Fatalf("the shared error value was changed: request_id %q", errUnsupportedMedia.RequestID)
 	}
 }
