@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,12 +105,14 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	neg := -1.0
+	neg, nan := -1.0, math.NaN()
 	for name, h := range map[string]Handler{
-		"no ledger":         {},
-		"bad temperature":   {Ledger: "x", Temperature: &neg},
-		"bad language":      {Ledger: "x", Languages: []string{"not a language!"}},
-		"negative tool max": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}},
+		"no ledger":            {},
+		"bad temperature":      {Ledger: "x", Temperature: &neg},
+		"NaN temperature":      {Ledger: "x", Temperature: &nan},
+		"NaN tool temperature": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Temperature: &nan}}},
+		"bad language":         {Ledger: "x", Languages: []string{"not a language!"}},
+		"negative tool max":    {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}},
 		"hold_ttl shorter than a generation": {Ledger: "x", HoldTTL: caddy.Duration(time.Minute),
 			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)},
 		"hold_ttl just the generation and queue": {Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),

@@ -302,7 +302,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
 	}
 	switch {
-	case gerr == nil && s.started, clientGone && s.started:
+	case gerr == nil && s.started, clientGone && s.delivered:
 		// Complete, or the client left after text was delivered: the charge stands.
 		t0 := time.Now()
 		res, err := h.store.Settle(bg, g.acct.ID, g.id)
@@ -332,7 +332,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		// The model finished without a single piece of text: nothing to charge for.
 		g.void(bg, "empty output")
 		g.fail(newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
-	case s.started:
+	case s.started && !clientGone:
 		// Text went out and the generation broke: return the credit and abort the response, so
 		// no client can take a truncated text for a complete one.
 		g.void(bg, "interrupted: "+kind.String())
@@ -346,6 +346,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		g.status = 0
 		g.abort = true
 	default:
+		// No text, or the client left before any reached it: nothing to charge for.
 		g.void(bg, kind.String())
 		if clientGone {
 			g.errKind = "client_gone"
@@ -506,11 +507,14 @@ type doneEvent struct {
 
 // streamer writes the pieces of one generation to the client.
 type streamer struct {
-	g        *generation
-	rc       *http.ResponseController
-	started  bool
-	writeErr error
-	buf      []byte
+	g       *generation
+	rc      *http.ResponseController
+	started bool // the 200 headers were written
+	// delivered: a piece reached the client's connection (a write and its flush succeeded);
+	// only then may a client that leaves be charged.
+	delivered bool
+	writeErr  error
+	buf       []byte
 }
 
 // emit sends one piece. The first piece sends the 200 headers.
@@ -550,8 +554,10 @@ func (s *streamer) emit(piece string) error {
 	}
 	if err != nil {
 		s.writeErr = err
+		return err
 	}
-	return err
+	s.delivered = true
+	return nil
 }
 
 // event writes one whole SSE event with a JSON payload.

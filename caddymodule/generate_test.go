@@ -432,8 +432,17 @@ func TestGenerateErrorAfterPiecesAborts(t *testing.T) {
 	if len(events) != 4 || events[3].name != "error" || !strings.Contains(events[3].data, "backend_error") {
 		t.Errorf("SSE events %+v", events)
 	}
-	if b := e.balance(acct.ID); b.Balance != 2 {
-		t.Errorf("balance %+v", b)
+	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
+		t.Errorf("balance %+v after the SSE failure: the credit was not returned", b)
+	}
+	voids = 0
+	for _, en := range e.entries(acct.ID) {
+		if en.Kind == ledger.KindVoid {
+			voids++
+		}
+	}
+	if voids != 2 {
+		t.Errorf("%d voids after both failures, want 2", voids)
 	}
 	e.verify()
 }

@@ -279,8 +279,10 @@ func (h *Handler) Validate() error {
 		return fmt.Errorf("textgen: hold_ttl %v must be longer than generation_timeout + queue_timeout (%v), or a hold could expire while its generation runs",
 			time.Duration(h.HoldTTL), time.Duration(h.GenerationTimeout+h.QueueTimeout))
 	}
-	if h.Temperature != nil && (*h.Temperature < 0 || *h.Temperature > 2) {
-		return fmt.Errorf("textgen: temperature: %v is outside 0..2", *h.Temperature)
+	if h.Temperature != nil {
+		if err := catalog.CheckTemperature(*h.Temperature); err != nil {
+			return fmt.Errorf("textgen: %w", err)
+		}
 	}
 	for _, u := range h.Ollama {
 		if strings.TrimSpace(u) == "" {
@@ -307,8 +309,10 @@ func (h *Handler) Validate() error {
 				return err
 			}
 		}
-		if tc.Temperature != nil && (*tc.Temperature < 0 || *tc.Temperature > 2) {
-			return fmt.Errorf("textgen: tool %s: temperature: %v is outside 0..2", slug, *tc.Temperature)
+		if tc.Temperature != nil {
+			if err := catalog.CheckTemperature(*tc.Temperature); err != nil {
+				return fmt.Errorf("textgen: tool %s: %w", slug, err)
+			}
 		}
 		if tc.MaxInputChars < 0 || tc.MaxOutputTokens < 0 {
 			return fmt.Errorf("textgen: tool %s: max_input_chars and max_output_tokens must not be negative", slug)

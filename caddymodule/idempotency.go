@@ -42,7 +42,7 @@ func (g *generation) beginIdempotent(fingerprint string) bool {
 	case rec.Status == 0:
 		e := newError(http.StatusConflict, "idempotency_in_progress", "Idempotency-Key",
 			"a request with this Idempotency-Key is still running; retry after it has finished")
-		e.RetryAfter = 1e9
+		e.RetryAfter = time.Second
 		g.fail(e)
 	default:
 		g.replay(rec)

@@ -175,6 +175,12 @@ func TestServerKilledMidStream(t *testing.T) {
 			t.Errorf("voided %s, which is not a cut stream", rid)
 		}
 	}
+	// The holds' own TTL is proven only by a hold that reached the disk before the kill. Ten
+	// streams with text on the wire make that all but certain (each hold's write commits
+	// within a disk sync); none would mean the test proved nothing about it.
+	if len(voided) == 0 {
+		t.Fatal("no hold of a cut stream had reached the disk: the hold_ttl check was not exercised")
+	}
 	t.Logf("%d cut streams: %d holds had reached the disk and were voided as expired at restart", len(cut), len(voided))
 
 	// The restarted service charges as before.

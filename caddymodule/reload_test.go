@@ -217,6 +217,26 @@ func TestIdempotencyKey(t *testing.T) {
 	if b := e.balance(acct.ID); b.Balance != 3 {
 		t.Errorf("balance %+v, want 3 (two charged requests)", b)
 	}
+	// A retry while the first attempt still streams is told to wait, and costs nothing.
+	fs.Set(ollamatest.FaultConfig{Pieces: 50, Piece: "slow ", Delay: 10 * time.Millisecond})
+	running, err := e.post(ctx, key, body, "Idempotency-Key", "order-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(running.Body, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = e.post(ctx, key, body, "Idempotency-Key", "order-3")
+	if resp.StatusCode != 409 || resp.Header.Get("Retry-After") != "1" || decodeErr(t, resp).Error.Code != "idempotency_in_progress" {
+		t.Errorf("retry during the first attempt: %d %v", resp.StatusCode, resp.Header)
+	}
+	if rest, err := io.ReadAll(running.Body); err != nil || !strings.HasSuffix(string(rest), "slow ") {
+		t.Errorf("the first attempt: %v %q", err, rest)
+	}
+	running.Body.Close()
+	if b := e.balance(acct.ID); b.Balance != 2 {
+		t.Errorf("balance %+v, want 2 (the retry during the first attempt charged nothing)", b)
+	}
 	e.verify()
 }
 

@@ -234,7 +234,7 @@ func (o Override) validate() error {
 		return fmt.Errorf("max_output_tokens %d is negative", o.MaxOutputTokens)
 	}
 	if o.Temperature != nil {
-		if err := checkTemperature(*o.Temperature); err != nil {
+		if err := CheckTemperature(*o.Temperature); err != nil {
 			return err
 		}
 	}
@@ -244,7 +244,8 @@ func (o Override) validate() error {
 // MaxTemperature is the highest temperature accepted in prompt files and overrides.
 const MaxTemperature = 2.0
 
-func checkTemperature(v float64) error {
+// CheckTemperature accepts a sampling temperature from 0 to MaxTemperature (not NaN).
+func CheckTemperature(v float64) error {
 	if math.IsNaN(v) || v < 0 || v > MaxTemperature {
 		return fmt.Errorf("temperature %v is outside 0 to %v", v, MaxTemperature)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/text/language"
 	"golang.org/x/text/language/display"
@@ -191,13 +190,9 @@ func entryFor(t language.Tag) langEntry {
 	return langEntry{canonical: canonical, name: name}
 }
 
-// defaultLanguages is a private copy of Languages, so a caller that modifies Languages cannot
-// make MatchLanguage answer for a set it was not built from.
-var defaultLanguages = append([]string(nil), Languages...)
-
-// defaultMatcher serves MatchLanguage for the default set; TestMatchLanguage proves it builds.
+// defaultMatcher is the matcher for the default Languages set; TestMatchLanguage proves it builds.
 var defaultMatcher = sync.OnceValue(func() *LanguageMatcher {
-	m, err := NewLanguageMatcher(defaultLanguages)
+	m, err := NewLanguageMatcher(append([]string(nil), Languages...))
 	if err != nil {
 		panic("catalog: default languages are broken: " + err.Error())
 	}
@@ -206,58 +201,3 @@ var defaultMatcher = sync.OnceValue(func() *LanguageMatcher {
 
 // DefaultLanguageMatcher returns the shared matcher for the default Languages set.
 func DefaultLanguageMatcher() *LanguageMatcher { return defaultMatcher() }
-
-type cachedMatcher struct {
-	set []string // a private copy of the supported set the matcher was built from
-	m   *LanguageMatcher
-}
-
-var lastMatcher atomic.Pointer[cachedMatcher]
-
-// MatchLanguage is LanguageMatcher.Match for a supported set given as a slice, for callers
-// that do not keep a matcher. The matcher for the set is cached (the default Languages set and
-// the last other set used), so repeated calls with the same configured slice cost no parsing.
-// Entries of supported that are not valid tags are ignored; use NewLanguageMatcher to reject them.
-func MatchLanguage(tag string, supported []string) (canonical string, englishName string, ok bool) {
-	return matcherFor(supported).Match(tag)
-}
-
-func matcherFor(supported []string) *LanguageMatcher {
-	if sameStrings(supported, defaultLanguages) {
-		return defaultMatcher()
-	}
-	if c := lastMatcher.Load(); c != nil && sameStrings(supported, c.set) {
-		return c.m
-	}
-	valid := make([]string, 0, len(supported))
-	for _, s := range supported {
-		if _, ok := parseTag(s); ok {
-			valid = append(valid, s)
-		}
-	}
-	m, err := NewLanguageMatcher(valid)
-	if err != nil { // nothing valid: a matcher that accepts nothing
-		m = &LanguageMatcher{bases: map[language.Base]bool{}, exact: map[string]bool{}}
-		empty := map[string]langEntry{}
-		m.cache.Store(&empty)
-	}
-	lastMatcher.Store(&cachedMatcher{set: append([]string(nil), supported...), m: m})
-	return m
-}
-
-// sameStrings compares element-wise. The configured slice passed again holds the very strings
-// the cached copy holds, so comparing data pointers settles almost every element without a call.
-func sameStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if len(a[i]) != len(b[i]) {
-			return false
-		}
-		if unsafe.StringData(a[i]) != unsafe.StringData(b[i]) && a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

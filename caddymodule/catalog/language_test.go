@@ -74,7 +74,7 @@ func TestMatchLanguage(t *testing.T) {
 	for _, tc := range cases {
 		// Twice: the second call is served from the cache.
 		for i := 0; i < 2; i++ {
-			tag, name, ok := MatchLanguage(tc.in, Languages)
+			tag, name, ok := DefaultLanguageMatcher().Match(tc.in)
 			if tag != tc.tag || name != tc.name || ok != tc.ok {
 				t.Errorf("MatchLanguage(%q) #%d = %q, %q, %v; want %q, %q, %v", tc.in, i, tag, name, ok, tc.tag, tc.name, tc.ok)
 			}
@@ -100,23 +100,16 @@ func TestLanguageMatcherCustomSet(t *testing.T) {
 			t.Errorf("NewLanguageMatcher(%q) accepted", bad)
 		}
 	}
-	// MatchLanguage with another set, with an invalid entry ignored, and then the default again.
-	set := []string{"fr", "bad tag!"}
-	if tag, _, ok := MatchLanguage("FR-ca", set); !ok || tag != "fr-CA" {
+	// Another set: only its languages, with their regions.
+	fr, err := NewLanguageMatcher([]string{"fr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag, _, ok := fr.Match("FR-ca"); !ok || tag != "fr-CA" {
 		t.Errorf("custom set: %q %v", tag, ok)
 	}
-	if _, _, ok := MatchLanguage("de", set); ok {
+	if _, _, ok := fr.Match("de"); ok {
 		t.Error("custom set accepted de")
-	}
-	set[0] = "de" // the cache must notice a changed slice
-	if _, _, ok := MatchLanguage("de", set); !ok {
-		t.Error("changed custom set not noticed")
-	}
-	if _, _, ok := MatchLanguage("de", []string{"nonsense!"}); ok {
-		t.Error("a set without valid entries accepted de")
-	}
-	if _, _, ok := MatchLanguage("de", Languages); !ok {
-		t.Error("default set after custom sets")
 	}
 }
 
@@ -148,10 +141,10 @@ func TestLanguageCacheBounded(t *testing.T) {
 }
 
 func TestMatchLanguageAllocs(t *testing.T) {
-	MatchLanguage("PT-br", Languages) // warm the cache
+	DefaultLanguageMatcher().Match("PT-br") // warm the cache
 	for _, in := range []string{"de", "EN", "PT-br"} {
-		if n := testing.AllocsPerRun(100, func() { MatchLanguage(in, Languages) }); n != 0 {
-			t.Errorf("MatchLanguage(%q) allocates %v times", in, n)
+		if n := testing.AllocsPerRun(100, func() { DefaultLanguageMatcher().Match(in) }); n != 0 {
+			t.Errorf("Match(%q) allocates %v times", in, n)
 		}
 	}
 }
@@ -161,7 +154,7 @@ func BenchmarkMatchLanguage(b *testing.B) {
 		b.Run(in, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				MatchLanguage(in, Languages)
+				DefaultLanguageMatcher().Match(in)
 			}
 		})
 	}
@@ -169,7 +162,7 @@ func BenchmarkMatchLanguage(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				MatchLanguage("pt-BR", Languages)
+				DefaultLanguageMatcher().Match("pt-BR")
 			}
 		})
 	})

@@ -162,7 +162,7 @@ func (p *PromptFile) parseHeader(lines []string, first int) error {
 			f, err = strconv.ParseFloat(v, 64)
 			if err != nil {
 				err = fmt.Errorf("%q is not a number", v)
-			} else if err = checkTemperature(f); err == nil {
+			} else if err = CheckTemperature(f); err == nil {
 				p.Temperature = &f
 			}
 		default:

@@ -13,7 +13,7 @@ const (
 // BuildSystem returns the full system prompt for one request: the tool's prompt, the language
 // instruction naming the language in words and by tag, and the tone instruction (or, with no or
 // an unknown tone, the instruction to use the tone that fits the tool). langTag and langName are
-// what MatchLanguage returned; an empty langName falls back to the tag. It allocates once.
+// what LanguageMatcher.Match returned; an empty langName falls back to the tag. It allocates once.
 func BuildSystem(t *Tool, langTag, langName, tone string) string {
 	if langName == "" {
 		langName = langTag

@@ -8,7 +8,7 @@ import (
 
 func TestBuildSystem(t *testing.T) {
 	tool, _ := Default().Lookup("email-writer")
-	tag, name, ok := MatchLanguage("de", Languages)
+	tag, name, ok := DefaultLanguageMatcher().Match("de")
 	if !ok {
 		t.Fatal("de not supported")
 	}
@@ -96,7 +96,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tool, _ := c.Lookup("sql-generator")
-		tag, name, _ := MatchLanguage("PT-br", Languages)
+		tag, name, _ := DefaultLanguageMatcher().Match("PT-br")
 		BuildSystem(tool, tag, name, "direct")
 	}
 }

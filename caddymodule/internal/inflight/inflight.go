@@ -14,7 +14,9 @@ import (
 
 // Guard counts the running requests of one module instance.
 type Guard struct {
-	mu       sync.RWMutex
+	mu       sync.Mutex
+	running  int
+	closing  bool // Cleanup was called: no new request gets in
 	released bool
 	release  func() error
 	log      *zap.Logger
@@ -26,46 +28,52 @@ func New(release func() error, log *zap.Logger) *Guard {
 	return &Guard{release: release, log: log}
 }
 
-// Enter marks a request as running. It returns false when the resources were released already
+// Enter marks a request as running. It returns false, at once, when the module was cleaned up
 // (a request that reached a config after it was replaced): the caller must refuse the request
 // and must not call Exit.
 func (g *Guard) Enter() bool {
-	g.mu.RLock()
-	if g.released {
-		g.mu.RUnlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing {
 		return false
 	}
+	g.running++
 	return true
 }
 
-// Exit marks the end of a request that Enter let in.
-func (g *Guard) Exit() { g.mu.RUnlock() }
+// Exit marks the end of a request that Enter let in; the last one out after Cleanup releases.
+func (g *Guard) Exit() {
+	if g.leave(-1) {
+		if err := g.release(); err != nil && g.log != nil {
+			g.log.Error("releasing shared resources after the last request", zap.Error(err))
+		}
+	}
+}
 
-// Cleanup releases the resources now if no request runs, else in the background after the last
-// one ends. It is safe on a nil Guard (a Provision that failed before creating it) and when
-// called twice.
+// Cleanup releases the resources now if no request runs, else when the last one ends. It is
+// safe on a nil Guard (a Provision that failed before creating it) and when called twice.
 func (g *Guard) Cleanup() error {
 	if g == nil {
 		return nil
 	}
-	if g.mu.TryLock() {
-		return g.releaseLocked()
+	if g.leave(0) {
+		return g.release()
 	}
-	go func() {
-		g.mu.Lock()
-		if err := g.releaseLocked(); err != nil && g.log != nil {
-			g.log.Error("releasing shared resources after the last request", zap.Error(err))
-		}
-	}()
 	return nil
 }
 
-// releaseLocked runs with g.mu write-locked and unlocks it.
-func (g *Guard) releaseLocked() error {
+// leave applies delta to the running count, marks the Guard closing when delta is 0 (Cleanup),
+// and reports whether the caller must release now: closing, nothing running, not yet released.
+func (g *Guard) leave(delta int) bool {
+	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.released {
-		return nil
+	g.running += delta
+	if delta == 0 {
+		g.closing = true
 	}
-	g.released = true
-	return g.release()
+	if g.closing && g.running == 0 && !g.released {
+		g.released = true
+		return true
+	}
+	return false
 }

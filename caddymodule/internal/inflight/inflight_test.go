@@ -15,6 +15,11 @@ func TestReleaseWaitsForRunningRequests(t *testing.T) {
 	if err := g.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
+	// A request that reaches the replaced config while another still runs is refused at once
+	// (this call would block the test, not fail it, if Enter waited for the release).
+	if g.Enter() {
+		t.Fatal("Enter let a request in after Cleanup")
+	}
 	// A running request keeps the resources.
 	for i := 0; i < 100; i++ {
 		if released.Load() != 0 {
