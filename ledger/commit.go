@@ -159,8 +159,15 @@ func (c *committer) enqueue(ws []write) *pendingOp {
 // barrier waits until every operation queued so far is durable.
 func (c *committer) barrier() error { return c.enqueue(nil).wait() }
 
-// isDurable reports whether operation id has been committed.
-func (c *committer) isDurable(id uint64) bool { return id <= c.durable.Load() }
+// waitFor returns once operation id is durable: at once if it is, else after a barrier. A
+// repeated call (a retried hold, grant or Idempotency-Key) reports the first outcome only once
+// that outcome cannot be lost.
+func (c *committer) waitFor(id uint64) error {
+	if id <= c.durable.Load() {
+		return nil
+	}
+	return c.barrier()
+}
 
 func (c *committer) run() {
 	defer close(c.stopped)

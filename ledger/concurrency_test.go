@@ -164,3 +164,63 @@ func TestConcurrentAccounts(t *testing.T) {
 	wg.Wait()
 	verifyClean(t, s)
 }
+
+// TestConcurrentReplays: a payment provider that delivers the same event several times at once
+// (or a client that retries with the same Idempotency-Key before the first answer) gets one
+// effect. The first call's commit is still in flight when the others arrive, so only the
+// in-memory record of the reference (or key) can stop them.
+func TestConcurrentReplays(t *testing.T) {
+	s := openDir(t, t.TempDir(), quiet) // synced: commits take long enough for the calls to overlap
+	a := mustAccount(t, s, "replay@example.com").ID
+	const n = 16
+	var wg sync.WaitGroup
+	var credited, isNew atomic.Int64
+	for range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			r, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 10, Reference: "pi_1"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !r.Repeated {
+				credited.Add(1)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			_, fresh, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "order-1", RequestID: fmt.Sprint("req_", credited.Load()), Fingerprint: "fp"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if fresh {
+				isNew.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if credited.Load() != 1 || isNew.Load() != 1 {
+		t.Fatalf("%d calls: %d grants credited and %d requests began, want 1 and 1", n, credited.Load(), isNew.Load())
+	}
+	if b := mustBalance(t, s, a); b.Balance != 10 {
+		t.Fatalf("balance %+v, want 10", b)
+	}
+	verifyClean(t, s)
+}
+
+// TestSyncWritesByDefault: a zero Options syncs every commit (a kill cannot show a missing
+// fsync, the page cache survives it; a power loss would).
+func TestSyncWritesByDefault(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !badgerOptions(t.TempDir(), o).SyncWrites {
+		t.Fatal("the default options do not sync writes")
+	}
+	if badgerOptions(t.TempDir(), Options{DisableSyncWrites: true, Logger: o.Logger}).SyncWrites {
+		t.Fatal("DisableSyncWrites did not turn syncing off")
+	}
+}

@@ -231,7 +231,24 @@ func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, void
 			t.Fatalf("round %d: reference %s credited %d times", round, ref, n)
 		}
 	}
+	// The de-duplication survives the crash too: replaying acknowledged references (a payment
+	// provider retrying after the restart) credits nothing.
+	before := mustBalance(t, s, a.ID)
+	replayed := 0
+	for ref := range acked {
+		if replayed == 3 {
+			break
+		}
+		replayed++
+		r, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindGrant, Credits: 1, Reference: ref})
+		if err != nil || !r.Repeated {
+			t.Fatalf("round %d: replaying acknowledged reference %s: %+v %v, want Repeated", round, ref, r, err)
+		}
+	}
 	b := mustBalance(t, s, a.ID)
+	if b != before {
+		t.Fatalf("round %d: replaying references changed the balance from %+v to %+v", round, before, b)
+	}
 	open := int(b.Balance - b.Available)
 	if voidOpen >= 0 && (open != 0 || expired != voidOpen) {
 		t.Fatalf("round %d: %d holds still open and %d voided as expired, want 0 and %d", round, open, expired, voidOpen)

@@ -66,10 +66,8 @@ func (s *Badger) repeated(a *account, h *holdMem) (HoldResult, error) {
 	r := s.holdResult(a, h, true)
 	op := h.op
 	a.mu.Unlock()
-	if !s.c.isDurable(op) {
-		if err := s.c.barrier(); err != nil {
-			return HoldResult{}, err
-		}
+	if err := s.c.waitFor(op); err != nil {
+		return HoldResult{}, err
 	}
 	return r, nil
 }
@@ -134,9 +132,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		return HoldResult{}, ErrInsufficientCredits
 	}
 	t := now().UTC()
-	seq := a.nextSeq
-	a.nextSeq++
-	a.add(req.Mode, 0, 1)
+	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
 	rec := holdRecord{
 		AccountID: a.id,
 		RequestID: req.RequestID,
@@ -146,29 +142,17 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		Tool:      req.Tool,
 		Created:   t,
 		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
-		HoldSeq:   seq,
+		HoldSeq:   ent.Seq,
 	}
-	ent := Entry{
-		Seq:            seq,
-		AccountID:      a.id,
-		Kind:           KindHold,
-		Mode:           req.Mode,
-		BalanceAfter:   bal,
-		AvailableAfter: bal - held - 1,
-		RequestID:      req.RequestID,
-		KeyID:          req.KeyID,
-		Tool:           req.Tool,
-		Time:           t,
-	}
-	op := s.c.enqueue([]write{
-		set(entryKey(a.id, seq), mustJSON(ent)),
+	op := s.c.enqueue(append(ws,
 		set(holdKey(a.id, req.RequestID), mustJSON(rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
-		a.balanceWrite(),
-	})
+	))
 	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
 	a.mu.Unlock()
-	if !wait {
+	// A Reserve returns before the commit, except when the committer refused the write (it
+	// failed earlier): then no hold will ever reach the disk, and the generation must not run.
+	if !wait && op.id != 0 {
 		return HoldResult{RequestID: req.RequestID, State: HoldOpen, Available: ent.AvailableAfter}, nil
 	}
 	if err := op.wait(); err != nil {
@@ -236,32 +220,13 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	if to == HoldSettled {
 		amount, kind, reason = -1, KindSettle, ""
 	}
-	seq := a.nextSeq
-	a.nextSeq++
-	a.add(m, amount, -1)
-	bal, held := a.figures(m)
 	rec := h.rec
-	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, seq, reason
-	ent := Entry{
-		Seq:            seq,
-		AccountID:      a.id,
-		Kind:           kind,
-		Mode:           m,
-		Amount:         amount,
-		BalanceAfter:   bal,
-		AvailableAfter: bal - held,
-		RequestID:      rec.RequestID,
-		KeyID:          rec.KeyID,
-		Tool:           rec.Tool,
-		Reason:         reason,
-		Time:           t,
-	}
-	op := s.c.enqueue([]write{
-		set(entryKey(a.id, seq), mustJSON(ent)),
+	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
+	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
+	op := s.c.enqueue(append(ws,
 		set(holdKey(a.id, rec.RequestID), mustJSON(rec)),
 		del(openHoldKey(a.id, rec.RequestID)),
-		a.balanceWrite(),
-	})
+	))
 	h.rec, h.op = rec, op.id // h is the map's entry
 	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
 	return op
@@ -322,10 +287,8 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 			if err != nil {
 				return GrantResult{}, err
 			}
-			if !s.c.isDurable(op) {
-				if err := s.c.barrier(); err != nil {
-					return GrantResult{}, err
-				}
+			if err := s.c.waitFor(op); err != nil {
+				return GrantResult{}, err
 			}
 			return GrantResult{Entry: first, Balance: b, Repeated: true}, nil
 		}
@@ -335,27 +298,10 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 		a.mu.Unlock()
 		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
 	}
-	t := now().UTC()
-	seq := a.nextSeq
-	a.nextSeq++
-	a.add(req.Mode, req.Credits, 0)
-	ent := Entry{
-		Seq:            seq,
-		AccountID:      a.id,
-		Kind:           req.Kind,
-		Mode:           req.Mode,
-		Amount:         req.Credits,
-		BalanceAfter:   bal + req.Credits,
-		AvailableAfter: bal + req.Credits - held,
-		Reference:      req.Reference,
-		Reason:         req.Reason,
-		AmountCents:    req.AmountCents,
-		Currency:       req.Currency,
-		Time:           t,
-	}
-	ws := []write{set(entryKey(a.id, seq), mustJSON(ent)), a.balanceWrite()}
+	ent, ws := a.appendEntry(Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
+		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, now().UTC())
 	if req.Reference != "" {
-		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(seq)))
+		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))
 	}
 	op := s.c.enqueue(ws)
 	if req.Reference != "" {

@@ -78,10 +78,8 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 		if err != nil {
 			return IdempotencyRecord{}, false, err
 		}
-		if !s.c.isDurable(old.op) {
-			if err := s.c.barrier(); err != nil {
-				return IdempotencyRecord{}, false, err
-			}
+		if err := s.c.waitFor(old.op); err != nil {
+			return IdempotencyRecord{}, false, err
 		}
 		return old.rec, false, nil
 	}

@@ -54,6 +54,9 @@ type Badger struct {
 type account struct {
 	id  string
 	rec atomic.Pointer[Account] // replaced, never mutated; read without mu
+	// sessMu orders CreateSession with SetPassword (which ends the account's sessions); it is
+	// not mu, so a password change never stalls the account's holds behind its disk sync.
+	sessMu sync.Mutex
 
 	mu       sync.Mutex
 	bal      int64 // live balance
@@ -145,6 +148,20 @@ func (a *account) balance() Balance {
 		TestBalance:   a.testBal,
 		TestAvailable: a.testBal - a.testHeld,
 	}
+}
+
+// appendEntry records one change of the account's credits: it gives e the next entry number,
+// the account, the time t and the figures after applying dBal to the balance and dHeld to the
+// open holds of e.Mode, and returns it with the entry's and the balance record's writes. Every
+// change of credits goes through here, so the "after" figures are computed one way. Called with
+// a.mu held.
+func (a *account) appendEntry(e Entry, dBal, dHeld int64, t time.Time) (Entry, []write) {
+	e.Seq, e.AccountID, e.Amount, e.Time = a.nextSeq, a.id, dBal, t
+	a.nextSeq++
+	a.add(e.Mode, dBal, dHeld)
+	bal, held := a.figures(e.Mode)
+	e.BalanceAfter, e.AvailableAfter = bal, bal-held
+	return e, []write{set(entryKey(a.id, e.Seq), mustJSON(e)), a.balanceWrite()}
 }
 
 // balanceWrite is the account's balance record as it is now. Called with a.mu held.
