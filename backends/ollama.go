@@ -172,7 +172,6 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		}
 		seen[name] = true
 		h := &ollamaHost{
-			url:     u,
 			name:    name,
 			chatURL: u.JoinPath("/api/chat").String(),
 			api:     api.NewClient(u, o.client),
@@ -269,6 +268,7 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		if be.Kind == KindUnavailable {
 			h.down(o.log, be.Err)
 		}
+		// Never after text went out (the two kinds imply no piece; the first test states the rule).
 		if be.Pieces > 0 || (be.Kind != KindUnavailable && be.Kind != KindOverloaded) || ctx.Err() != nil {
 			return stats, be
 		}
@@ -339,15 +339,6 @@ func (o *Ollama) pick(tried triedSet, allowDown bool) (h *ollamaHost, full bool)
 type triedSet []bool
 
 func (t triedSet) has(i int) bool { return t != nil && t[i] }
-
-func (t triedSet) all() bool {
-	for _, x := range t {
-		if !x {
-			return false
-		}
-	}
-	return true
-}
 
 func (o *Ollama) anyHealthy() bool {
 	for _, h := range o.hosts {

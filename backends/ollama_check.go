@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
 	"go.uber.org/zap"
 )
 
@@ -41,13 +42,13 @@ func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) er
 		}
 		have := make(map[string]bool, 2*len(list.Models))
 		for _, m := range list.Models {
-			have[normalizeModel(m.Name)] = true
-			have[normalizeModel(m.Model)] = true
+			have[NormalizeModel(m.Name)] = true
+			have[NormalizeModel(m.Model)] = true
 		}
 		var missing []string
 		seen := make(map[string]bool, len(models))
 		for _, m := range models {
-			n := normalizeModel(m)
+			n := NormalizeModel(m)
 			if m == "" || seen[n] || have[n] {
 				continue
 			}
@@ -114,14 +115,13 @@ func pullCommand(h *ollamaHost, model string) string {
 	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
 }
 
-// normalizeModel makes "llama3" and "llama3:latest" compare equal, as Ollama does.
-func normalizeModel(name string) string {
-	name = strings.ToLower(strings.TrimSpace(name))
-	if name == "" {
-		return ""
+// NormalizeModel gives every spelling of one model the same key, as Ollama resolves names:
+// "llama3", "Llama3:latest", "library/llama3" and "registry.ollama.ai/library/llama3:latest"
+// are all the same model. A name Ollama would not parse is only trimmed and lower-cased.
+func NormalizeModel(name string) string {
+	name = strings.TrimSpace(name)
+	if n := model.ParseName(name); n.IsValid() {
+		return strings.ToLower(n.String())
 	}
-	if i := strings.LastIndex(name, "/"); !strings.Contains(name[i+1:], ":") {
-		name += ":latest"
-	}
-	return name
+	return strings.ToLower(name)
 }

@@ -106,3 +106,19 @@ func TestNewOllamaDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeModel: every spelling Ollama resolves to one model has one key, so the start-up
+// check neither reports nor pulls a model the host has under its full name.
+func TestNormalizeModel(t *testing.T) {
+	want := backends.NormalizeModel("llama3")
+	for _, s := range []string{"llama3:latest", " Llama3 ", "library/llama3", "registry.ollama.ai/library/llama3:latest"} {
+		if got := backends.NormalizeModel(s); got != want {
+			t.Errorf("NormalizeModel(%q) = %q, want %q (as for llama3)", s, got, want)
+		}
+	}
+	for _, other := range []string{"llama3:8b", "someone/llama3", "qwen2.5-coder"} {
+		if backends.NormalizeModel(other) == want {
+			t.Errorf("NormalizeModel(%q) = %q: a different model got llama3's key", other, want)
+		}
+	}
+}

@@ -48,8 +48,10 @@ func TestFaultsMapToKinds(t *testing.T) {
 			want: backends.KindUpstream},
 		{name: "dropped connection after 2 pieces", fault: ollamatest.FaultConfig{Mode: ollamatest.FaultDrop, Pieces: 2},
 			want: backends.KindInterrupted, wantPieces: 2},
+		// Before any piece no headers went out either (as with Ollama): a crash before the
+		// answer, so the host is down and another may take the request.
 		{name: "dropped connection before any piece", fault: ollamatest.FaultConfig{Mode: ollamatest.FaultDrop},
-			want: backends.KindUpstream},
+			want: backends.KindUnavailable},
 		{name: "clean end without done after 2 pieces", fault: ollamatest.FaultConfig{Mode: ollamatest.FaultEndWithoutDone, Pieces: 2},
 			want: backends.KindInterrupted, wantPieces: 2, wantText: "without"},
 		{name: "clean end without done and no piece", fault: ollamatest.FaultConfig{Mode: ollamatest.FaultEndWithoutDone},
@@ -155,6 +157,11 @@ func TestStopsReachTheServer(t *testing.T) {
 			wantKind(t, err, tc.want)
 			waitFor(t, "the server to see its client go away", func() bool { return fs.ClientGone() == 1 })
 			waitFor(t, "the server to finish the request", func() bool { return fs.InFlight() == 0 })
+			// Stopping closes the connection at once: the server does not go on streaming (a
+			// backend that drained the rest first would let 1000 pieces through).
+			if tc.fault.Pieces == 1000 && fs.PiecesSent() > 100 {
+				t.Errorf("the server sent %d of 1000 pieces after the caller stopped at 3", fs.PiecesSent())
+			}
 		})
 	}
 }
@@ -193,7 +200,9 @@ func TestPiecesEmittedBeforeStreamEnds(t *testing.T) {
 
 // Time spent in emit (a slow client) does not count toward the idle timeout.
 func TestSlowEmitIsNotIdle(t *testing.T) {
-	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3})
+	// Pieces 200 ms apart, so each arrives while the caller is still busy with the one before
+	// (all at once, they would be read before the first emit and no idle timer would run).
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: 200 * time.Millisecond})
 	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}, IdleTimeout: 100 * time.Millisecond})
 	stats, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
 		time.Sleep(400 * time.Millisecond) // 4 idle timeouts

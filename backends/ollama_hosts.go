@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 // ollamaHost is one Ollama server of a backend and its runtime state.
 type ollamaHost struct {
-	url     *url.URL
 	name    string // url.String(), as reported in errors, stats and logs
 	chatURL string
 	api     *api.Client

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
+
+	"github.com/caddy-textgen/textgen/backends"
 )
 
 // FaultMode is what a FaultServer does with a chat request.
@@ -112,6 +114,7 @@ type FaultServer struct {
 	conns      atomic.Int64
 	inFlight   atomic.Int64
 	clientGone atomic.Int64
+	piecesSent atomic.Int64
 }
 
 type faultModel struct {
@@ -224,14 +227,7 @@ func (f *FaultServer) Set(cfg FaultConfig) {
 		}
 	}
 	f.mu.Lock()
-	f.models[cfg.Model] = m
-	f.mu.Unlock()
-}
-
-// Remove forgets model, so requests for it get 404 "model not found".
-func (f *FaultServer) Remove(model string) {
-	f.mu.Lock()
-	delete(f.models, model)
+	f.models[backends.NormalizeModel(cfg.Model)] = m
 	f.mu.Unlock()
 }
 
@@ -255,6 +251,10 @@ func (f *FaultServer) InFlight() int64 { return f.inFlight.Load() }
 // connection) before the answer was complete: how a test sees that cancelling reached the server.
 func (f *FaultServer) ClientGone() int64 { return f.clientGone.Load() }
 
+// PiecesSent is the number of pieces written and flushed to clients by paced streams (Delay > 0
+// or a fault mode), over all requests: a client that stops a generation must stop it soon.
+func (f *FaultServer) PiecesSent() int64 { return f.piecesSent.Load() }
+
 // LastRequest is the last chat request received.
 func (f *FaultServer) LastRequest() api.ChatRequest {
 	f.mu.RLock()
@@ -265,13 +265,7 @@ func (f *FaultServer) LastRequest() api.ChatRequest {
 func (f *FaultServer) lookup(name string) *faultModel {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if m, ok := f.models[name]; ok {
-		return m
-	}
-	if !strings.Contains(name, ":") {
-		return f.models[name+":latest"]
-	}
-	return f.models[strings.TrimSuffix(name, ":latest")]
+	return f.models[backends.NormalizeModel(name)]
 }
 
 func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
@@ -318,11 +312,8 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 		gone(err)
 		return
 	}
-	// Ollama flushes the headers at once, before the first piece.
-	if err := rc.Flush(); err != nil {
-		gone(err)
-		return
-	}
+	// Like Ollama (gin's Stream in server/routes.go), the headers go out with the first piece:
+	// a client still waits for them while the model loads and evaluates the prompt.
 	for i := 0; i < cfg.Pieces; i++ {
 		if !sleep(ctx, cfg.Delay) {
 			gone(ctx.Err())
@@ -340,6 +331,7 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 			gone(err)
 			return
 		}
+		f.piecesSent.Add(1)
 	}
 
 	var tailLine []byte
@@ -377,12 +369,9 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 func (f *FaultServer) tags(w http.ResponseWriter, r *http.Request) {
 	f.mu.RLock()
 	var models []api.ListModelResponse
-	for name := range f.models {
-		full := name
-		if !strings.Contains(full, ":") {
-			full += ":latest"
-		}
-		models = append(models, api.ListModelResponse{Name: full, Model: full, Size: 1})
+	for _, m := range f.models {
+		name := model.ParseName(m.cfg.Model).DisplayShortest() // "tiny:latest", as Ollama lists it
+		models = append(models, api.ListModelResponse{Name: name, Model: name, Size: 1})
 	}
 	f.mu.RUnlock()
 	writeJSON(w, http.StatusOK, api.ListResponse{Models: models})
