@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -17,8 +16,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"golang.org/x/time/rate"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/clientip"
 )
 
 // RateLimit is a token bucket: Requests per Window on average, at most Burst at once. A request
@@ -437,38 +437,6 @@ func (s *accountSlots) running(acct string) int {
 	return s.m[acct]
 }
 
-// clientAddr is the identity of the client for the failed-authentication limit: Caddy's client
-// IP (which honours trusted_proxies), an IPv6 address cut to its /64, since one subscriber
-// usually holds a whole /64.
-func clientAddr(r *http.Request) string {
-	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	if s == "" {
-		s = r.RemoteAddr
-		if host, _, err := splitHostPort(s); err == nil {
-			s = host
-		}
-	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return s
-	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
-			return p.String()
-		}
-	}
-	return ip.String()
-}
-
-func splitHostPort(s string) (string, string, error) {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return "", "", err
-	}
-	return ap.Addr().String(), strconv.Itoa(int(ap.Port())), nil
-}
-
 // authBlocked reports whether the client address has used up its failed authentications, and
 // how long until it may try again. It charges nothing: only failures are charged (authFailed).
 func (lm *limits) authBlocked(addr string, t time.Time) (bool, time.Duration) {
@@ -621,7 +589,7 @@ func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string,
 	if h.lim == nil || h.lim.auth == nil {
 		return "", nil
 	}
-	addr = clientAddr(r)
+	addr = clientip.Key(r)
 	blocked, wait := h.lim.authBlocked(addr, limitNow())
 	if !blocked {
 		return addr, nil

@@ -610,20 +610,6 @@ func TestLimiterStoreForgetsRefilledBuckets(t *testing.T) {
 	}
 }
 
-func TestClientAddr(t *testing.T) {
-	for remote, want := range map[string]string{
-		"192.0.2.7:5555":             "192.0.2.7",
-		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
-		"[::ffff:192.0.2.9]:80":      "192.0.2.9",
-	} {
-		r, _ := http.NewRequest("GET", "/", nil)
-		r.RemoteAddr = remote
-		if got := clientAddr(r); got != want {
-			t.Errorf("%s: %s, want %s", remote, got, want)
-		}
-	}
-}
-
 func TestUnmarshalCaddyfileLimits(t *testing.T) {
 	d := caddyfile.NewTestDispenser(`textgen {
 		ledger /var/lib/textgen

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/clientip"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -73,7 +74,7 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	// malformed email (checked before the email is looked up, so they reveal nothing) is
 	// refunded.
 	t := now()
-	ip := clientKey(r)
+	ip := clientip.Key(r)
 	if ok, wait := a.signupByIP.take(ip, t); !ok {
 		a.throttled(w, r, "signup", form, wait)
 		return
@@ -125,7 +126,7 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 	// The attempt counts as a failure before its password is checked (so that attempts sent
 	// all at once are limited too) and is refunded unless the password was wrong.
 	t := now()
-	ip := clientKey(r)
+	ip := clientip.Key(r)
 	if ok, wait := a.failByIP.take(ip, t); !ok {
 		a.throttled(w, r, "login", form, wait)
 		return

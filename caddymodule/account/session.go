@@ -5,11 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
@@ -161,24 +159,4 @@ func (a *app) anonCSRF(w http.ResponseWriter, r *http.Request) string {
 func (a *app) checkAnonCSRF(r *http.Request) bool {
 	c, err := r.Cookie(a.cookieName + "_csrf")
 	return err == nil && tokensEqual(r.PostFormValue(csrfField), c.Value)
-}
-
-// clientKey is the address log-ins are throttled by: Caddy's client IP (which honours
-// trusted_proxies), IPv6 reduced to its /64 because one host usually has a whole /64.
-func clientKey(r *http.Request) string {
-	ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	if ip == "" {
-		ip, _, _ = net.SplitHostPort(r.RemoteAddr)
-		if ip == "" {
-			ip = r.RemoteAddr
-		}
-	}
-	parsed := net.ParseIP(ip)
-	if parsed == nil {
-		return ip
-	}
-	if parsed.To4() == nil {
-		return parsed.Mask(net.CIDRMask(64, 128)).String() + "/64"
-	}
-	return parsed.String()
 }

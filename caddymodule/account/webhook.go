@@ -10,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/clientip"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -56,7 +57,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	ev, err := webhook.ConstructEventWithOptions(payload, r.Header.Get("Stripe-Signature"), a.webhookSecret,
 		webhook.ConstructEventOptions{Tolerance: a.webhookTolerance, IgnoreAPIVersionMismatch: true})
 	if err != nil {
-		a.logger.Warn("refused a Stripe webhook", zap.Error(err), zap.String("client", clientKey(r)))
+		a.logger.Warn("refused a Stripe webhook", zap.Error(err), zap.String("client", clientip.Key(r)))
 		msg := "invalid signature"
 		if errors.Is(err, webhook.ErrTooOld) {
 			msg = "timestamp outside the tolerance"
