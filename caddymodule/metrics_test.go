@@ -3,9 +3,11 @@ package caddymodule
 import (
 	"bufio"
 	"context"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
@@ -99,6 +101,23 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		if d := got - before[series]; d != want {
 			t.Errorf("%s: +%v, want +%v", series, d, want)
 		}
+	}
+	// The open-holds gauge counts a generation while it streams, and lets go of it after.
+	fs.Set(ollamatest.FaultConfig{Pieces: 30, Piece: "slow ", Delay: 10 * time.Millisecond})
+	running, err := e.post(context.Background(), key2, genBody("summarizer", "x", "en", ""))
+	if err != nil || running.StatusCode != 200 {
+		t.Fatalf("slow generation: %v %v", running, err)
+	}
+	if _, err := io.ReadFull(running.Body, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if d := scrape(t, e)[`caddy_textgen_holds_open`] - before[`caddy_textgen_holds_open`]; d != 1 {
+		t.Errorf("holds_open during a generation: +%v, want +1", d)
+	}
+	io.Copy(io.Discard, running.Body)
+	running.Body.Close()
+	if d := scrape(t, e)[`caddy_textgen_holds_open`] - before[`caddy_textgen_holds_open`]; d != 0 {
+		t.Errorf("holds_open after the generation: +%v, want +0", d)
 	}
 	// No label carries a key or an account.
 	for series := range after {
