@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -166,7 +167,7 @@ func (adminAPI) withLedger(w http.ResponseWriter, r *http.Request, f adminFunc) 
 
 // selectLedger picks the open ledger: the only one, or the one named by dir.
 func selectLedger(dir string) (ledger.Store, error) {
-	open := openLedgers()
+	open := textgenapp.OpenLedgers()
 	if len(open) == 0 {
 		return nil, caddy.APIError{
 			HTTPStatus: http.StatusServiceUnavailable,
@@ -202,7 +203,7 @@ func selectLedger(dir string) (ledger.Store, error) {
 
 func openLedgerDirs() []string {
 	var dirs []string
-	for d := range openLedgers() {
+	for d := range textgenapp.OpenLedgers() {
 		dirs = append(dirs, d)
 	}
 	sort.Strings(dirs)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -25,16 +26,16 @@ import (
 func adminLedger(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ledger")
-	_, key, err := acquireLedger(dir, ledger.Options{DisableSyncWrites: true})
+	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{DisableSyncWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := releaseLedger(key); err != nil {
+		if err := ref.Release(); err != nil {
 			t.Error(err)
 		}
 	})
-	return key
+	return ref.Key()
 }
 
 // adminDo serves one request with the module's route the way Caddy's admin server does,
@@ -203,7 +204,7 @@ func TestAdminLedgerSelection(t *testing.T) {
 }
 
 func TestAdminNoLedger(t *testing.T) {
-	if len(openLedgers()) > 0 {
+	if len(textgenapp.OpenLedgers()) > 0 {
 		t.Skip("another test of this package has a ledger open; TestCLINoLedger covers this in a process of its own")
 	}
 	w, _ := adminDo(t, "", "GET", "/textgen/ledger/verify", "")

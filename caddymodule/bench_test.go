@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
 // BenchmarkGenerate measures in one run, against one fast fake Ollama that answers at once
@@ -80,7 +81,7 @@ http://127.0.0.1:%d {
 	if b.Failed() || b.Skipped() {
 		b.Fatal("the Caddy config did not load")
 	}
-	store := openLedgers()[mustAbs(b, dir)]
+	store := textgenapp.OpenLedgers()[mustAbs(b, dir)]
 	e := &env{t: b, store: store}
 	_, key := e.account(10_000_000)
 

@@ -43,12 +43,11 @@ func TestCheckKeyLedgerFailure(t *testing.T) {
 	req := httptest.NewRequest("POST", "/api/v1/generate", nil)
 	req.Header.Set("X-API-Key", full)
 
-	h := &Handler{store: store, logger: zap.NewNop()}
-	if kc, e := h.checkKey(httptest.NewRecorder(), req, "req_ok"); e != nil || kc.available != 3 || kc.acct.ID != acct.ID {
+	h := &Handler{logger: zap.NewNop()}
+	if kc, e := h.checkKey(store, httptest.NewRecorder(), req, "req_ok"); e != nil || kc.available != 3 || kc.acct.ID != acct.ID {
 		t.Fatalf("healthy ledger: %+v %v, want 3 available", kc, e)
 	}
-	h.store = balanceFails{store}
-	if _, e := h.checkKey(httptest.NewRecorder(), req, "req_fail"); e != errInternal {
+	if _, e := h.checkKey(balanceFails{store}, httptest.NewRecorder(), req, "req_fail"); e != errInternal {
 		t.Fatalf("failing ledger: %v, want %v", e, errInternal)
 	}
 }

@@ -91,7 +91,7 @@ type keyCheck struct {
 // authentications, the key, then the account and its credits. It returns the error to answer
 // with, if any; a ledger failure is logged and answered as an internal error, never as a
 // missing credit.
-func (h *Handler) checkKey(w http.ResponseWriter, r *http.Request, reqID string) (keyCheck, *apiError) {
+func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented := r.Header.Get("X-API-Key")
 	if presented == "" {
@@ -102,7 +102,7 @@ func (h *Handler) checkKey(w http.ResponseWriter, r *http.Request, reqID string)
 		kc.authLimited = true
 		return kc, refused
 	}
-	key, acct, err := h.store.LookupKey(r.Context(), presented)
+	key, acct, err := store.LookupKey(r.Context(), presented)
 	switch {
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
 		h.authFailed(addr)
@@ -111,7 +111,7 @@ func (h *Handler) checkKey(w http.ResponseWriter, r *http.Request, reqID string)
 		h.logger.Error("looking up key", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal
 	}
-	b, err := h.store.Balance(r.Context(), acct.ID)
+	b, err := store.Balance(r.Context(), acct.ID)
 	if err != nil {
 		h.logger.Error("reading the balance", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal
@@ -134,7 +134,7 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
 	}
-	kc, e := h.checkKey(w, r, reqID)
+	kc, e := h.checkKey(h.store(), w, r, reqID)
 	if e != nil {
 		writeError(w, reqID, e, kc.available)
 		return

@@ -70,5 +70,6 @@ var (
 	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}
 	errAccountDisabled      = &apiError{Status: http.StatusForbidden, Code: "account_disabled", Message: "this account is disabled; contact the operator of this service"}
 	errUnsupportedMedia     = &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "send the request body as JSON with Content-Type: application/json"}
+	errLedgerUnavailable    = &apiError{Status: http.StatusServiceUnavailable, Code: "ledger_unavailable", Message: "the credit ledger cannot take a write now; no credit was charged; retry shortly", RetryAfter: 5 * time.Second}
 	errInternal             = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "an internal error occurred; no credit was charged; quote the request id when reporting it"}
 )

@@ -122,7 +122,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 
 // authenticate checks the X-API-Key header and the account (see Handler.checkKey).
 func (g *generation) authenticate() bool {
-	kc, e := g.h.checkKey(g.w, g.r, g.id)
+	kc, e := g.h.checkKey(g.h.store(), g.w, g.r, g.id)
 	g.key, g.acct, g.remaining = kc.key, kc.acct, kc.available
 	if e != nil {
 		if kc.authLimited {
@@ -181,7 +181,7 @@ func truncate(s string, n int) string {
 func (g *generation) run() {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
-	var backend backends.Backend = h.backend
+	var backend backends.Backend = h.backend()
 	var slot *backends.Slot
 	if g.key.Mode == ledger.Test {
 		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
@@ -208,7 +208,7 @@ func (g *generation) run() {
 	}
 
 	t0 := time.Now()
-	res, err := h.store.Reserve(bg, ledger.HoldRequest{
+	res, err := h.store().Reserve(bg, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
 		TTL: time.Duration(h.HoldTTL),
 	})
@@ -305,7 +305,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case gerr == nil && s.started, clientGone && s.delivered:
 		// Complete, or the client left after text was delivered: the charge stands.
 		t0 := time.Now()
-		res, err := h.store.Settle(bg, g.acct.ID, g.id)
+		res, err := h.store().Settle(bg, g.acct.ID, g.id)
 		metrics.ledgerOps.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
 		g.resolved()
 		if err == nil {
@@ -377,7 +377,7 @@ func (g *generation) resolved() {
 
 func (g *generation) void(ctx context.Context, reason string) {
 	t0 := time.Now()
-	res, err := g.h.store.Void(ctx, g.acct.ID, g.id, reason)
+	res, err := g.h.store().Void(ctx, g.acct.ID, g.id, reason)
 	metrics.ledgerOps.WithLabelValues("void").Observe(time.Since(t0).Seconds())
 	g.resolved()
 	if err == nil {

@@ -5,6 +5,7 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -125,15 +127,13 @@ type Handler struct {
 	// Caddy cleans up the old config of a reload while its requests may still stream.
 	inFlight *inflight.Guard
 
-	logger     *zap.Logger
-	ledgerKey  string
-	store      ledger.Store
-	backendKey string
-	backend    backends.Backend
-	tools      map[string]*toolRuntime
-	languages  *catalog.LanguageMatcher
-	toolsJSON  []byte
-	lim        *limits
+	logger    *zap.Logger
+	ledgerRef *textgenapp.LedgerRef // opened by the textgen app's Start
+	ollamaRef *textgenapp.OllamaRef
+	tools     map[string]*toolRuntime
+	languages *catalog.LanguageMatcher
+	toolsJSON []byte
+	lim       *limits
 }
 
 // ToolConfig overrides the settings of one tool.
@@ -242,26 +242,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen: metrics: %w", err)
 	}
 
-	// Every hold and idempotency record carries this handler's hold_ttl, so handlers sharing
-	// the ledger, and a reload that changes hold_ttl, each get their own.
-	store, key, err := acquireLedger(h.Ledger, ledger.Options{
+	// The ledger and the backend are opened by the textgen app's Start, which `caddy validate`
+	// never calls. Every hold and idempotency record carries this handler's hold_ttl, so
+	// handlers sharing the ledger, and a reload that changes hold_ttl, each get their own.
+	app, err := textgenapp.From(ctx)
+	if err != nil {
+		return fmt.Errorf("textgen: %w", err)
+	}
+	if h.ledgerRef, err = app.Ledger(h.Ledger, ledger.Options{
 		HoldTTL: time.Duration(h.HoldTTL),
 		Logger:  h.logger.Named("ledger"),
-	})
-	if err != nil {
-		return err
+	}); err != nil {
+		return fmt.Errorf("textgen: %w", err)
 	}
-	h.store, h.ledgerKey = store, key
-	if err := h.setupLimits(key); err != nil {
+	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
 		return fmt.Errorf("textgen: limits: %w", err)
 	}
-
-	backend, bkey, err := acquireOllama(h.ollamaConfig())
-	if err != nil {
-		return err
+	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
+		return fmt.Errorf("textgen: %w", err)
 	}
-	h.backend, h.backendKey = backend, bkey
-	h.checkModels(backend)
+	app.OnStart(func() error {
+		h.checkModels()
+		return nil
+	})
 	return nil
 }
 
@@ -331,16 +334,25 @@ func (h *Handler) Cleanup() error {
 // release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
 	h.lim.release()
-	var err error
-	if h.store != nil {
-		err = releaseLedger(h.ledgerKey)
+	return errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
+}
+
+// store is the ledger once the app has opened it, else nil.
+func (h *Handler) store() ledger.Store {
+	s, err := h.ledgerRef.Get()
+	if err != nil {
+		return nil
 	}
-	if h.backend != nil {
-		if e := releaseOllama(h.backendKey); e != nil && err == nil {
-			err = e
-		}
+	return s
+}
+
+// backend is the model backend once the app has started it, else nil.
+func (h *Handler) backend() *backends.Ollama {
+	o, err := h.ollamaRef.Get()
+	if err != nil {
+		return nil
 	}
-	return err
+	return o
 }
 
 // toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
@@ -428,9 +440,9 @@ func (h *Handler) models() []string {
 // checkModels checks in the background that every configured model is on the Ollama hosts,
 // logging what is missing and how to get it (or pulling it when PullModels is set). It never
 // blocks the start of the server: the model server may come up after Caddy.
-func (h *Handler) checkModels(b backends.Backend) {
-	o, ok := b.(*backends.Ollama)
-	if !ok {
+func (h *Handler) checkModels() {
+	o := h.backend()
+	if o == nil {
 		return
 	}
 	models := h.models()
@@ -460,6 +472,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		return nil
 	}
 	defer h.inFlight.Exit()
+	if r.URL.Path != "/api/v1/tools" && h.store() == nil {
+		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order).
+		writeError(w, reqID, errLedgerUnavailable, -1)
+		return nil
+	}
 	switch r.URL.Path {
 	case "/api/v1/generate":
 		h.serveGenerate(w, r, reqID)

@@ -23,6 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -181,7 +182,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatalf("the Caddy config did not load")
 	}
 	abs, _ := filepath.Abs(dir)
-	store := openLedgers()[abs]
+	store := textgenapp.OpenLedgers()[abs]
 	if store == nil {
 		t.Fatalf("ledger %s is not open after loading the config", abs)
 	}

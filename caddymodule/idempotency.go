@@ -24,7 +24,7 @@ func (g *generation) beginIdempotent(fingerprint string) bool {
 		g.fail(newError(http.StatusBadRequest, "invalid_field", "Idempotency-Key", "the Idempotency-Key header is longer than 255 characters"))
 		return false
 	}
-	rec, fresh, err := g.h.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
+	rec, fresh, err := g.h.store().BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
 		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
@@ -81,7 +81,7 @@ func (g *generation) finishIdempotent() {
 	if g.credit > 0 {
 		status = http.StatusOK
 	}
-	if err := g.h.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
+	if err := g.h.store().FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
 		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
 	}
 }

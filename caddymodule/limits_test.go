@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -440,12 +441,11 @@ func counterValue(c prometheus.Counter) float64 {
 func backendOf(t *testing.T, url string) *backends.Ollama {
 	t.Helper()
 	var o *backends.Ollama
-	ollamas.Range(func(k, v any) bool {
-		if strings.Contains(k.(string), url) {
-			o = v.(pooledOllama).Ollama
+	for k, v := range textgenapp.OpenOllamas() {
+		if strings.Contains(k, url) {
+			o = v
 		}
-		return true
-	})
+	}
 	if o == nil {
 		t.Fatalf("no backend for %s", url)
 	}

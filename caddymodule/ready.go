@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -37,7 +36,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 	doc := readyDoc{Ledger: "ok"}
 	// Balance of no account: ErrNotFound when the ledger works; ErrClosed, or the committer's
 	// error after a failed disk write, when it does not.
-	if _, err := h.store.Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := h.store().Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		doc.Ledger = "failed"
 		if errors.Is(err, ledger.ErrClosed) {
 			doc.Ledger = "closed"
@@ -47,7 +46,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 			ce.Write(zap.Error(err))
 		}
 	}
-	if o, ok := h.backend.(*backends.Ollama); ok {
+	if o := h.backend(); o != nil {
 		for _, hs := range o.Hosts() {
 			doc.Hosts++
 			if hs.Healthy {

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -115,7 +116,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if b := decodeErr(t, resp); resp.StatusCode != 413 || b.Error.Code != "input_too_large" {
 		t.Errorf("new limit not in force: %d %s", resp.StatusCode, b.Error.Code)
 	}
-	if store := openLedgers()[mustAbs(t, e.dir)]; store != e.store {
+	if store := textgenapp.OpenLedgers()[mustAbs(t, e.dir)]; store != e.store {
 		t.Errorf("the ledger was reopened by the reload")
 	}
 	b := e.balance(acct.ID)

@@ -12,14 +12,15 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/caddy-textgen/textgen/caddymodule"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -83,8 +84,9 @@ type Handler struct {
 	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
 
 	logger    *zap.Logger
-	ledgerKey string
-	app       *app
+	ledgerRef *textgenapp.LedgerRef
+	// app is built when the textgen app has opened the ledger (its Start); nil before.
+	app *atomic.Pointer[app]
 }
 
 // Package is a credit package on sale. The price is in euro cents.
@@ -128,6 +130,7 @@ var (
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.inFlight = inflight.New(h.release, h.logger)
+	h.app = new(atomic.Pointer[app])
 	if h.PathPrefix == "" {
 		h.PathPrefix = defaultPrefix
 	}
@@ -169,16 +172,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	// No HoldTTL: My Account holds no credits, and every hold the generate handler makes
-	// carries that handler's own hold_ttl, whoever opened the shared ledger.
-	store, key, err := caddymodule.AcquireLedger(h.Ledger, ledger.Options{
-		Logger: h.logger.Named("ledger"),
-	})
+	// carries that handler's own hold_ttl, whoever opened the shared ledger. The textgen app
+	// opens the ledger in its Start, which `caddy validate` never calls.
+	tg, err := textgenapp.From(ctx)
 	if err != nil {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
-	h.ledgerKey = key
-	h.app, err = newApp(appConfig{
-		store:            store,
+	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
+		return fmt.Errorf("textgen_account: %w", err)
+	}
+	cfg := appConfig{
 		logger:           h.logger,
 		prefix:           h.PathPrefix,
 		sessionLifetime:  time.Duration(h.SessionLifetime),
@@ -192,8 +195,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		testCredits:      h.TestCredits,
 		siteName:         h.SiteName,
 		maxKeys:          h.MaxKeys,
+	}
+	tg.OnStart(func() error {
+		store, err := h.ledgerRef.Get()
+		if err != nil {
+			return fmt.Errorf("textgen_account: %w", err)
+		}
+		cfg.store = store
+		a, err := newApp(cfg)
+		if err != nil {
+			return fmt.Errorf("textgen_account: %w", err)
+		}
+		h.app.Store(a)
+		return nil
 	})
-	return err
+	return nil
 }
 
 // Validate rejects a configuration that cannot work, naming the field.
@@ -256,12 +272,7 @@ func (h *Handler) Cleanup() error {
 }
 
 // release gives back the pooled ledger; the Guard calls it once.
-func (h *Handler) release() error {
-	if h.ledgerKey != "" {
-		return caddymodule.ReleaseLedger(h.ledgerKey)
-	}
-	return nil
-}
+func (h *Handler) release() error { return h.ledgerRef.Release() }
 
 // ServeHTTP serves the account area and passes other paths on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -275,7 +286,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	defer h.inFlight.Exit()
-	h.app.ServeHTTP(w, r)
+	a := h.app.Load()
+	if a == nil {
+		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order).
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "The server is starting; retry.", http.StatusServiceUnavailable)
+		return nil
+	}
+	a.ServeHTTP(w, r)
 	return nil
 }
 

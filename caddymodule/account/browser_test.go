@@ -31,7 +31,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
-	"github.com/caddy-textgen/textgen/caddymodule"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -155,11 +155,15 @@ http://127.0.0.1:%d {
 
 	// The account area and the generate handler share one open ledger.
 	abs, _ := filepath.Abs(dir)
-	store, key, err := caddymodule.AcquireLedger(abs, ledger.Options{})
+	ref, err := textgenapp.AcquireLedger(abs, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer caddymodule.ReleaseLedger(key)
+	defer ref.Release()
+	store, err := ref.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	artifacts := filepath.Join("testdata", "artifacts", "browser")
 	os.RemoveAll(artifacts)

@@ -1,0 +1,52 @@
+package textgenapp
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-textgen/textgen/backends"
+)
+
+// Backends are pooled by their configuration, so a config reload that keeps the Ollama settings
+// keeps the same client, its connections, health state and counts of requests in flight, and the
+// streams of the old config are never cut off by the new one.
+var ollamas = caddy.NewUsagePool()
+
+// OllamaRef is a module's share of a pooled Ollama backend.
+type OllamaRef = Ref[*backends.Ollama]
+
+func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
+	logger := cfg.Logger
+	cfg.Logger = nil
+	keyJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger = logger
+	return acquire(ollamas, string(keyJSON),
+		func() (*backends.Ollama, error) {
+			o, err := backends.NewOllama(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("ollama backend: %w", err)
+			}
+			return o, nil
+		},
+		func(o *backends.Ollama) error { return o.Close() })
+}
+
+// OpenOllamas returns the Ollama backends open in this process, keyed by their configuration
+// (JSON), for tests.
+func OpenOllamas() map[string]*backends.Ollama {
+	out := map[string]*backends.Ollama{}
+	ollamas.Range(func(k, v any) bool {
+		if p, ok := v.(*pooled[*backends.Ollama]); ok {
+			if o, err := p.get(); err == nil {
+				out[k.(string)] = o
+			}
+		}
+		return true
+	})
+	return out
+}

@@ -1,0 +1,111 @@
+package textgenapp
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// ErrNotOpen is returned by a Ref whose resource has not been opened yet: the textgen app opens
+// it in Start, which `caddy validate` never calls, and a request may reach a handler in the
+// moment between the HTTP app's start and this app's.
+var ErrNotOpen = errors.New("not open yet")
+
+// pooled is one resource in a caddy.UsagePool: it is created unopened when the first module of
+// a config asks for it, opened once by the first Start (or by Acquire), shared by every module
+// and config that names it, and closed by the destructor when the last of them lets go.
+type pooled[T any] struct {
+	name  string // the pool key, for messages
+	open  func() (T, error)
+	close func(T) error
+
+	mu  sync.Mutex        // serialises open and close
+	val atomic.Pointer[T] // nil until opened; read on every request without a lock
+}
+
+// get returns the resource, or ErrNotOpen.
+func (p *pooled[T]) get() (T, error) {
+	if v := p.val.Load(); v != nil {
+		return *v, nil
+	}
+	var zero T
+	return zero, fmt.Errorf("%s: %w", p.name, ErrNotOpen)
+}
+
+// ensureOpen opens the resource unless it is open. A failed open is tried again by the next
+// call (the next config load), never cached.
+func (p *pooled[T]) ensureOpen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.val.Load() != nil {
+		return nil
+	}
+	v, err := p.open()
+	if err != nil {
+		return err
+	}
+	p.val.Store(&v)
+	return nil
+}
+
+// Destruct closes the resource if it was opened (caddy.Destructor).
+func (p *pooled[T]) Destruct() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.val.Swap(nil)
+	if v == nil {
+		return nil
+	}
+	return p.close(*v)
+}
+
+// Ref is one module's share of a pooled resource. Release it exactly once.
+type Ref[T any] struct {
+	pool *caddy.UsagePool
+	key  string
+	p    *pooled[T]
+	once sync.Once
+}
+
+// Key is the resource's pool key (a ledger's absolute directory, a backend's configuration).
+func (r *Ref[T]) Key() string { return r.key }
+
+// Get returns the resource once it is open, else an error wrapping ErrNotOpen.
+func (r *Ref[T]) Get() (T, error) { return r.p.get() }
+
+// Open opens the resource now unless it is open (the app's Start, and callers outside a
+// config such as tests).
+func (r *Ref[T]) Open() error { return r.p.ensureOpen() }
+
+// Release gives the share back; the last one closes the resource. Safe on a nil Ref and when
+// called twice.
+func (r *Ref[T]) Release() error {
+	if r == nil {
+		return nil
+	}
+	var err error
+	r.once.Do(func() { _, err = r.pool.Delete(r.key) })
+	return err
+}
+
+// acquire joins the pooled resource under key or creates it unopened.
+func acquire[T any](pool *caddy.UsagePool, key string, open func() (T, error), close func(T) error) (*Ref[T], error) {
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &pooled[T]{name: key, open: open, close: close}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, ok := v.(*pooled[T])
+	if !ok {
+		_, _ = pool.Delete(key)
+		return nil, fmt.Errorf("pool entry %s has type %T", key, v)
+	}
+	return &Ref[T]{pool: pool, key: key, p: p}, nil
+}
+
+// Interface guards
+var _ caddy.Destructor = (*pooled[int])(nil)
