@@ -14,8 +14,8 @@ import (
 // until every client has waited for minutes. The backend therefore caps the requests it sends to
 // each host (MaxInFlight) and keeps its own bounded, first-come-first-served queue in front of
 // the hosts (QueueSize, QueueTimeout). A caller that must not start expensive work for a request
-// that will be refused (the HTTP layer reserves a credit) admits it first with Admit and passes
-// the Slot to Generate.
+// that will be refused (the HTTP layer reserves a credit) admits it first with Admit (the
+// Admitter interface) and passes the admission to Generate in Request.Admission.
 
 // Errors of an admission that failed (wrapped in an *Error of KindOverloaded).
 var (
@@ -31,16 +31,19 @@ const (
 	queueTimeoutRetry = 5 * time.Second
 )
 
-// Slot is a place on one host, taken by Admit. Pass it in Request.Slot: Generate then starts on
-// that host and gives the slot back when it ends. A slot that is not passed to Generate must be
-// released with Release. Release may be called more than once.
+// Slot is a place on one host, taken by Admit: the Ollama backend's Admission. Pass it in
+// Request.Admission: Generate then starts on that host and gives the slot back when it ends. A
+// slot that is not passed to Generate must be released with Release. Release may be called more
+// than once.
 type Slot struct {
 	o        *Ollama
 	h        *ollamaHost
 	released atomic.Bool
-	// Waited is how long the request waited in the admission queue (0: it was not queued).
-	Waited time.Duration
+	waited   time.Duration
 }
+
+// Waited is how long the request waited in the admission queue (0: it was not queued).
+func (s *Slot) Waited() time.Duration { return s.waited }
 
 // Release gives the slot back, waking the first queued request. Safe on a nil or released slot.
 func (s *Slot) Release() {
@@ -72,7 +75,7 @@ type admission struct {
 // in a first-come-first-served queue for at most QueueTimeout. It fails with an *Error of
 // KindOverloaded (ErrQueueFull, ErrQueueTimeout, or every host at MaxInFlight without a queue),
 // KindUnavailable (no healthy host) or KindCanceled (ctx ended while waiting).
-func (o *Ollama) Admit(ctx context.Context) (*Slot, error) {
+func (o *Ollama) Admit(ctx context.Context) (Admission, error) {
 	allowDown := !o.anyHealthy()
 	if o.cfg.MaxInFlight == 0 || o.cfg.QueueSize <= 0 {
 		h, full := o.pick(nil, allowDown)
@@ -119,7 +122,7 @@ func (o *Ollama) Admit(ctx context.Context) (*Slot, error) {
 				if h == nil {
 					return nil, o.noHost(false)
 				}
-				return &Slot{o: o, h: h, Waited: time.Since(start)}, nil
+				return &Slot{o: o, h: h, waited: time.Since(start)}, nil
 			}
 			// The place went to a failover attempt of a running request: wait again, first in line.
 			a.queue = append([]*waiter{w}, a.queue...)

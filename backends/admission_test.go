@@ -74,7 +74,7 @@ func TestAdmissionHandsOffInOrder(t *testing.T) {
 	}
 	const n = 4
 	order := make(chan int, n)
-	slots := make(chan *backends.Slot, n)
+	slots := make(chan backends.Admission, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -90,8 +90,8 @@ func TestAdmissionHandsOffInOrder(t *testing.T) {
 		}()
 		waitFor(t, "the request to queue", func() bool { return o.QueueLen() == i+1 })
 	}
-	if s := first; s.Waited != 0 {
-		t.Errorf("an unqueued admission reports a wait of %v", s.Waited)
+	if s := first; s.Waited() != 0 {
+		t.Errorf("an unqueued admission reports a wait of %v", s.Waited())
 	}
 	first.Release()
 	first.Release() // a second release is a no-op
@@ -135,7 +135,7 @@ func TestAdmissionSlotToGenerate(t *testing.T) {
 	}
 
 	var text string
-	st, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi", Slot: s},
+	st, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi", Admission: s},
 		func(p string) error { text += p; return nil })
 	if err != nil || text != "x x x " || st.Pieces != 3 {
 		t.Fatalf("generate with a slot: %v %q %+v", err, text, st)

@@ -23,9 +23,9 @@ type Request struct {
 	IdleTimeout time.Duration
 	// Deadline bounds the whole generation; zero: none beyond ctx.
 	Deadline time.Time
-	// Slot is a place on a host taken beforehand with Ollama.Admit; Generate starts there and
-	// releases it. Nil: Generate admits the request itself. Other backends ignore it.
-	Slot *Slot
+	// Admission is a place taken beforehand with the same backend's Admit (see Admitter);
+	// Generate starts there and releases it. Nil: Generate admits the request itself.
+	Admission Admission
 }
 
 // Stats describe a finished generation.
@@ -48,6 +48,26 @@ type Emit func(piece string) error
 // (an *Error). Cancelling ctx stops the generation on the model server.
 type Backend interface {
 	Generate(ctx context.Context, req Request, emit Emit) (Stats, error)
+}
+
+// Admission is a place on a model server that a backend promised a generation before it
+// starts.
+type Admission interface {
+	// Waited is how long the request waited for its place (0: it was not queued).
+	Waited() time.Duration
+	// Release gives the place back; Generate releases the admission it is given, so a caller
+	// releases only one it did not pass on. Safe more than once.
+	Release()
+}
+
+// Admitter is a Backend that limits the generations it runs at once and lets a caller take a
+// place before it does anything costly for the request (the HTTP layer reserves a credit only
+// once the request is admitted). Admit fails with an *Error: KindOverloaded (every place taken
+// and the queue full, or the wait too long), KindUnavailable (no healthy host) or KindCanceled
+// (ctx ended while waiting).
+type Admitter interface {
+	Backend
+	Admit(ctx context.Context) (Admission, error)
 }
 
 // Kind classifies a backend failure so the HTTP layer can map it to a status code.

@@ -223,7 +223,7 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// Generate implements Backend. Without req.Slot it first admits the request (Admit: a host
+// Generate implements Backend. Without req.Admission it first admits the request (Admit: a host
 // below MaxInFlight, waiting in the admission queue if need be); with it, it starts on the
 // slot's host and gives the slot back at the end. If the host cannot be reached or is
 // overloaded, and no text was emitted yet, it tries the next one (without queueing again).
@@ -231,7 +231,11 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
 	allowDown := !o.anyHealthy()
-	slot := req.Slot
+	slot, ok := req.Admission.(*Slot)
+	if req.Admission != nil && (!ok || slot == nil || slot.o != o) {
+		req.Admission.Release()
+		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("the admission was not made by this backend")}
+	}
 	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
 	if req.Model == "" || emit == nil {
 		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")}
@@ -241,9 +245,11 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		return Stats{}, &Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)}
 	}
 	if slot == nil {
-		if slot, err = o.Admit(ctx); err != nil {
+		var adm Admission
+		if adm, err = o.Admit(ctx); err != nil {
 			return Stats{}, err
 		}
+		slot = adm.(*Slot)
 		defer slot.Release()
 	}
 
@@ -360,4 +366,7 @@ func (o *Ollama) Close() error {
 }
 
 // Interface guards
-var _ Backend = (*Ollama)(nil)
+var (
+	_ Backend  = (*Ollama)(nil)
+	_ Admitter = (*Ollama)(nil)
+)

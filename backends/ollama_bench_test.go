@@ -8,10 +8,11 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
 // BenchmarkOllamaRelay measures the backend's own cost per piece relayed: a fake Ollama that

@@ -4,10 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
 // Pulling cannot be tried against the real Ollama here (no internet); the fault server's

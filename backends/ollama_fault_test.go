@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
 func TestFaultsMapToKinds(t *testing.T) {

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
 // shared is one real Ollama server for the tests that do not need special settings.

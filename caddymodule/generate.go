@@ -2,176 +2,30 @@ package caddymodule
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// now is the clock of the package; tests replace it.
-var now = time.Now
-
-// generation is the state of one POST /api/v1/generate.
-type generation struct {
-	h      *Handler
-	w      http.ResponseWriter
-	r      *http.Request
-	id     string
-	start  time.Time
-	key    ledger.Key
-	acct   ledger.Account
-	req    genRequest
-	tool   *toolRuntime
-	lang   string
-	sse    bool
-	idem   string // Idempotency-Key, if sent
-	status int
-	credit int64 // credits charged (0 or 1)
-	// remaining is the available credit reported to the client, -1 while the key is unknown.
-	remaining int64
-	stats     backends.Stats
-	errKind   string
-	logged    bool
-	// states are the rate limits this request was counted against, for the RateLimit headers.
-	states  [4]limitState
-	nstates int
-	// slotHeld: the request holds one of its account's concurrent places (released at the end).
-	slotHeld bool
-	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
-	holding bool
-	queued  time.Duration // time waited in the admission queue
-	// abort is set when text went out and the generation broke: the response must end without
-	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
-	abort bool
-}
-
-func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string) {
-	g := &generation{h: h, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
-	defer func() {
-		if g.slotHeld {
-			h.lim.slots.release(g.acct.ID)
-		}
-		g.log()
-		g.observe()
-		if g.abort {
-			panic(http.ErrAbortHandler)
-		}
-	}()
-	if r.Method != http.MethodPost {
-		g.fail(errMethodNotAllowedPOST)
+// generate runs a valid request: its tool's rate limits, a place among its account's concurrent
+// generations, its Idempotency-Key, then the generation itself.
+func (g *generation) generate() {
+	if !g.limitRate(g.h.lim.tools[g.tool.Slug]) || !g.takeSlot() {
 		return
 	}
-	if !g.authenticate() {
-		return
-	}
-	// Every request with a valid key counts against its key's and account's limits, whatever
-	// its outcome; checked before the body is read, so a client over its limit costs little.
-	if !g.limitRate(h.lim.global) {
-		return
-	}
-	if e := checkContentType(r); e != nil {
-		g.fail(e)
-		return
-	}
-	buf, e := g.readBody()
-	if e != nil {
-		g.fail(e)
-		return
-	}
-	body := buf.Bytes()
-	g.req, e = parseGenRequest(body)
-	if e == nil {
-		e = g.validate()
-	}
-	var fingerprint string
-	if e == nil {
-		g.idem = r.Header.Get("Idempotency-Key")
-		if g.idem != "" {
-			sum := sha256.Sum256(body)
-			fingerprint = hex.EncodeToString(sum[:])
-		}
-	}
-	bodyPool.Put(buf)
-	if e != nil {
-		g.fail(e)
-		return
-	}
-	if !g.limitRate(h.lim.tools[g.tool.Slug]) || !g.takeSlot() {
-		return
-	}
-	if g.idem != "" && !g.beginIdempotent(fingerprint) {
+	if g.idem != "" && !g.beginIdempotent() {
 		return
 	}
 	g.run()
 	if g.idem != "" {
 		g.finishIdempotent()
 	}
-}
-
-// authenticate checks the X-API-Key header and the account (see Handler.checkKey).
-func (g *generation) authenticate() bool {
-	kc, e := g.h.checkKey(g.h.store(), g.w, g.r, g.id)
-	g.key, g.acct, g.remaining = kc.key, kc.acct, kc.available
-	if e != nil {
-		if kc.authLimited {
-			g.errKind = "auth_failures"
-		}
-		g.fail(e)
-		return false
-	}
-	return true
-}
-
-// validate checks the values of the fields (their presence and types were checked by parsing).
-func (g *generation) validate() *apiError {
-	req := &g.req
-	tool, ok := g.h.tools[req.Tool]
-	if !ok {
-		return newError(http.StatusBadRequest, "unknown_tool", "tool",
-			fmt.Sprintf("tool %q is not one of the %d tools; see GET /api/v1/tools", truncate(req.Tool, 64), len(g.h.tools)))
-	}
-	g.tool = tool
-	tag, name, ok := g.h.languages.Match(req.Language)
-	if !ok {
-		return newError(http.StatusBadRequest, "unsupported_language", "language",
-			fmt.Sprintf("language %q is not supported; use a BCP 47 tag such as de, en, tr or pt-BR (GET /api/v1/tools lists them)", truncate(req.Language, 64)))
-	}
-	g.lang = tag
-	req.Language = name
-	if req.seen&fieldTone != 0 && !catalog.IsTone(req.Tone) {
-		return newError(http.StatusBadRequest, "invalid_tone", "tone",
-			fmt.Sprintf("tone %q is not allowed; use one of %s, or leave it out", truncate(req.Tone, 64), strings.Join(catalog.Tones, ", ")))
-	}
-	if strings.TrimSpace(req.Input) == "" {
-		return newError(http.StatusBadRequest, "empty_input", "input", "input is empty; send the text the tool should work on")
-	}
-	if n := utf8.RuneCountInString(req.Input); n > tool.maxInputChars {
-		return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input",
-			fmt.Sprintf("input has %d characters; the tool %s accepts at most %d", n, tool.Slug, tool.maxInputChars))
-	}
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
 
 // run reserves a credit and streams the generation. The reservation is made in memory, in
@@ -181,10 +35,10 @@ func truncate(s string, n int) string {
 func (g *generation) run() {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
-	var backend backends.Backend = h.backend()
-	var slot *backends.Slot
+	backend := g.backend
+	var adm backends.Admission
 	if g.key.Mode == ledger.Test {
-		backend = sampleBackend{tool: g.tool.Slug, lang: g.lang}
+		backend = backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}
 	} else {
 		if g.remaining == 0 {
 			// No credit: answer at once rather than after a wait in the admission queue.
@@ -193,22 +47,22 @@ func (g *generation) run() {
 		}
 		// Admission before the reservation: a request the model hosts cannot take is refused
 		// (or waits) without holding a credit.
-		if adm, ok := backend.(admitter); ok {
+		if admitter, ok := backend.(backends.Admitter); ok {
 			var err error
-			if slot, err = adm.Admit(g.r.Context()); err != nil {
+			if adm, err = admitter.Admit(g.r.Context()); err != nil {
 				g.refuseAdmission(err)
 				return
 			}
-			defer slot.Release() // Generate releases it; this covers the returns before
-			if slot.Waited > 0 {
-				g.queued = slot.Waited
-				metrics.queueWait.Observe(slot.Waited.Seconds())
+			defer adm.Release() // Generate releases it; this covers the returns before
+			if w := adm.Waited(); w > 0 {
+				g.queued = w
+				metrics.queueWait.Observe(w.Seconds())
 			}
 		}
 	}
 
 	t0 := time.Now()
-	res, err := h.store().Reserve(bg, ledger.HoldRequest{
+	res, err := g.store.Reserve(bg, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
 		TTL: time.Duration(h.HoldTTL),
 	})
@@ -246,7 +100,7 @@ func (g *generation) run() {
 		NumCtx:            h.NumCtx,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
-		Slot:              slot,
+		Admission:         adm,
 	}, s.emit)
 	g.stats = stats
 	if s.started {
@@ -257,11 +111,6 @@ func (g *generation) run() {
 		metrics.outputTokens.WithLabelValues(g.tool.Slug).Add(float64(stats.OutputTokens))
 	}
 	g.finish(s, gerr)
-}
-
-// admitter is a backend with admission control (backends.Ollama).
-type admitter interface {
-	Admit(ctx context.Context) (*backends.Slot, error)
 }
 
 // refuseAdmission answers a request the model hosts could not take: 503 overloaded (queue full
@@ -305,7 +154,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case gerr == nil && s.started, clientGone && s.delivered:
 		// Complete, or the client left after text was delivered: the charge stands.
 		t0 := time.Now()
-		res, err := h.store().Settle(bg, g.acct.ID, g.id)
+		res, err := g.store.Settle(bg, g.acct.ID, g.id)
 		metrics.ledgerOps.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
 		g.resolved()
 		if err == nil {
@@ -377,7 +226,7 @@ func (g *generation) resolved() {
 
 func (g *generation) void(ctx context.Context, reason string) {
 	t0 := time.Now()
-	res, err := g.h.store().Void(ctx, g.acct.ID, g.id, reason)
+	res, err := g.store.Void(ctx, g.acct.ID, g.id, reason)
 	metrics.ledgerOps.WithLabelValues("void").Observe(time.Since(t0).Seconds())
 	g.resolved()
 	if err == nil {
@@ -436,139 +285,4 @@ func (g *generation) backendError(err error) *apiError {
 	}
 	e.RetryAfter = retry
 	return e
-}
-
-// fail answers with an error; nothing is charged.
-func (g *generation) fail(e *apiError) {
-	g.status = e.Status
-	if g.errKind == "" {
-		g.errKind = e.Code
-	}
-	writeError(g.w, g.id, e, g.remaining)
-}
-
-func (g *generation) internal(what string, err error) {
-	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))
-	g.fail(errInternal)
-}
-
-// log writes the one structured line of a generate request. It never holds the key, the
-// input or the output.
-func (g *generation) log() {
-	if g.logged {
-		return
-	}
-	g.logged = true
-	ce := g.h.logger.Check(zapcore.InfoLevel, "generate")
-	if ce == nil {
-		return
-	}
-	fields := []zap.Field{
-		zap.String("request_id", g.id),
-		zap.Int("status", g.status),
-		zap.Int64("credits", g.credit),
-		zap.Duration("duration", now().Sub(g.start)),
-	}
-	if g.acct.ID != "" {
-		fields = append(fields, zap.String("account_id", g.acct.ID), zap.String("key_id", g.key.ID),
-			zap.String("key", g.key.Prefix+"..."+g.key.Last4), zap.String("mode", string(g.key.Mode)))
-	}
-	if g.tool != nil {
-		fields = append(fields, zap.String("tool", g.tool.Slug), zap.String("language", g.lang))
-	}
-	if g.stats.Pieces > 0 || g.stats.OutputTokens > 0 {
-		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),
-			zap.Int("output_tokens", g.stats.OutputTokens), zap.Int("prompt_tokens", g.stats.PromptTokens))
-	}
-	if g.queued > 0 {
-		fields = append(fields, zap.Duration("queue_wait", g.queued))
-	}
-	if g.errKind != "" {
-		fields = append(fields, zap.String("error", g.errKind))
-	}
-	ce.Write(fields...)
-}
-
-// observe counts the finished request in the metrics.
-func (g *generation) observe() {
-	tool := "none"
-	if g.tool != nil {
-		tool = g.tool.Slug
-	}
-	metrics.requests.WithLabelValues(tool, statusLabel(g.status)).Inc()
-}
-
-type doneEvent struct {
-	CreditsUsed      int64  `json:"credits_used"`
-	CreditsRemaining int64  `json:"credits_remaining"`
-	RequestID        string `json:"request_id"`
-	OutputTokens     int    `json:"output_tokens"`
-}
-
-// streamer writes the pieces of one generation to the client.
-type streamer struct {
-	g       *generation
-	rc      *http.ResponseController
-	started bool // the 200 headers were written
-	// delivered: a piece reached the client's connection (a write and its flush succeeded);
-	// only then may a client that leaves be charged.
-	delivered bool
-	writeErr  error
-	buf       []byte
-}
-
-// emit sends one piece. The first piece sends the 200 headers.
-func (s *streamer) emit(piece string) error {
-	g := s.g
-	if !s.started {
-		hdr := g.w.Header()
-		if g.sse {
-			hdr.Set("Content-Type", "text/event-stream")
-		} else {
-			hdr.Set("Content-Type", "text/plain; charset=utf-8")
-		}
-		hdr.Set("X-Credits-Used", "1")
-		hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
-		hdr.Set("X-Request-Id", g.id)
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("X-Content-Type-Options", "nosniff")
-		// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
-		// at once instead of buffering.
-		hdr.Set("X-Accel-Buffering", "no")
-		hdr.Set("Incremental", "?1")
-		g.w.WriteHeader(http.StatusOK)
-		s.started = true
-	}
-	var err error
-	if g.sse {
-		s.buf = append(s.buf[:0], "event: delta\ndata: {\"text\":"...)
-		s.buf = appendJSONString(s.buf, piece)
-		s.buf = append(s.buf, "}\n\n"...)
-		_, err = g.w.Write(s.buf)
-	} else {
-		s.buf = append(s.buf[:0], piece...)
-		_, err = g.w.Write(s.buf)
-	}
-	if err == nil {
-		err = s.rc.Flush()
-	}
-	if err != nil {
-		s.writeErr = err
-		return err
-	}
-	s.delivered = true
-	return nil
-}
-
-// event writes one whole SSE event with a JSON payload.
-func (s *streamer) event(name string, v any) {
-	data, _ := jsonMarshal(v)
-	s.buf = append(s.buf[:0], "event: "...)
-	s.buf = append(s.buf, name...)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, data...)
-	s.buf = append(s.buf, "\n\n"...)
-	if _, err := s.g.w.Write(s.buf); err == nil {
-		_ = s.rc.Flush()
-	}
 }

@@ -1,465 +1,16 @@
-// Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
-// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance),
-// its Caddyfile directive textgen, the admin API and the caddy textgen commands.
 package caddymodule
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"crypto/rand"
 	"net/http"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/caddymodule/catalog"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
-
-func init() {
-	caddy.RegisterModule(Handler{})
-}
-
-// Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
-// the prompt of the requested tool and streams the generated text from Ollama.
-//
-// It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
-// /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
-type Handler struct {
-	// Ledger is the directory of the Badger database that holds accounts, keys and credits.
-	// Required. Several handlers (and config reloads) naming the same directory share one open
-	// database.
-	Ledger string `json:"ledger,omitempty"`
-
-	// Ollama lists the base URLs of the Ollama hosts. Default: $OLLAMA_HOST, else
-	// http://127.0.0.1:11434.
-	Ollama []string `json:"ollama,omitempty"`
-
-	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
-	Model string `json:"model,omitempty"`
-
-	// MaxInputChars is the longest input, in Unicode characters, of every tool without its own
-	// setting in Tools. When set, it beats the built-in values of the tools. Default: the tool's
-	// built-in value, else 20000.
-	MaxInputChars int `json:"max_input_chars,omitempty"`
-
-	// MaxBodyBytes caps the request body. Default: 262144 (256 KiB).
-	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
-
-	// MaxOutputTokens is the most tokens a generation may produce (Ollama's num_predict), for
-	// every tool without its own setting in Tools. When set, it beats the built-in values of the
-	// tools. Default: the tool's built-in value, else 1024.
-	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
-
-	// Temperature of every tool without its own setting in Tools. When set, it beats the
-	// built-in values of the tools. Default: the tool's built-in value, else the model's own.
-	Temperature *float64 `json:"temperature,omitempty"`
-
-	// NumCtx is the context size passed to Ollama. Default: the model's own.
-	NumCtx int `json:"num_ctx,omitempty"`
-
-	// Languages is the set of accepted output languages (BCP 47 base languages; regional
-	// variants such as pt-BR are accepted when their base is in the set). Default: the 24 official
-	// EU languages plus tr, uk, ru, ar, zh and ja.
-	Languages []string `json:"languages,omitempty"`
-
-	// Tools overrides settings of single tools, keyed by slug.
-	Tools map[string]*ToolConfig `json:"tools,omitempty"`
-
-	// ConnectTimeout bounds connecting to an Ollama host. Default: 5s.
-	ConnectTimeout caddy.Duration `json:"connect_timeout,omitempty"`
-	// FirstPieceTimeout bounds the wait for the first piece of text; past it the client gets 504
-	// and no charge. Default: 60s.
-	FirstPieceTimeout caddy.Duration `json:"first_piece_timeout,omitempty"`
-	// IdleTimeout bounds the wait between two pieces; past it the response is aborted and the
-	// credit returned. Default: 30s.
-	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
-	// GenerationTimeout bounds a whole generation. Default: 5m.
-	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
-	// KeepAlive is how long Ollama keeps a model loaded after a request. Default: Ollama's own (5m).
-	KeepAlive caddy.Duration `json:"keep_alive,omitempty"`
-	// HoldTTL is how long an unresolved hold (a crash mid-request) lives before it is voided.
-	// Default: GenerationTimeout plus 5 minutes.
-	HoldTTL caddy.Duration `json:"hold_ttl,omitempty"`
-	// PullModels pulls missing models at start (in the background, with progress in the log).
-	// Default: off; missing models are reported in the log with the command to get them.
-	PullModels bool `json:"pull_models,omitempty"`
-
-	// BuyURL is where the 402 message tells clients to buy credits. Default: "the My Account
-	// area of this service".
-	BuyURL string `json:"buy_url,omitempty"`
-
-	// LogPrompts logs the prompts and the generated text at debug level. Default: off. Never
-	// enable it where inputs may hold personal data.
-	LogPrompts bool `json:"log_prompts,omitempty"`
-
-	// RateLimit limits the generate requests per API key and per account (429 rate_limited).
-	// Default: per key 60 per minute with a burst of 20, per account 120 per minute; a limit
-	// with "off": true is off. A tool's own RateLimit adds to these.
-	RateLimit *RateLimits `json:"rate_limit,omitempty"`
-	// AuthFailureLimit limits the requests with an invalid API key per client address (an
-	// IPv6 address counts by its /64); past it the address gets 429 rate_limited before its key
-	// is even looked up. Default: 30 per minute.
-	AuthFailureLimit *RateLimit `json:"auth_failure_limit,omitempty"`
-	// MaxConcurrentPerAccount caps the generations one account runs at once (429
-	// too_many_concurrent_requests). Default: 4; -1: no cap.
-	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
-	// MaxInFlight caps the generations sent to one Ollama host at once; more wait in the
-	// admission queue. Default: 8; -1: no cap.
-	MaxInFlight int `json:"max_in_flight,omitempty"`
-	// QueueSize is how many generations may wait for a host; one more gets 503 overloaded.
-	// Default: 32; -1: no queue.
-	QueueSize int `json:"queue_size,omitempty"`
-	// QueueTimeout is the longest wait in the admission queue; then 503 overloaded. Default: 10s.
-	QueueTimeout caddy.Duration `json:"queue_timeout,omitempty"`
-	// BodyReadTimeout bounds reading the request body; a slower client gets 408
-	// request_timeout. Default: 10s.
-	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
-
-	// inFlight keeps the shared ledger and backend until the last request of this config ends:
-	// Caddy cleans up the old config of a reload while its requests may still stream.
-	inFlight *inflight.Guard
-
-	logger    *zap.Logger
-	ledgerRef *textgenapp.LedgerRef // opened by the textgen app's Start
-	ollamaRef *textgenapp.OllamaRef
-	tools     map[string]*toolRuntime
-	languages *catalog.LanguageMatcher
-	toolsJSON []byte
-	lim       *limits
-}
-
-// ToolConfig overrides the settings of one tool.
-type ToolConfig struct {
-	// Model for this tool. Default: the handler's Model.
-	Model string `json:"model,omitempty"`
-	// PromptFile replaces the tool's built-in system prompt with the file's contents (read once,
-	// at config load). The file may start with the same header as the built-in prompts.
-	PromptFile string `json:"prompt_file,omitempty"`
-	// MaxInputChars for this tool. Default: the handler's.
-	MaxInputChars int `json:"max_input_chars,omitempty"`
-	// MaxOutputTokens for this tool. Default: the handler's.
-	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
-	// Temperature for this tool. Default: the handler's.
-	Temperature *float64 `json:"temperature,omitempty"`
-	// RateLimit adds limits per key and per account for the requests of this tool alone; the
-	// handler-wide limits still count them too. Default: none.
-	RateLimit *RateLimits `json:"rate_limit,omitempty"`
-}
-
-// toolRuntime is a tool with every default resolved.
-type toolRuntime struct {
-	*catalog.Tool
-	model           string
-	maxInputChars   int
-	maxOutputTokens int
-	temperature     *float64
-}
-
-// CaddyModule returns the Caddy module information.
-func (Handler) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "http.handlers.textgen",
-		New: func() caddy.Module { return new(Handler) },
-	}
-}
-
-const (
-	defaultModel             = "llama3.2"
-	defaultMaxInputChars     = 20000
-	defaultMaxBodyBytes      = 256 << 10
-	defaultMaxOutputTokens   = 1024
-	defaultConnectTimeout    = 5 * time.Second
-	defaultFirstPieceTimeout = 60 * time.Second
-	defaultIdleTimeout       = 30 * time.Second
-	defaultGenerationTimeout = 5 * time.Minute
-)
-
-// Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
-func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
-	h.inFlight = inflight.New(h.release, h.logger)
-	// Settings the operator wrote beat the built-in per-tool values; defaults do not.
-	explicit := toolDefaults{maxInputChars: h.MaxInputChars, maxOutputTokens: h.MaxOutputTokens, temperature: h.Temperature}
-	if h.Model == "" {
-		h.Model = defaultModel
-	}
-	if h.MaxInputChars == 0 {
-		h.MaxInputChars = defaultMaxInputChars
-	}
-	if h.MaxBodyBytes == 0 {
-		h.MaxBodyBytes = defaultMaxBodyBytes
-	}
-	if h.MaxOutputTokens == 0 {
-		h.MaxOutputTokens = defaultMaxOutputTokens
-	}
-	if h.ConnectTimeout == 0 {
-		h.ConnectTimeout = caddy.Duration(defaultConnectTimeout)
-	}
-	if h.FirstPieceTimeout == 0 {
-		h.FirstPieceTimeout = caddy.Duration(defaultFirstPieceTimeout)
-	}
-	if h.IdleTimeout == 0 {
-		h.IdleTimeout = caddy.Duration(defaultIdleTimeout)
-	}
-	if h.GenerationTimeout == 0 {
-		h.GenerationTimeout = caddy.Duration(defaultGenerationTimeout)
-	}
-	if h.HoldTTL == 0 {
-		h.HoldTTL = h.GenerationTimeout + caddy.Duration(5*time.Minute)
-	}
-	h.setLimitDefaults()
-	if len(h.Ollama) == 0 {
-		if env := os.Getenv("OLLAMA_HOST"); env != "" {
-			h.Ollama = []string{env}
-		} else {
-			h.Ollama = []string{"http://127.0.0.1:11434"}
-		}
-	}
-	langs := h.Languages
-	if len(langs) == 0 {
-		langs = catalog.Languages
-	}
-	var err error
-	if h.languages, err = catalog.NewLanguageMatcher(langs); err != nil {
-		return fmt.Errorf("textgen: languages: %w", err)
-	}
-	if err := h.loadTools(explicit); err != nil {
-		return err
-	}
-	if err := h.Validate(); err != nil {
-		return err
-	}
-
-	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
-		return fmt.Errorf("textgen: metrics: %w", err)
-	}
-
-	// The ledger and the backend are opened by the textgen app's Start, which `caddy validate`
-	// never calls. Every hold and idempotency record carries this handler's hold_ttl, so
-	// handlers sharing the ledger, and a reload that changes hold_ttl, each get their own.
-	app, err := textgenapp.From(ctx)
-	if err != nil {
-		return fmt.Errorf("textgen: %w", err)
-	}
-	if h.ledgerRef, err = app.Ledger(h.Ledger, ledger.Options{
-		HoldTTL: time.Duration(h.HoldTTL),
-		Logger:  h.logger.Named("ledger"),
-	}); err != nil {
-		return fmt.Errorf("textgen: %w", err)
-	}
-	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
-		return fmt.Errorf("textgen: limits: %w", err)
-	}
-	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
-		return fmt.Errorf("textgen: %w", err)
-	}
-	app.OnStart(func() error {
-		h.checkModels()
-		return nil
-	})
-	return nil
-}
-
-// Validate rejects a configuration that cannot work, naming the field.
-func (h *Handler) Validate() error {
-	if strings.TrimSpace(h.Ledger) == "" {
-		return fmt.Errorf("textgen: ledger: a directory for the ledger database is required")
-	}
-	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
-		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")
-	}
-	// A hold that expired while its generation still ran would be voided, and the text it paid
-	// for would go out free. (The zero values are Provision's defaults, which satisfy this.)
-	if h.HoldTTL != 0 && h.HoldTTL <= h.GenerationTimeout+h.QueueTimeout {
-		return fmt.Errorf("textgen: hold_ttl %v must be longer than generation_timeout + queue_timeout (%v), or a hold could expire while its generation runs",
-			time.Duration(h.HoldTTL), time.Duration(h.GenerationTimeout+h.QueueTimeout))
-	}
-	if h.Temperature != nil {
-		if err := catalog.CheckTemperature(*h.Temperature); err != nil {
-			return fmt.Errorf("textgen: %w", err)
-		}
-	}
-	for _, u := range h.Ollama {
-		if strings.TrimSpace(u) == "" {
-			return fmt.Errorf("textgen: ollama: empty host")
-		}
-	}
-	if len(h.Languages) > 0 {
-		if _, err := catalog.NewLanguageMatcher(h.Languages); err != nil {
-			return fmt.Errorf("textgen: languages: %w", err)
-		}
-	}
-	if err := h.validateLimits(); err != nil {
-		return err
-	}
-	for slug, tc := range h.Tools {
-		if tc == nil {
-			continue
-		}
-		if tc.RateLimit != nil {
-			if err := tc.RateLimit.Key.validate("tool "+slug+": rate_limit key", false); err != nil {
-				return err
-			}
-			if err := tc.RateLimit.Account.validate("tool "+slug+": rate_limit account", false); err != nil {
-				return err
-			}
-		}
-		if tc.Temperature != nil {
-			if err := catalog.CheckTemperature(*tc.Temperature); err != nil {
-				return fmt.Errorf("textgen: tool %s: %w", slug, err)
-			}
-		}
-		if tc.MaxInputChars < 0 || tc.MaxOutputTokens < 0 {
-			return fmt.Errorf("textgen: tool %s: max_input_chars and max_output_tokens must not be negative", slug)
-		}
-	}
-	return nil
-}
-
-// Cleanup releases the shared ledger and backend; the last user closes them. Requests of this
-// config that still run (a reload does not wait for them) keep both until they end: then the
-// release happens in the background. It is safe after a Provision that failed half way.
-func (h *Handler) Cleanup() error {
-	return h.inFlight.Cleanup()
-}
-
-// release gives back whatever Provision acquired; the Guard calls it once.
-func (h *Handler) release() error {
-	h.lim.release()
-	return errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
-}
-
-// store is the ledger once the app has opened it, else nil.
-func (h *Handler) store() ledger.Store {
-	s, err := h.ledgerRef.Get()
-	if err != nil {
-		return nil
-	}
-	return s
-}
-
-// backend is the model backend once the app has started it, else nil.
-func (h *Handler) backend() *backends.Ollama {
-	o, err := h.ollamaRef.Get()
-	if err != nil {
-		return nil
-	}
-	return o
-}
-
-// toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
-type toolDefaults struct {
-	maxInputChars, maxOutputTokens int
-	temperature                    *float64
-}
-
-// loadTools resolves every tool's settings. Precedence, highest first: the tool's own block in
-// the config, the handler-wide setting in the config, the built-in value of the tool, the
-// handler default.
-func (h *Handler) loadTools(explicit toolDefaults) error {
-	cat := catalog.Default()
-	for slug, tc := range h.Tools {
-		if _, ok := cat.Lookup(slug); !ok {
-			return fmt.Errorf("textgen: tools: %q is not one of the %d tools", slug, len(cat.Slugs()))
-		}
-		if tc == nil || tc.PromptFile == "" {
-			continue
-		}
-		data, err := os.ReadFile(tc.PromptFile)
-		if err != nil {
-			return fmt.Errorf("textgen: tool %s: prompt_file: %w", slug, err)
-		}
-		pf, err := catalog.ParsePromptFile(data)
-		if err != nil {
-			return fmt.Errorf("textgen: tool %s: prompt_file %s: %w", slug, tc.PromptFile, err)
-		}
-		cat, err = cat.With(slug, pf.Override())
-		if err != nil {
-			return fmt.Errorf("textgen: tool %s: %w", slug, err)
-		}
-	}
-	h.tools = make(map[string]*toolRuntime, len(cat.Slugs()))
-	for _, t := range cat.Tools() {
-		rt := &toolRuntime{
-			Tool:            t,
-			model:           h.Model,
-			maxInputChars:   firstPositive(explicit.maxInputChars, t.MaxInputChars, h.MaxInputChars),
-			maxOutputTokens: firstPositive(explicit.maxOutputTokens, t.MaxOutputTokens, h.MaxOutputTokens),
-			temperature:     t.Temperature,
-		}
-		if explicit.temperature != nil {
-			rt.temperature = explicit.temperature
-		}
-		if tc := h.Tools[t.Slug]; tc != nil {
-			if tc.Model != "" {
-				rt.model = tc.Model
-			}
-			rt.maxInputChars = firstPositive(tc.MaxInputChars, rt.maxInputChars)
-			rt.maxOutputTokens = firstPositive(tc.MaxOutputTokens, rt.maxOutputTokens)
-			if tc.Temperature != nil {
-				rt.temperature = tc.Temperature
-			}
-		}
-		h.tools[t.Slug] = rt
-	}
-	var err error
-	h.toolsJSON, err = h.buildToolsJSON(cat)
-	return err
-}
-
-func firstPositive(v ...int) int {
-	for _, x := range v {
-		if x > 0 {
-			return x
-		}
-	}
-	return 0
-}
-
-// models lists the distinct models the configuration uses.
-func (h *Handler) models() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, slug := range catalog.Default().Slugs() {
-		if m := h.tools[slug].model; !seen[m] {
-			seen[m] = true
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// checkModels checks in the background that every configured model is on the Ollama hosts,
-// logging what is missing and how to get it (or pulling it when PullModels is set). It never
-// blocks the start of the server: the model server may come up after Caddy.
-func (h *Handler) checkModels() {
-	o := h.backend()
-	if o == nil {
-		return
-	}
-	models := h.models()
-	pull := h.PullModels
-	logger := h.logger
-	go func() {
-		timeout := 30 * time.Second
-		if pull {
-			timeout = 2 * time.Hour
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		if err := o.CheckModels(ctx, models, pull); err != nil {
-			logger.Warn("model check", zap.Error(err))
-		}
-	}()
-}
 
 // ServeHTTP routes the endpoints of the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
@@ -472,30 +23,132 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		return nil
 	}
 	defer h.inFlight.Exit()
-	if r.URL.Path != "/api/v1/tools" && h.store() == nil {
+	switch r.URL.Path {
+	case "/api/v1/tools":
+		h.serveTools(w, r, reqID)
+		return nil
+	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready":
+	default:
+		writeError(w, reqID, errNotFound, -1)
+		return nil
+	}
+	store, backend := h.store(), h.backend()
+	if store == nil || backend == nil {
 		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order).
 		writeError(w, reqID, errLedgerUnavailable, -1)
 		return nil
 	}
 	switch r.URL.Path {
 	case "/api/v1/generate":
-		h.serveGenerate(w, r, reqID)
-	case "/api/v1/tools":
-		h.serveTools(w, r, reqID)
+		h.serveGenerate(w, r, reqID, store, backend)
 	case "/api/v1/balance":
-		h.serveBalance(w, r, reqID)
+		h.serveBalance(w, r, reqID, store)
 	case "/api/v1/ready":
-		h.serveReady(w, r, reqID)
-	default:
-		writeError(w, reqID, errNotFound, -1)
+		h.serveReady(w, r, reqID, store, backend)
 	}
 	return nil
 }
 
-// Interface guards
-var (
-	_ caddy.Provisioner           = (*Handler)(nil)
-	_ caddy.Validator             = (*Handler)(nil)
-	_ caddy.CleanerUpper          = (*Handler)(nil)
-	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
-)
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// newRequestID returns "req_" and 22 random base62 characters (about 131 bits).
+func newRequestID() string {
+	var raw [22]byte
+	_, _ = rand.Read(raw[:])
+	b := make([]byte, 4, 26)
+	copy(b, "req_")
+	for _, c := range raw {
+		// 248 = 4*62: drop the biased top values by folding them (the bias left is negligible
+		// for an id, which needs uniqueness, not uniformity).
+		b = append(b, base62[int(c)%62])
+	}
+	return string(b)
+}
+
+// now is the clock of the package; tests replace it.
+var now = time.Now
+
+// generation is the state of one POST /api/v1/generate.
+type generation struct {
+	h     *Handler
+	store ledger.Store
+	// backend is the model backend of live keys (test keys get a sample).
+	backend backends.Backend
+	w       http.ResponseWriter
+	r       *http.Request
+	id      string
+	start   time.Time
+	key     ledger.Key
+	acct    ledger.Account
+	req     genRequest
+	tool    *toolRuntime
+	lang    string
+	sse     bool
+	idem    string // Idempotency-Key, if sent
+	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
+	fingerprint string
+	status      int
+	credit      int64 // credits charged (0 or 1)
+	// remaining is the available credit reported to the client, -1 while the key is unknown.
+	remaining int64
+	stats     backends.Stats
+	errKind   string
+	logged    bool
+	// states are the rate limits this request was counted against, for the RateLimit headers.
+	states  [4]limitState
+	nstates int
+	// slotHeld: the request holds one of its account's concurrent places (released at the end).
+	slotHeld bool
+	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
+	holding bool
+	queued  time.Duration // time waited in the admission queue
+	// abort is set when text went out and the generation broke: the response must end without
+	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
+	abort bool
+}
+
+// serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
+// request: auth.go (who calls, and whether they may now), request.go (what they ask for),
+// generate.go (the credit and the model), streaming.go (the text on the wire).
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, backend *backends.Ollama) {
+	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
+	defer g.end()
+	if r.Method != http.MethodPost {
+		g.fail(errMethodNotAllowedPOST)
+		return
+	}
+	if !g.authenticate() {
+		return
+	}
+	if !g.readRequest() {
+		return
+	}
+	g.generate()
+}
+
+// end gives back the request's place among its account's generations, writes its log line and
+// metrics, and aborts the response if the generation broke after text went out.
+func (g *generation) end() {
+	if g.slotHeld {
+		g.h.lim.slots.release(g.acct.ID)
+	}
+	g.log()
+	g.observe()
+	if g.abort {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// fail answers with an error; nothing is charged.
+func (g *generation) fail(e *apiError) {
+	g.status = e.Status
+	if g.errKind == "" {
+		g.errKind = e.Code
+	}
+	writeError(g.w, g.id, e, g.remaining)
+}
+
+func (g *generation) internal(what string, err error) {
+	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))
+	g.fail(errInternal)
+}

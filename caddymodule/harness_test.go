@@ -23,16 +23,17 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-const (
-	adminPort = 2999 // caddytest's default admin port
-	httpPort  = 9080
+// The in-process Caddy's ports, picked free when the test binary starts, so that two test runs
+// (or anything else on the machine) never share one.
+var (
+	adminPort, httpPort, httpsPort int
+	baseURL                        string
 )
-
-var baseURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 
 var (
 	ollamaOnce sync.Once
@@ -46,6 +47,9 @@ var (
 var testRoot string
 
 func TestMain(m *testing.M) {
+	p := freeport.MustPick(3)
+	adminPort, httpPort, httpsPort = p[0], p[1], p[2]
+	baseURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	var err error
 	if testRoot, err = os.MkdirTemp("", "textgen-caddymodule-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -143,7 +147,7 @@ func caddyfileFor(o envOptions, dir string) string {
 	return fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
-	https_port 9443
+	https_port %d
 	grace_period 30s
 	skip_install_trust
 	%s
@@ -164,7 +168,7 @@ http://127.0.0.1:%d {
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, firstPiece, limits, o.extra)
+`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, firstPiece, limits, o.extra)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.
@@ -175,7 +179,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		dir = ledgerDir(t)
 	}
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		TestRequestTimeout: 2 * time.Minute, LoadRequestTimeout: 30 * time.Second,
+		AdminPort: adminPort, TestRequestTimeout: 2 * time.Minute, LoadRequestTimeout: 30 * time.Second,
 	})
 	tester.InitServer(caddyfileFor(o, dir), "caddyfile")
 	if t.Skipped() || t.Failed() {

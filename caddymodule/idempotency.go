@@ -19,13 +19,13 @@ const maxIdempotencyKey = 255
 // returns false when the key was used before: with the first result's status when that request
 // was charged, 409 while it is still running, 422 when the key came with another body.
 // A first request that ended without a charge (an error) does not hold its key: the retry runs.
-func (g *generation) beginIdempotent(fingerprint string) bool {
+func (g *generation) beginIdempotent() bool {
 	if len(g.idem) > maxIdempotencyKey {
 		g.fail(newError(http.StatusBadRequest, "invalid_field", "Idempotency-Key", "the Idempotency-Key header is longer than 255 characters"))
 		return false
 	}
-	rec, fresh, err := g.h.store().BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
-		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: fingerprint, Created: now(),
+	rec, fresh, err := g.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
+		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
 	if err != nil {
@@ -36,7 +36,7 @@ func (g *generation) beginIdempotent(fingerprint string) bool {
 		return true
 	}
 	switch {
-	case rec.Fingerprint != fingerprint:
+	case rec.Fingerprint != g.fingerprint:
 		g.fail(newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
 			"this Idempotency-Key was used with a different request body; use a new key for a new request"))
 	case rec.Status == 0:
@@ -81,7 +81,7 @@ func (g *generation) finishIdempotent() {
 	if g.credit > 0 {
 		status = http.StatusOK
 	}
-	if err := g.h.store().FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
+	if err := g.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
 		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -589,27 +590,6 @@ func TestBodyReadTimeout(t *testing.T) {
 	e.generateOK(key)
 }
 
-func TestLimiterStoreForgetsRefilledBuckets(t *testing.T) {
-	l := (&RateLimit{Requests: 60, Window: caddy.Duration(time.Minute)}).withDefaults()
-	s := newLimiterStore(l)
-	t0 := time.Unix(1_000_000, 0)
-	for i := 0; i < 1000; i++ {
-		s.get("client-"+strconv.Itoa(i), t0).AllowN(t0, 1)
-	}
-	if n := s.size(); n != 1000 {
-		t.Fatalf("%d buckets", n)
-	}
-	// A minute later every bucket has refilled and is the same as none: the next use of each
-	// shard drops them.
-	t1 := t0.Add(time.Minute + time.Second)
-	for i := 0; i < 1000; i++ {
-		s.get("later-"+strconv.Itoa(i), t1)
-	}
-	if n := s.size(); n != 1000 {
-		t.Errorf("%d buckets, want only the 1000 new ones: the refilled ones must go", n)
-	}
-}
-
 func TestUnmarshalCaddyfileLimits(t *testing.T) {
 	d := caddyfile.NewTestDispenser(`textgen {
 		ledger /var/lib/textgen
@@ -684,7 +664,7 @@ func TestValidateLimits(t *testing.T) {
 		}
 	}
 	h := Handler{Ledger: "x"}
-	h.setLimitDefaults()
+	h.setDefaults()
 	if err := h.Validate(); err != nil {
 		t.Errorf("defaults rejected: %v", err)
 	}
@@ -702,8 +682,8 @@ func BenchmarkLimitsPerRequest(b *testing.B) {
 	initMetrics()
 	key := (&RateLimit{Requests: 1 << 30, Window: caddy.Duration(time.Minute)}).withDefaults()
 	ps := []*policy{
-		newPolicy("key", "rate_limit_key", "this API key", key, newLimiterStore(key)),
-		newPolicy("account", "rate_limit_account", "this account", key, newLimiterStore(key)),
+		newPolicy("key", "rate_limit_key", "this API key", key, ratelimit.New(key.limit(), 0)),
+		newPolicy("account", "rate_limit_account", "this account", key, ratelimit.New(key.limit(), 0)),
 	}
 	ps[1].byAccount = true
 	slots := &accountSlots{m: map[string]int{}}
@@ -715,13 +695,16 @@ func BenchmarkLimitsPerRequest(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		hdr := http.Header{}
 		var states [2]limitState
+		var got [2]ratelimit.State
 		i := 0
 		for pb.Next() {
 			k, a := keys[i%len(keys)], "acct_"+strconv.Itoa(i%1000)
 			i++
-			if d, _ := take(limitNow(), ps, []string{k, a}, states[:]); d >= 0 {
+			reqs := [2]ratelimit.Request{{Buckets: ps[0].buckets, ID: k}, {Buckets: ps[1].buckets, ID: a}}
+			if d, _ := ratelimit.TakeAll(limitNow(), reqs[:], got[:]); d >= 0 {
 				b.Fatal("refused")
 			}
+			states[0], states[1] = limitState{ps[0], got[0]}, limitState{ps[1], got[1]}
 			setRateHeaders(hdr, states[:])
 			if !slots.acquire(a, 4) {
 				b.Fatal("no place")

@@ -107,3 +107,12 @@ func statusLabel(status int) string {
 	}
 	return strconv.Itoa(status)
 }
+
+// observe counts the finished request in the metrics.
+func (g *generation) observe() {
+	tool := "none"
+	if g.tool != nil {
+		tool = g.tool.Slug
+	}
+	metrics.requests.WithLabelValues(tool, statusLabel(g.status)).Inc()
+}

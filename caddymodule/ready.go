@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -28,7 +29,7 @@ type readyDoc struct {
 // writable and at least one model host is healthy, else 503 with the reason. It needs no key
 // and costs no credit; it reads only in-memory state (the hosts' health comes from the
 // backend's periodic checks), so it can be polled often.
-func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string) {
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, o *backends.Ollama) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
@@ -36,7 +37,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 	doc := readyDoc{Ledger: "ok"}
 	// Balance of no account: ErrNotFound when the ledger works; ErrClosed, or the committer's
 	// error after a failed disk write, when it does not.
-	if _, err := h.store().Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := store.Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		doc.Ledger = "failed"
 		if errors.Is(err, ledger.ErrClosed) {
 			doc.Ledger = "closed"
@@ -46,17 +47,15 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 			ce.Write(zap.Error(err))
 		}
 	}
-	if o := h.backend(); o != nil {
-		for _, hs := range o.Hosts() {
-			doc.Hosts++
-			if hs.Healthy {
-				doc.HostsHealthy++
-			}
+	for _, hs := range o.Hosts() {
+		doc.Hosts++
+		if hs.Healthy {
+			doc.HostsHealthy++
 		}
-		doc.Queued = o.QueueLen()
-		if doc.HostsHealthy == 0 && doc.Reason == "" {
-			doc.Reason = "no model host is healthy"
-		}
+	}
+	doc.Queued = o.QueueLen()
+	if doc.HostsHealthy == 0 && doc.Reason == "" {
+		doc.Reason = "no model host is healthy"
 	}
 	doc.Ready = doc.Reason == ""
 	body, _ := json.Marshal(doc)

@@ -79,7 +79,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	opts2 := opts
 	opts2.dir = e.dir
 	opts2.extra = tools + "\nmax_input_chars 999"
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{LoadRequestTimeout: 30 * time.Second})
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(caddyfileFor(opts2, e.dir), "caddyfile")
 	if t.Failed() {
 		t.Fatal("reload failed")

@@ -2,16 +2,52 @@ package caddymodule
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 )
+
+// readRequest reads and checks the body: its content type, the body itself within
+// body_read_timeout and max_body_bytes, the JSON, and the values of its fields. It answers a
+// bad request itself and returns false.
+func (g *generation) readRequest() bool {
+	if e := checkContentType(g.r); e != nil {
+		g.fail(e)
+		return false
+	}
+	buf, e := g.readBody()
+	if e != nil {
+		g.fail(e)
+		return false
+	}
+	defer bodyPool.Put(buf)
+	body := buf.Bytes()
+	if g.req, e = parseGenRequest(body); e == nil {
+		e = g.validate()
+	}
+	if e != nil {
+		g.fail(e)
+		return false
+	}
+	if g.idem = g.r.Header.Get("Idempotency-Key"); g.idem != "" {
+		sum := sha256.Sum256(body)
+		g.fingerprint = hex.EncodeToString(sum[:])
+	}
+	return true
+}
 
 // genRequest is the body of POST /api/v1/generate (CONTRACT section 1).
 type genRequest struct {
@@ -163,4 +199,83 @@ func invalidJSON(err error) *apiError {
 		msg = "the request body ends before the JSON object is complete"
 	}
 	return newError(http.StatusBadRequest, "invalid_json", "", msg)
+}
+
+// validate checks the values of the fields (their presence and types were checked by parsing).
+func (g *generation) validate() *apiError {
+	req := &g.req
+	tool, ok := g.h.tools[req.Tool]
+	if !ok {
+		return newError(http.StatusBadRequest, "unknown_tool", "tool",
+			fmt.Sprintf("tool %q is not one of the %d tools; see GET /api/v1/tools", truncate(req.Tool, 64), len(g.h.tools)))
+	}
+	g.tool = tool
+	tag, name, ok := g.h.languages.Match(req.Language)
+	if !ok {
+		return newError(http.StatusBadRequest, "unsupported_language", "language",
+			fmt.Sprintf("language %q is not supported; use a BCP 47 tag such as de, en, tr or pt-BR (GET /api/v1/tools lists them)", truncate(req.Language, 64)))
+	}
+	g.lang = tag
+	req.Language = name
+	if req.seen&fieldTone != 0 && !catalog.IsTone(req.Tone) {
+		return newError(http.StatusBadRequest, "invalid_tone", "tone",
+			fmt.Sprintf("tone %q is not allowed; use one of %s, or leave it out", truncate(req.Tone, 64), strings.Join(catalog.Tones, ", ")))
+	}
+	if strings.TrimSpace(req.Input) == "" {
+		return newError(http.StatusBadRequest, "empty_input", "input", "input is empty; send the text the tool should work on")
+	}
+	if n := utf8.RuneCountInString(req.Input); n > tool.maxInputChars {
+		return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input",
+			fmt.Sprintf("input has %d characters; the tool %s accepts at most %d", n, tool.Slug, tool.maxInputChars))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// timeoutBody notes whether reading the request body hit the read deadline.
+type timeoutBody struct {
+	io.ReadCloser
+	timedOut bool
+}
+
+func (b *timeoutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.timedOut {
+		var ne net.Error
+		b.timedOut = errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+	}
+	return n, err
+}
+
+// readBody reads the request body within BodyReadTimeout: a client that sends it slower gets
+// 408 request_timeout instead of holding a connection and a handler open.
+func (g *generation) readBody() (*bytes.Buffer, *apiError) {
+	d := time.Duration(g.h.BodyReadTimeout)
+	if d <= 0 {
+		return readBody(g.r, g.h.MaxBodyBytes)
+	}
+	rc := http.NewResponseController(g.w)
+	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+		return readBody(g.r, g.h.MaxBodyBytes) // the connection cannot take deadlines
+	}
+	// Cleared at once: after the body, the server reads on in the background to notice a
+	// client that goes away, and that read must not time out mid-stream.
+	defer rc.SetReadDeadline(time.Time{})
+	tb := &timeoutBody{ReadCloser: g.r.Body}
+	g.r.Body = tb
+	buf, e := readBody(g.r, g.h.MaxBodyBytes)
+	if e != nil && tb.timedOut {
+		return nil, newError(http.StatusRequestTimeout, "request_timeout", "",
+			fmt.Sprintf("the request body did not arrive within %s; no credit was charged", fmtWindow(d)))
+	}
+	return buf, e
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -45,11 +46,29 @@ type app struct {
 	pages     *pageSet
 	origin    *http.CrossOriginProtection
 	// Log-in throttles: failed attempts per account (email) and per client address, and
-	// sign-ups per client address.
-	failByEmail, failByIP, signupByIP *throttle
+	// sign-ups per client address (loginLimit..., below).
+	failByEmail, failByIP, signupByIP *ratelimit.Buckets
 	// hashSlots bounds the argon2id hashes running at once (each takes 19 MiB).
 	hashSlots chan struct{}
 }
+
+// The throttles of log-ins and sign-ups, token buckets as the API's rate limits are. Every
+// attempt is counted before its password is checked (so attempts sent all at once are limited
+// too) and refunded when it turns out not to count.
+var (
+	// loginLimitPerEmail: 5 wrong passwords at once, then one every 15 minutes; a successful
+	// log-in fills the bucket again.
+	loginLimitPerEmail = ratelimit.Limit{Requests: 1, Window: 15 * time.Minute, Burst: 5}
+	// loginLimitPerAddress: 30 failed log-ins from one client address, over any emails, then
+	// 30 more every 15 minutes.
+	loginLimitPerAddress = ratelimit.Limit{Requests: 30, Window: 15 * time.Minute, Burst: 30}
+	// signupLimitPerAddress: 10 sign-ups an hour from one client address, "this email already
+	// exists" answers included.
+	signupLimitPerAddress = ratelimit.Limit{Requests: 10, Window: time.Hour, Burst: 10}
+)
+
+// throttleEntries bounds the identities each throttle remembers.
+const throttleEntries = 100_000
 
 const (
 	maxFormBytes   = 16 << 10
@@ -65,9 +84,9 @@ func newApp(c appConfig) (*app, error) {
 		appConfig:   c,
 		packageBy:   map[string]Package{},
 		origin:      http.NewCrossOriginProtection(),
-		failByEmail: newThrottle(5, 15*time.Minute, 100_000),
-		failByIP:    newThrottle(30, 15*time.Minute, 100_000),
-		signupByIP:  newThrottle(10, time.Hour, 100_000),
+		failByEmail: ratelimit.New(loginLimitPerEmail, throttleEntries),
+		failByIP:    ratelimit.New(loginLimitPerAddress, throttleEntries),
+		signupByIP:  ratelimit.New(signupLimitPerAddress, throttleEntries),
 		hashSlots:   make(chan struct{}, hashSlots),
 	}
 	for _, p := range c.packages {

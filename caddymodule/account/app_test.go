@@ -254,36 +254,6 @@ func TestLogInThrottled(t *testing.T) {
 	expectStatus(t, "throttled address", b2.login("fresh@example.com", "guess"), http.StatusTooManyRequests)
 }
 
-func TestThrottleEviction(t *testing.T) {
-	th := newThrottle(2, time.Minute, 3)
-	t0 := time.Now()
-	for _, k := range []string{"a", "b", "c", "d", "e"} {
-		th.take(k, t0)
-	}
-	if n := th.size(); n > 3 {
-		t.Fatalf("throttle keeps %d keys, capacity 3", n)
-	}
-	th.take("x", t0)
-	th.take("x", t0)
-	if ok, wait := th.take("x", t0); ok || wait != time.Minute {
-		t.Fatalf("x not blocked after 2 events: %v %v", ok, wait)
-	}
-	th.refund("x", t0)
-	if ok, _ := th.take("x", t0); !ok {
-		t.Fatal("a refunded attempt still counts")
-	}
-	if ok, _ := th.take("x", t0.Add(time.Minute)); !ok {
-		t.Fatal("x still blocked after the window")
-	}
-	th.refund("x", t0) // an attempt of the old window: the new window keeps its count
-	if ok, _ := th.take("x", t0.Add(time.Minute)); !ok {
-		t.Fatal("second attempt of the new window refused")
-	}
-	if ok, _ := th.take("x", t0.Add(time.Minute)); ok {
-		t.Fatal("a refund for the old window lowered the new window's count")
-	}
-}
-
 // TestLogInThrottledInParallel: wrong passwords sent all at once are limited like ones sent one
 // by one: each attempt is counted before its password is checked.
 func TestLogInThrottledInParallel(t *testing.T) {

@@ -75,7 +75,8 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	// refunded.
 	t := now()
 	ip := clientip.Key(r)
-	if ok, wait := a.signupByIP.take(ip, t); !ok {
+	taken, ok, wait := a.signupByIP.Take(ip, t)
+	if !ok {
 		a.throttled(w, r, "signup", form, wait)
 		return
 	}
@@ -84,24 +85,24 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	if herr := a.withHash(r.Context(), func() {
 		acct, err = a.store.CreateAccountWithPassword(r.Context(), email, r.PostFormValue("password"))
 	}); herr != nil {
-		a.signupByIP.refund(ip, t)
+		taken.Refund()
 		return // the client went away
 	}
 	var weak *ledger.WeakPasswordError
 	switch {
 	case errors.As(err, &weak):
-		a.signupByIP.refund(ip, t)
+		taken.Refund()
 		a.authPage(w, r, http.StatusBadRequest, "signup", weak.Reason, form)
 		return
 	case errors.Is(err, ledger.ErrDuplicateEmail):
 		a.authPage(w, r, http.StatusConflict, "signup", "An account with this email already exists. Log in instead.", form)
 		return
 	case errors.Is(err, ledger.ErrInvalidArgument):
-		a.signupByIP.refund(ip, t)
+		taken.Refund()
 		a.authPage(w, r, http.StatusBadRequest, "signup", "Enter a valid email address, like name@example.com.", form)
 		return
 	case err != nil:
-		a.signupByIP.refund(ip, t)
+		taken.Refund()
 		a.internalError(w, r, nil, "sign-up", err)
 		return
 	}
@@ -127,18 +128,20 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 	// all at once are limited too) and is refunded unless the password was wrong.
 	t := now()
 	ip := clientip.Key(r)
-	if ok, wait := a.failByIP.take(ip, t); !ok {
+	byIP, ok, wait := a.failByIP.Take(ip, t)
+	if !ok {
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
-	if ok, wait := a.failByEmail.take(email, t); !ok {
-		a.failByIP.refund(ip, t)
+	byEmail, ok, wait := a.failByEmail.Take(email, t)
+	if !ok {
+		byIP.Refund()
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
 	refund := func() {
-		a.failByIP.refund(ip, t)
-		a.failByEmail.refund(email, t)
+		byIP.Refund()
+		byEmail.Refund()
 	}
 	var acct ledger.Account
 	var err error
@@ -162,8 +165,8 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, nil, "log-in", err)
 		return
 	}
-	a.failByIP.refund(ip, t)
-	a.failByEmail.reset(email)
+	byIP.Refund()
+	a.failByEmail.Reset(email)
 	a.startSession(w, r, acct)
 }
 

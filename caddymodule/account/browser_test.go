@@ -35,13 +35,11 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-const (
-	caddyAdminPort = 3011
-	caddyHTTPPort  = 9180
-	caddyHTTPSPort = 9543
+// The in-process Caddy's ports, picked free in TestMain.
+var (
+	caddyAdminPort, caddyHTTPPort, caddyHTTPSPort int
+	caddyBase                                     string
 )
-
-var caddyBase = fmt.Sprintf("http://127.0.0.1:%d", caddyHTTPPort)
 
 // chromiumInstall is the command that installs the browser on Debian (CI runs it in .ci/run).
 const chromiumInstall = "apt-get update && apt-get install -y chromium"
@@ -63,7 +61,7 @@ func chromiumPath(t *testing.T) string {
 
 var caddyOnce sync.Once
 
-// startCaddy runs the in-process Caddy with only its admin endpoint on port 3011, so that
+// startCaddy runs the in-process Caddy with only its admin endpoint on caddyAdminPort, so that
 // caddytest finds it running and never takes its skip path.
 func startCaddy(t *testing.T) {
 	t.Helper()

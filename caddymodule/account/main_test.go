@@ -1,8 +1,7 @@
 package account
 
 // The package's shared real parts: stripe-mock, the real Ollama, and the in-process Caddy that
-// caddytest starts on first use (admin port 3011, HTTP 9180: the caddymodule tests use 2999 and
-// 9080 in another process at the same time).
+// caddytest starts on first use, on free ports picked when the test binary starts.
 
 import (
 	"bytes"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 )
 
 var (
@@ -39,6 +39,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	p := freeport.MustPick(3)
+	caddyAdminPort, caddyHTTPPort, caddyHTTPSPort = p[0], p[1], p[2]
+	caddyBase = fmt.Sprintf("http://127.0.0.1:%d", caddyHTTPPort)
 	var err error
 	if testRoot, err = os.MkdirTemp("", "textgen-account-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

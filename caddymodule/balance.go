@@ -1,0 +1,45 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+type balanceDoc struct {
+	AccountID string `json:"account_id"`
+	Mode      string `json:"mode"`
+	Available int64  `json:"available"`
+	Balance   int64  `json:"balance"`
+	RequestID string `json:"request_id"`
+}
+
+// serveBalance answers GET /api/v1/balance for the account of the X-API-Key: the credits of the
+// key's mode (live or test).
+func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeError(w, reqID, errMethodNotAllowedGET, -1)
+		return
+	}
+	kc, e := h.checkKey(store, w, r, reqID)
+	if e != nil {
+		writeError(w, reqID, e, kc.available)
+		return
+	}
+	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance, RequestID: reqID}
+	body, _ := json.Marshal(doc)
+	body = append(body, '\n')
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Request-Id", reqID)
+	hdr.Set("X-Credits-Used", "0")
+	hdr.Set("X-Credits-Remaining", strconv.FormatInt(doc.Available, 10))
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body)
+	}
+}

@@ -1,0 +1,406 @@
+// Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
+// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance),
+// its Caddyfile directive textgen, the admin API and the caddy textgen commands.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
+// the prompt of the requested tool and streams the generated text from Ollama.
+//
+// It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
+// /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
+type Handler struct {
+	// Ledger is the directory of the Badger database that holds accounts, keys and credits.
+	// Required. Several handlers (and config reloads) naming the same directory share one open
+	// database.
+	Ledger string `json:"ledger,omitempty"`
+
+	// Ollama lists the base URLs of the Ollama hosts. Default: $OLLAMA_HOST, else
+	// http://127.0.0.1:11434.
+	Ollama []string `json:"ollama,omitempty"`
+
+	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
+	Model string `json:"model,omitempty"`
+
+	// MaxInputChars is the longest input, in Unicode characters, of every tool without its own
+	// setting in Tools. When set, it beats the built-in values of the tools. Default: the tool's
+	// built-in value, else 20000.
+	MaxInputChars int `json:"max_input_chars,omitempty"`
+
+	// MaxBodyBytes caps the request body. Default: 262144 (256 KiB).
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// MaxOutputTokens is the most tokens a generation may produce (Ollama's num_predict), for
+	// every tool without its own setting in Tools. When set, it beats the built-in values of the
+	// tools. Default: the tool's built-in value, else 1024.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+
+	// Temperature of every tool without its own setting in Tools. When set, it beats the
+	// built-in values of the tools. Default: the tool's built-in value, else the model's own.
+	Temperature *float64 `json:"temperature,omitempty"`
+
+	// NumCtx is the context size passed to Ollama. Default: the model's own.
+	NumCtx int `json:"num_ctx,omitempty"`
+
+	// Languages is the set of accepted output languages (BCP 47 base languages; regional
+	// variants such as pt-BR are accepted when their base is in the set). Default: the 24 official
+	// EU languages plus tr, uk, ru, ar, zh and ja.
+	Languages []string `json:"languages,omitempty"`
+
+	// Tools overrides settings of single tools, keyed by slug.
+	Tools map[string]*ToolConfig `json:"tools,omitempty"`
+
+	// ConnectTimeout bounds connecting to an Ollama host. Default: 5s.
+	ConnectTimeout caddy.Duration `json:"connect_timeout,omitempty"`
+	// FirstPieceTimeout bounds the wait for the first piece of text; past it the client gets 504
+	// and no charge. Default: 60s.
+	FirstPieceTimeout caddy.Duration `json:"first_piece_timeout,omitempty"`
+	// IdleTimeout bounds the wait between two pieces; past it the response is aborted and the
+	// credit returned. Default: 30s.
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// GenerationTimeout bounds a whole generation. Default: 5m.
+	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
+	// KeepAlive is how long Ollama keeps a model loaded after a request. Default: Ollama's own (5m).
+	KeepAlive caddy.Duration `json:"keep_alive,omitempty"`
+	// HoldTTL is how long an unresolved hold (a crash mid-request) lives before it is voided.
+	// Default: GenerationTimeout plus 5 minutes.
+	HoldTTL caddy.Duration `json:"hold_ttl,omitempty"`
+	// PullModels pulls missing models at start (in the background, with progress in the log).
+	// Default: off; missing models are reported in the log with the command to get them.
+	PullModels bool `json:"pull_models,omitempty"`
+
+	// BuyURL is where the 402 message tells clients to buy credits. Default: "the My Account
+	// area of this service".
+	BuyURL string `json:"buy_url,omitempty"`
+
+	// LogPrompts logs the prompts and the generated text at debug level. Default: off. Never
+	// enable it where inputs may hold personal data.
+	LogPrompts bool `json:"log_prompts,omitempty"`
+
+	// RateLimit limits the generate requests per API key and per account (429 rate_limited).
+	// Default: per key 60 per minute with a burst of 20, per account 120 per minute; a limit
+	// with "off": true is off. A tool's own RateLimit adds to these.
+	RateLimit *RateLimits `json:"rate_limit,omitempty"`
+	// AuthFailureLimit limits the requests with an invalid API key per client address (an
+	// IPv6 address counts by its /64); past it the address gets 429 rate_limited before its key
+	// is even looked up. Default: 30 per minute.
+	AuthFailureLimit *RateLimit `json:"auth_failure_limit,omitempty"`
+	// MaxConcurrentPerAccount caps the generations one account runs at once (429
+	// too_many_concurrent_requests). Default: 4; -1: no cap.
+	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
+	// MaxInFlight caps the generations sent to one Ollama host at once; more wait in the
+	// admission queue. Default: 8; -1: no cap.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// QueueSize is how many generations may wait for a host; one more gets 503 overloaded.
+	// Default: 32; -1: no queue.
+	QueueSize int `json:"queue_size,omitempty"`
+	// QueueTimeout is the longest wait in the admission queue; then 503 overloaded. Default: 10s.
+	QueueTimeout caddy.Duration `json:"queue_timeout,omitempty"`
+	// BodyReadTimeout bounds reading the request body; a slower client gets 408
+	// request_timeout. Default: 10s.
+	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
+
+	// inFlight keeps the shared ledger and backend until the last request of this config ends:
+	// Caddy cleans up the old config of a reload while its requests may still stream.
+	inFlight *inflight.Guard
+
+	logger    *zap.Logger
+	ledgerRef *textgenapp.LedgerRef // opened by the textgen app's Start
+	ollamaRef *textgenapp.OllamaRef
+	tools     map[string]*toolRuntime
+	languages *catalog.LanguageMatcher
+	toolsJSON []byte
+	lim       *limits
+}
+
+// ToolConfig overrides the settings of one tool.
+type ToolConfig struct {
+	// Model for this tool. Default: the handler's Model.
+	Model string `json:"model,omitempty"`
+	// PromptFile replaces the tool's built-in system prompt with the file's contents (read once,
+	// at config load). The file may start with the same header as the built-in prompts.
+	PromptFile string `json:"prompt_file,omitempty"`
+	// MaxInputChars for this tool. Default: the handler's.
+	MaxInputChars int `json:"max_input_chars,omitempty"`
+	// MaxOutputTokens for this tool. Default: the handler's.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// Temperature for this tool. Default: the handler's.
+	Temperature *float64 `json:"temperature,omitempty"`
+	// RateLimit adds limits per key and per account for the requests of this tool alone; the
+	// handler-wide limits still count them too. Default: none.
+	RateLimit *RateLimits `json:"rate_limit,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.textgen",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+const (
+	defaultModel             = "llama3.2"
+	defaultMaxInputChars     = 20000
+	defaultMaxBodyBytes      = 256 << 10
+	defaultMaxOutputTokens   = 1024
+	defaultConnectTimeout    = 5 * time.Second
+	defaultFirstPieceTimeout = 60 * time.Second
+	defaultIdleTimeout       = 30 * time.Second
+	defaultGenerationTimeout = 5 * time.Minute
+
+	defaultMaxConcurrentPerAccount = 4
+	defaultMaxInFlight             = 8
+	defaultQueueSize               = 32
+	defaultQueueTimeout            = 10 * time.Second
+	defaultBodyReadTimeout         = 10 * time.Second
+)
+
+// Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.inFlight = inflight.New(h.release, h.logger)
+	// Settings the operator wrote beat the built-in per-tool values; defaults do not.
+	explicit := toolDefaults{maxInputChars: h.MaxInputChars, maxOutputTokens: h.MaxOutputTokens, temperature: h.Temperature}
+	h.setDefaults()
+	langs := h.Languages
+	if len(langs) == 0 {
+		langs = catalog.Languages
+	}
+	var err error
+	if h.languages, err = catalog.NewLanguageMatcher(langs); err != nil {
+		return fmt.Errorf("textgen: languages: %w", err)
+	}
+	if err := h.loadTools(explicit); err != nil {
+		return err
+	}
+	if err := h.Validate(); err != nil {
+		return err
+	}
+
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("textgen: metrics: %w", err)
+	}
+
+	// The ledger and the backend are opened by the textgen app's Start, which `caddy validate`
+	// never calls. Every hold and idempotency record carries this handler's hold_ttl, so
+	// handlers sharing the ledger, and a reload that changes hold_ttl, each get their own.
+	app, err := textgenapp.From(ctx)
+	if err != nil {
+		return fmt.Errorf("textgen: %w", err)
+	}
+	if h.ledgerRef, err = app.Ledger(h.Ledger, ledger.Options{
+		HoldTTL: time.Duration(h.HoldTTL),
+		Logger:  h.logger.Named("ledger"),
+	}); err != nil {
+		return fmt.Errorf("textgen: %w", err)
+	}
+	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
+		return fmt.Errorf("textgen: limits: %w", err)
+	}
+	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
+		return fmt.Errorf("textgen: %w", err)
+	}
+	app.OnStart(func() error {
+		h.checkModels()
+		return nil
+	})
+	return nil
+}
+
+// setDefaults fills in every setting the operator left out (Provision).
+func (h *Handler) setDefaults() {
+	if h.Model == "" {
+		h.Model = defaultModel
+	}
+	if h.MaxInputChars == 0 {
+		h.MaxInputChars = defaultMaxInputChars
+	}
+	if h.MaxBodyBytes == 0 {
+		h.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if h.MaxOutputTokens == 0 {
+		h.MaxOutputTokens = defaultMaxOutputTokens
+	}
+	if h.ConnectTimeout == 0 {
+		h.ConnectTimeout = caddy.Duration(defaultConnectTimeout)
+	}
+	if h.FirstPieceTimeout == 0 {
+		h.FirstPieceTimeout = caddy.Duration(defaultFirstPieceTimeout)
+	}
+	if h.IdleTimeout == 0 {
+		h.IdleTimeout = caddy.Duration(defaultIdleTimeout)
+	}
+	if h.GenerationTimeout == 0 {
+		h.GenerationTimeout = caddy.Duration(defaultGenerationTimeout)
+	}
+	if h.HoldTTL == 0 {
+		h.HoldTTL = h.GenerationTimeout + caddy.Duration(5*time.Minute)
+	}
+	h.setRateLimitDefaults()
+	if h.MaxConcurrentPerAccount == 0 {
+		h.MaxConcurrentPerAccount = defaultMaxConcurrentPerAccount
+	}
+	if h.MaxInFlight == 0 {
+		h.MaxInFlight = defaultMaxInFlight
+	}
+	if h.QueueSize == 0 {
+		h.QueueSize = defaultQueueSize
+	}
+	if h.QueueTimeout == 0 {
+		h.QueueTimeout = caddy.Duration(defaultQueueTimeout)
+	}
+	if h.BodyReadTimeout == 0 {
+		h.BodyReadTimeout = caddy.Duration(defaultBodyReadTimeout)
+	}
+	if len(h.Ollama) == 0 {
+		if env := os.Getenv("OLLAMA_HOST"); env != "" {
+			h.Ollama = []string{env}
+		} else {
+			h.Ollama = []string{"http://127.0.0.1:11434"}
+		}
+	}
+}
+
+// Validate rejects a configuration that cannot work, naming the field.
+func (h *Handler) Validate() error {
+	if strings.TrimSpace(h.Ledger) == "" {
+		return fmt.Errorf("textgen: ledger: a directory for the ledger database is required")
+	}
+	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
+		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")
+	}
+	// A hold that expired while its generation still ran would be voided, and the text it paid
+	// for would go out free. (The zero values are Provision's defaults, which satisfy this.)
+	if h.HoldTTL != 0 && h.HoldTTL <= h.GenerationTimeout+h.QueueTimeout {
+		return fmt.Errorf("textgen: hold_ttl %v must be longer than generation_timeout + queue_timeout (%v), or a hold could expire while its generation runs",
+			time.Duration(h.HoldTTL), time.Duration(h.GenerationTimeout+h.QueueTimeout))
+	}
+	if h.Temperature != nil {
+		if err := catalog.CheckTemperature(*h.Temperature); err != nil {
+			return fmt.Errorf("textgen: %w", err)
+		}
+	}
+	for _, u := range h.Ollama {
+		if strings.TrimSpace(u) == "" {
+			return fmt.Errorf("textgen: ollama: empty host")
+		}
+	}
+	if len(h.Languages) > 0 {
+		if _, err := catalog.NewLanguageMatcher(h.Languages); err != nil {
+			return fmt.Errorf("textgen: languages: %w", err)
+		}
+	}
+	if err := h.validateRateLimits(); err != nil {
+		return err
+	}
+	for name, v := range map[string]int{
+		"max_concurrent_per_account": h.MaxConcurrentPerAccount,
+		"max_in_flight":              h.MaxInFlight,
+		"queue_size":                 h.QueueSize,
+	} {
+		if v < -1 {
+			return fmt.Errorf("textgen: %s: %d is neither a positive number nor -1 (off)", name, v)
+		}
+	}
+	if h.QueueTimeout < 0 || h.BodyReadTimeout < 0 {
+		return fmt.Errorf("textgen: queue_timeout and body_read_timeout must not be negative")
+	}
+	for slug, tc := range h.Tools {
+		if tc == nil {
+			continue
+		}
+		if tc.Temperature != nil {
+			if err := catalog.CheckTemperature(*tc.Temperature); err != nil {
+				return fmt.Errorf("textgen: tool %s: %w", slug, err)
+			}
+		}
+		if tc.MaxInputChars < 0 || tc.MaxOutputTokens < 0 {
+			return fmt.Errorf("textgen: tool %s: max_input_chars and max_output_tokens must not be negative", slug)
+		}
+	}
+	return nil
+}
+
+// Cleanup releases the shared ledger and backend; the last user closes them. Requests of this
+// config that still run (a reload does not wait for them) keep both until they end: then the
+// release happens in the background. It is safe after a Provision that failed half way.
+func (h *Handler) Cleanup() error {
+	return h.inFlight.Cleanup()
+}
+
+// release gives back whatever Provision acquired; the Guard calls it once.
+func (h *Handler) release() error {
+	h.lim.release()
+	return errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
+}
+
+// store is the ledger once the app has opened it, else nil.
+func (h *Handler) store() ledger.Store {
+	s, err := h.ledgerRef.Get()
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// backend is the model backend once the app has started it, else nil.
+func (h *Handler) backend() *backends.Ollama {
+	o, err := h.ollamaRef.Get()
+	if err != nil {
+		return nil
+	}
+	return o
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)
+
+func (h *Handler) ollamaConfig() backends.OllamaConfig {
+	cfg := backends.OllamaConfig{
+		Hosts:             h.Ollama,
+		ConnectTimeout:    time.Duration(h.ConnectTimeout),
+		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
+		IdleTimeout:       time.Duration(h.IdleTimeout),
+		QueueTimeout:      time.Duration(h.QueueTimeout),
+		Logger:            h.logger.Named("ollama"),
+	}
+	// -1 (off) in the handler is 0 (none) in the backend.
+	if h.MaxInFlight > 0 {
+		cfg.MaxInFlight = h.MaxInFlight
+		if h.QueueSize > 0 {
+			cfg.QueueSize = h.QueueSize
+		}
+	}
+	if h.KeepAlive != 0 {
+		ka := time.Duration(h.KeepAlive)
+		cfg.KeepAlive = &ka
+	}
+	return cfg
+}

@@ -1,0 +1,138 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// wantsSSE reports whether the client asked for server-sent events.
+func wantsSSE(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err == nil && mt == "text/event-stream" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// appendJSONString appends s as a JSON string literal, escaping what JSON and SSE framing need.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0xE2 {
+			continue
+		}
+		if c == 0xE2 { // U+2028 and U+2029 break JavaScript string literals: escape them
+			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, `\u202`...)
+				dst = append(dst, hex[s[i+2]&0xF])
+				i += 2
+				start = i + 1
+			}
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+type doneEvent struct {
+	CreditsUsed      int64  `json:"credits_used"`
+	CreditsRemaining int64  `json:"credits_remaining"`
+	RequestID        string `json:"request_id"`
+	OutputTokens     int    `json:"output_tokens"`
+}
+
+// streamer writes the pieces of one generation to the client.
+type streamer struct {
+	g       *generation
+	rc      *http.ResponseController
+	started bool // the 200 headers were written
+	// delivered: a piece reached the client's connection (a write and its flush succeeded);
+	// only then may a client that leaves be charged.
+	delivered bool
+	writeErr  error
+	buf       []byte
+}
+
+// emit sends one piece. The first piece sends the 200 headers.
+func (s *streamer) emit(piece string) error {
+	g := s.g
+	if !s.started {
+		hdr := g.w.Header()
+		if g.sse {
+			hdr.Set("Content-Type", "text/event-stream")
+		} else {
+			hdr.Set("Content-Type", "text/plain; charset=utf-8")
+		}
+		hdr.Set("X-Credits-Used", "1")
+		hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
+		hdr.Set("X-Request-Id", g.id)
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("X-Content-Type-Options", "nosniff")
+		// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
+		// at once instead of buffering.
+		hdr.Set("X-Accel-Buffering", "no")
+		hdr.Set("Incremental", "?1")
+		g.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	var err error
+	if g.sse {
+		s.buf = append(s.buf[:0], "event: delta\ndata: {\"text\":"...)
+		s.buf = appendJSONString(s.buf, piece)
+		s.buf = append(s.buf, "}\n\n"...)
+		_, err = g.w.Write(s.buf)
+	} else {
+		s.buf = append(s.buf[:0], piece...)
+		_, err = g.w.Write(s.buf)
+	}
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	if err != nil {
+		s.writeErr = err
+		return err
+	}
+	s.delivered = true
+	return nil
+}
+
+// event writes one whole SSE event with a JSON payload.
+func (s *streamer) event(name string, v any) {
+	data, _ := jsonMarshal(v)
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.g.w.Write(s.buf); err == nil {
+		_ = s.rc.Flush()
+	}
+}

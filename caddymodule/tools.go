@@ -1,0 +1,179 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+)
+
+// toolRuntime is a tool with every default resolved.
+type toolRuntime struct {
+	*catalog.Tool
+	model           string
+	maxInputChars   int
+	maxOutputTokens int
+	temperature     *float64
+}
+
+// toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
+type toolDefaults struct {
+	maxInputChars, maxOutputTokens int
+	temperature                    *float64
+}
+
+// loadTools resolves every tool's settings. Precedence, highest first: the tool's own block in
+// the config, the handler-wide setting in the config, the built-in value of the tool, the
+// handler default.
+func (h *Handler) loadTools(explicit toolDefaults) error {
+	cat := catalog.Default()
+	for slug, tc := range h.Tools {
+		if _, ok := cat.Lookup(slug); !ok {
+			return fmt.Errorf("textgen: tools: %q is not one of the %d tools", slug, len(cat.Slugs()))
+		}
+		if tc == nil || tc.PromptFile == "" {
+			continue
+		}
+		data, err := os.ReadFile(tc.PromptFile)
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: prompt_file: %w", slug, err)
+		}
+		pf, err := catalog.ParsePromptFile(data)
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: prompt_file %s: %w", slug, tc.PromptFile, err)
+		}
+		cat, err = cat.With(slug, pf.Override())
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: %w", slug, err)
+		}
+	}
+	h.tools = make(map[string]*toolRuntime, len(cat.Slugs()))
+	for _, t := range cat.Tools() {
+		rt := &toolRuntime{
+			Tool:            t,
+			model:           h.Model,
+			maxInputChars:   firstPositive(explicit.maxInputChars, t.MaxInputChars, h.MaxInputChars),
+			maxOutputTokens: firstPositive(explicit.maxOutputTokens, t.MaxOutputTokens, h.MaxOutputTokens),
+			temperature:     t.Temperature,
+		}
+		if explicit.temperature != nil {
+			rt.temperature = explicit.temperature
+		}
+		if tc := h.Tools[t.Slug]; tc != nil {
+			if tc.Model != "" {
+				rt.model = tc.Model
+			}
+			rt.maxInputChars = firstPositive(tc.MaxInputChars, rt.maxInputChars)
+			rt.maxOutputTokens = firstPositive(tc.MaxOutputTokens, rt.maxOutputTokens)
+			if tc.Temperature != nil {
+				rt.temperature = tc.Temperature
+			}
+		}
+		h.tools[t.Slug] = rt
+	}
+	var err error
+	h.toolsJSON, err = h.buildToolsJSON(cat)
+	return err
+}
+
+func firstPositive(v ...int) int {
+	for _, x := range v {
+		if x > 0 {
+			return x
+		}
+	}
+	return 0
+}
+
+// models lists the distinct models the configuration uses.
+func (h *Handler) models() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, slug := range catalog.Default().Slugs() {
+		if m := h.tools[slug].model; !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkModels checks in the background that every configured model is on the Ollama hosts,
+// logging what is missing and how to get it (or pulling it when PullModels is set). It never
+// blocks the start of the server: the model server may come up after Caddy.
+func (h *Handler) checkModels() {
+	o := h.backend()
+	if o == nil {
+		return
+	}
+	models := h.models()
+	pull := h.PullModels
+	logger := h.logger
+	go func() {
+		timeout := 30 * time.Second
+		if pull {
+			timeout = 2 * time.Hour
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := o.CheckModels(ctx, models, pull); err != nil {
+			logger.Warn("model check", zap.Error(err))
+		}
+	}()
+}
+
+// serveTools answers GET /api/v1/tools with the catalog (free, no key needed).
+func (h *Handler) serveTools(w http.ResponseWriter, r *http.Request, reqID string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeError(w, reqID, errMethodNotAllowedGET, -1)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "public, max-age=300")
+	hdr.Set("X-Request-Id", reqID)
+	hdr.Set("Content-Length", strconv.Itoa(len(h.toolsJSON)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(h.toolsJSON)
+	}
+}
+
+type toolInfo struct {
+	Slug          string `json:"slug"`
+	Name          string `json:"name"`
+	Description   string `json:"description"`
+	MaxInputChars int    `json:"max_input_chars"`
+}
+
+type languageInfo struct {
+	Tag  string `json:"tag"`
+	Name string `json:"name"`
+}
+
+type toolsDoc struct {
+	Tools          []toolInfo     `json:"tools"`
+	Tones          []string       `json:"tones"`
+	Languages      []languageInfo `json:"languages"`
+	CreditsPerCall int            `json:"credits_per_request"`
+}
+
+func (h *Handler) buildToolsJSON(cat *catalog.Catalog) ([]byte, error) {
+	doc := toolsDoc{Tones: catalog.Tones, CreditsPerCall: 1}
+	for _, slug := range cat.Slugs() {
+		t := h.tools[slug]
+		doc.Tools = append(doc.Tools, toolInfo{Slug: slug, Name: t.Name, Description: t.Description, MaxInputChars: t.maxInputChars})
+	}
+	for _, l := range h.languages.Languages() {
+		doc.Languages = append(doc.Languages, languageInfo{Tag: l.Tag, Name: l.Name})
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	return append(b, '\n'), err
+}
