@@ -123,6 +123,10 @@ func parseGenRequest(body []byte) (genRequest, *apiError) {
 	if !utf8.Valid(body) {
 		return req, newError(http.StatusBadRequest, "invalid_utf8", "input", "the request body is not valid UTF-8")
 	}
+	if loneSurrogate(body) {
+		return req, newError(http.StatusBadRequest, "invalid_utf8", "input",
+			`the request body holds a lone UTF-16 surrogate (such as \ud800), which is not Unicode text`)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
@@ -221,8 +225,8 @@ func (g *generation) validate() *apiError {
 		return newError(http.StatusBadRequest, "invalid_tone", "tone",
 			fmt.Sprintf("tone %q is not allowed; use one of %s, or leave it out", truncate(req.Tone, 64), strings.Join(catalog.Tones, ", ")))
 	}
-	if strings.TrimSpace(req.Input) == "" {
-		return newError(http.StatusBadRequest, "empty_input", "input", "input is empty; send the text the tool should work on")
+	if e := checkInput(req.Input); e != nil {
+		return e
 	}
 	if n := utf8.RuneCountInString(req.Input); n > tool.maxInputChars {
 		return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input",
