@@ -44,6 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		connect_timeout     <duration>
 //		first_piece_timeout <duration>
 //		idle_timeout        <duration>
+//		write_timeout       <duration>
 //		generation_timeout  <duration>
 //		keep_alive          <duration>
 //		hold_ttl            <duration>
@@ -124,6 +125,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.Duration(d, &h.FirstPieceTimeout)
 		case "idle_timeout":
 			err = cfarg.Duration(d, &h.IdleTimeout)
+		case "write_timeout":
+			err = cfarg.Duration(d, &h.WriteTimeout)
 		case "generation_timeout":
 			err = cfarg.Duration(d, &h.GenerationTimeout)
 		case "keep_alive":

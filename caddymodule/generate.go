@@ -85,7 +85,9 @@ func (g *generation) run() {
 
 	genCtx, cancel := context.WithDeadline(g.r.Context(), g.start.Add(time.Duration(h.GenerationTimeout)))
 	defer cancel()
-	s := &streamer{g: g, rc: http.NewResponseController(g.w)}
+	s := &streamer{g: g, rc: http.NewResponseController(g.w),
+		timeout: time.Duration(h.WriteTimeout), end: g.start.Add(time.Duration(h.GenerationTimeout))}
+	defer s.close()
 	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))

@@ -79,6 +79,11 @@ type Handler struct {
 	// IdleTimeout bounds the wait between two pieces; past it the response is aborted and the
 	// credit returned. Default: 30s.
 	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// WriteTimeout bounds writing one piece of text to the client. A client that reads nothing
+	// for this long (its connection's buffers are full) has its response aborted: its model
+	// place, its account's place and its credit are freed at once, and the text it was sent is
+	// charged. No write outlives GenerationTimeout either. Default: 30s.
+	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 	// GenerationTimeout bounds a whole generation. Default: 5m.
 	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
 	// KeepAlive is how long Ollama keeps a model loaded after a request. Default: Ollama's own (5m).
@@ -168,6 +173,7 @@ const (
 	defaultConnectTimeout    = 5 * time.Second
 	defaultFirstPieceTimeout = 60 * time.Second
 	defaultIdleTimeout       = 30 * time.Second
+	defaultWriteTimeout      = 30 * time.Second
 	defaultGenerationTimeout = 5 * time.Minute
 
 	defaultMaxConcurrentPerAccount = 4
@@ -252,6 +258,9 @@ func (h *Handler) setDefaults() {
 	if h.IdleTimeout == 0 {
 		h.IdleTimeout = caddy.Duration(defaultIdleTimeout)
 	}
+	if h.WriteTimeout == 0 {
+		h.WriteTimeout = caddy.Duration(defaultWriteTimeout)
+	}
 	if h.GenerationTimeout == 0 {
 		h.GenerationTimeout = caddy.Duration(defaultGenerationTimeout)
 	}
@@ -324,8 +333,8 @@ func (h *Handler) Validate() error {
 			return fmt.Errorf("textgen: %s: %d is neither a positive number nor -1 (off)", name, v)
 		}
 	}
-	if h.QueueTimeout < 0 || h.BodyReadTimeout < 0 {
-		return fmt.Errorf("textgen: queue_timeout and body_read_timeout must not be negative")
+	if h.QueueTimeout < 0 || h.BodyReadTimeout < 0 || h.WriteTimeout < 0 {
+		return fmt.Errorf("textgen: queue_timeout, body_read_timeout and write_timeout must not be negative")
 	}
 	for slug, tc := range h.Tools {
 		if tc == nil {

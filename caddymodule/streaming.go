@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // wantsSSE reports whether the client asked for server-sent events.
@@ -70,10 +71,18 @@ type doneEvent struct {
 }
 
 // streamer writes the pieces of one generation to the client.
+//
+// Every write has a deadline: WriteTimeout from its start, and never later than the end of the
+// generation (the whole response). A client that stops reading (a stalled or deliberately slow
+// reader whose socket buffers are full) would otherwise keep its model place, its account's place
+// and its hold for as long as it likes; with the deadline the write fails, the generation stops,
+// and the text it was sent is charged.
 type streamer struct {
 	g       *generation
 	rc      *http.ResponseController
-	started bool // the 200 headers were written
+	timeout time.Duration // per write (WriteTimeout)
+	end     time.Time     // the generation's deadline: no write outlives it
+	started bool          // the 200 headers were written
 	// delivered: a piece reached the client's connection (a write and its flush succeeded);
 	// only then may a client that leaves be charged.
 	delivered bool
@@ -103,6 +112,7 @@ func (s *streamer) emit(piece string) error {
 		g.w.WriteHeader(http.StatusOK)
 		s.started = true
 	}
+	s.deadline(s.end)
 	var err error
 	if g.sse {
 		s.buf = append(s.buf[:0], "event: delta\ndata: {\"text\":"...)
@@ -121,11 +131,44 @@ func (s *streamer) emit(piece string) error {
 		return err
 	}
 	s.delivered = true
+	// Between pieces only the whole response's deadline stays armed: on HTTP/2 an armed
+	// deadline resets the stream when it fires, even while no write is in flight.
+	s.rearm()
 	return nil
 }
 
-// event writes one whole SSE event with a JSON payload.
+// deadline sets the write deadline of the next write: WriteTimeout from now, at the latest
+// limit. A connection that cannot take deadlines is written to without one.
+func (s *streamer) deadline(limit time.Time) {
+	if s.timeout <= 0 {
+		return
+	}
+	d := time.Now().Add(s.timeout)
+	if !limit.IsZero() && d.After(limit) {
+		d = limit
+	}
+	_ = s.rc.SetWriteDeadline(d)
+}
+
+// rearm leaves the whole response's deadline armed after a write.
+func (s *streamer) rearm() {
+	if s.timeout > 0 {
+		_ = s.rc.SetWriteDeadline(s.end)
+	}
+}
+
+// close clears the write deadline once the generation's writes are done, so that the next
+// request on a kept-alive connection does not inherit it.
+func (s *streamer) close() {
+	if s.timeout > 0 && s.started {
+		_ = s.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// event writes one whole SSE event with a JSON payload: the last write of a generation, which
+// gets one more WriteTimeout even when the generation's own deadline has passed.
 func (s *streamer) event(name string, v any) {
+	s.deadline(time.Time{})
 	data, _ := jsonMarshal(v)
 	s.buf = append(s.buf[:0], "event: "...)
 	s.buf = append(s.buf, name...)
