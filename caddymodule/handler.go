@@ -1,6 +1,7 @@
 // Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
 // http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance),
-// its Caddyfile directive textgen, the admin API and the caddy textgen commands.
+// and its Caddyfile directive textgen. The admin API and the caddy textgen commands are in
+// caddymodule/operator.
 package caddymodule
 
 import (
