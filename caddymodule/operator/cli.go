@@ -138,7 +138,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 	cmd.RunE = groupHelp
 
 	cmd.AddCommand(
-		cliGroup("account", "Creates, lists, shows, disables and enables accounts",
+		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable",
 			cliLeaf("create", "Creates an account", cmdAccountCreate, func(c *cobra.Command) {
 				c.Flags().String("email", "", "Email address of the account holder (required, unique)")
 			}),
@@ -150,7 +150,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("disable", "Disables an account: its keys get 403 account_disabled until it is enabled", cmdAccountStatus("disable"), accountFlag),
 			cliLeaf("enable", "Enables a disabled account", cmdAccountStatus("enable"), accountFlag),
 		),
-		cliGroup("key", "Creates, lists and revokes API keys",
+		cliGroup("key", "API keys: create, list, revoke",
 			cliLeaf("create", "Creates an API key; the full key is printed only this once", cmdKeyCreate, func(c *cobra.Command) {
 				accountFlag(c)
 				c.Flags().Bool("test", false, "Create a test key (tg_test_...): sample text, test credits, never the model")
@@ -160,10 +160,10 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("list", "Lists an account's keys (never the full keys)", cmdKeyList, accountFlag),
 			cliLeaf("revoke", "Revokes a key; it stops working with the next request", cmdKeyRevoke, func(c *cobra.Command) {
 				accountFlag(c)
-				c.Flags().String("key-id", "", "Id of the key to revoke (required; see key list)")
+				c.Flags().String("key-id", "", "Id of the key to revoke (required; see 'caddy textgen key list')")
 			}),
 		),
-		cliGroup("credits", "Grants and adjusts credits",
+		cliGroup("credits", "Credits: grant, adjust",
 			cliLeaf("grant", "Grants credits; idempotent on --reference", cmdCreditsGrant, func(c *cobra.Command) {
 				accountFlag(c)
 				c.Flags().Int64("credits", 0, "Number of credits to grant (required, > 0)")
@@ -189,7 +189,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			c.Flags().String("from", "", "First day (YYYY-MM-DD, UTC) or RFC 3339 time")
 			c.Flags().String("to", "", "Last day, included (YYYY-MM-DD, UTC), or an RFC 3339 time, excluded")
 		}),
-		cliGroup("ledger", "Checks the ledger",
+		cliGroup("ledger", "The ledger: verify",
 			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),
 		),
 		cliLeaf("backup", "Downloads an online backup of the ledger from the running server", cmdBackup, func(c *cobra.Command) {
