@@ -25,7 +25,8 @@ import (
 //
 // Exit codes: 0 success; 1 the operation failed (the server refused it, the server could not be
 // reached, an I/O error, or ledger verify found problems); 2 the command line is wrong (a
-// missing or malformed flag).
+// missing, malformed or unknown flag, or an argument where none is taken). Without --json an
+// error is one line on stderr, "error: <message>".
 
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
@@ -42,8 +43,8 @@ the ledger directory, which the running server holds. Use --address, or --config
 
 With --json a command prints exactly one JSON object on stdout and nothing else;
 without it, a readable table. A failed command exits non-zero with the error on
-stderr: 1 when the operation failed (or ledger verify found problems), 2 when the
-command line is wrong.
+stderr (without --json, one line "error: ..."): 1 when the operation failed (or
+ledger verify found problems), 2 when the command line is wrong.
 
 'caddy textgen restore' is the one offline command: it loads a backup into a new,
 empty ledger directory while the server is stopped.
@@ -88,24 +89,59 @@ func (c *cliContext) api() (*adminClient, error) {
 	return c.client, nil
 }
 
-// run adapts a cliFunc to caddycmd's (exit code, error) convention.
+// cliRun runs a leaf command and ends it with its exit code.
 func cliRun(f cliFunc) func(*cobra.Command, []string) error {
-	return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+	return func(cmd *cobra.Command, _ []string) error {
+		fl := caddycmd.Flags{FlagSet: cmd.Flags()}
 		c := &cliContext{fl: fl, json: fl.Bool("json"), out: os.Stdout}
 		err := f(c)
 		var ue usageError
 		switch {
 		case err == nil:
-			return caddy.ExitCodeSuccess, nil
+			return nil
 		case errors.As(err, &ue):
-			return exitUsage, err
+			return cliFail(cmd, exitUsage, err, c.json)
 		}
-		return exitFailed, err
-	})
+		return cliFail(cmd, exitFailed, err, c.json)
+	}
+}
+
+// cliFail reports err and ends the command with code. Without --json (asLog false) the error is
+// one plain line on stderr; with --json it goes through Caddy's logger as it always has (a JSON
+// line when stderr is not a terminal).
+//
+// caddycmd.Main exits with the code of an error made by caddycmd.WrapCommandFuncForCobra, and
+// with 1 for any other error; the wrapper logs the error it is given, so it gets none when the
+// error is printed here.
+func cliFail(cmd *cobra.Command, code int, err error, asLog bool) error {
+	if asLog {
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return code, err })(cmd, nil)
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "error: "+strings.Join(strings.Fields(err.Error()), " "))
+	cmd.SilenceErrors = true
+	if code == exitFailed {
+		return err
+	}
+	return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return code, nil })(cmd, nil)
+}
+
+// cliFlagError is the FlagErrorFunc of every textgen command: a flag that does not parse, or
+// that does not exist, is a command-line mistake (exit 2, one plain line, also with --json).
+func cliFlagError(cmd *cobra.Command, err error) error {
+	return cliFail(cmd, exitUsage, err, false)
+}
+
+// cliNoArgs is the Args check of every textgen command: they take flags only, so an argument is
+// a mistyped subcommand or a stray word (exit 2, one plain line).
+func cliNoArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return cliFail(cmd, exitUsage, err, false)
+	}
+	return nil
 }
 
 func cliLeaf(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: cliRun(f)}
+	cmd := &cobra.Command{Use: use, Short: short, Args: cliNoArgs, RunE: cliRun(f)}
 	if flags != nil {
 		flags(cmd)
 	}
@@ -113,13 +149,13 @@ func cliLeaf(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Co
 }
 
 func cliGroup(use, short string, children ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: groupHelp}
+	cmd := &cobra.Command{Use: use, Short: short, Args: cliNoArgs, RunE: groupHelp}
 	cmd.AddCommand(children...)
 	return cmd
 }
 
 // groupHelp makes a command group runnable, so that cobra rejects a mistyped subcommand
-// ("unknown command", exit 1) instead of printing the help and exiting 0; the bare group prints
+// ("unknown command", exit 2) instead of printing the help and exiting 0; the bare group prints
 // its help.
 func groupHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 
@@ -134,8 +170,10 @@ func buildTextgenCommand(cmd *cobra.Command) {
 	pf.StringP("adapter", "a", "", "Name of the config adapter for --config")
 	pf.String("ledger", "", "Ledger directory: which ledger to use when the server has several open; for restore, the new directory")
 	pf.Bool("json", false, "Print one JSON object instead of a table")
-	cmd.Args = cobra.NoArgs
+	cmd.Args = cliNoArgs
 	cmd.RunE = groupHelp
+	// inherited by every subcommand
+	cmd.SetFlagErrorFunc(cliFlagError)
 
 	cmd.AddCommand(
 		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable",
