@@ -231,7 +231,8 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),
 		),
 		cliLeaf("backup", "Downloads an online backup of the ledger from the running server", cmdBackup, func(c *cobra.Command) {
-			c.Flags().StringP("output", "o", "", "File to write the backup to (required; replaced atomically)")
+			c.Flags().StringP("output", "o", "", "File to write the backup to (required; it appears only once complete; an existing file is replaced only with --force)")
+			c.Flags().Bool("force", false, "Replace the --output file if it exists")
 		}),
 		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
 			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")

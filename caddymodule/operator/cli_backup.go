@@ -28,6 +28,10 @@ func cmdBackup(c *cliContext) error {
 	if err != nil {
 		return err
 	}
+	force := c.fl.Bool("force")
+	if err := checkBackupTarget(out, force); err != nil {
+		return err
+	}
 	api, err := c.api()
 	if err != nil {
 		return err
@@ -63,13 +67,57 @@ func cmdBackup(c *cliContext) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("writing the backup: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return fmt.Errorf("writing the backup: %w", err)
+	if err := placeBackup(tmp.Name(), out, force); err != nil {
+		return err
 	}
 	res := backupResult{Output: out, Bytes: n, SHA256: got}
 	return c.printValue(res, func(w io.Writer) {
 		fmt.Fprintf(w, "Wrote the ledger backup to %s (%d bytes, sha256 %s).\n", out, n, got)
 	})
+}
+
+// checkBackupTarget refuses, before anything is downloaded, a directory and, without force, a
+// file that exists: an older backup is worth more than a mistyped name.
+func checkBackupTarget(out string, force bool) error {
+	fi, err := os.Stat(out)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("backup file %s: %w", out, err)
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory; --output names the backup file to write", out)
+	case !force:
+		return backupExists(out)
+	}
+	return nil
+}
+
+func backupExists(out string) error {
+	return fmt.Errorf("refusing to overwrite %s: the file exists; choose another --output, or add --force to replace it", out)
+}
+
+// placeBackup moves the complete download (tmp) to out. Without force it links rather than
+// renames: a link never replaces a file, not even one that appeared during the download. The
+// caller removes tmp.
+func placeBackup(tmp, out string, force bool) error {
+	if !force {
+		err := os.Link(tmp, out)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, os.ErrExist):
+			return backupExists(out)
+		}
+		// a file system without hard links: check once more, then rename
+		if _, err := os.Lstat(out); err == nil {
+			return backupExists(out)
+		}
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return fmt.Errorf("writing the backup: %w", err)
+	}
+	return nil
 }
 
 // restoreResult is what restore prints.
