@@ -4,8 +4,10 @@
 package textgen
 
 import (
-	// Registers http.handlers.textgen, admin.api.textgen and the caddy textgen commands.
+	// Registers http.handlers.textgen and the textgen app.
 	_ "github.com/caddy-textgen/textgen/caddymodule"
 	// Registers http.handlers.textgen_account, the My Account area.
 	_ "github.com/caddy-textgen/textgen/caddymodule/account"
+	// Registers admin.api.textgen and the caddy textgen commands, the operator's interface.
+	_ "github.com/caddy-textgen/textgen/caddymodule/operator"
 )

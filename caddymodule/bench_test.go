@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
@@ -255,11 +256,11 @@ http://127.0.0.1:%d {
 	// 256 concurrent streams of 50 pieces, 10 ms apart, through a separate caddy process (the
 	// built binary, so its memory is the server's alone): every text complete and in order.
 	procLedger := ledgerDir(b)
-	srv := startCaddyProcess(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t}", procLedger, fs.URL), procLedger)
-	acct := jsonStr(b, srv.json("account", "create", "--email", "rss@example.com"), "id")
-	liveKey := jsonStr(b, srv.json("key", "create", "--account", acct, "--name", "bench"), "key")
-	srv.json("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "bench")
-	pid := srv.cmd.Process.Pid
+	srv := caddyproc.Start(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t}", procLedger, fs.URL), procLedger)
+	acct := caddyproc.Str(b, srv.JSON("account", "create", "--email", "rss@example.com"), "id")
+	liveKey := caddyproc.Str(b, srv.JSON("key", "create", "--account", acct, "--name", "bench"), "key")
+	srv.JSON("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "bench")
+	pid := srv.Pid()
 	baseRSS := rssOf(pid)
 	slowBody := []byte(genBody("summarizer", "Summarize this.", "en", ""))
 	wantSlow := want(50, "s")
@@ -288,7 +289,7 @@ http://127.0.0.1:%d {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _ := http.NewRequestWithContext(context.Background(), "POST", "http://"+srv.http+"/api/v1/generate", bytes.NewReader(slowBody))
+			r, _ := http.NewRequestWithContext(context.Background(), "POST", "http://"+srv.HTTP+"/api/v1/generate", bytes.NewReader(slowBody))
 			r.Header.Set("Content-Type", "application/json")
 			r.Header.Set("X-API-Key", liveKey)
 			resp, err := client.Do(r)
@@ -313,10 +314,10 @@ http://127.0.0.1:%d {
 	if bad.Load() != 0 {
 		b.Fatalf("%d of 256 streams lost, doubled or reordered pieces", bad.Load())
 	}
-	if v := srv.json("ledger", "verify"); !jsonBool(b, v, "ok") {
+	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(b, v, "ok") {
 		b.Fatalf("ledger verify after 256 streams: %v", v)
 	}
-	if bal := srv.json("balance", "--account", acct); jsonNum(b, bal, "balance") != 1000-256 {
+	if bal := srv.JSON("balance", "--account", acct); caddyproc.Num(b, bal, "balance") != 1000-256 {
 		b.Fatalf("balance after 256 streams: %v", bal)
 	}
 	b.ReportMetric(float64(maxOpen.Load()), "streams-open-at-once")

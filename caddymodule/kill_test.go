@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 )
 
 // TestServerKilledMidStream kills the caddy process (SIGKILL) while generations stream, restarts
@@ -39,11 +40,11 @@ func TestServerKilledMidStream(t *testing.T) {
 	}
 	// My Account comes first in the route, so it opens the shared ledger, with the ledger's
 	// default hold TTL (minutes): the generate handler's holds must carry its own hold_ttl.
-	srv := startCaddyProcess(t, fmt.Sprintf("route {\n\ttextgen_account {\n\t\tledger %s\n\t}\n\t%s\n\t}", dir,
+	srv := caddyproc.Start(t, fmt.Sprintf("route {\n\ttextgen_account {\n\t\tledger %s\n\t}\n\t%s\n\t}", dir,
 		site(fmt.Sprintf("\t\tgeneration_timeout 4s\n\t\tqueue_timeout 1s\n\t\thold_ttl %s\n\t\tmax_concurrent_per_account 20\n\t\tmax_in_flight 20\n", holdTTL))), dir)
-	acct := jsonStr(t, srv.json("account", "create", "--email", "kill@example.com"), "id")
-	key := jsonStr(t, srv.json("key", "create", "--account", acct, "--name", "kill"), "key")
-	srv.json("credits", "grant", "--account", acct, "--credits", "100", "--reference", "kill-test")
+	acct := caddyproc.Str(t, srv.JSON("account", "create", "--email", "kill@example.com"), "id")
+	key := caddyproc.Str(t, srv.JSON("key", "create", "--account", acct, "--name", "kill"), "key")
+	srv.JSON("credits", "grant", "--account", acct, "--credits", "100", "--reference", "kill-test")
 
 	client := &http.Client{}
 	send := func(addr, tool string) (*http.Response, error) {
@@ -60,7 +61,7 @@ func TestServerKilledMidStream(t *testing.T) {
 	// Five generations that end before the kill: charged, and durable before their ends.
 	var done []string
 	for range 5 {
-		resp, err := send(srv.http, "email-writer")
+		resp, err := send(srv.HTTP, "email-writer")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestServerKilledMidStream(t *testing.T) {
 		ends.Add(1)
 		go func() {
 			defer ends.Done()
-			resp, err := send(srv.http, "summarizer")
+			resp, err := send(srv.HTTP, "summarizer")
 			if err != nil || resp.StatusCode != http.StatusOK {
 				firsts.Done()
 				mu.Lock()
@@ -117,10 +118,7 @@ func TestServerKilledMidStream(t *testing.T) {
 		}()
 	}
 	firsts.Wait()
-	if err := srv.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-srv.done
+	srv.Kill()
 	ends.Wait()
 	if len(cut) != streams {
 		t.Fatalf("%d of %d streams were open at the kill: %v", len(cut), streams, endings)
@@ -134,18 +132,18 @@ func TestServerKilledMidStream(t *testing.T) {
 	// Restart after the killed holds' own TTL has passed, with the default hold_ttl (minutes):
 	// Open must void them by the TTL they were created with.
 	time.Sleep(time.Until(started.Add(holdTTL + time.Second)))
-	srv = startCaddyProcess(t, site(""), dir)
-	if v := srv.json("ledger", "verify"); !jsonBool(t, v, "ok") {
+	srv = caddyproc.Start(t, site(""), dir)
+	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
 		t.Fatalf("ledger verify after the kill: %v", v)
 	}
-	bal := srv.json("balance", "--account", acct)
-	if b, a := jsonNum(t, bal, "balance"), jsonNum(t, bal, "available"); b != 100-5 || a != b {
+	bal := srv.JSON("balance", "--account", acct)
+	if b, a := caddyproc.Num(t, bal, "balance"), caddyproc.Num(t, bal, "available"); b != 100-5 || a != b {
 		t.Fatalf("after the kill: balance %d, available %d; want 95 and 95 (the five finished generations charged, nothing held)", b, a)
 	}
 	settled := map[string]int{}
 	voided := map[string]int{}
-	h := srv.json("history", "--account", acct, "--limit", "1000")
-	for _, e := range jsonList(t, h, "entries") {
+	h := srv.JSON("history", "--account", acct, "--limit", "1000")
+	for _, e := range caddyproc.List(t, h, "entries") {
 		rid, _ := e["request_id"].(string)
 		switch e["kind"] {
 		case "settle":
@@ -184,7 +182,7 @@ func TestServerKilledMidStream(t *testing.T) {
 	t.Logf("%d cut streams: %d holds had reached the disk and were voided as expired at restart", len(cut), len(voided))
 
 	// The restarted service charges as before.
-	resp, err := send(srv.http, "email-writer")
+	resp, err := send(srv.HTTP, "email-writer")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,301 @@
+package operator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// The "caddy textgen ..." commands. Every command but restore is a client of the running
+// server's admin API (module.go): the server holds the Badger directory's lock, so the CLI never
+// opens it. restore is the exception by design: it writes a new ledger directory while the
+// server is stopped.
+//
+// Exit codes: 0 success; 1 the operation failed (the server refused it, the server could not be
+// reached, an I/O error, or ledger verify found problems); 2 the command line is wrong (a
+// missing, malformed or unknown flag, or an argument where none is taken). Without --json an
+// error is one line on stderr, "error: <message>".
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "textgen",
+		Usage: "<account|key|credits|balance|history|usage|ledger|backup|restore> [flags]",
+		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
+		Long: `
+Manages the caddy-textgen service through the running server's admin API:
+accounts, API keys, credits, usage, ledger verification and backups.
+
+These commands talk to Caddy's admin endpoint (default ` + caddy.DefaultAdminListen + `), never to
+the ledger directory, which the running server holds. Use --address, or --config
+(with --adapter) to read the admin address from your config, if it is not the default.
+
+With --json a command prints exactly one JSON object on stdout and nothing else;
+without it, a readable table. A failed command exits non-zero with the error on
+stderr (without --json, one line "error: ..."): 1 when the operation failed (or
+ledger verify found problems), 2 when the command line is wrong.
+
+'caddy textgen restore' is the one offline command: it loads a backup into a new,
+empty ledger directory while the server is stopped.
+
+The admin endpoint can create keys and grant credits: never make it reachable
+from the internet.`,
+		CobraFunc: buildTextgenCommand,
+	})
+}
+
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError marks a command-line mistake (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// cliFunc is one leaf command. It writes its result to out, and returns an error for failure.
+type cliFunc func(c *cliContext) error
+
+// cliContext is what a leaf command gets: its flags, the output, and a lazily made API client.
+type cliContext struct {
+	fl     caddycmd.Flags
+	json   bool
+	out    io.Writer
+	client *adminClient
+}
+
+func (c *cliContext) api() (*adminClient, error) {
+	if c.client == nil {
+		cl, err := newAdminClient(c.fl)
+		if err != nil {
+			return nil, err
+		}
+		c.client = cl
+	}
+	return c.client, nil
+}
+
+// cliRun runs a leaf command and ends it with its exit code.
+func cliRun(f cliFunc) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		fl := caddycmd.Flags{FlagSet: cmd.Flags()}
+		c := &cliContext{fl: fl, json: fl.Bool("json"), out: os.Stdout}
+		err := f(c)
+		var ue usageError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &ue):
+			return cliFail(cmd, exitUsage, err, c.json)
+		}
+		return cliFail(cmd, exitFailed, err, c.json)
+	}
+}
+
+// cliFail reports err and ends the command with code. Without --json (asLog false) the error is
+// one plain line on stderr; with --json it goes through Caddy's logger as it always has (a JSON
+// line when stderr is not a terminal).
+//
+// caddycmd.Main exits with the code of an error made by caddycmd.WrapCommandFuncForCobra, and
+// with 1 for any other error; the wrapper logs the error it is given, so it gets none when the
+// error is printed here.
+func cliFail(cmd *cobra.Command, code int, err error, asLog bool) error {
+	if asLog {
+		return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return code, err })(cmd, nil)
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "error: "+strings.Join(strings.Fields(err.Error()), " "))
+	cmd.SilenceErrors = true
+	if code == exitFailed {
+		return err
+	}
+	return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) { return code, nil })(cmd, nil)
+}
+
+// cliFlagError is the FlagErrorFunc of every textgen command: a flag that does not parse, or
+// that does not exist, is a command-line mistake (exit 2, one plain line, also with --json).
+func cliFlagError(cmd *cobra.Command, err error) error {
+	return cliFail(cmd, exitUsage, err, false)
+}
+
+// cliNoArgs is the Args check of every textgen command: they take flags only, so an argument is
+// a mistyped subcommand or a stray word (exit 2, one plain line).
+func cliNoArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return cliFail(cmd, exitUsage, err, false)
+	}
+	return nil
+}
+
+func cliLeaf(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cliNoArgs, RunE: cliRun(f)}
+	if flags != nil {
+		flags(cmd)
+	}
+	return cmd
+}
+
+func cliGroup(use, short string, children ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cliNoArgs, RunE: groupHelp}
+	cmd.AddCommand(children...)
+	return cmd
+}
+
+// groupHelp makes a command group runnable, so that cobra rejects a mistyped subcommand
+// ("unknown command", exit 2) instead of printing the help and exiting 0; the bare group prints
+// its help.
+func groupHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+func accountFlag(cmd *cobra.Command) {
+	cmd.Flags().String("account", "", "Account id (required)")
+}
+
+func buildTextgenCommand(cmd *cobra.Command) {
+	pf := cmd.PersistentFlags()
+	pf.String("address", "", "Address of Caddy's admin API (default "+caddy.DefaultAdminListen+", or the one in --config)")
+	pf.StringP("config", "c", "", "Configuration file to read the admin address from (if --address is not used)")
+	pf.StringP("adapter", "a", "", "Name of the config adapter for --config")
+	pf.String("ledger", "", "Ledger directory: which ledger to use when the server has several open; for restore, the new directory")
+	pf.Bool("json", false, "Print one JSON object instead of a table")
+	cmd.Args = cliNoArgs
+	cmd.RunE = groupHelp
+	// inherited by every subcommand
+	cmd.SetFlagErrorFunc(cliFlagError)
+
+	cmd.AddCommand(
+		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable",
+			cliLeaf("create", "Creates an account", cmdAccountCreate, func(c *cobra.Command) {
+				c.Flags().String("email", "", "Email address of the account holder (required, unique)")
+			}),
+			cliLeaf("list", "Lists accounts (all of them unless --limit is given)", cmdAccountList, func(c *cobra.Command) {
+				c.Flags().Int("limit", 0, "Page size: list one page of at most this many accounts")
+				c.Flags().String("cursor", "", "Continue after the page that returned this next_cursor")
+			}),
+			cliLeaf("get", "Shows an account with its credits and keys", cmdAccountGet, accountFlag),
+			cliLeaf("disable", "Disables an account: its keys get 403 account_disabled until it is enabled", cmdAccountStatus("disable"), accountFlag),
+			cliLeaf("enable", "Enables a disabled account", cmdAccountStatus("enable"), accountFlag),
+		),
+		cliGroup("key", "API keys: create, list, revoke",
+			cliLeaf("create", "Creates an API key; the full key is printed only this once", cmdKeyCreate, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().Bool("test", false, "Create a test key (tg_test_...): sample text, test credits, never the model")
+				c.Flags().String("name", "", "A name for the key, to recognise it later")
+				c.Flags().String("expires", "", "Expiry: an RFC 3339 time (2030-01-31T00:00:00Z) or a duration from now (720h, 90d); default never")
+			}),
+			cliLeaf("list", "Lists an account's keys (never the full keys)", cmdKeyList, accountFlag),
+			cliLeaf("revoke", "Revokes a key; it stops working with the next request", cmdKeyRevoke, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().String("key-id", "", "Id of the key to revoke (required; see 'caddy textgen key list')")
+			}),
+		),
+		cliGroup("credits", "Credits: grant, adjust",
+			cliLeaf("grant", "Grants credits; idempotent on --reference", cmdCreditsGrant, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().Int64("credits", 0, "Number of credits to grant (required, > 0)")
+				c.Flags().String("reference", "", "Unique reference (e.g. an invoice number): the same reference never credits twice")
+				c.Flags().Bool("test", false, "Grant test credits (used by test keys) instead of live credits")
+			}),
+			cliLeaf("adjust", "Adds or removes credits with a reason (a correction)", cmdCreditsAdjust, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().Int64("credits", 0, "Credits to add (positive) or remove (negative, e.g. --credits=-5); required")
+				c.Flags().String("reason", "", "Why (required; stays in the ledger)")
+				c.Flags().String("reference", "", "Unique reference: the same reference never applies twice")
+				c.Flags().Bool("test", false, "Adjust test credits instead of live credits")
+			}),
+		),
+		cliLeaf("balance", "Shows an account's live and test credits", cmdBalance, accountFlag),
+		cliLeaf("history", "Shows an account's ledger entries, newest first", cmdHistory, func(c *cobra.Command) {
+			accountFlag(c)
+			c.Flags().Int("limit", 50, "Number of entries (at most 1000)")
+			c.Flags().String("cursor", "", "Continue after the page that returned this next_cursor")
+		}),
+		cliLeaf("usage", "Shows requests and credits per tool and per day", cmdUsage, func(c *cobra.Command) {
+			c.Flags().String("account", "", "Only this account (default: all)")
+			c.Flags().String("from", "", "First day (YYYY-MM-DD, UTC) or RFC 3339 time")
+			c.Flags().String("to", "", "Last day, included (YYYY-MM-DD, UTC), or an RFC 3339 time, excluded")
+		}),
+		cliGroup("ledger", "The ledger: verify",
+			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),
+		),
+		cliLeaf("backup", "Downloads an online backup of the ledger from the running server", cmdBackup, func(c *cobra.Command) {
+			c.Flags().StringP("output", "o", "", "File to write the backup to (required; it appears only once complete; an existing file is replaced only with --force)")
+			c.Flags().Bool("force", false, "Replace the --output file if it exists")
+		}),
+		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
+			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")
+		}),
+	)
+}
+
+// --- flags ---
+
+func requireString(fl caddycmd.Flags, name string) (string, error) {
+	v := strings.TrimSpace(fl.String(name))
+	if v == "" {
+		return "", usagef("--%s is required", name)
+	}
+	return v, nil
+}
+
+func requireAccount(fl caddycmd.Flags) (string, error) { return requireString(fl, "account") }
+
+func modeFlag(fl caddycmd.Flags) ledger.Mode {
+	if fl.Bool("test") {
+		return ledger.Test
+	}
+	return ledger.Live
+}
+
+// --- output ---
+
+// print writes the server's JSON response (with --json) or the table.
+func (c *cliContext) print(raw json.RawMessage, tableFn func(io.Writer)) error {
+	if c.json {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
+			return fmt.Errorf("the admin API sent invalid JSON: %w", err)
+		}
+		buf.WriteByte('\n')
+		_, err := c.out.Write(buf.Bytes())
+		return err
+	}
+	tableFn(c.out)
+	return nil
+}
+
+func (c *cliContext) printValue(v any, tableFn func(io.Writer)) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.print(raw, tableFn)
+}
+
+func cliTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func cliTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func cliDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,119 @@
+package operator
+
+import (
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// The JSON bodies of the admin API. The CLI decodes the same types, so a field added here
+// reaches both.
+
+type createAccountRequest struct {
+	Email string `json:"email"`
+}
+
+type accountList struct {
+	Accounts   []ledger.Account `json:"accounts"`
+	NextCursor string           `json:"next_cursor"`
+}
+
+// accountDetail is an account with what an operator looks at next: its credits and keys.
+type accountDetail struct {
+	ledger.Account
+	Credits ledger.Balance `json:"credits"`
+	Keys    []keyView      `json:"keys"`
+}
+
+// keyView is what the admin API shows of a key. It is built field by field so that nothing but
+// the public parts (never a digest) can reach a response.
+type keyView struct {
+	ID        string      `json:"id"`
+	AccountID string      `json:"account_id"`
+	Mode      ledger.Mode `json:"mode"`
+	Name      string      `json:"name"`
+	// Hint is how the key is shown after its creation: prefix, an ellipsis, the last 4 characters.
+	Hint      string    `json:"hint"`
+	Prefix    string    `json:"prefix"`
+	Last4     string    `json:"last4"`
+	Status    string    `json:"status"` // active, revoked or expired
+	Created   time.Time `json:"created"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Revoked   bool      `json:"revoked"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+}
+
+type createKeyRequest struct {
+	Mode string `json:"mode"` // live (default) or test
+	Name string `json:"name"`
+	// Expires is an RFC 3339 time or a duration from now ("720h", "90d"); empty: never.
+	Expires string `json:"expires"`
+}
+
+// createdKey is the only response that ever carries a full key.
+type createdKey struct {
+	Key string `json:"key"`
+	keyView
+}
+
+type keyList struct {
+	Keys []keyView `json:"keys"`
+}
+
+type grantRequest struct {
+	Credits   int64  `json:"credits"`
+	Reference string `json:"reference"`
+	Mode      string `json:"mode"`
+	Reason    string `json:"reason"`
+}
+
+// creditsResult answers a grant or an adjustment.
+type creditsResult struct {
+	AccountID string           `json:"account_id"`
+	Kind      ledger.EntryKind `json:"kind"`
+	Mode      ledger.Mode      `json:"mode"`
+	// Credited is what this call changed: the requested credits, or 0 when Repeated.
+	Credited  int64  `json:"credited"`
+	Reference string `json:"reference,omitempty"`
+	// Repeated: the reference had been used already, nothing was credited, Entry is the first one.
+	Repeated bool `json:"repeated"`
+	// Balance and Available are the figures of Mode right after the call.
+	Balance   int64        `json:"balance"`
+	Available int64        `json:"available"`
+	Entry     ledger.Entry `json:"entry"`
+	// Credits has the account's live and test figures.
+	Credits ledger.Balance `json:"credits"`
+}
+
+type entryList struct {
+	AccountID  string         `json:"account_id"`
+	Entries    []ledger.Entry `json:"entries"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+// usageSum is one line of a usage total.
+type usageSum struct {
+	Day      string      `json:"day,omitempty"`
+	Tool     string      `json:"tool,omitempty"`
+	Mode     ledger.Mode `json:"mode"`
+	Requests int64       `json:"requests"`
+	Settled  int64       `json:"settled"`
+	Voided   int64       `json:"voided"`
+}
+
+// usageReport is the usage summary: the ledger's rows (per day, tool and mode) and their sums
+// per tool, per day and per mode. Live and test are never added together: test credits are free.
+type usageReport struct {
+	AccountID string            `json:"account_id,omitempty"`
+	From      string            `json:"from,omitempty"`
+	To        string            `json:"to,omitempty"`
+	Rows      []ledger.UsageRow `json:"rows"`
+	ByTool    []usageSum        `json:"by_tool"`
+	ByDay     []usageSum        `json:"by_day"`
+	Total     []usageSum        `json:"total"`
+}
+
+// backupChecksumTrailer carries the SHA-256 of the backup stream, so the client can tell a
+// complete download from one cut short.
+const backupChecksumTrailer = "X-Textgen-Backup-Sha256"
