@@ -22,7 +22,7 @@ var now = time.Now
 //
 // The authoritative working state (accounts, keys, balances, open holds, next entry numbers)
 // is kept in memory, loaded at Open; every change is applied there under the account's mutex
-// and made durable through the group committer before the call returns (see commit.go).
+// and made durable through the group committer before the call returns (see badger_commit.go).
 type Badger struct {
 	db   *badger.DB
 	opts Options

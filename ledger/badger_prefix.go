@@ -20,7 +20,7 @@ const (
 	prefixGrantRef byte = 0x09 // acct id + reference -> seq (uint64 BE) of the first entry
 	prefixIdem     byte = 0x0A // acct id + Idempotency-Key -> IdempotencyRecord (JSON), 24 h TTL
 	prefixMeta     byte = 0x0B // name -> value (schema version)
-	// The account area (auth.go).
+	// The account area (badger_credentials.go).
 	prefixCredential  byte = 0x0C // acct id -> credentialRecord (JSON): argon2id hash of the password
 	prefixSession     byte = 0x0D // SHA-256 digest of a session token (32 bytes) -> sessionRecord (JSON), Badger TTL = expiry
 	prefixAcctSession byte = 0x0E // acct id + session digest -> empty, same TTL; finds an account's sessions
