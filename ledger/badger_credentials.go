@@ -3,12 +3,10 @@ package ledger
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -311,89 +309,4 @@ func (s *Badger) DeleteSession(ctx context.Context, token string) error {
 		ws = append(ws, del(acctSessionKey(rec.AccountID, d)))
 	}
 	return s.c.enqueue(ws).wait()
-}
-
-// Purchases lists the account's purchase entries, newest first. It reads the grant-reference
-// index (every purchase has a reference), so it does not scan the account's request entries.
-func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := pageLimit(Page{Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.end()
-	if _, err := s.account(accountID); err != nil {
-		return nil, err
-	}
-	out := []Entry{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, key1(prefixGrantRef, accountID), func(k, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if len(v) != 8 {
-				return fmt.Errorf("grant reference %q: malformed", k)
-			}
-			ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
-			if err != nil || !ok {
-				return err
-			}
-			var e Entry
-			if err := json.Unmarshal(ev, &e); err != nil {
-				return fmt.Errorf("entry of grant reference %q: %w", k, err)
-			}
-			if e.Kind == KindPurchase {
-				out = append(out, e)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
-}
-
-// RefillTestCredits tops the account's available test credits up to upTo. The check and the
-// grant happen under the account's mutex, so concurrent refills never overshoot.
-func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
-	if upTo <= 0 {
-		return 0, Balance{}, fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
-	}
-	if err := s.begin(); err != nil {
-		return 0, Balance{}, err
-	}
-	defer s.end()
-	a, err := s.account(accountID)
-	if err != nil {
-		return 0, Balance{}, err
-	}
-	a.mu.Lock()
-	if a.rec.Load().Status == StatusDisabled {
-		a.mu.Unlock()
-		return 0, Balance{}, ErrAccountDisabled
-	}
-	bal, held := a.figures(Test)
-	credits := upTo - (bal - held)
-	if credits <= 0 {
-		b := a.balance()
-		a.mu.Unlock()
-		return 0, b, nil
-	}
-	// A refill is a grant without a reference: nothing can repeat it (the check above and the
-	// grant are under one lock), so it needs no reference index.
-	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, now().UTC())
-	op := s.c.enqueue(ws)
-	b := a.balance()
-	a.mu.Unlock()
-	if err := op.wait(); err != nil {
-		return 0, Balance{}, err
-	}
-	return credits, b, nil
 }

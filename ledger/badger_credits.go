@@ -1,14 +1,18 @@
 package ledger
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"time"
+	"sort"
 	"unicode/utf8"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
+
+// Credits of the Badger engine besides holds (badger_holds.go): grants, purchases and
+// adjustments, balances, the purchase list and test-credit refills.
 
 const (
 	maxRequestIDLen = 128
@@ -34,202 +38,6 @@ func checkMode(m Mode) error {
 		return fmt.Errorf("mode %q: %w", m, ErrInvalidArgument)
 	}
 	return nil
-}
-
-func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) HoldResult {
-	bal, held := a.figures(h.rec.Mode)
-	return HoldResult{RequestID: h.rec.RequestID, State: h.rec.State, Available: bal - held, Repeated: repeated}
-}
-
-// findHold returns the hold from memory or, once its resolution is visible in the committer's
-// snapshot, from there. Called with a.mu held.
-func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
-	snap := s.c.acquire()
-	defer s.c.release(snap)
-	a.prune(snap)
-	if h := a.holds[rid]; h != nil {
-		return h, nil
-	}
-	rec, err := getHold(snap.txn, a.id, rid)
-	if err != nil {
-		return nil, err
-	}
-	if rec.State == HoldOpen {
-		// Every open hold is loaded at Open and kept in memory until resolved.
-		return nil, fmt.Errorf("hold %q of %q is open on disk but not in memory", rid, a.id)
-	}
-	return &holdMem{rec: rec}, nil
-}
-
-// repeated reports a hold that had been handled already, once that first handling is durable.
-func (s *Badger) repeated(a *account, h *holdMem) (HoldResult, error) {
-	r := s.holdResult(a, h, true)
-	op := h.op
-	a.mu.Unlock()
-	if err := s.c.waitFor(op); err != nil {
-		return HoldResult{}, err
-	}
-	return r, nil
-}
-
-// Hold reserves one credit of req.Mode for req.RequestID. It fails with ErrInsufficientCredits,
-// writing nothing, when no credit is available, and with ErrAccountDisabled for a disabled
-// account. A request id is held at most once: a repeated Hold reports the hold's state with
-// Repeated set and changes nothing.
-func (s *Badger) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
-	return s.hold(req, true)
-}
-
-// Reserve is Hold without waiting for the hold to reach the disk: it returns once the credit is
-// reserved in memory and the hold's write is queued. Writes commit in queue order, so a later
-// Settle or Void of the request is durable only with the hold before it; a crash before the
-// hold's commit loses the hold, which charges nothing. The generate handler reserves this way
-// so that a model faster than a disk sync never waits for one before its first piece of text.
-func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, error) {
-	return s.hold(req, false)
-}
-
-func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
-	if err := checkMode(req.Mode); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if req.TTL < 0 {
-		return HoldResult{}, fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
-	}
-	if err := s.begin(); err != nil {
-		return HoldResult{}, err
-	}
-	defer s.end()
-	a, err := s.account(req.AccountID)
-	if err != nil {
-		return HoldResult{}, err
-	}
-	a.mu.Lock()
-	h, err := s.findHold(a, req.RequestID)
-	switch {
-	case err == nil:
-		return s.repeated(a, h)
-	case err != ErrNotFound:
-		a.mu.Unlock()
-		return HoldResult{}, err
-	}
-	if a.rec.Load().Status == StatusDisabled {
-		a.mu.Unlock()
-		return HoldResult{}, ErrAccountDisabled
-	}
-	bal, held := a.figures(req.Mode)
-	if bal-held <= 0 {
-		a.mu.Unlock()
-		return HoldResult{}, ErrInsufficientCredits
-	}
-	t := now().UTC()
-	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
-	rec := holdRecord{
-		AccountID: a.id,
-		RequestID: req.RequestID,
-		Mode:      req.Mode,
-		State:     HoldOpen,
-		KeyID:     req.KeyID,
-		Tool:      req.Tool,
-		Created:   t,
-		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
-		HoldSeq:   ent.Seq,
-	}
-	op := s.c.enqueue(append(ws,
-		set(holdKey(a.id, req.RequestID), mustJSON(rec)),
-		set(openHoldKey(a.id, req.RequestID), nil),
-	))
-	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
-	a.mu.Unlock()
-	// A Reserve returns before the commit, except when the committer refused the write (it
-	// failed earlier): then no hold will ever reach the disk, and the generation must not run.
-	if !wait && op.id != 0 {
-		return HoldResult{RequestID: req.RequestID, State: HoldOpen, Available: ent.AvailableAfter}, nil
-	}
-	if err := op.wait(); err != nil {
-		return HoldResult{}, err
-	}
-	return HoldResult{RequestID: req.RequestID, State: HoldOpen, Available: ent.AvailableAfter}, nil
-}
-
-// Settle charges the held credit: balance -1, an entry of kind settle. A hold resolved already
-// (settled or voided) reports its first outcome with Repeated set.
-func (s *Badger) Settle(ctx context.Context, accountID, requestID string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldSettled, "")
-}
-
-// Void releases the held credit without charging it: an entry of kind void with the reason.
-// A hold resolved already reports its first outcome with Repeated set.
-func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldVoided, reason)
-}
-
-// resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
-// after its client went away, with a context that is already canceled.
-func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
-	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("reason", reason, maxReasonLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if err := s.begin(); err != nil {
-		return HoldResult{}, err
-	}
-	defer s.end()
-	a, err := s.account(accountID)
-	if err != nil {
-		return HoldResult{}, err
-	}
-	a.mu.Lock()
-	h, err := s.findHold(a, requestID)
-	if err == ErrNotFound {
-		a.mu.Unlock()
-		return HoldResult{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
-	}
-	if err != nil {
-		a.mu.Unlock()
-		return HoldResult{}, err
-	}
-	if h.rec.State != HoldOpen {
-		return s.repeated(a, h)
-	}
-	op := s.resolveLocked(a, h, to, reason, now().UTC())
-	r := s.holdResult(a, h, false)
-	a.mu.Unlock()
-	if err := op.wait(); err != nil {
-		return HoldResult{}, err
-	}
-	return r, nil
-}
-
-// resolveLocked settles or voids the open hold h. Called with a.mu held.
-func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason string, t time.Time) *pendingOp {
-	m := h.rec.Mode
-	amount := int64(0)
-	kind := KindVoid
-	if to == HoldSettled {
-		amount, kind, reason = -1, KindSettle, ""
-	}
-	rec := h.rec
-	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
-	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
-	op := s.c.enqueue(append(ws,
-		set(holdKey(a.id, rec.RequestID), mustJSON(rec)),
-		del(openHoldKey(a.id, rec.RequestID)),
-	))
-	h.rec, h.op = rec, op.id // h is the map's entry
-	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
-	return op
 }
 
 // Grant adds credits (grant, purchase) or adds or removes them (adjustment). With a Reference
@@ -359,31 +167,87 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error)
 	return a.balance(), nil
 }
 
-// sweep voids every open hold past its expiry and returns how many it voided.
-func (s *Badger) sweep() (int, error) {
+// Purchases lists the account's purchase entries, newest first. It reads the grant-reference
+// index (every purchase has a reference), so it does not scan the account's request entries.
+func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
+	limit, err := pageLimit(Page{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
 	if err := s.begin(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer s.end()
-	t := now().UTC()
-	var ops []*pendingOp
-	for _, a := range s.allAccounts() {
-		a.mu.Lock()
-		snap := s.c.acquire()
-		a.prune(snap)
-		s.c.release(snap)
-		for _, h := range a.holds {
-			if h.rec.State == HoldOpen && !t.Before(h.rec.Expires) {
-				ops = append(ops, s.resolveLocked(a, h, HoldVoided, "expired", t))
+	if _, err := s.account(accountID); err != nil {
+		return nil, err
+	}
+	out := []Entry{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, key1(prefixGrantRef, accountID), func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-		}
+			if len(v) != 8 {
+				return fmt.Errorf("grant reference %q: malformed", k)
+			}
+			ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
+			if err != nil || !ok {
+				return err
+			}
+			var e Entry
+			if err := json.Unmarshal(ev, &e); err != nil {
+				return fmt.Errorf("entry of grant reference %q: %w", k, err)
+			}
+			if e.Kind == KindPurchase {
+				out = append(out, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RefillTestCredits tops the account's available test credits up to upTo. The check and the
+// grant happen under the account's mutex, so concurrent refills never overshoot.
+func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
+	if upTo <= 0 {
+		return 0, Balance{}, fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
+	}
+	if err := s.begin(); err != nil {
+		return 0, Balance{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return 0, Balance{}, err
+	}
+	a.mu.Lock()
+	if a.rec.Load().Status == StatusDisabled {
 		a.mu.Unlock()
+		return 0, Balance{}, ErrAccountDisabled
 	}
-	var first error
-	for _, op := range ops {
-		if err := op.wait(); err != nil && first == nil {
-			first = err
-		}
+	bal, held := a.figures(Test)
+	credits := upTo - (bal - held)
+	if credits <= 0 {
+		b := a.balance()
+		a.mu.Unlock()
+		return 0, b, nil
 	}
-	return len(ops), first
+	// A refill is a grant without a reference: nothing can repeat it (the check above and the
+	// grant are under one lock), so it needs no reference index.
+	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, now().UTC())
+	op := s.c.enqueue(ws)
+	b := a.balance()
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return 0, Balance{}, err
+	}
+	return credits, b, nil
 }
