@@ -3,11 +3,9 @@ package ledger
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -31,15 +29,6 @@ type sessionRecord struct {
 	Expires   time.Time `json:"expires"`
 	CSRFToken string    `json:"csrf_token"`
 }
-
-const (
-	sessionTokenLen = 43 // base62 characters, about 256 bits
-	csrfTokenLen    = 43
-	// MaxSessionTTL bounds CreateSession's ttl.
-	MaxSessionTTL = 30 * 24 * time.Hour
-)
-
-func sessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
 
 // CreateAccountWithPassword creates an active account with zero balances and its password
 // credential in one durable write: there is never an account that a sign-up created without
@@ -142,7 +131,7 @@ func (s *Badger) Authenticate(ctx context.Context, email, password string) (Acco
 	if len(password) > MaxPasswordLen {
 		return Account{}, ErrInvalidCredentials // no account has such a password; do not hash it
 	}
-	e := strings.ToLower(strings.TrimSpace(email))
+	e := foldEmail(email)
 	s.acctMu.RLock()
 	a := s.byEmail[e]
 	s.acctMu.RUnlock()
@@ -194,8 +183,8 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 
 // CreateSession starts a session for an active account.
 func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.Duration) (string, Session, error) {
-	if ttl <= 0 || ttl > MaxSessionTTL {
-		return "", Session{}, fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
+	if err := checkSessionTTL(ttl); err != nil {
+		return "", Session{}, err
 	}
 	if err := s.begin(); err != nil {
 		return "", Session{}, err
@@ -228,19 +217,6 @@ func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.D
 
 func (r sessionRecord) session(d [32]byte) Session {
 	return Session{ID: sessionID(d), AccountID: r.AccountID, Created: r.Created, Expires: r.Expires, CSRFToken: r.CSRFToken}
-}
-
-// looksLikeToken rejects what CreateSession cannot have made, before any lookup.
-func looksLikeToken(t string) bool {
-	if len(t) != sessionTokenLen {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		if !isBase62[t[i]] {
-			return false
-		}
-	}
-	return true
 }
 
 // GetSession finds a live session by its token.

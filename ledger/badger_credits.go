@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"unicode/utf8"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -14,69 +13,12 @@ import (
 // Credits of the Badger engine besides holds (badger_holds.go): grants, purchases and
 // adjustments, balances, the purchase list and test-credit refills.
 
-const (
-	maxRequestIDLen = 128
-	maxKeyIDLen     = 64
-	maxToolLen      = 64
-	maxReferenceLen = 256
-	maxReasonLen    = 512
-	maxCurrencyLen  = 8
-)
-
-func checkString(field, v string, max int, required bool) error {
-	if required && v == "" {
-		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
-	}
-	if len(v) > max || !utf8.ValidString(v) {
-		return fmt.Errorf("%s must be valid UTF-8 of at most %d bytes: %w", field, max, ErrInvalidArgument)
-	}
-	return nil
-}
-
-func checkMode(m Mode) error {
-	if m != Live && m != Test {
-		return fmt.Errorf("mode %q: %w", m, ErrInvalidArgument)
-	}
-	return nil
-}
-
 // Grant adds credits (grant, purchase) or adds or removes them (adjustment). With a Reference
 // it is idempotent: a reference already used on the account returns the first entry with
 // Repeated set and credits nothing.
 func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
-	if err := checkMode(req.Mode); err != nil {
+	if err := checkGrantRequest(req); err != nil {
 		return GrantResult{}, err
-	}
-	switch req.Kind {
-	case KindGrant, KindPurchase:
-		if req.Credits <= 0 {
-			return GrantResult{}, fmt.Errorf("a %s needs a positive number of credits: %w", req.Kind, ErrInvalidArgument)
-		}
-	case KindAdjustment:
-		if req.Credits == 0 {
-			return GrantResult{}, fmt.Errorf("an adjustment needs a non-zero number of credits: %w", ErrInvalidArgument)
-		}
-	default:
-		return GrantResult{}, fmt.Errorf("kind %q is not grant, purchase or adjustment: %w", req.Kind, ErrInvalidArgument)
-	}
-	if req.Kind == KindPurchase {
-		if req.Reference == "" {
-			return GrantResult{}, fmt.Errorf("a purchase needs the payment reference: %w", ErrInvalidArgument)
-		}
-		if req.Mode != Live {
-			return GrantResult{}, fmt.Errorf("test credits are not sold: %w", ErrInvalidArgument)
-		}
-	}
-	if req.AmountCents < 0 {
-		return GrantResult{}, fmt.Errorf("amount_cents must not be negative: %w", ErrInvalidArgument)
-	}
-	for _, c := range []struct {
-		f, v string
-		max  int
-	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
-		if err := checkString(c.f, c.v, c.max, false); err != nil {
-			return GrantResult{}, err
-		}
 	}
 	if err := s.begin(); err != nil {
 		return GrantResult{}, err
@@ -217,8 +159,8 @@ func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]
 // RefillTestCredits tops the account's available test credits up to upTo. The check and the
 // grant happen under the account's mutex, so concurrent refills never overshoot.
 func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
-	if upTo <= 0 {
-		return 0, Balance{}, fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
+	if err := checkRefillTarget(upTo); err != nil {
+		return 0, Balance{}, err
 	}
 	if err := s.begin(); err != nil {
 		return 0, Balance{}, err

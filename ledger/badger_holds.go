@@ -64,20 +64,8 @@ func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, erro
 }
 
 func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
-	if err := checkMode(req.Mode); err != nil {
+	if err := checkHoldRequest(req); err != nil {
 		return HoldResult{}, err
-	}
-	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if req.TTL < 0 {
-		return HoldResult{}, fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
 	}
 	if err := s.begin(); err != nil {
 		return HoldResult{}, err
@@ -150,10 +138,7 @@ func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) 
 // resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
 // after its client went away, with a context that is already canceled.
 func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
-	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("reason", reason, maxReasonLen, false); err != nil {
+	if err := checkResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
 	if err := s.begin(); err != nil {

@@ -1,17 +1,10 @@
 package ledger
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 )
-
-// IdempotencyTTL is how long an Idempotency-Key record is kept.
-const IdempotencyTTL = 24 * time.Hour
-
-const maxIdempotencyKeyLen = 255
 
 // findIdem returns the live record for key, from memory while its write is not in the
 // committer's snapshot, else from the snapshot. Called with a.mu held.
@@ -33,7 +26,7 @@ func (s *Badger) findIdem(a *account, key string) (*idemMem, error) {
 		}
 	}
 	// Badger drops the record after its TTL; the check here makes the injected clock agree.
-	if r != nil && !now().Before(r.rec.Created.Add(IdempotencyTTL)) {
+	if r != nil && idemExpired(r.rec, now()) {
 		return nil, nil
 	}
 	return r, nil
@@ -48,17 +41,8 @@ func (s *Badger) idemWrite(rec IdempotencyRecord) write {
 // BeginIdempotent stores rec if (AccountID, Key) is new and returns (rec, true); otherwise it
 // returns the existing record and false. Created defaults to now.
 func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error) {
-	if err := checkString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
+	if err := checkIdempotencyRecord(rec); err != nil {
 		return IdempotencyRecord{}, false, err
-	}
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	if rec.HoldTTL < 0 {
-		return IdempotencyRecord{}, false, fmt.Errorf("hold ttl %v is negative: %w", rec.HoldTTL, ErrInvalidArgument)
 	}
 	if err := s.begin(); err != nil {
 		return IdempotencyRecord{}, false, err
@@ -70,7 +54,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 	}
 	a.mu.Lock()
 	old, err := s.findIdem(a, rec.Key)
-	if err == nil && old != nil && s.idemReusable(old.rec) {
+	if err == nil && old != nil && idemReusable(old.rec, now(), s.opts.HoldTTL) {
 		old = nil // released, or abandoned by a crash: the new request takes the key over
 	}
 	if err != nil || old != nil {
@@ -103,24 +87,11 @@ func (s *Badger) storeIdem(a *account, rec IdempotencyRecord) *pendingOp {
 	return op
 }
 
-// StatusReleased, given to FinishIdempotent, releases the key: the request it began ended
-// without effect (for a generate request: without a charge), so a retry may run it again.
-const StatusReleased = -1
-
-// idemReusable reports whether a record no longer holds its key: it was released, or it is
-// still "in progress" long after any request could run (its process died; its hold expired).
-func (s *Badger) idemReusable(rec IdempotencyRecord) bool {
-	if rec.Status == StatusReleased {
-		return true
-	}
-	return rec.Status == 0 && now().Sub(rec.Created) > cmp.Or(rec.HoldTTL, s.opts.HoldTTL)
-}
-
 // FinishIdempotent records the final HTTP status of the request that began key, or releases
 // the key with StatusReleased.
 func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, status int) error {
-	if (status < 100 || status > 599) && status != StatusReleased {
-		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
+	if err := checkFinishStatus(status); err != nil {
+		return err
 	}
 	if err := s.begin(); err != nil {
 		return err

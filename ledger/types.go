@@ -194,6 +194,9 @@ type UsageQuery struct {
 	From, To  time.Time // zero = unbounded
 }
 
+// MaxSessionTTL bounds CreateSession's ttl.
+const MaxSessionTTL = 30 * 24 * time.Hour
+
 // Session is a logged-in browser session of the account area. The token that names it is
 // given out once, by CreateSession; only its SHA-256 digest is stored.
 type Session struct {
