@@ -2,8 +2,8 @@ package ledger
 
 import "time"
 
-// The values the Store API takes and returns. They are the same for every engine; an engine
-// keeps them in whatever form it likes (Badger as JSON records, see badger_prefix.go).
+// The values the Store API takes and returns, the same for every engine. How an engine stores
+// them is its own affair (Badger: JSON records under the keys of badger_prefix.go).
 
 // Mode separates live credits (paid, used by live keys) from test credits (free, used by test keys).
 type Mode string
