@@ -101,6 +101,11 @@ type HoldRequest struct {
 	TTL time.Duration
 }
 
+// DefaultHoldTTL is how long a hold may stay open when neither the request (HoldRequest.TTL)
+// nor the store's options say: a few minutes past the longest generation the handler allows.
+// Every engine uses it, so that a configuration means the same on each.
+const DefaultHoldTTL = 15 * time.Minute
+
 // HoldState is the outcome of a hold.
 type HoldState string
 
