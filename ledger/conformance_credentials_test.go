@@ -10,75 +10,8 @@ import (
 	"time"
 )
 
-const goodPassword = "correct horse battery"
-
-func TestPasswordHashFormatAndVerify(t *testing.T) {
-	h, err := HashPassword(goodPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(h, "$argon2id$v=19$m=19456,t=2,p=1$") {
-		t.Fatalf("hash %q is not a PHC argon2id string with the default parameters", h)
-	}
-	h2, _ := HashPassword(goodPassword)
-	if h == h2 {
-		t.Fatal("two hashes of one password are equal: the salt is not random")
-	}
-	for pw, want := range map[string]bool{goodPassword: true, "correct horse battery ": false, "": false} {
-		ok, err := VerifyPassword(h, pw)
-		if err != nil || ok != want {
-			t.Errorf("VerifyPassword(%q) = %v, %v; want %v", pw, ok, err, want)
-		}
-	}
-	// Stored parameters are honoured, so the defaults can change later.
-	weak, err := hashPassword(goodPassword, Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 8, KeyLen: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := VerifyPassword(weak, goodPassword); !ok || err != nil {
-		t.Fatalf("hash with other parameters: %v, %v", ok, err)
-	}
-	for _, bad := range []string{
-		"", "plain", "$argon2i$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA",
-		"$argon2id$v=19$m=99999999,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA", // memory bomb
-		"$argon2id$v=19$m=19456,t=99,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA",
-		"$argon2id$v=19$m=19456,t=2,p=1$!!$aGFzaGhhc2hoYXNoaGFzaA",
-	} {
-		if _, err := VerifyPassword(bad, goodPassword); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("VerifyPassword(%q): err %v, want ErrInvalidArgument", bad, err)
-		}
-	}
-}
-
-func TestPasswordPolicy(t *testing.T) {
-	for _, c := range []struct {
-		email, pw string
-		ok        bool
-	}{
-		{"a@example.com", goodPassword, true},
-		{"a@example.com", "short", false},
-		{"a@example.com", "123456789", false},
-		{"a@example.com", "ünïcödé-pä", true}, // 10 characters, more bytes
-		{"a@example.com", strings.Repeat("x", MaxPasswordLen+1), false},
-		{"a@example.com", strings.Repeat("z", 12), false},
-		{"a@example.com", "Password1234", false},
-		{"longname@example.com", "longname@example.com", false},
-		{"longername@example.com", "LongerName", false},
-		{"a@example.com", "pass\xffword123", false},
-	} {
-		err := CheckPasswordPolicy(c.email, c.pw)
-		if (err == nil) != c.ok {
-			t.Errorf("CheckPasswordPolicy(%q, %q) = %v, want ok=%v", c.email, c.pw, err, c.ok)
-		}
-		var we *WeakPasswordError
-		if err != nil && (!errors.Is(err, ErrWeakPassword) || !errors.As(err, &we) || we.Reason == "") {
-			t.Errorf("CheckPasswordPolicy(%q): %v is not a WeakPasswordError", c.pw, err)
-		}
-	}
-}
-
-func TestSignUpAndAuthenticate(t *testing.T) {
-	s := newMem(t)
+func testSignUpAndAuthenticate(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	a, err := s.CreateAccountWithPassword(bg, " Alice@Example.com ", goodPassword)
 	if err != nil {
 		t.Fatal(err)
@@ -152,12 +85,12 @@ func countArgon2(t *testing.T) *atomic.Int64 {
 	return &n
 }
 
-// TestAuthenticateTiming checks that an unknown email and an account without a password cost
+// testAuthenticateTiming checks that an unknown email and an account without a password cost
 // the same argon2id work as a wrong (or the right) password, so that the time of the answer does
 // not tell whether an email has an account. It counts hash computations instead of timing them:
 // timings on a loaded machine are noise, a count is exact.
-func TestAuthenticateTiming(t *testing.T) {
-	s := newMem(t)
+func testAuthenticateTiming(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	if _, err := s.CreateAccountWithPassword(bg, "timing@example.com", goodPassword); err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +125,8 @@ func TestAuthenticateTiming(t *testing.T) {
 	}
 }
 
-func TestSessions(t *testing.T) {
-	s := newMem(t)
+func testSessions(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
 	a, err := s.CreateAccountWithPassword(bg, "sess@example.com", goodPassword)
@@ -228,7 +161,7 @@ func TestSessions(t *testing.T) {
 		}
 	}
 	// The token itself is never stored: no stored value or key contains it.
-	assertNotStored(t, s, tok)
+	assertNotStored(t, eng, s, tok)
 
 	// Expiry follows the ledger clock.
 	clock = clock.Add(12*time.Hour - time.Second)
@@ -270,142 +203,8 @@ func TestSessions(t *testing.T) {
 	}
 }
 
-func assertNotStored(t *testing.T, s *Badger, secret string) {
-	t.Helper()
-	var buf strings.Builder
-	if err := s.Backup(bg, &buf); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(buf.String(), secret) {
-		t.Fatalf("the secret %q is stored in the ledger", secret)
-	}
-}
-
-func TestSessionsSurviveReopen(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := s.CreateAccountWithPassword(bg, "reopen@example.com", goodPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := s.CreateSession(bg, a.ID, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openDir(t, dir, quiet)
-	if _, err := s.Authenticate(bg, "reopen@example.com", goodPassword); err != nil {
-		t.Fatalf("password after reopen: %v", err)
-	}
-	if _, acct, err := s.GetSession(bg, tok); err != nil || acct.ID != a.ID {
-		t.Fatalf("session after reopen: %v", err)
-	}
-	rep, err := s.Verify(bg)
-	if err != nil || !rep.OK {
-		t.Fatalf("verify: %+v %v", rep, err)
-	}
-}
-
-func TestPurchasesIdempotentOnReference(t *testing.T) {
-	s := newMem(t)
-	a := mustAccount(t, s, "buyer@example.com")
-	buy := func(ref string) GrantResult {
-		t.Helper()
-		r, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindPurchase, Credits: 10,
-			Reference: ref, AmountCents: 200, Currency: "EUR"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	first := buy("cs_test_1")
-	replay := buy("cs_test_1")
-	if first.Repeated || !replay.Repeated || replay.Entry.Seq != first.Entry.Seq || replay.Balance.Balance != 10 {
-		t.Fatalf("replayed purchase: first %+v, replay %+v", first, replay)
-	}
-	buy("cs_test_2")
-	mustGrant(t, s, a.ID, Live, 5) // no reference: not a purchase
-	if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindGrant, Credits: 1, Reference: "INV-1"}); err != nil {
-		t.Fatal(err)
-	}
-	mustHold(t, s, a.ID, Live, "req_1")
-	if _, err := s.Settle(bg, a.ID, "req_1"); err != nil {
-		t.Fatal(err)
-	}
-	ps, err := s.Purchases(bg, a.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ps) != 2 || ps[0].Reference != "cs_test_2" || ps[1].Reference != "cs_test_1" ||
-		ps[0].AmountCents != 200 || ps[0].Currency != "EUR" || ps[0].Amount != 10 {
-		t.Fatalf("purchases %+v", ps)
-	}
-	if ps, _ := s.Purchases(bg, a.ID, 1); len(ps) != 1 || ps[0].Reference != "cs_test_2" {
-		t.Fatalf("limit 1: %+v", ps)
-	}
-	if b := mustBalance(t, s, a.ID); b.Balance != 10+10+5+1-1 {
-		t.Fatalf("balance %+v", b)
-	}
-	if _, err := s.Purchases(bg, "acct_nonexistent00000", 0); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("unknown account: %v", err)
-	}
-}
-
-func TestRefillTestCredits(t *testing.T) {
-	s := newMem(t)
-	a := mustAccount(t, s, "tester@example.com")
-	n, b, err := s.RefillTestCredits(bg, a.ID, 50)
-	if err != nil || n != 50 || b.TestAvailable != 50 || b.Balance != 0 {
-		t.Fatalf("first refill: %d %+v %v", n, b, err)
-	}
-	if n, _, _ := s.RefillTestCredits(bg, a.ID, 50); n != 0 {
-		t.Fatalf("refill when full granted %d", n)
-	}
-	mustHold(t, s, a.ID, Test, "req_a")
-	mustHold(t, s, a.ID, Test, "req_b")
-	if _, err := s.Settle(bg, a.ID, "req_a"); err != nil {
-		t.Fatal(err)
-	}
-	// 49 balance, one open hold: 48 available, a refill adds 2.
-	n, b, err = s.RefillTestCredits(bg, a.ID, 50)
-	if err != nil || n != 2 || b.TestAvailable != 50 {
-		t.Fatalf("second refill: %d %+v %v", n, b, err)
-	}
-	// Concurrent refills never overshoot.
-	if _, err := s.Void(bg, a.ID, "req_b", "test"); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			if _, _, err := s.RefillTestCredits(bg, a.ID, 60); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	if b := mustBalance(t, s, a.ID); b.TestAvailable != 60 || b.Available != 0 {
-		t.Fatalf("after concurrent refills: %+v", b)
-	}
-	if ps, _ := s.Purchases(bg, a.ID, 0); len(ps) != 0 {
-		t.Fatalf("a refill is listed as a purchase: %+v", ps)
-	}
-	rep, err := s.Verify(bg)
-	if err != nil || !rep.OK {
-		t.Fatalf("verify: %+v %v", rep, err)
-	}
-	if _, _, err := s.RefillTestCredits(bg, a.ID, 0); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("target 0: %v", err)
-	}
-}
-
-func TestSignUpConcurrentSameEmail(t *testing.T) {
-	s := newMem(t)
+func testSignUpConcurrentSameEmail(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	created, dup := 0, 0
