@@ -165,13 +165,7 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 		return rec, false, err
 	}
 	defer s.end()
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, credentialKey(acct))
-		return err
-	})
+	v, ok, err := s.get(credentialKey(acct))
 	if err != nil || !ok {
 		return rec, false, err
 	}
@@ -229,13 +223,7 @@ func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account
 	}
 	defer s.end()
 	d := sha256.Sum256([]byte(token))
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, sessionKey(d))
-		return err
-	})
+	v, ok, err := s.get(sessionKey(d))
 	if err != nil {
 		return Session{}, Account{}, err
 	}
@@ -269,13 +257,7 @@ func (s *Badger) DeleteSession(ctx context.Context, token string) error {
 	}
 	defer s.end()
 	d := sha256.Sum256([]byte(token))
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, sessionKey(d))
-		return err
-	})
+	v, ok, err := s.get(sessionKey(d))
 	if err != nil || !ok {
 		return err
 	}

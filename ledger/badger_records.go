@@ -78,6 +78,16 @@ func getValue(txn *badger.Txn, k []byte) (v []byte, ok bool, err error) {
 	return v, err == nil, err
 }
 
+// get reads one value in a read-only transaction of its own; ok is false when the key does not
+// exist.
+func (s *Badger) get(k []byte) (v []byte, ok bool, err error) {
+	err = s.db.View(func(txn *badger.Txn) error {
+		v, ok, err = getValue(txn, k)
+		return err
+	})
+	return v, ok, err
+}
+
 func getHold(txn *badger.Txn, acct, rid string) (holdRecord, error) {
 	var rec holdRecord
 	v, ok, err := getValue(txn, holdKey(acct, rid))
