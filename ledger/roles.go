@@ -325,6 +325,8 @@ type Maintenance interface {
 	// Close waits for calls in flight, writes what is still only in memory (keys' last-use
 	// times) and releases the store. Later calls fail with ErrClosed. It is safe to call more
 	// than once; later calls return the first one's result.
+	//
+	// Expected errors: none. An error means that something held only in memory may be lost.
 	Close() error
 }
 
