@@ -1,9 +1,19 @@
 // Package ledger owns every piece of money-like state of caddy-textgen: accounts, API keys,
 // credit balances, holds and the append-only ledger of entries. It imports nothing from Caddy.
 //
-// The Store interface is independent of Badger so that a second implementation (for example
-// PostgreSQL, for several Caddy instances behind one load balancer) can replace the Badger one.
-// Badger, returned by Open, keeps the ledger in a Badger v4 directory.
+// # Roles
+//
+// Store is the ledger's Go API. It embeds one interface per role (roles.go), and every method's
+// doc comment lists the sentinel errors (errors.go) it may return:
+//
+//	Accounts     CreateAccount, GetAccount, GetAccountByEmail, ListAccounts, SetAccountStatus
+//	Keys         CreateKey, ListKeys, RevokeKey, LookupKey
+//	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, RefillTestCredits
+//	Idempotency  BeginIdempotent, FinishIdempotent
+//	Credentials  CreateAccountWithPassword, SetPassword, Authenticate,
+//	             CreateSession, GetSession, DeleteSession
+//	Reports      History, Usage
+//	Maintenance  Verify, Backup, Close
 //
 // # Invariants
 //
@@ -15,14 +25,33 @@
 // A hold (entry amount 0) reserves one credit; it is resolved exactly once, by a settle (amount
 // -1) or a void (amount 0). A request id is held at most once per account and resolved at most
 // once; repeated calls report the first outcome. A grant reference credits at most once per
-// account. Holds left open past HoldTTL (by a crash, say) are voided with reason "expired" by a
-// background sweep and by Open before it returns. Verify recomputes all of this from the entries.
-// Open also removes the empty log files a crash during Badger's file creation leaves (repair.go).
+// account. Holds left open past their TTL (by a crash, say) are voided with reason "expired" by
+// a background sweep and when the store opens. Entries are numbered 1, 2, 3... per account and
+// never change. Verify recomputes all of this from the entries.
 //
-// # Key layout
+// # Engines
 //
-// Every Badger key is a one-byte type code (prefix.go) followed by fixed-width ids, numbers
-// big-endian, so that byte order is numeric order:
+// An engine is one implementation of Store. Engines live in this package, each in files of its
+// own prefix: an engine in a subpackage (ledger/badger) would import its parent for the types,
+// which the house rule forbids.
+//
+//   - badger_*.go: the Badger engine, type Badger, returned by Open; it keeps the ledger in a
+//     Badger v4 directory, for one Caddy instance. Described below.
+//   - postgres_*.go (to come): a PostgreSQL engine, for several Caddy instances behind one load
+//     balancer.
+//
+// The files without a prefix belong to every engine: the API (roles.go, types.go, errors.go)
+// and the rules an engine must apply the same way (validate.go: argument checks; ids.go and
+// apikey.go: ids, tokens and the API key format; password.go: password policy and argon2id;
+// idempotency.go: Idempotency-Key rules; clock.go: the clock). An engine uses these and
+// nothing of another engine. One conformance suite (conformance_test.go), written against the
+// role interfaces only, runs on every engine; tests of one engine's internals (crash recovery,
+// reopening, backup files) are in its own badger_*_test.go files.
+//
+// # Badger: key layout
+//
+// Every Badger key is a one-byte type code (badger_prefix.go) followed by fixed-width ids,
+// numbers big-endian, so that byte order is numeric order:
 //
 //	01 acct                -> Account (JSON)
 //	02 email               -> acct id (email trimmed and lower-cased)
@@ -40,9 +69,9 @@
 //	0D session digest      -> session (SHA-256 of the token; expiry; CSRF secret), Badger TTL
 //	0E acct session digest -> empty: finds an account's sessions (for log-out everywhere)
 //
-// Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12.
+// Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12 (ids.go).
 //
-// # Concurrency and durability
+// # Badger: concurrency and durability
 //
 // The working state (accounts, keys, balances, open holds, next entry numbers) lives in memory,
 // loaded at Open. A change takes its account's mutex, checks and applies itself in memory,
@@ -54,9 +83,12 @@
 // thing visible earlier is the in-memory Balance of a change still in flight. If a commit ever
 // fails, the store stops accepting work (memory may be ahead of disk) until it is reopened.
 //
-// Calls that change the ledger do not give up when their context is canceled: a handler voids
-// a hold after its client went away, with a context that is already done, and a change that
-// was queued is committed anyway. Long reads (History, Usage, Verify) do honour ctx.
+// A change that was queued is committed even if its caller's context is canceled meanwhile
+// (roles.go says why calls that change credits ignore ctx).
+//
+// Open voids the holds that expired while the store was closed before it returns, and first
+// removes the empty log files that a crash during Badger's file creation leaves, which Badger
+// itself refuses to open (badger_repair.go).
 //
 // Writes are synced (SyncWrites) unless Options.DisableSyncWrites is set: a charge or purchase
 // that was acknowledged must survive a power loss. API keys' last-use times are the exception:

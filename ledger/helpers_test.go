@@ -2,38 +2,12 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 )
 
 var bg = context.Background()
-
-// quiet disables the background loops so tests drive sweeps and flushes themselves.
-var quiet = Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1}
-
-func newMem(t testing.TB) *Badger {
-	t.Helper()
-	o := quiet
-	o.InMemory = true
-	s, err := Open("", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func openDir(t testing.TB, dir string, o Options) *Badger {
-	t.Helper()
-	s, err := Open(dir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // setNow fixes the ledger clock to *t (read on every call) until the test ends. Set it only
 // while no background loop of an open store can run.
@@ -44,7 +18,7 @@ func setNow(t testing.TB, at *time.Time) {
 	t.Cleanup(func() { now = old })
 }
 
-func mustAccount(t testing.TB, s *Badger, email string) Account {
+func mustAccount(t testing.TB, s Store, email string) Account {
 	t.Helper()
 	a, err := s.CreateAccount(bg, email)
 	if err != nil {
@@ -53,7 +27,7 @@ func mustAccount(t testing.TB, s *Badger, email string) Account {
 	return a
 }
 
-func mustGrant(t testing.TB, s *Badger, acct string, m Mode, n int64) GrantResult {
+func mustGrant(t testing.TB, s Store, acct string, m Mode, n int64) GrantResult {
 	t.Helper()
 	r, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: m, Kind: KindGrant, Credits: n})
 	if err != nil {
@@ -62,7 +36,7 @@ func mustGrant(t testing.TB, s *Badger, acct string, m Mode, n int64) GrantResul
 	return r
 }
 
-func mustHold(t testing.TB, s *Badger, acct string, m Mode, rid string) HoldResult {
+func mustHold(t testing.TB, s Store, acct string, m Mode, rid string) HoldResult {
 	t.Helper()
 	r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_test", Tool: "summarize"})
 	if err != nil {
@@ -71,7 +45,7 @@ func mustHold(t testing.TB, s *Badger, acct string, m Mode, rid string) HoldResu
 	return r
 }
 
-func mustBalance(t testing.TB, s *Badger, acct string) Balance {
+func mustBalance(t testing.TB, s Store, acct string) Balance {
 	t.Helper()
 	b, err := s.Balance(bg, acct)
 	if err != nil {
@@ -87,7 +61,7 @@ func wantErr(t testing.TB, err, want error) {
 	}
 }
 
-func verifyClean(t testing.TB, s *Badger) VerifyReport {
+func verifyClean(t testing.TB, s Store) VerifyReport {
 	t.Helper()
 	r, err := s.Verify(bg)
 	if err != nil {
@@ -100,7 +74,7 @@ func verifyClean(t testing.TB, s *Badger) VerifyReport {
 }
 
 // allHistory returns every entry of the account, newest first.
-func allHistory(t testing.TB, s *Badger, acct string) []Entry {
+func allHistory(t testing.TB, s Store, acct string) []Entry {
 	t.Helper()
 	var out []Entry
 	cur := ""
@@ -117,4 +91,4 @@ func allHistory(t testing.TB, s *Badger, acct string) []Entry {
 	}
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+const goodPassword = "correct horse battery"

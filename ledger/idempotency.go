@@ -2,146 +2,32 @@ package ledger
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 )
 
+// The rules of Idempotency-Key records, for every engine: how long a record holds its key, and
+// when a new request may take a key over. Engines store and find the records
+// (badger_idempotency.go); these functions decide.
+
 // IdempotencyTTL is how long an Idempotency-Key record is kept.
 const IdempotencyTTL = 24 * time.Hour
-
-const maxIdempotencyKeyLen = 255
-
-// findIdem returns the live record for key, from memory while its write is not in the
-// committer's snapshot, else from the snapshot. Called with a.mu held.
-func (s *Badger) findIdem(a *account, key string) (*idemMem, error) {
-	snap := s.c.acquire()
-	defer s.c.release(snap)
-	a.prune(snap)
-	r := a.idem[key]
-	if r == nil {
-		v, ok, err := snap.get(idemKey(a.id, key))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			r = &idemMem{}
-			if err := json.Unmarshal(v, &r.rec); err != nil {
-				return nil, err
-			}
-		}
-	}
-	// Badger drops the record after its TTL; the check here makes the injected clock agree.
-	if r != nil && !now().Before(r.rec.Created.Add(IdempotencyTTL)) {
-		return nil, nil
-	}
-	return r, nil
-}
-
-func (s *Badger) idemWrite(rec IdempotencyRecord) write {
-	w := set(idemKey(rec.AccountID, rec.Key), mustJSON(rec))
-	w.expiresAt = uint64(rec.Created.Add(IdempotencyTTL).Unix())
-	return w
-}
-
-// BeginIdempotent stores rec if (AccountID, Key) is new and returns (rec, true); otherwise it
-// returns the existing record and false. Created defaults to now.
-func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error) {
-	if err := checkString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	if rec.HoldTTL < 0 {
-		return IdempotencyRecord{}, false, fmt.Errorf("hold ttl %v is negative: %w", rec.HoldTTL, ErrInvalidArgument)
-	}
-	if err := s.begin(); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	defer s.end()
-	a, err := s.account(rec.AccountID)
-	if err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	a.mu.Lock()
-	old, err := s.findIdem(a, rec.Key)
-	if err == nil && old != nil && s.idemReusable(old.rec) {
-		old = nil // released, or abandoned by a crash: the new request takes the key over
-	}
-	if err != nil || old != nil {
-		a.mu.Unlock()
-		if err != nil {
-			return IdempotencyRecord{}, false, err
-		}
-		if err := s.c.waitFor(old.op); err != nil {
-			return IdempotencyRecord{}, false, err
-		}
-		return old.rec, false, nil
-	}
-	if rec.Created.IsZero() {
-		rec.Created = now()
-	}
-	rec.Created = rec.Created.UTC()
-	op := s.storeIdem(a, rec)
-	a.mu.Unlock()
-	if err := op.wait(); err != nil {
-		return IdempotencyRecord{}, false, err
-	}
-	return rec, true, nil
-}
-
-// storeIdem queues rec's write. Called with a.mu held.
-func (s *Badger) storeIdem(a *account, rec IdempotencyRecord) *pendingOp {
-	op := s.c.enqueue([]write{s.idemWrite(rec)})
-	a.idem[rec.Key] = &idemMem{rec: rec, op: op.id}
-	a.recent = append(a.recent, recentItem{kind: 'i', key: rec.Key, op: op.id})
-	return op
-}
 
 // StatusReleased, given to FinishIdempotent, releases the key: the request it began ended
 // without effect (for a generate request: without a charge), so a retry may run it again.
 const StatusReleased = -1
 
-// idemReusable reports whether a record no longer holds its key: it was released, or it is
+// idemExpired reports whether rec is past its IdempotencyTTL at t: its key is free again,
+// whether or not the store has dropped it yet.
+func idemExpired(rec IdempotencyRecord, t time.Time) bool {
+	return !t.Before(rec.Created.Add(IdempotencyTTL))
+}
+
+// idemReusable reports whether a record no longer holds its key at t: it was released, or it is
 // still "in progress" long after any request could run (its process died; its hold expired).
-func (s *Badger) idemReusable(rec IdempotencyRecord) bool {
+// defaultHoldTTL is the store's, for a record without a HoldTTL of its own.
+func idemReusable(rec IdempotencyRecord, t time.Time, defaultHoldTTL time.Duration) bool {
 	if rec.Status == StatusReleased {
 		return true
 	}
-	return rec.Status == 0 && now().Sub(rec.Created) > cmp.Or(rec.HoldTTL, s.opts.HoldTTL)
-}
-
-// FinishIdempotent records the final HTTP status of the request that began key, or releases
-// the key with StatusReleased.
-func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, status int) error {
-	if (status < 100 || status > 599) && status != StatusReleased {
-		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
-	}
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	a, err := s.account(accountID)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	r, err := s.findIdem(a, key)
-	if err != nil || r == nil {
-		a.mu.Unlock()
-		if err == nil {
-			err = fmt.Errorf("idempotency key %q of account %q: %w", key, accountID, ErrNotFound)
-		}
-		return err
-	}
-	rec := r.rec
-	rec.Status = status
-	op := s.storeIdem(a, rec)
-	a.mu.Unlock()
-	return op.wait()
+	return rec.Status == 0 && t.Sub(rec.Created) > cmp.Or(rec.HoldTTL, defaultHoldTTL)
 }

@@ -4,32 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net/mail"
 	"sort"
 	"strings"
 	"time"
 )
-
-const maxEmailLen = 254
-
-// normalizeEmail trims and lower-cases an address and rejects what is obviously not one
-// (display names, several addresses, spaces, no @). It does not check that the domain exists.
-func normalizeEmail(email string) (string, error) {
-	e := strings.ToLower(strings.TrimSpace(email))
-	bad := fmt.Errorf("email %q is not a valid address: %w", email, ErrInvalidArgument)
-	if e == "" || len(e) > maxEmailLen || strings.ContainsAny(e, " \t\r\n<>,;\"") {
-		return "", bad
-	}
-	addr, err := mail.ParseAddress(e)
-	if err != nil || addr.Address != e || addr.Name != "" {
-		return "", bad
-	}
-	at := strings.LastIndexByte(e, '@')
-	if at <= 0 || at == len(e)-1 {
-		return "", bad
-	}
-	return e, nil
-}
 
 // CreateAccount creates an active account with zero balances. Emails are unique after
 // normalisation (trimmed, lower-cased).
@@ -102,7 +80,7 @@ func (s *Badger) GetAccountByEmail(ctx context.Context, email string) (Account, 
 	if s.closed.Load() {
 		return Account{}, ErrClosed
 	}
-	e := strings.ToLower(strings.TrimSpace(email))
+	e := foldEmail(email)
 	s.acctMu.RLock()
 	a := s.byEmail[e]
 	s.acctMu.RUnlock()
@@ -149,8 +127,8 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 // SetAccountStatus enables or disables an account. Disabling takes effect on the next request;
 // holds already open can still be settled or voided.
 func (s *Badger) SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error) {
-	if status != StatusActive && status != StatusDisabled {
-		return Account{}, fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
+	if err := checkAccountStatus(status); err != nil {
+		return Account{}, err
 	}
 	if err := s.begin(); err != nil {
 		return Account{}, err
@@ -174,21 +152,4 @@ func (s *Badger) SetAccountStatus(ctx context.Context, id string, status Account
 		return Account{}, err
 	}
 	return rec, nil
-}
-
-const (
-	defaultPageLimit = 50
-	maxPageLimit     = 1000
-)
-
-func pageLimit(p Page) (int, error) {
-	switch {
-	case p.Limit < 0:
-		return 0, fmt.Errorf("page limit %d: %w", p.Limit, ErrInvalidArgument)
-	case p.Limit == 0:
-		return defaultPageLimit, nil
-	case p.Limit > maxPageLimit:
-		return maxPageLimit, nil
-	}
-	return p.Limit, nil
 }

@@ -12,9 +12,9 @@ import (
 // settle at once, while other holds are still being attempted (a settle frees no credit); the
 // rest are settled or voided only after every hold attempt has finished, so that no voided
 // credit goes back into the pool during the race and the count stays exact.
-func TestConcurrentHolds(t *testing.T) {
+func testConcurrentHolds(t *testing.T, eng engine) {
 	const attempts, credits = 10000, 1000
-	s := newMem(t)
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "race@example.com").ID
 	mustGrant(t, s, a, Live, credits)
 
@@ -127,8 +127,8 @@ func TestConcurrentHolds(t *testing.T) {
 }
 
 // Many accounts at once: the group committer must keep every account's order.
-func TestConcurrentAccounts(t *testing.T) {
-	s := newMem(t)
+func testConcurrentAccounts(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	const accounts, perAccount = 16, 100
 	ids := make([]string, accounts)
 	for i := range ids {
@@ -165,12 +165,13 @@ func TestConcurrentAccounts(t *testing.T) {
 	verifyClean(t, s)
 }
 
-// TestConcurrentReplays: a payment provider that delivers the same event several times at once
+// testConcurrentReplays: a payment provider that delivers the same event several times at once
 // (or a client that retries with the same Idempotency-Key before the first answer) gets one
-// effect. The first call's commit is still in flight when the others arrive, so only the
-// in-memory record of the reference (or key) can stop them.
-func TestConcurrentReplays(t *testing.T) {
-	s := openDir(t, t.TempDir(), quiet) // synced: commits take long enough for the calls to overlap
+// effect. On a synced store the first call's commit is still in flight when the others arrive,
+// so the store must stop them before the first one is durable (Badger: by its in-memory record
+// of the reference or key).
+func testConcurrentReplays(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "replay@example.com").ID
 	const n = 16
 	var wg sync.WaitGroup
@@ -208,19 +209,4 @@ func TestConcurrentReplays(t *testing.T) {
 		t.Fatalf("balance %+v, want 10", b)
 	}
 	verifyClean(t, s)
-}
-
-// TestSyncWritesByDefault: a zero Options syncs every commit (a kill cannot show a missing
-// fsync, the page cache survives it; a power loss would).
-func TestSyncWritesByDefault(t *testing.T) {
-	o, err := Options{}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !badgerOptions(t.TempDir(), o).SyncWrites {
-		t.Fatal("the default options do not sync writes")
-	}
-	if badgerOptions(t.TempDir(), Options{DisableSyncWrites: true, Logger: o.Logger}).SyncWrites {
-		t.Fatal("DisableSyncWrites did not turn syncing off")
-	}
 }

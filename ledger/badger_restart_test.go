@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// Tests that need Badger itself: closing and reopening a directory, and backing it up into
+// another one. They use the public API only to fill and compare stores.
+
 type dump struct {
 	Accounts []Account
 	Keys     map[string][]Key
@@ -17,7 +20,7 @@ type dump struct {
 	Entries  map[string][]Entry
 }
 
-func dumpStore(t *testing.T, s *Badger) dump {
+func dumpStore(t *testing.T, s Store) dump {
 	t.Helper()
 	d := dump{Keys: map[string][]Key{}, Balances: map[string]Balance{}, Entries: map[string][]Entry{}}
 	as, next, err := s.ListAccounts(bg, Page{Limit: 1000})
@@ -39,7 +42,7 @@ func dumpStore(t *testing.T, s *Badger) dump {
 
 // fill writes a bit of everything and returns the full keys it created, each with whether it
 // should still work.
-func fill(t *testing.T, s *Badger) map[string]bool {
+func fill(t *testing.T, s Store) map[string]bool {
 	t.Helper()
 	keys := map[string]bool{}
 	for i := range 3 {
@@ -86,7 +89,7 @@ func fill(t *testing.T, s *Badger) map[string]bool {
 	return keys
 }
 
-func checkSame(t *testing.T, s *Badger, want dump, keys map[string]bool) {
+func checkSame(t *testing.T, s Store, want dump, keys map[string]bool) {
 	t.Helper()
 	got := dumpStore(t, s)
 	if !reflect.DeepEqual(got, want) {
@@ -165,4 +168,99 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyClean(t, openDir(t, dir2, quiet))
+}
+
+// TestReserve: a reservation takes the credit at once (the next one sees it gone) and becomes
+// durable with the settle that follows it.
+func TestReserve(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, Options{})
+	a := mustAccount(t, s, "reserve@example.com").ID
+	mustGrant(t, s, a, Live, 1)
+
+	r, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r1", Tool: "summarizer"})
+	if err != nil || r.State != HoldOpen || r.Available != 0 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r2"}); err != ErrInsufficientCredits {
+		t.Fatalf("second reserve on a balance of 1: %v", err)
+	}
+	if res, err := s.Settle(bg, a, "req_r1"); err != nil || res.State != HoldSettled {
+		t.Fatalf("settle: %+v %v", res, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir, Options{})
+	b, err := s.Balance(bg, a)
+	if err != nil || b.Balance != 0 || b.Available != 0 {
+		t.Fatalf("after reopen: %+v %v", b, err)
+	}
+	var kinds []EntryKind
+	es, _, _ := s.History(bg, a, Page{})
+	for _, e := range es {
+		kinds = append(kinds, e.Kind)
+	}
+	if len(kinds) != 3 || kinds[0] != KindSettle || kinds[1] != KindHold || kinds[2] != KindGrant {
+		t.Fatalf("history after reopen, newest first: %v", kinds)
+	}
+	if rep, err := s.Verify(bg); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+func TestSessionsSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.CreateAccountWithPassword(bg, "reopen@example.com", goodPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := s.CreateSession(bg, a.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir, quiet)
+	if _, err := s.Authenticate(bg, "reopen@example.com", goodPassword); err != nil {
+		t.Fatalf("password after reopen: %v", err)
+	}
+	if _, acct, err := s.GetSession(bg, tok); err != nil || acct.ID != a.ID {
+		t.Fatalf("session after reopen: %v", err)
+	}
+	rep, err := s.Verify(bg)
+	if err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// TestOpenVoidsExpiredHolds: holds that expired while the store was closed are voided by Open,
+// before it returns (the conformance suite's testHoldExpiry covers the sweep of an open store).
+func TestOpenVoidsExpiredHolds(t *testing.T) {
+	t0 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	dir := t.TempDir()
+	o := quiet
+	o.HoldTTL = 10 * time.Minute
+	s := openDir(t, dir, o)
+	a := mustAccount(t, s, "e@example.com").ID
+	mustGrant(t, s, a, Live, 3)
+	mustHold(t, s, a, Live, "young")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Hour)
+	s = openDir(t, dir, o)
+	if b := mustBalance(t, s, a); b.Available != 3 {
+		t.Fatalf("after reopen %+v", b)
+	}
+	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "young" {
+		t.Fatalf("open sweep entry %+v", e)
+	}
+	verifyClean(t, s)
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-func TestHistoryPages(t *testing.T) {
-	s := newMem(t)
+func testHistoryPages(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "p@example.com").ID
 	for range 25 {
 		mustGrant(t, s, a, Live, 1)
@@ -60,11 +60,11 @@ func TestHistoryPages(t *testing.T) {
 	}
 }
 
-func TestUsage(t *testing.T) {
+func testUsage(t *testing.T, eng engine) {
 	day1 := time.Date(2030, 6, 1, 23, 0, 0, 0, time.UTC)
 	t0 := day1
 	setNow(t, &t0)
-	s := newMem(t)
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "u1@example.com").ID
 	b := mustAccount(t, s, "u2@example.com").ID
 	for _, id := range []string{a, b} {

@@ -3,38 +3,12 @@ package ledger
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
-	"unicode/utf8"
 )
 
-const (
-	maxRequestIDLen = 128
-	maxKeyIDLen     = 64
-	maxToolLen      = 64
-	maxReferenceLen = 256
-	maxReasonLen    = 512
-	maxCurrencyLen  = 8
-)
-
-func checkString(field, v string, max int, required bool) error {
-	if required && v == "" {
-		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
-	}
-	if len(v) > max || !utf8.ValidString(v) {
-		return fmt.Errorf("%s must be valid UTF-8 of at most %d bytes: %w", field, max, ErrInvalidArgument)
-	}
-	return nil
-}
-
-func checkMode(m Mode) error {
-	if m != Live && m != Test {
-		return fmt.Errorf("mode %q: %w", m, ErrInvalidArgument)
-	}
-	return nil
-}
+// Holds of the Badger engine: Hold and Reserve take one credit for a request, Settle and Void
+// resolve it exactly once, and the sweep voids holds left open past their expiry.
 
 func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) HoldResult {
 	bal, held := a.figures(h.rec.Mode)
@@ -90,20 +64,8 @@ func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, erro
 }
 
 func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
-	if err := checkMode(req.Mode); err != nil {
+	if err := checkHoldRequest(req); err != nil {
 		return HoldResult{}, err
-	}
-	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
-		return HoldResult{}, err
-	}
-	if req.TTL < 0 {
-		return HoldResult{}, fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
 	}
 	if err := s.begin(); err != nil {
 		return HoldResult{}, err
@@ -176,10 +138,7 @@ func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) 
 // resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
 // after its client went away, with a context that is already canceled.
 func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
-	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
-		return HoldResult{}, err
-	}
-	if err := checkString("reason", reason, maxReasonLen, false); err != nil {
+	if err := checkResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
 	if err := s.begin(); err != nil {
@@ -230,133 +189,6 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	h.rec, h.op = rec, op.id // h is the map's entry
 	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
 	return op
-}
-
-// Grant adds credits (grant, purchase) or adds or removes them (adjustment). With a Reference
-// it is idempotent: a reference already used on the account returns the first entry with
-// Repeated set and credits nothing.
-func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
-	if err := checkMode(req.Mode); err != nil {
-		return GrantResult{}, err
-	}
-	switch req.Kind {
-	case KindGrant, KindPurchase:
-		if req.Credits <= 0 {
-			return GrantResult{}, fmt.Errorf("a %s needs a positive number of credits: %w", req.Kind, ErrInvalidArgument)
-		}
-	case KindAdjustment:
-		if req.Credits == 0 {
-			return GrantResult{}, fmt.Errorf("an adjustment needs a non-zero number of credits: %w", ErrInvalidArgument)
-		}
-	default:
-		return GrantResult{}, fmt.Errorf("kind %q is not grant, purchase or adjustment: %w", req.Kind, ErrInvalidArgument)
-	}
-	if req.Kind == KindPurchase {
-		if req.Reference == "" {
-			return GrantResult{}, fmt.Errorf("a purchase needs the payment reference: %w", ErrInvalidArgument)
-		}
-		if req.Mode != Live {
-			return GrantResult{}, fmt.Errorf("test credits are not sold: %w", ErrInvalidArgument)
-		}
-	}
-	if req.AmountCents < 0 {
-		return GrantResult{}, fmt.Errorf("amount_cents must not be negative: %w", ErrInvalidArgument)
-	}
-	for _, c := range []struct {
-		f, v string
-		max  int
-	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
-		if err := checkString(c.f, c.v, c.max, false); err != nil {
-			return GrantResult{}, err
-		}
-	}
-	if err := s.begin(); err != nil {
-		return GrantResult{}, err
-	}
-	defer s.end()
-	a, err := s.account(req.AccountID)
-	if err != nil {
-		return GrantResult{}, err
-	}
-	a.mu.Lock()
-	if req.Reference != "" {
-		first, op, found, err := s.findGrant(a, req.Reference)
-		if err != nil || found {
-			b := a.balance()
-			a.mu.Unlock()
-			if err != nil {
-				return GrantResult{}, err
-			}
-			if err := s.c.waitFor(op); err != nil {
-				return GrantResult{}, err
-			}
-			return GrantResult{Entry: first, Balance: b, Repeated: true}, nil
-		}
-	}
-	bal, held := a.figures(req.Mode)
-	if bal+req.Credits-held < 0 {
-		a.mu.Unlock()
-		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
-	}
-	ent, ws := a.appendEntry(Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
-		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, now().UTC())
-	if req.Reference != "" {
-		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))
-	}
-	op := s.c.enqueue(ws)
-	if req.Reference != "" {
-		a.refs[req.Reference] = &refMem{entry: ent, op: op.id}
-		a.recent = append(a.recent, recentItem{kind: 'r', key: req.Reference, op: op.id})
-	}
-	b := a.balance()
-	a.mu.Unlock()
-	if err := op.wait(); err != nil {
-		return GrantResult{}, err
-	}
-	return GrantResult{Entry: ent, Balance: b}, nil
-}
-
-// findGrant finds the entry that first used ref. Called with a.mu held.
-func (s *Badger) findGrant(a *account, ref string) (Entry, uint64, bool, error) {
-	snap := s.c.acquire()
-	defer s.c.release(snap)
-	a.prune(snap)
-	if r := a.refs[ref]; r != nil {
-		return r.entry, r.op, true, nil
-	}
-	var ent Entry
-	v, ok, err := snap.get(grantRefKey(a.id, ref))
-	if err != nil || !ok {
-		return ent, 0, false, err
-	}
-	if len(v) != 8 {
-		return ent, 0, false, fmt.Errorf("grant reference %q of %q: malformed", ref, a.id)
-	}
-	e, ok, err := snap.get(entryKey(a.id, binary.BigEndian.Uint64(v)))
-	if err != nil {
-		return ent, 0, false, err
-	}
-	if !ok {
-		return ent, 0, false, fmt.Errorf("grant reference %q of %q points at a missing entry", ref, a.id)
-	}
-	return ent, 0, true, json.Unmarshal(e, &ent)
-}
-
-// Balance returns the account's live and test figures.
-func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error) {
-	if s.closed.Load() {
-		return Balance{}, ErrClosed
-	}
-	if err := s.c.err(); err != nil {
-		return Balance{}, err
-	}
-	a, err := s.account(accountID)
-	if err != nil {
-		return Balance{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.balance(), nil
 }
 
 // sweep voids every open hold past its expiry and returns how many it voided.

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,4 +56,16 @@ func Restore(dir string, r io.Reader) error {
 		return fmt.Errorf("restoring ledger into %q: %w", dir, err)
 	}
 	return nil
+}
+
+// dirEmpty reports whether dir is missing or an empty directory.
+func dirEmpty(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(entries) == 0, nil
 }

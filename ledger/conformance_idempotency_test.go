@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-func TestIdempotencyRecords(t *testing.T) {
+func testIdempotencyRecords(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 2, 2, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
-	s := newMem(t)
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "i@example.com").ID
 
 	rec := IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req1", Fingerprint: "fp1"}
@@ -48,12 +48,12 @@ func TestIdempotencyRecords(t *testing.T) {
 	}
 }
 
-// TestIdempotencyReleaseAndTakeOver: a request that ended without effect releases its key, and a
+// testIdempotencyReleaseAndTakeOver: a request that ended without effect releases its key, and a
 // record left "in progress" by a crash is taken over once no request can still be running.
-func TestIdempotencyReleaseAndTakeOver(t *testing.T) {
+func testIdempotencyReleaseAndTakeOver(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 3, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
-	s := newMem(t)
+	s := eng.open(t, 0)
 	a := mustAccount(t, s, "r@example.com").ID
 
 	if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req1", Fingerprint: "fp"}); err != nil || !isNew {

@@ -3,13 +3,9 @@ package ledger
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -33,15 +29,6 @@ type sessionRecord struct {
 	Expires   time.Time `json:"expires"`
 	CSRFToken string    `json:"csrf_token"`
 }
-
-const (
-	sessionTokenLen = 43 // base62 characters, about 256 bits
-	csrfTokenLen    = 43
-	// MaxSessionTTL bounds CreateSession's ttl.
-	MaxSessionTTL = 30 * 24 * time.Hour
-)
-
-func sessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
 
 // CreateAccountWithPassword creates an active account with zero balances and its password
 // credential in one durable write: there is never an account that a sign-up created without
@@ -144,7 +131,7 @@ func (s *Badger) Authenticate(ctx context.Context, email, password string) (Acco
 	if len(password) > MaxPasswordLen {
 		return Account{}, ErrInvalidCredentials // no account has such a password; do not hash it
 	}
-	e := strings.ToLower(strings.TrimSpace(email))
+	e := foldEmail(email)
 	s.acctMu.RLock()
 	a := s.byEmail[e]
 	s.acctMu.RUnlock()
@@ -178,13 +165,7 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 		return rec, false, err
 	}
 	defer s.end()
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, credentialKey(acct))
-		return err
-	})
+	v, ok, err := s.get(credentialKey(acct))
 	if err != nil || !ok {
 		return rec, false, err
 	}
@@ -196,8 +177,8 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 
 // CreateSession starts a session for an active account.
 func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.Duration) (string, Session, error) {
-	if ttl <= 0 || ttl > MaxSessionTTL {
-		return "", Session{}, fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
+	if err := checkSessionTTL(ttl); err != nil {
+		return "", Session{}, err
 	}
 	if err := s.begin(); err != nil {
 		return "", Session{}, err
@@ -232,19 +213,6 @@ func (r sessionRecord) session(d [32]byte) Session {
 	return Session{ID: sessionID(d), AccountID: r.AccountID, Created: r.Created, Expires: r.Expires, CSRFToken: r.CSRFToken}
 }
 
-// looksLikeToken rejects what CreateSession cannot have made, before any lookup.
-func looksLikeToken(t string) bool {
-	if len(t) != sessionTokenLen {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		if !isBase62[t[i]] {
-			return false
-		}
-	}
-	return true
-}
-
 // GetSession finds a live session by its token.
 func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account, error) {
 	if !looksLikeToken(token) {
@@ -255,13 +223,7 @@ func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account
 	}
 	defer s.end()
 	d := sha256.Sum256([]byte(token))
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, sessionKey(d))
-		return err
-	})
+	v, ok, err := s.get(sessionKey(d))
 	if err != nil {
 		return Session{}, Account{}, err
 	}
@@ -295,13 +257,7 @@ func (s *Badger) DeleteSession(ctx context.Context, token string) error {
 	}
 	defer s.end()
 	d := sha256.Sum256([]byte(token))
-	var v []byte
-	var ok bool
-	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		v, ok, err = getValue(txn, sessionKey(d))
-		return err
-	})
+	v, ok, err := s.get(sessionKey(d))
 	if err != nil || !ok {
 		return err
 	}
@@ -311,89 +267,4 @@ func (s *Badger) DeleteSession(ctx context.Context, token string) error {
 		ws = append(ws, del(acctSessionKey(rec.AccountID, d)))
 	}
 	return s.c.enqueue(ws).wait()
-}
-
-// Purchases lists the account's purchase entries, newest first. It reads the grant-reference
-// index (every purchase has a reference), so it does not scan the account's request entries.
-func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := pageLimit(Page{Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.end()
-	if _, err := s.account(accountID); err != nil {
-		return nil, err
-	}
-	out := []Entry{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, key1(prefixGrantRef, accountID), func(k, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if len(v) != 8 {
-				return fmt.Errorf("grant reference %q: malformed", k)
-			}
-			ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
-			if err != nil || !ok {
-				return err
-			}
-			var e Entry
-			if err := json.Unmarshal(ev, &e); err != nil {
-				return fmt.Errorf("entry of grant reference %q: %w", k, err)
-			}
-			if e.Kind == KindPurchase {
-				out = append(out, e)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
-}
-
-// RefillTestCredits tops the account's available test credits up to upTo. The check and the
-// grant happen under the account's mutex, so concurrent refills never overshoot.
-func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
-	if upTo <= 0 {
-		return 0, Balance{}, fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
-	}
-	if err := s.begin(); err != nil {
-		return 0, Balance{}, err
-	}
-	defer s.end()
-	a, err := s.account(accountID)
-	if err != nil {
-		return 0, Balance{}, err
-	}
-	a.mu.Lock()
-	if a.rec.Load().Status == StatusDisabled {
-		a.mu.Unlock()
-		return 0, Balance{}, ErrAccountDisabled
-	}
-	bal, held := a.figures(Test)
-	credits := upTo - (bal - held)
-	if credits <= 0 {
-		b := a.balance()
-		a.mu.Unlock()
-		return 0, b, nil
-	}
-	// A refill is a grant without a reference: nothing can repeat it (the check above and the
-	// grant are under one lock), so it needs no reference index.
-	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, now().UTC())
-	op := s.c.enqueue(ws)
-	b := a.balance()
-	a.mu.Unlock()
-	if err := op.wait(); err != nil {
-		return 0, Balance{}, err
-	}
-	return credits, b, nil
 }

@@ -17,7 +17,7 @@ import (
 // during Open. An empty log file holds no entry, so removing it loses nothing: no value pointer
 // can point into it and no write-ahead record is in it. removeEmptyLogs does that before Open,
 // under the same directory lock Badger takes, so it never touches the files of a process that
-// has the ledger open (see repair_unix.go).
+// has the ledger open (see badger_repair_unix.go).
 
 // emptyLogs lists dir's zero-length .mem and .vlog files.
 func emptyLogs(dir string) ([]string, error) {

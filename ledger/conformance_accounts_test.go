@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-func TestAccounts(t *testing.T) {
+func testAccounts(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 5, 6, 7, 8, 9, 10, time.UTC)
 	setNow(t, &t0)
-	s := newMem(t)
+	s := eng.open(t, 0)
 
 	a, err := s.CreateAccount(bg, "  Alice@Example.COM ")
 	if err != nil {
@@ -63,8 +63,8 @@ func TestAccounts(t *testing.T) {
 	}
 }
 
-func TestListAccountsPages(t *testing.T) {
-	s := newMem(t)
+func testListAccountsPages(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
 	want := map[string]bool{}
 	for i := range 7 {
 		a := mustAccount(t, s, strings.Repeat("x", i+1)+"@example.com")
@@ -101,38 +101,5 @@ func TestListAccountsPages(t *testing.T) {
 	for _, bad := range []Page{{Cursor: "!!"}, {Cursor: "eHl6"}, {Limit: -1}} {
 		_, _, err := s.ListAccounts(bg, bad)
 		wantErr(t, err, ErrInvalidArgument)
-	}
-}
-
-func TestClosed(t *testing.T) {
-	s := newMem(t)
-	a := mustAccount(t, s, "c@example.com")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	_, err := s.CreateAccount(bg, "d@example.com")
-	wantErr(t, err, ErrClosed)
-	_, err = s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: "r"})
-	wantErr(t, err, ErrClosed)
-	_, err = s.GetAccount(bg, a.ID)
-	wantErr(t, err, ErrClosed)
-	_, _, err = s.LookupKey(bg, newFullKey(Live))
-	wantErr(t, err, ErrClosed)
-	_, err = s.Verify(bg)
-	wantErr(t, err, ErrClosed)
-}
-
-func TestOpenArguments(t *testing.T) {
-	if _, err := Open("", Options{}); err == nil {
-		t.Fatal("Open without a directory succeeded")
-	}
-	if _, err := Open(t.TempDir(), Options{InMemory: true}); err == nil {
-		t.Fatal("Open with a directory and InMemory succeeded")
-	}
-	if _, err := Open(t.TempDir(), Options{HoldTTL: -time.Second}); err == nil {
-		t.Fatal("Open with a negative HoldTTL succeeded")
 	}
 }

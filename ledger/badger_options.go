@@ -46,9 +46,9 @@ type Options struct {
 	InMemory bool `json:"in_memory,omitempty"`
 }
 
-// Defaults for Options; see the field comments.
+// Defaults for Options; see the field comments. DefaultHoldTTL is in types.go: every engine
+// shares it.
 const (
-	DefaultHoldTTL               = 15 * time.Minute
 	DefaultSweepInterval         = 30 * time.Second
 	DefaultGCInterval            = 5 * time.Minute
 	DefaultLastUsedFlushInterval = time.Minute

@@ -3,7 +3,7 @@ package ledger
 import "encoding/binary"
 
 // One-byte type codes that start every Badger key. Ids that follow are fixed-width (account ids
-// are 21 bytes, key ids 16), numbers big-endian, so byte order is numeric order and one account's
+// are 21 bytes, key ids 16: ids.go), numbers big-endian, so byte order is numeric order and one account's
 // records are one contiguous prefix.
 //
 // Never reuse a retired code: an old backup or a half-migrated directory may still hold keys
@@ -20,15 +20,10 @@ const (
 	prefixGrantRef byte = 0x09 // acct id + reference -> seq (uint64 BE) of the first entry
 	prefixIdem     byte = 0x0A // acct id + Idempotency-Key -> IdempotencyRecord (JSON), 24 h TTL
 	prefixMeta     byte = 0x0B // name -> value (schema version)
-	// The account area (auth.go).
+	// The account area (badger_credentials.go).
 	prefixCredential  byte = 0x0C // acct id -> credentialRecord (JSON): argon2id hash of the password
 	prefixSession     byte = 0x0D // SHA-256 digest of a session token (32 bytes) -> sessionRecord (JSON), Badger TTL = expiry
 	prefixAcctSession byte = 0x0E // acct id + session digest -> empty, same TTL; finds an account's sessions
-)
-
-const (
-	accountIDLen = len("acct_") + 16
-	keyIDLen     = len("key_") + 12
 )
 
 func key1(p byte, a string) []byte {

@@ -4,5 +4,5 @@ package ledger
 
 // withDirLock skips fn where Badger does not lock with flock: without taking Badger's own lock,
 // removing files could race with a process that has the ledger open. On these platforms an
-// empty log file left by a crash must be removed by hand (see repair.go).
+// empty log file left by a crash must be removed by hand (see badger_repair.go).
 func withDirLock(dir string, fn func() error) error { return nil }

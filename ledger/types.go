@@ -1,11 +1,9 @@
 package ledger
 
-import (
-	"context"
-	"errors"
-	"io"
-	"time"
-)
+import "time"
+
+// The values the Store API takes and returns, the same for every engine. How an engine stores
+// them is its own affair (Badger: JSON records under the keys of badger_prefix.go).
 
 // Mode separates live credits (paid, used by live keys) from test credits (free, used by test keys).
 type Mode string
@@ -103,6 +101,11 @@ type HoldRequest struct {
 	TTL time.Duration
 }
 
+// DefaultHoldTTL is how long a hold may stay open when neither the request (HoldRequest.TTL)
+// nor the store's options say: a few minutes past the longest generation the handler allows.
+// Every engine uses it, so that a configuration means the same on each.
+const DefaultHoldTTL = 15 * time.Minute
+
 // HoldState is the outcome of a hold.
 type HoldState string
 
@@ -196,93 +199,8 @@ type UsageQuery struct {
 	From, To  time.Time // zero = unbounded
 }
 
-// Store is the ledger's Go API. All methods are safe for concurrent use.
-type Store interface {
-	// Accounts.
-	CreateAccount(ctx context.Context, email string) (Account, error)
-	GetAccount(ctx context.Context, id string) (Account, error)
-	GetAccountByEmail(ctx context.Context, email string) (Account, error)
-	ListAccounts(ctx context.Context, p Page) (accounts []Account, nextCursor string, err error)
-	SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error)
-
-	// API keys. CreateKey returns the full key once; only its SHA-256 digest is stored.
-	CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (fullKey string, k Key, err error)
-	ListKeys(ctx context.Context, accountID string) ([]Key, error)
-	RevokeKey(ctx context.Context, accountID, keyID string) (Key, error)
-	// LookupKey checks the format first (no store access for garbage), then finds the key by its
-	// digest in memory. It returns ErrInvalidKey for malformed, unknown, revoked or expired keys,
-	// and records the use (LastUsed) in memory; last-use times are flushed to disk periodically.
-	LookupKey(ctx context.Context, presented string) (Key, Account, error)
-
-	// Credits.
-	Hold(ctx context.Context, req HoldRequest) (HoldResult, error)
-	// Reserve is Hold that returns once the credit is reserved, before the hold is on disk; a
-	// later Settle or Void of the same request is durable only together with the hold.
-	Reserve(ctx context.Context, req HoldRequest) (HoldResult, error)
-	Settle(ctx context.Context, accountID, requestID string) (HoldResult, error)
-	Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error)
-	Grant(ctx context.Context, req GrantRequest) (GrantResult, error)
-	Balance(ctx context.Context, accountID string) (Balance, error)
-	History(ctx context.Context, accountID string, p Page) (entries []Entry, nextCursor string, err error)
-	Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error)
-	Verify(ctx context.Context) (VerifyReport, error)
-
-	// Idempotency-Key records, kept 24 h.
-	// BeginIdempotent stores rec if (AccountID, Key) is new, released, or left in progress for
-	// longer than the hold TTL (a crash), and returns (rec, true); otherwise it returns the
-	// existing record and false. FinishIdempotent records the final status, or releases the
-	// key with StatusReleased.
-	BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error)
-	FinishIdempotent(ctx context.Context, accountID, key string, status int) error
-
-	// Passwords and sessions of the self-service account area (auth.go).
-	// CreateAccountWithPassword creates an account and its password credential at once (sign-up);
-	// the password must pass CheckPasswordPolicy and is stored only as an argon2id hash.
-	CreateAccountWithPassword(ctx context.Context, email, password string) (Account, error)
-	// SetPassword replaces the account's password and ends all of its sessions.
-	SetPassword(ctx context.Context, accountID, password string) error
-	// Authenticate returns the account whose email and password match. An unknown email, an
-	// account without a password and a wrong password all give ErrInvalidCredentials, after the
-	// same amount of hashing work. A disabled account with the right password gives the account
-	// and ErrAccountDisabled.
-	Authenticate(ctx context.Context, email, password string) (Account, error)
-	// CreateSession starts a browser session of ttl for the account. Only the SHA-256 digest of
-	// the returned token is stored; the session carries its own CSRF token.
-	CreateSession(ctx context.Context, accountID string, ttl time.Duration) (token string, s Session, err error)
-	// GetSession returns the session and its account, or ErrInvalidSession for an unknown,
-	// ended or expired token.
-	GetSession(ctx context.Context, token string) (Session, Account, error)
-	// DeleteSession ends a session (log-out). Ending an unknown session is not an error.
-	DeleteSession(ctx context.Context, token string) error
-	// Purchases returns the account's purchase entries, newest first, at most limit (0: 50).
-	Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error)
-	// RefillTestCredits grants test credits so that the account's available test credits are
-	// upTo (a grant entry with a fresh reference), and returns how many it granted (0 when
-	// there were already upTo or more).
-	RefillTestCredits(ctx context.Context, accountID string, upTo int64) (credited int64, b Balance, err error)
-
-	// Backup writes an online, consistent backup stream; see Restore for the other way.
-	Backup(ctx context.Context, w io.Writer) error
-	Close() error
-}
-
-// Errors callers can test with errors.Is.
-var (
-	ErrNotFound            = errors.New("not found")
-	ErrInvalidKey          = errors.New("invalid API key")
-	ErrInsufficientCredits = errors.New("insufficient credits")
-	ErrAccountDisabled     = errors.New("account disabled")
-	ErrDuplicateEmail      = errors.New("an account with this email exists")
-	ErrAlreadyRevoked      = errors.New("key already revoked")
-	ErrInvalidArgument     = errors.New("invalid argument")
-	ErrClosed              = errors.New("ledger closed")
-	// ErrInvalidCredentials: unknown email, no password set, or wrong password (no hint which).
-	ErrInvalidCredentials = errors.New("invalid email or password")
-	// ErrWeakPassword is wrapped by *WeakPasswordError, which says why.
-	ErrWeakPassword = errors.New("password too weak")
-	// ErrInvalidSession: an unknown, ended or expired session token.
-	ErrInvalidSession = errors.New("invalid or expired session")
-)
+// MaxSessionTTL bounds CreateSession's ttl.
+const MaxSessionTTL = 30 * 24 * time.Hour
 
 // Session is a logged-in browser session of the account area. The token that names it is
 // given out once, by CreateSession; only its SHA-256 digest is stored.
@@ -296,13 +214,3 @@ type Session struct {
 	// send back (synchronizer token).
 	CSRFToken string `json:"csrf_token"`
 }
-
-// WeakPasswordError says why a password was refused. errors.Is(err, ErrWeakPassword) holds.
-type WeakPasswordError struct {
-	Reason string // a sentence for the user, e.g. "Use at least 10 characters."
-}
-
-func (e *WeakPasswordError) Error() string { return "weak password: " + e.Reason }
-
-// Is makes errors.Is(err, ErrWeakPassword) true.
-func (e *WeakPasswordError) Is(target error) bool { return target == ErrWeakPassword }

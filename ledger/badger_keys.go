@@ -2,124 +2,15 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash/crc32"
 	"slices"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 )
-
-const (
-	base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-	livePrefix = "tg_live_"
-	testPrefix = "tg_test_"
-	// A key is a prefix, 30 random base62 characters and 6 base62 characters of the CRC32
-	// (IEEE) of everything before them; 62^6 > 2^32, so every checksum fits.
-	keyRandomLen   = 30
-	keyChecksumLen = 6
-	keyLen         = len(livePrefix) + keyRandomLen + keyChecksumLen
-
-	maxKeyNameLen = 100
-)
-
-var isBase62 = func() (t [256]bool) {
-	for i := range len(base62) {
-		t[base62[i]] = true
-	}
-	return t
-}()
-
-// randomBase62 returns n characters drawn uniformly from base62 with crypto/rand; bytes >= 248
-// (4*62) are rejected so that no character is more likely than another.
-func randomBase62(n int) string {
-	out := make([]byte, 0, n)
-	var buf [64]byte
-	for len(out) < n {
-		rand.Read(buf[:]) // never fails (crypto/rand crashes the program instead)
-		for _, b := range buf {
-			if b < 248 {
-				out = append(out, base62[b%62])
-				if len(out) == n {
-					break
-				}
-			}
-		}
-	}
-	return string(out)
-}
-
-func newAccountID() string { return "acct_" + randomBase62(16) }
-func newKeyID() string     { return "key_" + randomBase62(12) }
-
-// keyChecksum is the fixed-width, zero-padded base62 CRC32 of s.
-func keyChecksum(s string) [keyChecksumLen]byte {
-	var buf [keyLen]byte // no allocation for key-sized input
-	return keyChecksumBytes(append(buf[:0], s...))
-}
-
-func keyChecksumBytes(b []byte) [keyChecksumLen]byte {
-	v := crc32.ChecksumIEEE(b)
-	var out [keyChecksumLen]byte
-	for i := keyChecksumLen - 1; i >= 0; i-- {
-		out[i] = base62[v%62]
-		v /= 62
-	}
-	return out
-}
-
-// newFullKey makes a fresh API key for mode.
-func newFullKey(m Mode) string {
-	p := livePrefix
-	if m == Test {
-		p = testPrefix
-	}
-	body := p + randomBase62(keyRandomLen)
-	sum := keyChecksum(body)
-	return body + string(sum[:])
-}
-
-// CheckKeyFormat reports whether s is shaped like an API key (prefix, length, alphabet and
-// checksum) and which mode its prefix names. It touches no store, so a server or a secret
-// scanner can reject mistyped or made-up keys cheaply.
-func CheckKeyFormat(s string) (Mode, bool) {
-	var buf [keyLen]byte
-	return checkKeyFormat(s, &buf)
-}
-
-// checkKeyFormat is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
-// allocation.
-func checkKeyFormat(s string, buf *[keyLen]byte) (Mode, bool) {
-	if len(s) != keyLen {
-		return "", false
-	}
-	copy(buf[:], s)
-	var m Mode
-	switch s[:len(livePrefix)] {
-	case livePrefix:
-		m = Live
-	case testPrefix:
-		m = Test
-	default:
-		return "", false
-	}
-	for i := len(livePrefix); i < keyLen; i++ {
-		if !isBase62[s[i]] {
-			return "", false
-		}
-	}
-	sum := keyChecksumBytes(buf[:keyLen-keyChecksumLen])
-	if string(sum[:]) != s[keyLen-keyChecksumLen:] {
-		return "", false
-	}
-	return m, true
-}
 
 // keyRecord is the stored form of a key (prefixKey): the public Key plus its digest.
 type keyRecord struct {
@@ -174,18 +65,10 @@ func (e *keyEntry) recordWrite(k Key) write {
 
 // CreateKey makes a new API key for the account and returns it in full, once.
 func (s *Badger) CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (string, Key, error) {
-	if mode != Live && mode != Test {
-		return "", Key{}, fmt.Errorf("mode %q: %w", mode, ErrInvalidArgument)
-	}
-	if len(name) > maxKeyNameLen || !utf8.ValidString(name) {
-		return "", Key{}, fmt.Errorf("key name must be valid UTF-8 of at most %d bytes: %w", maxKeyNameLen, ErrInvalidArgument)
-	}
 	t := now().UTC()
-	if !expires.IsZero() {
-		if !expires.After(t) {
-			return "", Key{}, fmt.Errorf("key expiry %s is not in the future: %w", expires, ErrInvalidArgument)
-		}
-		expires = expires.UTC()
+	expires, err := checkKeyRequest(mode, name, expires, t)
+	if err != nil {
+		return "", Key{}, err
 	}
 	if err := s.begin(); err != nil {
 		return "", Key{}, err

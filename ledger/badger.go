@@ -1,11 +1,9 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,14 +13,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// now is the ledger's clock; tests replace it instead of sleeping.
-var now = time.Now
-
 // Badger is the Store kept in a Badger v4 directory. Create it with Open.
 //
 // The authoritative working state (accounts, keys, balances, open holds, next entry numbers)
 // is kept in memory, loaded at Open; every change is applied there under the account's mutex
-// and made durable through the group committer before the call returns (see commit.go).
+// and made durable through the group committer before the call returns (see badger_commit.go).
 type Badger struct {
 	db   *badger.DB
 	opts Options
@@ -49,162 +44,6 @@ type Badger struct {
 	byDigest map[[32]byte]*keyEntry
 	keyIDs   map[string]*keyEntry
 }
-
-// account is the in-memory state of one account.
-type account struct {
-	id  string
-	rec atomic.Pointer[Account] // replaced, never mutated; read without mu
-	// sessMu orders CreateSession with SetPassword (which ends the account's sessions); it is
-	// not mu, so a password change never stalls the account's holds behind its disk sync.
-	sessMu sync.Mutex
-
-	mu       sync.Mutex
-	bal      int64 // live balance
-	testBal  int64
-	held     int64 // open live holds
-	testHeld int64
-	nextSeq  uint64 // seq of the account's next entry; the first is 1
-	// holds has every open hold, plus resolved holds until their resolution is durable (after
-	// that, a repeated call reads the hold record from disk).
-	holds  map[string]*holdMem
-	refs   map[string]*refMem  // grant references whose entry is not yet known durable
-	idem   map[string]*idemMem // idempotency records not yet known durable
-	recent []recentItem        // resolutions/refs/idem writes in op order, for prune
-	keys   []*keyEntry
-}
-
-type holdMem struct {
-	rec holdRecord
-	op  uint64 // operation that last wrote rec
-}
-
-type refMem struct {
-	entry Entry
-	op    uint64
-}
-
-type idemMem struct {
-	rec IdempotencyRecord
-	op  uint64
-}
-
-type recentItem struct {
-	kind byte // 'h' hold, 'r' grant reference, 'i' idempotency record
-	key  string
-	op   uint64
-}
-
-// prune forgets in-memory copies that snap shows, so that later checks read them from snap.
-// Called with a.mu held.
-func (a *account) prune(snap *snapshot) {
-	i := 0
-	for ; i < len(a.recent) && a.recent[i].op <= snap.upTo; i++ {
-		it := a.recent[i]
-		switch it.kind {
-		case 'h':
-			if h := a.holds[it.key]; h != nil && h.op == it.op && h.rec.State != HoldOpen {
-				delete(a.holds, it.key)
-			}
-		case 'r':
-			if r := a.refs[it.key]; r != nil && r.op == it.op {
-				delete(a.refs, it.key)
-			}
-		case 'i':
-			if r := a.idem[it.key]; r != nil && r.op == it.op {
-				delete(a.idem, it.key)
-			}
-		}
-	}
-	if i == len(a.recent) {
-		a.recent = a.recent[:0]
-	} else {
-		a.recent = a.recent[i:]
-	}
-}
-
-// figures returns balance and open holds for mode. Called with a.mu held.
-func (a *account) figures(m Mode) (bal, held int64) {
-	if m == Test {
-		return a.testBal, a.testHeld
-	}
-	return a.bal, a.held
-}
-
-func (a *account) add(m Mode, dBal, dHeld int64) {
-	if m == Test {
-		a.testBal += dBal
-		a.testHeld += dHeld
-	} else {
-		a.bal += dBal
-		a.held += dHeld
-	}
-}
-
-func (a *account) balance() Balance {
-	return Balance{
-		AccountID:     a.id,
-		Balance:       a.bal,
-		Available:     a.bal - a.held,
-		TestBalance:   a.testBal,
-		TestAvailable: a.testBal - a.testHeld,
-	}
-}
-
-// appendEntry records one change of the account's credits: it gives e the next entry number,
-// the account, the time t and the figures after applying dBal to the balance and dHeld to the
-// open holds of e.Mode, and returns it with the entry's and the balance record's writes. Every
-// change of credits goes through here, so the "after" figures are computed one way. Called with
-// a.mu held.
-func (a *account) appendEntry(e Entry, dBal, dHeld int64, t time.Time) (Entry, []write) {
-	e.Seq, e.AccountID, e.Amount, e.Time = a.nextSeq, a.id, dBal, t
-	a.nextSeq++
-	a.add(e.Mode, dBal, dHeld)
-	bal, held := a.figures(e.Mode)
-	e.BalanceAfter, e.AvailableAfter = bal, bal-held
-	return e, []write{set(entryKey(a.id, e.Seq), mustJSON(e)), a.balanceWrite()}
-}
-
-// balanceWrite is the account's balance record as it is now. Called with a.mu held.
-func (a *account) balanceWrite() write {
-	return set(balanceKey(a.id), mustJSON(balanceRecord{
-		Balance: a.bal, TestBalance: a.testBal, NextSeq: a.nextSeq,
-	}))
-}
-
-// balanceRecord is the stored form of an account's balances (prefixBalance). Open holds are not
-// stored here: they are counted from the open-hold index.
-type balanceRecord struct {
-	Balance     int64  `json:"balance"`
-	TestBalance int64  `json:"test_balance"`
-	NextSeq     uint64 `json:"next_seq"`
-}
-
-// holdRecord is the stored form of a hold (prefixHold).
-type holdRecord struct {
-	AccountID  string    `json:"account_id"`
-	RequestID  string    `json:"request_id"`
-	Mode       Mode      `json:"mode"`
-	State      HoldState `json:"state"`
-	KeyID      string    `json:"key_id,omitempty"`
-	Tool       string    `json:"tool,omitempty"`
-	Created    time.Time `json:"created"`
-	Expires    time.Time `json:"expires"`
-	HoldSeq    uint64    `json:"hold_seq"`
-	Resolved   time.Time `json:"resolved,omitzero"`
-	ResolveSeq uint64    `json:"resolve_seq,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only plain structs of strings, numbers and times are marshalled here.
-		panic(fmt.Sprintf("ledger: marshalling %T: %v", v, err))
-	}
-	return b
-}
-
-func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
 // Open opens (or creates) the ledger in dir, loads its working state, voids holds that expired
 // while it was closed, and starts the background sweep, value-log GC and last-use flush. Badger
@@ -333,23 +172,6 @@ func (s *Badger) runGC() {
 	}
 }
 
-// iterate calls f with a copy of every value under prefix, in key order.
-func iterate(txn *badger.Txn, prefix []byte, f func(k, v []byte) error) error {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		item := it.Item()
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		if err := f(item.KeyCopy(nil), v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // load reads the working state into memory.
 func (s *Badger) load() error {
 	return s.db.View(func(txn *badger.Txn) error {
@@ -432,43 +254,6 @@ func (s *Badger) load() error {
 	})
 }
 
-func newAccount(rec Account) *account {
-	a := &account{
-		id:      rec.ID,
-		nextSeq: 1,
-		holds:   map[string]*holdMem{},
-		refs:    map[string]*refMem{},
-		idem:    map[string]*idemMem{},
-	}
-	a.rec.Store(&rec)
-	return a
-}
-
-// getValue reads one value; ok is false when the key does not exist.
-func getValue(txn *badger.Txn, k []byte) (v []byte, ok bool, err error) {
-	item, err := txn.Get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	v, err = item.ValueCopy(nil)
-	return v, err == nil, err
-}
-
-func getHold(txn *badger.Txn, acct, rid string) (holdRecord, error) {
-	var rec holdRecord
-	v, ok, err := getValue(txn, holdKey(acct, rid))
-	if err != nil {
-		return rec, err
-	}
-	if !ok {
-		return rec, ErrNotFound
-	}
-	return rec, json.Unmarshal(v, &rec)
-}
-
 // begin admits a call that touches Badger; end releases it.
 func (s *Badger) begin() error {
 	s.closeMu.RLock()
@@ -528,18 +313,6 @@ func (s *Badger) Close() error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
-}
-
-// dirEmpty reports whether dir is missing or an empty directory.
-func dirEmpty(dir string) (bool, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return len(entries) == 0, nil
 }
 
 // Interface guards

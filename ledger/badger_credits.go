@@ -1,0 +1,195 @@
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Credits of the Badger engine besides holds (badger_holds.go): grants, purchases and
+// adjustments, balances, the purchase list and test-credit refills.
+
+// Grant adds credits (grant, purchase) or adds or removes them (adjustment). With a Reference
+// it is idempotent: a reference already used on the account returns the first entry with
+// Repeated set and credits nothing.
+func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
+	if err := checkGrantRequest(req); err != nil {
+		return GrantResult{}, err
+	}
+	if err := s.begin(); err != nil {
+		return GrantResult{}, err
+	}
+	defer s.end()
+	a, err := s.account(req.AccountID)
+	if err != nil {
+		return GrantResult{}, err
+	}
+	a.mu.Lock()
+	if req.Reference != "" {
+		first, op, found, err := s.findGrant(a, req.Reference)
+		if err != nil || found {
+			b := a.balance()
+			a.mu.Unlock()
+			if err != nil {
+				return GrantResult{}, err
+			}
+			if err := s.c.waitFor(op); err != nil {
+				return GrantResult{}, err
+			}
+			return GrantResult{Entry: first, Balance: b, Repeated: true}, nil
+		}
+	}
+	bal, held := a.figures(req.Mode)
+	if bal+req.Credits-held < 0 {
+		a.mu.Unlock()
+		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
+	}
+	ent, ws := a.appendEntry(Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
+		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, now().UTC())
+	if req.Reference != "" {
+		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))
+	}
+	op := s.c.enqueue(ws)
+	if req.Reference != "" {
+		a.refs[req.Reference] = &refMem{entry: ent, op: op.id}
+		a.recent = append(a.recent, recentItem{kind: 'r', key: req.Reference, op: op.id})
+	}
+	b := a.balance()
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return GrantResult{}, err
+	}
+	return GrantResult{Entry: ent, Balance: b}, nil
+}
+
+// findGrant finds the entry that first used ref. Called with a.mu held.
+func (s *Badger) findGrant(a *account, ref string) (Entry, uint64, bool, error) {
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	a.prune(snap)
+	if r := a.refs[ref]; r != nil {
+		return r.entry, r.op, true, nil
+	}
+	var ent Entry
+	v, ok, err := snap.get(grantRefKey(a.id, ref))
+	if err != nil || !ok {
+		return ent, 0, false, err
+	}
+	if len(v) != 8 {
+		return ent, 0, false, fmt.Errorf("grant reference %q of %q: malformed", ref, a.id)
+	}
+	e, ok, err := snap.get(entryKey(a.id, binary.BigEndian.Uint64(v)))
+	if err != nil {
+		return ent, 0, false, err
+	}
+	if !ok {
+		return ent, 0, false, fmt.Errorf("grant reference %q of %q points at a missing entry", ref, a.id)
+	}
+	return ent, 0, true, json.Unmarshal(e, &ent)
+}
+
+// Balance returns the account's live and test figures.
+func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error) {
+	if s.closed.Load() {
+		return Balance{}, ErrClosed
+	}
+	if err := s.c.err(); err != nil {
+		return Balance{}, err
+	}
+	a, err := s.account(accountID)
+	if err != nil {
+		return Balance{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.balance(), nil
+}
+
+// Purchases lists the account's purchase entries, newest first. It reads the grant-reference
+// index (every purchase has a reference), so it does not scan the account's request entries.
+func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
+	limit, err := pageLimit(Page{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if _, err := s.account(accountID); err != nil {
+		return nil, err
+	}
+	out := []Entry{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, key1(prefixGrantRef, accountID), func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if len(v) != 8 {
+				return fmt.Errorf("grant reference %q: malformed", k)
+			}
+			ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
+			if err != nil || !ok {
+				return err
+			}
+			var e Entry
+			if err := json.Unmarshal(ev, &e); err != nil {
+				return fmt.Errorf("entry of grant reference %q: %w", k, err)
+			}
+			if e.Kind == KindPurchase {
+				out = append(out, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RefillTestCredits tops the account's available test credits up to upTo. The check and the
+// grant happen under the account's mutex, so concurrent refills never overshoot.
+func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
+	if err := checkRefillTarget(upTo); err != nil {
+		return 0, Balance{}, err
+	}
+	if err := s.begin(); err != nil {
+		return 0, Balance{}, err
+	}
+	defer s.end()
+	a, err := s.account(accountID)
+	if err != nil {
+		return 0, Balance{}, err
+	}
+	a.mu.Lock()
+	if a.rec.Load().Status == StatusDisabled {
+		a.mu.Unlock()
+		return 0, Balance{}, ErrAccountDisabled
+	}
+	bal, held := a.figures(Test)
+	credits := upTo - (bal - held)
+	if credits <= 0 {
+		b := a.balance()
+		a.mu.Unlock()
+		return 0, b, nil
+	}
+	// A refill is a grant without a reference: nothing can repeat it (the check above and the
+	// grant are under one lock), so it needs no reference index.
+	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, now().UTC())
+	op := s.c.enqueue(ws)
+	b := a.balance()
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return 0, Balance{}, err
+	}
+	return credits, b, nil
+}

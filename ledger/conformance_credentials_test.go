@@ -1,0 +1,230 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func testSignUpAndAuthenticate(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a, err := s.CreateAccountWithPassword(bg, " Alice@Example.com ", goodPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Email != "alice@example.com" || a.Status != StatusActive {
+		t.Fatalf("account %+v", a)
+	}
+	if _, err := s.CreateAccountWithPassword(bg, "ALICE@example.com", goodPassword); !errors.Is(err, ErrDuplicateEmail) {
+		t.Fatalf("duplicate sign-up: %v", err)
+	}
+	if _, err := s.CreateAccountWithPassword(bg, "bob@example.com", "short"); !errors.Is(err, ErrWeakPassword) {
+		t.Fatalf("weak password: %v", err)
+	}
+	if _, err := s.GetAccountByEmail(bg, "bob@example.com"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a refused sign-up created an account: %v", err)
+	}
+	if _, err := s.CreateAccountWithPassword(bg, "not an email", goodPassword); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad email: %v", err)
+	}
+
+	got, err := s.Authenticate(bg, "alice@EXAMPLE.com", goodPassword)
+	if err != nil || got.ID != a.ID {
+		t.Fatalf("Authenticate: %+v, %v", got, err)
+	}
+	// Wrong password, unknown email, an operator-made account without password, an absurdly
+	// long password: one error, no hint which.
+	opAcct := mustAccount(t, s, "operator-made@example.com")
+	for _, c := range [][2]string{
+		{"alice@example.com", "wrong password!"},
+		{"nobody@example.com", goodPassword},
+		{opAcct.Email, goodPassword},
+		{"alice@example.com", strings.Repeat("a", MaxPasswordLen+1)},
+	} {
+		if _, err := s.Authenticate(bg, c[0], c[1]); err != ErrInvalidCredentials {
+			t.Errorf("Authenticate(%q, %q) = %v, want ErrInvalidCredentials", c[0], c[1], err)
+		}
+	}
+
+	// The operator's account gets a password; a disabled account is refused after the check.
+	if err := s.SetPassword(bg, opAcct.ID, "short"); !errors.Is(err, ErrWeakPassword) {
+		t.Fatalf("SetPassword weak: %v", err)
+	}
+	if err := s.SetPassword(bg, opAcct.ID, goodPassword+"!"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(bg, opAcct.Email, goodPassword+"!"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Authenticate(bg, a.Email, goodPassword); !errors.Is(err, ErrAccountDisabled) || got.ID != a.ID {
+		t.Fatalf("disabled: %+v, %v", got, err)
+	}
+	if _, err := s.Authenticate(bg, a.Email, "wrong password!"); err != ErrInvalidCredentials {
+		t.Fatalf("disabled, wrong password: %v", err)
+	}
+}
+
+// countArgon2 counts the argon2id computations of the package until the test ends. Set it only
+// while nothing else hashes: the counter is shared.
+func countArgon2(t *testing.T) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	old := argon2Key
+	argon2Key = func(password, salt []byte, passes, memory uint32, threads uint8, keyLen uint32) []byte {
+		n.Add(1)
+		return old(password, salt, passes, memory, threads, keyLen)
+	}
+	t.Cleanup(func() { argon2Key = old })
+	return &n
+}
+
+// testAuthenticateTiming checks that an unknown email and an account without a password cost
+// the same argon2id work as a wrong (or the right) password, so that the time of the answer does
+// not tell whether an email has an account. It counts hash computations instead of timing them:
+// timings on a loaded machine are noise, a count is exact.
+func testAuthenticateTiming(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	if _, err := s.CreateAccountWithPassword(bg, "timing@example.com", goodPassword); err != nil {
+		t.Fatal(err)
+	}
+	mustAccount(t, s, "no-password@example.com")
+	cases := []struct {
+		name, email, password string
+		want                  error
+	}{
+		{"right password", "timing@example.com", goodPassword, nil},
+		{"wrong password", "timing@example.com", "wrong password!", ErrInvalidCredentials},
+		{"unknown email", "nobody@example.com", "wrong password!", ErrInvalidCredentials},
+		{"no password set", "no-password@example.com", "wrong password!", ErrInvalidCredentials},
+	}
+	// The first failure without a real hash computes the dummy hash once per process; that
+	// one-time hash is not part of any answer after it.
+	for _, c := range cases {
+		_, _ = s.Authenticate(bg, c.email, c.password)
+	}
+	calls := countArgon2(t)
+	counts := map[string]int64{}
+	for _, c := range cases {
+		before := calls.Load()
+		if _, err := s.Authenticate(bg, c.email, c.password); err != c.want {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+		}
+		counts[c.name] = calls.Load() - before
+	}
+	for _, c := range cases {
+		if counts[c.name] != 1 {
+			t.Fatalf("argon2id computations per answer %v: every answer must cost exactly one, or they can be told apart", counts)
+		}
+	}
+}
+
+func testSessions(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	setNow(t, &clock)
+	a, err := s.CreateAccountWithPassword(bg, "sess@example.com", goodPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateSession(bg, a.ID, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("ttl 0: %v", err)
+	}
+	if _, _, err := s.CreateSession(bg, "acct_nonexistent00000", time.Hour); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown account: %v", err)
+	}
+	tok, sess, err := s.CreateSession(bg, a.ID, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tok) != sessionTokenLen || sess.AccountID != a.ID || len(sess.CSRFToken) != csrfTokenLen ||
+		!sess.Expires.Equal(clock.Add(12*time.Hour)) || !strings.HasPrefix(sess.ID, "ses_") {
+		t.Fatalf("session %+v token %q", sess, tok)
+	}
+	tok2, sess2, _ := s.CreateSession(bg, a.ID, 12*time.Hour)
+	if tok2 == tok || sess2.CSRFToken == sess.CSRFToken {
+		t.Fatal("two sessions share a token or CSRF secret")
+	}
+	got, acct, err := s.GetSession(bg, tok)
+	if err != nil || got != sess || acct.ID != a.ID {
+		t.Fatalf("GetSession: %+v %+v %v", got, acct, err)
+	}
+	for _, bad := range []string{"", "x", tok[:len(tok)-1] + "!", strings.Repeat("A", sessionTokenLen)} {
+		if _, _, err := s.GetSession(bg, bad); err != ErrInvalidSession {
+			t.Errorf("GetSession(%q): %v", bad, err)
+		}
+	}
+	// The token itself is never stored: no stored value or key contains it.
+	assertNotStored(t, eng, s, tok)
+
+	// Expiry follows the ledger clock.
+	clock = clock.Add(12*time.Hour - time.Second)
+	if _, _, err := s.GetSession(bg, tok); err != nil {
+		t.Fatalf("a second before expiry: %v", err)
+	}
+	clock = clock.Add(time.Second)
+	if _, _, err := s.GetSession(bg, tok); err != ErrInvalidSession {
+		t.Fatalf("at expiry: %v", err)
+	}
+
+	// Log-out ends one session; a password change ends them all.
+	clock = clock.Add(-time.Hour)
+	if err := s.DeleteSession(bg, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(bg, tok); err != nil {
+		t.Fatalf("second DeleteSession: %v", err)
+	}
+	if _, _, err := s.GetSession(bg, tok); err != ErrInvalidSession {
+		t.Fatalf("after log-out: %v", err)
+	}
+	if _, _, err := s.GetSession(bg, tok2); err != nil {
+		t.Fatalf("the other session: %v", err)
+	}
+	if err := s.SetPassword(bg, a.ID, "another good password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.GetSession(bg, tok2); err != ErrInvalidSession {
+		t.Fatalf("after password change: %v", err)
+	}
+
+	// No sessions for a disabled account.
+	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateSession(bg, a.ID, time.Hour); !errors.Is(err, ErrAccountDisabled) {
+		t.Fatalf("disabled: %v", err)
+	}
+}
+
+func testSignUpConcurrentSameEmail(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, dup := 0, 0
+	for i := range 4 {
+		wg.Go(func() {
+			_, err := s.CreateAccountWithPassword(bg, "race@example.com", fmt.Sprintf("%s %d", goodPassword, i))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case errors.Is(err, ErrDuplicateEmail):
+				dup++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if created != 1 || dup != 3 {
+		t.Fatalf("created %d, duplicates %d", created, dup)
+	}
+}

@@ -1,0 +1,108 @@
+package ledger
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func testCreateLookupRevokeKey(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "keys@example.com")
+
+	full, k, err := s.CreateKey(bg, a.ID, Live, "laptop", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := CheckKeyFormat(full); !ok || m != Live {
+		t.Fatalf("created key %q fails its format check", full)
+	}
+	if k.Prefix != "tg_live_" || k.Last4 != full[40:] || k.AccountID != a.ID || k.Name != "laptop" ||
+		k.Mode != Live || !k.Created.Equal(t0) || !strings.HasPrefix(k.ID, "key_") || len(k.ID) != keyIDLen {
+		t.Fatalf("key %+v", k)
+	}
+	t0 = t0.Add(time.Second) // ListKeys orders by creation time
+	testFull, tk, err := s.CreateKey(bg, a.ID, Test, "", time.Time{})
+	if err != nil || !strings.HasPrefix(testFull, "tg_test_") || tk.Mode != Test {
+		t.Fatalf("test key %q %+v %v", testFull, tk, err)
+	}
+
+	got, acct, err := s.LookupKey(bg, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != k.ID || acct.ID != a.ID || acct.Status != StatusActive || !got.LastUsed.Equal(t0) {
+		t.Fatalf("lookup: %+v %+v", got, acct)
+	}
+	keys, err := s.ListKeys(bg, a.ID)
+	if err != nil || len(keys) != 2 || keys[0].ID != k.ID || !keys[0].LastUsed.Equal(t0) || !keys[1].LastUsed.IsZero() {
+		t.Fatalf("list: %+v %v", keys, err)
+	}
+
+	// Garbage, well-formed unknown keys, and keys of the other mode all fail alike.
+	for _, bad := range []string{"", "hello", full[:43], newFullKey(Live), strings.ToUpper(full)} {
+		if _, _, err := s.LookupKey(bg, bad); err != ErrInvalidKey {
+			t.Fatalf("lookup %q: %v", bad, err)
+		}
+	}
+
+	// A disabled account's key still resolves, so the handler can answer 403.
+	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	if _, acct, err := s.LookupKey(bg, full); err != nil || acct.Status != StatusDisabled {
+		t.Fatalf("lookup on disabled account: %+v %v", acct, err)
+	}
+
+	// Revocation takes effect on the next lookup.
+	rk, err := s.RevokeKey(bg, a.ID, k.ID)
+	if err != nil || rk.Revoked.IsZero() {
+		t.Fatalf("revoke: %+v %v", rk, err)
+	}
+	if _, _, err := s.LookupKey(bg, full); err != ErrInvalidKey {
+		t.Fatalf("lookup of revoked key: %v", err)
+	}
+	if _, err := s.RevokeKey(bg, a.ID, k.ID); err != ErrAlreadyRevoked {
+		t.Fatalf("second revoke: %v", err)
+	}
+	b := mustAccount(t, s, "other@example.com")
+	wantErr(t, func() error { _, err := s.RevokeKey(bg, b.ID, tk.ID); return err }(), ErrNotFound)
+	wantErr(t, func() error { _, err := s.RevokeKey(bg, a.ID, "key_000000000000"); return err }(), ErrNotFound)
+
+	// Expiry.
+	efull, _, err := s.CreateKey(bg, b.ID, Live, "short", t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.LookupKey(bg, efull); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Hour)
+	if _, _, err := s.LookupKey(bg, efull); err != ErrInvalidKey {
+		t.Fatalf("lookup of expired key: %v", err)
+	}
+
+	// Bad arguments.
+	for _, c := range []struct {
+		acct, name string
+		m          Mode
+		exp        time.Time
+		want       error
+	}{
+		{a.ID, "", "prod", time.Time{}, ErrInvalidArgument},
+		{a.ID, strings.Repeat("n", 101), Live, time.Time{}, ErrInvalidArgument},
+		{a.ID, "\xff", Live, time.Time{}, ErrInvalidArgument},
+		{a.ID, "", Live, t0.Add(-time.Second), ErrInvalidArgument},
+		{"acct_nope", "", Live, time.Time{}, ErrNotFound},
+	} {
+		_, _, err := s.CreateKey(bg, c.acct, c.m, c.name, c.exp)
+		wantErr(t, err, c.want)
+	}
+	_, err = s.ListKeys(bg, "acct_nope")
+	wantErr(t, err, ErrNotFound)
+
+	// Only the digest is stored: the full key appears nowhere in the database.
+	assertNotStored(t, eng, s, full, testFull, efull, full[8:38])
+}

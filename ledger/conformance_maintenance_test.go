@@ -1,0 +1,25 @@
+package ledger
+
+import "testing"
+
+// testClosed: after Close every call fails with ErrClosed, and a second Close is no error.
+func testClosed(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "c@example.com")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, err := s.CreateAccount(bg, "d@example.com")
+	wantErr(t, err, ErrClosed)
+	_, err = s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: "r"})
+	wantErr(t, err, ErrClosed)
+	_, err = s.GetAccount(bg, a.ID)
+	wantErr(t, err, ErrClosed)
+	_, _, err = s.LookupKey(bg, newFullKey(Live))
+	wantErr(t, err, ErrClosed)
+	_, err = s.Verify(bg)
+	wantErr(t, err, ErrClosed)
+}

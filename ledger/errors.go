@@ -1,0 +1,43 @@
+package ledger
+
+import "errors"
+
+// Errors callers can test with errors.Is. Every engine returns these same values (wrapped with
+// context where that helps), so that callers never depend on an engine's own errors. The doc
+// comment of each Store method lists the ones it may return.
+var (
+	// ErrNotFound: the account, key, hold (request id) or idempotency key does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidKey: a presented API key is malformed, unknown, revoked or expired (no hint which).
+	ErrInvalidKey = errors.New("invalid API key")
+	// ErrInsufficientCredits: a hold, or a negative adjustment, needs more available credits
+	// than the account has. Nothing was written.
+	ErrInsufficientCredits = errors.New("insufficient credits")
+	// ErrAccountDisabled: the operator disabled the account; it takes no new holds or sessions.
+	ErrAccountDisabled = errors.New("account disabled")
+	// ErrDuplicateEmail: another account has this email (after normalisation).
+	ErrDuplicateEmail = errors.New("an account with this email exists")
+	// ErrAlreadyRevoked: RevokeKey of a key revoked before.
+	ErrAlreadyRevoked = errors.New("key already revoked")
+	// ErrInvalidArgument: a malformed or out-of-range argument (mode, request id, email, cursor,
+	// page limit, TTL...). The wrapping message names it.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrClosed: the store was closed, or is being closed.
+	ErrClosed = errors.New("ledger closed")
+	// ErrInvalidCredentials: unknown email, no password set, or wrong password (no hint which).
+	ErrInvalidCredentials = errors.New("invalid email or password")
+	// ErrWeakPassword is wrapped by *WeakPasswordError, which says why.
+	ErrWeakPassword = errors.New("password too weak")
+	// ErrInvalidSession: an unknown, ended or expired session token.
+	ErrInvalidSession = errors.New("invalid or expired session")
+)
+
+// WeakPasswordError says why a password was refused. errors.Is(err, ErrWeakPassword) holds.
+type WeakPasswordError struct {
+	Reason string // a sentence for the user, e.g. "Use at least 10 characters."
+}
+
+func (e *WeakPasswordError) Error() string { return "weak password: " + e.Reason }
+
+// Is makes errors.Is(err, ErrWeakPassword) true.
+func (e *WeakPasswordError) Is(target error) bool { return target == ErrWeakPassword }

@@ -1,0 +1,70 @@
+package ledger
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// Ids and secrets of every engine: account ids, key ids, session and CSRF tokens, all random
+// base62 strings drawn from crypto/rand, and the public name of a session. A second engine
+// makes them here so that they look the same whichever store made them.
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12: fixed widths, so that
+// an engine can lay them out in fixed-width keys (badger_prefix.go).
+const (
+	accountIDLen = len("acct_") + 16
+	keyIDLen     = len("key_") + 12
+)
+
+var isBase62 = func() (t [256]bool) {
+	for i := range len(base62) {
+		t[base62[i]] = true
+	}
+	return t
+}()
+
+// randomBase62 returns n characters drawn uniformly from base62 with crypto/rand; bytes >= 248
+// (4*62) are rejected so that no character is more likely than another.
+func randomBase62(n int) string {
+	out := make([]byte, 0, n)
+	var buf [64]byte
+	for len(out) < n {
+		rand.Read(buf[:]) // never fails (crypto/rand crashes the program instead)
+		for _, b := range buf {
+			if b < 248 {
+				out = append(out, base62[b%62])
+				if len(out) == n {
+					break
+				}
+			}
+		}
+	}
+	return string(out)
+}
+
+func newAccountID() string { return "acct_" + randomBase62(16) }
+func newKeyID() string     { return "key_" + randomBase62(12) }
+
+// Session and CSRF tokens are random base62 strings of a fixed length.
+const (
+	sessionTokenLen = 43 // base62 characters, about 256 bits
+	csrfTokenLen    = 43
+)
+
+// sessionID is the public name of the session whose token has the SHA-256 digest d.
+func sessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
+
+// looksLikeToken rejects what CreateSession cannot have made, before any lookup.
+func looksLikeToken(t string) bool {
+	if len(t) != sessionTokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if !isBase62[t[i]] {
+			return false
+		}
+	}
+	return true
+}

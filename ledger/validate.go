@@ -1,0 +1,220 @@
+package ledger
+
+import (
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Argument checks of the Store API, for every engine. They run before an engine touches its
+// store, so that each engine refuses the same arguments with the same ErrInvalidArgument
+// message and a bad call costs no store access.
+
+// Limits on the strings a caller passes.
+const (
+	maxRequestIDLen      = 128
+	maxKeyIDLen          = 64
+	maxToolLen           = 64
+	maxReferenceLen      = 256
+	maxReasonLen         = 512
+	maxCurrencyLen       = 8
+	maxEmailLen          = 254
+	maxKeyNameLen        = 100
+	maxIdempotencyKeyLen = 255
+)
+
+// Page sizes of listings (Page.Limit).
+const (
+	defaultPageLimit = 50
+	maxPageLimit     = 1000
+)
+
+// checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
+func checkString(field, v string, max int, required bool) error {
+	if required && v == "" {
+		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
+	}
+	if len(v) > max || !utf8.ValidString(v) {
+		return fmt.Errorf("%s must be valid UTF-8 of at most %d bytes: %w", field, max, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkMode refuses a mode other than Live and Test.
+func checkMode(m Mode) error {
+	if m != Live && m != Test {
+		return fmt.Errorf("mode %q: %w", m, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// normalizeEmail trims and lower-cases an address and rejects what is obviously not one
+// (display names, several addresses, spaces, no @). It does not check that the domain exists.
+func normalizeEmail(email string) (string, error) {
+	e := foldEmail(email)
+	bad := fmt.Errorf("email %q is not a valid address: %w", email, ErrInvalidArgument)
+	if e == "" || len(e) > maxEmailLen || strings.ContainsAny(e, " \t\r\n<>,;\"") {
+		return "", bad
+	}
+	addr, err := mail.ParseAddress(e)
+	if err != nil || addr.Address != e || addr.Name != "" {
+		return "", bad
+	}
+	at := strings.LastIndexByte(e, '@')
+	if at <= 0 || at == len(e)-1 {
+		return "", bad
+	}
+	return e, nil
+}
+
+// pageLimit is the page size p asks for: the default for 0, at most maxPageLimit.
+func pageLimit(p Page) (int, error) {
+	switch {
+	case p.Limit < 0:
+		return 0, fmt.Errorf("page limit %d: %w", p.Limit, ErrInvalidArgument)
+	case p.Limit == 0:
+		return defaultPageLimit, nil
+	case p.Limit > maxPageLimit:
+		return maxPageLimit, nil
+	}
+	return p.Limit, nil
+}
+
+// foldEmail is the form an email is looked up by: trimmed and lower-cased. normalizeEmail
+// also checks that it is an address; lookups do not, an unknown email is just not found.
+func foldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+
+// checkAccountStatus checks SetAccountStatus's status.
+func checkAccountStatus(status AccountStatus) error {
+	if status != StatusActive && status != StatusDisabled {
+		return fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
+func checkKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
+	if err := checkMode(mode); err != nil {
+		return time.Time{}, err
+	}
+	if len(name) > maxKeyNameLen || !utf8.ValidString(name) {
+		return time.Time{}, fmt.Errorf("key name must be valid UTF-8 of at most %d bytes: %w", maxKeyNameLen, ErrInvalidArgument)
+	}
+	if !expires.IsZero() {
+		if !expires.After(t) {
+			return time.Time{}, fmt.Errorf("key expiry %s is not in the future: %w", expires, ErrInvalidArgument)
+		}
+		expires = expires.UTC()
+	}
+	return expires, nil
+}
+
+// checkHoldRequest checks a Hold or Reserve.
+func checkHoldRequest(req HoldRequest) error {
+	if err := checkMode(req.Mode); err != nil {
+		return err
+	}
+	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
+		return err
+	}
+	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
+		return err
+	}
+	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
+		return err
+	}
+	if req.TTL < 0 {
+		return fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkResolve checks a Settle (reason "") or Void.
+func checkResolve(requestID, reason string) error {
+	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
+		return err
+	}
+	return checkString("reason", reason, maxReasonLen, false)
+}
+
+// checkGrantRequest checks a Grant.
+func checkGrantRequest(req GrantRequest) error {
+	if err := checkMode(req.Mode); err != nil {
+		return err
+	}
+	switch req.Kind {
+	case KindGrant, KindPurchase:
+		if req.Credits <= 0 {
+			return fmt.Errorf("a %s needs a positive number of credits: %w", req.Kind, ErrInvalidArgument)
+		}
+	case KindAdjustment:
+		if req.Credits == 0 {
+			return fmt.Errorf("an adjustment needs a non-zero number of credits: %w", ErrInvalidArgument)
+		}
+	default:
+		return fmt.Errorf("kind %q is not grant, purchase or adjustment: %w", req.Kind, ErrInvalidArgument)
+	}
+	if req.Kind == KindPurchase {
+		if req.Reference == "" {
+			return fmt.Errorf("a purchase needs the payment reference: %w", ErrInvalidArgument)
+		}
+		if req.Mode != Live {
+			return fmt.Errorf("test credits are not sold: %w", ErrInvalidArgument)
+		}
+	}
+	if req.AmountCents < 0 {
+		return fmt.Errorf("amount_cents must not be negative: %w", ErrInvalidArgument)
+	}
+	for _, c := range []struct {
+		f, v string
+		max  int
+	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
+		if err := checkString(c.f, c.v, c.max, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRefillTarget checks RefillTestCredits' upTo.
+func checkRefillTarget(upTo int64) error {
+	if upTo <= 0 {
+		return fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkIdempotencyRecord checks a BeginIdempotent.
+func checkIdempotencyRecord(rec IdempotencyRecord) error {
+	if err := checkString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
+		return err
+	}
+	if err := checkString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
+		return err
+	}
+	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
+		return err
+	}
+	if rec.HoldTTL < 0 {
+		return fmt.Errorf("hold ttl %v is negative: %w", rec.HoldTTL, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
+func checkFinishStatus(status int) error {
+	if (status < 100 || status > 599) && status != StatusReleased {
+		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkSessionTTL checks CreateSession's ttl.
+func checkSessionTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxSessionTTL {
+		return fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
+	}
+	return nil
+}
