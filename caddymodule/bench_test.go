@@ -49,7 +49,7 @@ func BenchmarkGenerate(b *testing.B) {
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
-	https_port 9443
+	https_port %d
 	skip_install_trust
 	log {
 		output file %s
@@ -76,8 +76,8 @@ http://127.0.0.1:%d {
 		}
 	}
 }
-`, adminPort, httpPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL)
-	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{LoadRequestTimeout: 30 * time.Second})
+`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL)
+	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {
 		b.Fatal("the Caddy config did not load")

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 )
 
 var (
@@ -97,20 +98,14 @@ func repoRoot() (string, error) {
 	}
 }
 
-// FreePort returns a loopback port nothing listens on right now (never 2999, caddytest's).
+// FreePort returns a loopback port nothing listens on right now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != 2999 {
-			return port
-		}
+	p, err := freeport.Pick(1)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return p[0]
 }
 
 // env isolates a caddy process from the user's Caddy: its own HOME and XDG folders, so it
