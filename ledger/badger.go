@@ -22,7 +22,11 @@ type Badger struct {
 	db   *badger.DB
 	opts Options
 	log  *zap.Logger
-	c    *committer
+	// opened is when this process opened the directory. Badger locks the directory, so nothing
+	// that began before it can still be running: holds and Idempotency-Keys left "in progress"
+	// then belong to a process that is gone (restart.go's rules).
+	opened time.Time
+	c      *committer
 
 	// closeMu is held shared by every call that writes or reads Badger and exclusively by
 	// Close, so Close waits for calls in flight.
@@ -67,6 +71,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 	}
 	s := &Badger{
 		db:       db,
+		opened:   now().UTC(),
 		opts:     opts,
 		log:      opts.Logger,
 		stopBg:   make(chan struct{}),
@@ -87,8 +92,11 @@ func Open(dir string, opts Options) (*Badger, error) {
 	if err := s.load(); err != nil {
 		return fail(fmt.Errorf("loading ledger %q: %w", dir, err))
 	}
-	if _, err := s.sweep(); err != nil {
-		return fail(fmt.Errorf("voiding expired holds: %w", err))
+	s.opened = now().UTC()
+	if n, err := s.voidLeftOver(); err != nil {
+		return fail(fmt.Errorf("voiding the holds of the previous process: %w", err))
+	} else if n > 0 {
+		s.log.Info("voided the holds the previous process left open", zap.Int("holds", n))
 	}
 	s.every(opts.SweepInterval, func() {
 		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {

@@ -177,24 +177,21 @@ func TestCrash(t *testing.T) {
 		}
 		mu.Unlock()
 
-		open, last := crashCheck(t, round, dir, acked, -1, 0)
+		_, last := crashCheck(t, round, dir, acked, -1, 0)
 		if round%2 == 0 {
-			crashCheck(t, round, dir, acked, open, last)
+			crashCheck(t, round, dir, acked, 0, last)
 		}
 	}
 	t.Logf("%d rounds (%d killed before READY), %d acknowledged grants all present", 20, killedBeforeReady, len(acked))
 }
 
-// crashCheck opens dir, checks it, and returns the number of open holds and the last entry's
-// seq. With voidOpen >= 0 it opens with the clock two hours ahead and checks that Open voided
-// exactly voidOpen holds as expired, in the entries after seq after.
-func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, voidOpen int, after uint64) (int, uint64) {
+// crashCheck opens dir, checks it, and returns the number of holds that Open voided because
+// the killed process had left them open ("restart"), and the last entry's seq. Every hold is
+// resolved once Open returns: none of the killed process's holds may stay open. With
+// wantRestartVoids >= 0 it checks that Open voided exactly that many, in the entries after seq
+// after (a second Open voids nothing more).
+func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, wantRestartVoids int, after uint64) (int, uint64) {
 	t.Helper()
-	if voidOpen >= 0 {
-		old, ahead := now, time.Now().Add(2*time.Hour)
-		now = func() time.Time { return ahead }
-		defer func() { now = old }()
-	}
 	s, err := Open(dir, quiet)
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
@@ -211,14 +208,27 @@ func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, void
 		t.Fatalf("round %d: %v", round, err)
 	}
 	seen := map[string]int{}
-	expired := 0
+	restartVoids := 0
+	resolved := map[string]int{}
+	holds := map[string]bool{}
 	h := allHistory(t, s, a.ID)
 	for _, e := range h {
 		if e.Reference != "" {
 			seen[e.Reference]++
 		}
-		if e.Seq > after && e.Kind == KindVoid && e.Reason == "expired" {
-			expired++
+		switch e.Kind {
+		case KindHold:
+			holds[e.RequestID] = true
+		case KindSettle, KindVoid:
+			resolved[e.RequestID]++
+		}
+		if e.Seq > after && e.Kind == KindVoid && e.Reason == "restart" {
+			restartVoids++
+		}
+	}
+	for rid := range holds {
+		if resolved[rid] != 1 {
+			t.Fatalf("round %d: hold %s resolved %d times after the restart, want once", round, rid, resolved[rid])
 		}
 	}
 	for ref := range acked {
@@ -249,13 +259,15 @@ func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, void
 	if b != before {
 		t.Fatalf("round %d: replaying references changed the balance from %+v to %+v", round, before, b)
 	}
-	open := int(b.Balance - b.Available)
-	if voidOpen >= 0 && (open != 0 || expired != voidOpen) {
-		t.Fatalf("round %d: %d holds still open and %d voided as expired, want 0 and %d", round, open, expired, voidOpen)
+	if open := b.Balance - b.Available; open != 0 {
+		t.Fatalf("round %d: %d holds still open after the restart, want 0: the killed process is gone", round, open)
+	}
+	if wantRestartVoids >= 0 && restartVoids != wantRestartVoids {
+		t.Fatalf("round %d: the second Open voided %d holds, want %d", round, restartVoids, wantRestartVoids)
 	}
 	last := uint64(0)
 	if len(h) > 0 {
 		last = h[0].Seq
 	}
-	return open, last
+	return restartVoids, last
 }

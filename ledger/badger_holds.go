@@ -193,11 +193,24 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 
 // sweep voids every open hold past its expiry and returns how many it voided.
 func (s *Badger) sweep() (int, error) {
+	t := now().UTC()
+	return s.voidWhere("expired", t, func(h *holdMem) bool { return !t.Before(h.rec.Expires) })
+}
+
+// voidLeftOver voids, at Open, every hold that is open on disk: the process that made it is
+// gone (Badger's directory lock admits one process), so it can never be settled, and waiting for
+// its hold_ttl would only keep the customer's credit locked. Expiry by TTL stays for stores that
+// several live processes share.
+func (s *Badger) voidLeftOver() (int, error) {
+	return s.voidWhere("restart", now().UTC(), func(*holdMem) bool { return true })
+}
+
+// voidWhere voids, with reason, every open hold for which match is true, and returns how many.
+func (s *Badger) voidWhere(reason string, t time.Time, match func(*holdMem) bool) (int, error) {
 	if err := s.begin(); err != nil {
 		return 0, err
 	}
 	defer s.end()
-	t := now().UTC()
 	var ops []*pendingOp
 	for _, a := range s.allAccounts() {
 		a.mu.Lock()
@@ -205,8 +218,8 @@ func (s *Badger) sweep() (int, error) {
 		a.prune(snap)
 		s.c.release(snap)
 		for _, h := range a.holds {
-			if h.rec.State == HoldOpen && !t.Before(h.rec.Expires) {
-				ops = append(ops, s.resolveLocked(a, h, HoldVoided, "expired", t))
+			if h.rec.State == HoldOpen && match(h) {
+				ops = append(ops, s.resolveLocked(a, h, HoldVoided, reason, t))
 			}
 		}
 		a.mu.Unlock()

@@ -54,7 +54,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 	}
 	a.mu.Lock()
 	old, err := s.findIdem(a, rec.Key)
-	if err == nil && old != nil && idemReusable(old.rec, now(), s.opts.HoldTTL) {
+	if err == nil && old != nil && (idemReusable(old.rec, now(), s.opts.HoldTTL) || idemOrphaned(old.rec, s.opened)) {
 		old = nil // released, or abandoned by a crash: the new request takes the key over
 	}
 	if err != nil || old != nil {

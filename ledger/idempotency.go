@@ -31,3 +31,10 @@ func idemReusable(rec IdempotencyRecord, t time.Time, defaultHoldTTL time.Durati
 	}
 	return rec.Status == 0 && t.Sub(rec.Created) > cmp.Or(rec.HoldTTL, defaultHoldTTL)
 }
+
+// idemOrphaned reports whether a record was left in progress by a process that is gone: it
+// began before the store was opened by a process that is the only one to use it (Badger's
+// directory lock). A retry after a crash then runs at once instead of waiting for the hold TTL.
+func idemOrphaned(rec IdempotencyRecord, opened time.Time) bool {
+	return rec.Status == 0 && rec.Created.Before(opened)
+}
