@@ -25,7 +25,7 @@ func (g *generation) beginIdempotent() bool {
 		return false
 	}
 	rec, fresh, err := g.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
-		AccountID: g.acct.ID, Key: g.idem, RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
+		AccountID: g.acct.ID, Key: g.idemRecordKey(), RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
 	if err != nil {
@@ -49,6 +49,11 @@ func (g *generation) beginIdempotent() bool {
 	}
 	return false
 }
+
+// idemRecordKey is the key the ledger keeps the record under: the client's Idempotency-Key in
+// the key's mode, so that a live request never replays a test request's result (or the other
+// way round) for the same key.
+func (g *generation) idemRecordKey() string { return string(g.key.Mode) + ":" + g.idem }
 
 // replay answers a retried request whose first attempt was charged: the first status, no text
 // (generated text is never stored) and no new charge.
@@ -81,7 +86,7 @@ func (g *generation) finishIdempotent() {
 	if g.credit > 0 {
 		status = http.StatusOK
 	}
-	if err := g.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idem, status); err != nil {
+	if err := g.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idemRecordKey(), status); err != nil {
 		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
 	}
 }

@@ -238,6 +238,28 @@ func TestIdempotencyKey(t *testing.T) {
 	if b := e.balance(acct.ID); b.Balance != 2 {
 		t.Errorf("balance %+v, want 2 (the retry during the first attempt charged nothing)", b)
 	}
+
+	// Test and live requests have separate keys: a live request that reuses a key first sent
+	// with a test key is generated and charged, not answered with the test request's result.
+	testKey, _, err := e.store.CreateKey(ctx, acct.ID, ledger.Test, "test", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.grant(acct.ID, ledger.Test, 2)
+	fs.Set(ollamatest.FaultConfig{Pieces: 2, Piece: "live "})
+	calls := fs.Requests()
+	resp, _ = e.post(ctx, testKey, body, "Idempotency-Key", "shared-1")
+	if sample, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || !strings.Contains(string(sample), "test mode") {
+		t.Errorf("test request: %d %q", resp.StatusCode, sample)
+	}
+	resp.Body.Close()
+	resp, _ = e.post(ctx, key, body, "Idempotency-Key", "shared-1")
+	if text, _ := checkStreamed(t, resp, "1"); text != "live live " || resp.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("live request with a key a test request used: %q %v, want the live text", text, resp.Header)
+	}
+	if fs.Requests() != calls+1 {
+		t.Errorf("the model was called %d times for the live request, want once", fs.Requests()-calls)
+	}
 	e.verify()
 }
 

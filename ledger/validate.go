@@ -22,7 +22,7 @@ const (
 	maxCurrencyLen       = 8
 	maxEmailLen          = 254
 	maxKeyNameLen        = 100
-	maxIdempotencyKeyLen = 255
+	maxIdempotencyKeyLen = 264 // the client's 255 characters and the handler's mode prefix
 )
 
 // Page sizes of listings (Page.Limit).
