@@ -65,6 +65,11 @@ func (e *keyEntry) recordWrite(k Key) write {
 
 // CreateKey makes a new API key for the account and returns it in full, once.
 func (s *Badger) CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (string, Key, error) {
+	return s.CreateKeyCapped(ctx, accountID, mode, name, expires, 0)
+}
+
+// CreateKeyCapped is CreateKey with a cap on the account's unrevoked keys (roles.go).
+func (s *Badger) CreateKeyCapped(ctx context.Context, accountID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
 	t := now().UTC()
 	expires, err := checkKeyRequest(mode, name, expires, t)
 	if err != nil {
@@ -77,6 +82,22 @@ func (s *Badger) CreateKey(ctx context.Context, accountID string, mode Mode, nam
 	a, err := s.account(accountID)
 	if err != nil {
 		return "", Key{}, err
+	}
+	if maxActive > 0 {
+		// Held until the new key is in a.keys, so the next creator counts it.
+		a.keyCreateMu.Lock()
+		defer a.keyCreateMu.Unlock()
+		a.mu.Lock()
+		active := 0
+		for _, k := range a.keys {
+			if k.rec.Load().Revoked.IsZero() {
+				active++
+			}
+		}
+		a.mu.Unlock()
+		if active >= maxActive {
+			return "", Key{}, fmt.Errorf("account %q has %d keys: %w", accountID, active, ErrTooManyKeys)
+		}
 	}
 	full := newFullKey(mode)
 	e := &keyEntry{acct: a, digest: sha256.Sum256([]byte(full))}

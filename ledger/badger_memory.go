@@ -15,6 +15,9 @@ import (
 type account struct {
 	id  string
 	rec atomic.Pointer[Account] // replaced, never mutated; read without mu
+	// keyCreateMu makes counting an account's keys and creating one a single step
+	// (CreateKeyCapped); it is held across the new key's disk sync, so it is not mu.
+	keyCreateMu sync.Mutex
 	// sessMu orders CreateSession with SetPassword (which ends the account's sessions); it is
 	// not mu, so a password change never stalls the account's holds behind its disk sync.
 	sessMu sync.Mutex

@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,8 +43,10 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 		t.Fatalf("list: %+v %v", keys, err)
 	}
 
-	// Garbage, well-formed unknown keys, and keys of the other mode all fail alike.
-	for _, bad := range []string{"", "hello", full[:43], newFullKey(Live), strings.ToUpper(full)} {
+	// Garbage, well-formed unknown keys, keys of the other mode, and the real key cut short or
+	// with anything appended all fail alike.
+	for _, bad := range []string{"", "hello", full[:43], newFullKey(Live), strings.ToUpper(full),
+		full + "x", full + "0", full + " ", full + "\n", full + full[len(full)-1:], full + full, " " + full} {
 		if _, _, err := s.LookupKey(bg, bad); err != ErrInvalidKey {
 			t.Fatalf("lookup %q: %v", bad, err)
 		}
@@ -105,4 +109,53 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 
 	// Only the digest is stored: the full key appears nowhere in the database.
 	assertNotStored(t, eng, s, full, testFull, efull, full[8:38])
+}
+
+// testCreateKeyCapped: keys created all at once never exceed the account's cap; revoked keys do
+// not count; CreateKey has no cap.
+func testCreateKeyCapped(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "cap@example.com").ID
+	const limit, tries = 5, 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made, refused := 0, 0
+	for range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := s.CreateKeyCapped(bg, a, Live, "k", time.Time{}, limit)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				made++
+			case errors.Is(err, ErrTooManyKeys):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if made != limit || refused != tries-limit {
+		t.Fatalf("%d parallel creations with a cap of %d: %d made, %d refused", tries, limit, made, refused)
+	}
+	keys, err := s.ListKeys(bg, a)
+	if err != nil || len(keys) != limit {
+		t.Fatalf("%d keys listed, want %d (%v)", len(keys), limit, err)
+	}
+	if _, err := s.RevokeKey(bg, a, keys[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateKeyCapped(bg, a, Test, "", time.Time{}, limit); err != nil {
+		t.Fatalf("a key after one was revoked: %v", err)
+	}
+	_, _, err = s.CreateKeyCapped(bg, a, Live, "", time.Time{}, limit)
+	wantErr(t, err, ErrTooManyKeys)
+	if _, _, err := s.CreateKey(bg, a, Live, "operator", time.Time{}); err != nil {
+		t.Fatalf("CreateKey is not capped: %v", err)
+	}
+	_, _, err = s.CreateKeyCapped(bg, "acct_nope", Live, "", time.Time{}, limit)
+	wantErr(t, err, ErrNotFound)
 }

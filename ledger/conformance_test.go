@@ -41,6 +41,7 @@ var conformanceTests = []struct {
 	{"ListAccountsPages", testListAccountsPages},
 	// Keys (conformance_keys_test.go).
 	{"CreateLookupRevokeKey", testCreateLookupRevokeKey},
+	{"CreateKeyCapped", testCreateKeyCapped},
 	// Credits (conformance_credits_test.go).
 	{"HoldSettleVoid", testHoldSettleVoid},
 	{"TestModeIsSeparate", testTestModeIsSeparate},

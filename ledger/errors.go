@@ -17,6 +17,8 @@ var (
 	ErrAccountDisabled = errors.New("account disabled")
 	// ErrDuplicateEmail: another account has this email (after normalisation).
 	ErrDuplicateEmail = errors.New("an account with this email exists")
+	// ErrTooManyKeys: CreateKeyCapped for an account that has its most unrevoked keys.
+	ErrTooManyKeys = errors.New("the account has the most API keys allowed")
 	// ErrAlreadyRevoked: RevokeKey of a key revoked before.
 	ErrAlreadyRevoked = errors.New("key already revoked")
 	// ErrInvalidArgument: a malformed or out-of-range argument (mode, request id, email, cursor,

@@ -79,6 +79,13 @@ type Keys interface {
 	//   - ErrNotFound: no account has accountID.
 	//   - ErrClosed.
 	CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (fullKey string, k Key, err error)
+	// CreateKeyCapped is CreateKey for an account that may have at most maxActive keys that are
+	// not revoked (maxActive <= 0: no cap). Counting the account's keys and creating the new
+	// one are one step, so keys created all at once never exceed the cap.
+	//
+	// Expected errors: those of CreateKey, and ErrTooManyKeys when the account already has
+	// maxActive unrevoked keys.
+	CreateKeyCapped(ctx context.Context, accountID string, mode Mode, name string, expires time.Time, maxActive int) (fullKey string, k Key, err error)
 
 	// ListKeys returns the account's keys, revoked ones included, oldest first, each with its
 	// last use.

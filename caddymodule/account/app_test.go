@@ -485,6 +485,36 @@ func TestKeys(t *testing.T) {
 	expectStatus(t, "key after revoke", b.post("/account/keys", "csrf_token", b.csrf("/account/keys"), "name", "fourth", "mode", "live"), http.StatusCreated)
 }
 
+// TestKeysCreatedAllAtOnce: thirty key creations sent at once with one session never leave
+// more active keys than max_keys (3 in this env); the rest get the page's 409.
+func TestKeysCreatedAllAtOnce(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.browser()
+	acct := b.signup("race@example.com")
+	tok := b.csrf("/account/keys")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := b.post("/account/keys", "csrf_token", tok, "name", fmt.Sprint("k", i), "mode", "live")
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	keys, err := e.store.ListKeys(bg, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 || codes[http.StatusCreated] != 3 || codes[http.StatusConflict] != 27 {
+		t.Fatalf("30 creations at once: %v, %d keys; want 3x201, 27x409 and 3 keys", codes, len(keys))
+	}
+}
+
 func TestRevokeSomeoneElsesKey(t *testing.T) {
 	e := newTestEnv(t)
 	alice := e.browser()

@@ -74,6 +74,8 @@ func displayName(k ledger.Key) string {
 	return k.Name
 }
 
+const tooManyKeys = "You have the most active keys allowed. Revoke one you no longer use first."
+
 func (a *app) createKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	mode := ledger.Mode(r.PostFormValue("mode"))
@@ -99,10 +101,16 @@ func (a *app) createKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		fail(http.StatusBadRequest, "Choose a live key or a test key.")
 		return
 	case d.Active >= a.maxKeys:
-		fail(http.StatusConflict, "You have the most active keys allowed. Revoke one you no longer use first.")
+		fail(http.StatusConflict, tooManyKeys)
 		return
 	}
-	full, k, err := a.store.CreateKey(r.Context(), sc.acct.ID, mode, name, time.Time{})
+	// The check above answers the common case with the page as it is; the ledger's cap is what
+	// holds when keys are created all at once.
+	full, k, err := a.store.CreateKeyCapped(r.Context(), sc.acct.ID, mode, name, time.Time{}, a.maxKeys)
+	if errors.Is(err, ledger.ErrTooManyKeys) {
+		fail(http.StatusConflict, tooManyKeys)
+		return
+	}
 	if err != nil {
 		a.internalError(w, r, sc, "creating key", err)
 		return
