@@ -205,3 +205,42 @@ func TestToolSettingPrecedence(t *testing.T) {
 		t.Errorf("handler-wide settings over built-ins: %+v", s)
 	}
 }
+
+// TestExampleCaddyfileListensOnLoopback: the repository's example Caddyfile (what `./xcaddy.sh
+// run` serves) adapts, and its API listens only on the loopback address: a key seen on the
+// network must not be usable from it by default.
+func TestExampleCaddyfileListensOnLoopback(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join("..", "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(body, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting the example Caddyfile: %v (warnings %v)", err, warnings)
+	}
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Listen []string `json:"listen"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Apps.HTTP.Servers) == 0 {
+		t.Fatal("the example Caddyfile has no server")
+	}
+	for name, srv := range cfg.Apps.HTTP.Servers {
+		if len(srv.Listen) == 0 {
+			t.Errorf("server %s listens on every interface (no listen addresses)", name)
+		}
+		for _, l := range srv.Listen {
+			if !strings.HasPrefix(l, "127.0.0.1:") && !strings.HasPrefix(l, "[::1]:") {
+				t.Errorf("server %s listens on %q, not only on the loopback address", name, l)
+			}
+		}
+	}
+}
