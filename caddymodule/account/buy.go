@@ -60,9 +60,10 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 			},
 		}},
 		Metadata: map[string]string{
-			"package":    pkg.ID,
-			"credits":    strconv.FormatInt(pkg.Credits, 10),
-			"account_id": sc.acct.ID,
+			"package":     pkg.ID,
+			"credits":     strconv.FormatInt(pkg.Credits, 10),
+			"price_cents": strconv.FormatInt(pkg.PriceCents, 10),
+			"account_id":  sc.acct.ID,
 		},
 	}
 	cs, err := a.stripe.V1CheckoutSessions.Create(r.Context(), params)

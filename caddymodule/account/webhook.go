@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/stripe/stripe-go/v82/webhook"
@@ -23,6 +24,9 @@ import (
 //     payment still pending: its async_payment_succeeded event comes later), unknown packages
 //     and unknown accounts are acknowledged with 200 and logged, because retrying cannot change
 //     them; a paid session that cannot be credited is logged as an error for the operator.
+//   - A session is credited only when it paid the price of its package in EUR (the package as
+//     the session was created for it: its metadata); any other amount or currency is logged as
+//     an error and credits nothing.
 //   - The purchase is a ledger grant whose reference is the Checkout Session id: a replayed or
 //     retried event (Stripe delivers at least once) credits nothing the second time.
 //   - 2xx is sent only after the grant is durable (synced to disk). If the ledger fails, the
@@ -86,18 +90,22 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pkgID := cs.Metadata["package"]
-	pkg, ok := a.packageBy[pkgID]
+	pkg, ok := a.sessionPackage(cs)
 	if !ok {
-		log.Error("a PAID checkout session names a package that is not configured; credit it by hand (caddy textgen credits grant --reference <checkout session id>)",
+		log.Error("a PAID checkout session names a package that is not configured; NOT credited: credit it by hand ("+grantByHand+")",
 			zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
 		webhookReply(w, http.StatusOK, "ignored: unknown package")
 		return
 	}
 	if !strings.EqualFold(cs.Currency, "eur") || cs.AmountTotal != pkg.PriceCents {
-		// The price may have changed since the session was created, or a coupon applied: the
-		// customer gets the package, the entry records what was paid.
-		log.Warn("paid amount differs from the package price", zap.String("currency", cs.Currency),
+		// A price changed by hand in Stripe, a coupon, a tampered session: the customer paid
+		// something else than the package costs. Crediting it anyway would sell credits below
+		// their price; the operator decides (credit by hand, or refund).
+		log.Error("a PAID checkout session's amount is not its package's price; NOT credited: check the payment in Stripe, then credit it by hand ("+grantByHand+") or refund it",
+			zap.String("package", pkg.ID), zap.Int64("credits", pkg.Credits), zap.String("currency", cs.Currency),
 			zap.Int64("amount_cents", cs.AmountTotal), zap.Int64("price_cents", pkg.PriceCents))
+		webhookReply(w, http.StatusOK, "ignored: amount differs from the package price")
+		return
 	}
 	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
 		AccountID:   cs.ClientReferenceID,
@@ -110,7 +118,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		Currency:    strings.ToUpper(cs.Currency),
 	})
 	if errors.Is(err, ledger.ErrNotFound) {
-		log.Error("a PAID checkout session names an account that does not exist; credit or refund it by hand",
+		log.Error("a PAID checkout session names an account that does not exist; NOT credited: refund it, or credit the right account by hand ("+grantByHand+")",
 			zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
 		webhookReply(w, http.StatusOK, "ignored: unknown account")
 		return
@@ -128,6 +136,22 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	log.Info("purchase credited", zap.String("package", pkg.ID), zap.Int64("credits", pkg.Credits),
 		zap.Int64("amount_cents", cs.AmountTotal), zap.Int64("available", res.Balance.Available))
 	webhookReply(w, http.StatusOK, "credited")
+}
+
+// grantByHand is the command an operator runs to credit a paid session the webhook could not.
+const grantByHand = "caddy textgen credits grant --account <account id> --credits <n> --reference <checkout session id>"
+
+// sessionPackage is the package a Checkout Session was created for: its credits and price as
+// buy wrote them into the session's metadata (a later change of the configured package does not
+// change what this customer was offered), else the configured package of that id.
+func (a *app) sessionPackage(cs checkoutSession) (Package, bool) {
+	pkg, ok := a.packageBy[cs.Metadata["package"]]
+	credits, cerr := strconv.ParseInt(cs.Metadata["credits"], 10, 64)
+	price, perr := strconv.ParseInt(cs.Metadata["price_cents"], 10, 64)
+	if cerr == nil && perr == nil && credits > 0 && price > 0 && cs.Metadata["package"] != "" {
+		return Package{ID: cs.Metadata["package"], Credits: credits, PriceCents: price}, true
+	}
+	return pkg, ok
 }
 
 func webhookReply(w http.ResponseWriter, status int, msg string) {

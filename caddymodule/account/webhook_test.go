@@ -20,6 +20,15 @@ const testWebhookSecret = "whsec_test_secret_for_caddy_textgen"
 
 // checkoutEvent is a Stripe event carrying a Checkout Session, shaped as Stripe sends it.
 func checkoutEvent(evType, sessionID, acctID, paymentStatus, pkg string, amount int64) []byte {
+	return checkoutEventIn(evType, sessionID, acctID, paymentStatus, pkg, amount, "eur", nil)
+}
+
+// checkoutEventIn is checkoutEvent with a currency and more metadata.
+func checkoutEventIn(evType, sessionID, acctID, paymentStatus, pkg string, amount int64, currency string, meta map[string]string) []byte {
+	md := map[string]string{"package": pkg, "account_id": acctID}
+	for k, v := range meta {
+		md[k] = v
+	}
 	ev := map[string]any{
 		"id":          "evt_" + sessionID + "_" + evType,
 		"object":      "event",
@@ -35,8 +44,8 @@ func checkoutEvent(evType, sessionID, acctID, paymentStatus, pkg string, amount 
 			"status":              "complete",
 			"mode":                "payment",
 			"amount_total":        amount,
-			"currency":            "eur",
-			"metadata":            map[string]string{"package": pkg, "account_id": acctID},
+			"currency":            currency,
+			"metadata":            md,
 		}},
 	}
 	b, _ := json.Marshal(ev)
@@ -137,6 +146,13 @@ func TestWebhook(t *testing.T) {
 		{"async payment pending", asyncPending, testWebhookSecret, nowT, 200, "not paid"},
 		{"async payment succeeded", asyncPaid, testWebhookSecret, nowT, 200, "credited"},
 		{"async payment succeeded, replayed", asyncPaid, testWebhookSecret, nowT, 200, "duplicate"},
+		{"paid less than the package", checkoutEvent("checkout.session.completed", "cs_test_cheap", acct.ID, "paid", "10", 199), testWebhookSecret, nowT, 200, "amount differs"},
+		{"paid more than the package", checkoutEvent("checkout.session.completed", "cs_test_dear", acct.ID, "paid", "10", 201), testWebhookSecret, nowT, 200, "amount differs"},
+		{"paid in another currency", checkoutEventIn("checkout.session.completed", "cs_test_usd", acct.ID, "paid", "10", 200, "usd", nil), testWebhookSecret, nowT, 200, "amount differs"},
+		{"paid the price the session was created for", checkoutEventIn("checkout.session.completed", "cs_test_oldprice", acct.ID, "paid", "10", 150, "eur",
+			map[string]string{"credits": "8", "price_cents": "150"}), testWebhookSecret, nowT, 200, "credited"},
+		{"paid the current price of a session created for another", checkoutEventIn("checkout.session.completed", "cs_test_newprice", acct.ID, "paid", "10", 200, "eur",
+			map[string]string{"credits": "8", "price_cents": "150"}), testWebhookSecret, nowT, 200, "amount differs"},
 	}
 	for _, c := range cases {
 		status, body := deliver(t, url, c.payload, c.secret, c.at)
@@ -163,17 +179,17 @@ func TestWebhook(t *testing.T) {
 
 	// Each paid session credited exactly once; nothing else credited.
 	got := purchasesOf(t, e.store, acct.ID)
-	want := map[string]int{"cs_test_paid1": 1, "cs_test_paid2": 1, "cs_test_async": 1}
+	want := map[string]int{"cs_test_paid1": 1, "cs_test_paid2": 1, "cs_test_async": 1, "cs_test_oldprice": 1}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("purchases %v, want %v", got, want)
 	}
 	bal, _ := e.store.Balance(bg, acct.ID)
-	if bal.Balance != 10+50+10 {
-		t.Fatalf("balance %+v, want 70", bal)
+	if bal.Balance != 10+50+10+8 {
+		t.Fatalf("balance %+v, want 78", bal)
 	}
 	ps, _ := e.store.Purchases(bg, acct.ID, 10)
 	for _, p := range ps {
-		if p.Currency != "EUR" || p.Kind != ledger.KindPurchase || p.Mode != ledger.Live || (p.AmountCents != 200 && p.AmountCents != 900) {
+		if p.Currency != "EUR" || p.Kind != ledger.KindPurchase || p.Mode != ledger.Live || (p.AmountCents != 200 && p.AmountCents != 900 && p.AmountCents != 150) {
 			t.Errorf("purchase entry %+v", p)
 		}
 	}
