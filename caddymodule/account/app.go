@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
@@ -45,20 +46,28 @@ type app struct {
 	mux       *http.ServeMux
 	pages     *pageSet
 	origin    *http.CrossOriginProtection
-	// Log-in throttles: failed attempts per account (email) and per client address, and
-	// sign-ups per client address (loginLimit..., below).
-	failByEmail, failByIP, signupByIP *ratelimit.Buckets
+	// Log-in throttles (loginLimit..., below): failed attempts per account and client address,
+	// per client address, and per account from anywhere; sign-ups per client address.
+	failByAccountAddr, failByIP, failByAccount, signupByIP *ratelimit.Buckets
+	// slowLocks serialise the log-ins of an account whose failures from anywhere are over
+	// loginLimitPerAccount (by a hash of its email): one slowed-down guess at a time.
+	slowLocks [64]sync.Mutex
 	// hashSlots bounds the argon2id hashes running at once (each takes 19 MiB).
 	hashSlots chan struct{}
 }
 
 // The throttles of log-ins and sign-ups, token buckets as the API's rate limits are. Every
 // attempt is counted before its password is checked (so attempts sent all at once are limited
-// too) and refunded when it turns out not to count.
+// too) and refunded when it turns out not to count. As OWASP's authentication guidance asks,
+// wrong passwords lock out the address that sends them, never the account's owner: failures
+// from anywhere slow the account's log-ins down instead.
 var (
-	// loginLimitPerEmail: 5 wrong passwords at once, then one every 15 minutes; a successful
-	// log-in fills the bucket again.
-	loginLimitPerEmail = ratelimit.Limit{Requests: 1, Window: 15 * time.Minute, Burst: 5}
+	// loginLimitPerAccountAddress: 5 wrong passwords for one account from one client address at
+	// once, then one every 15 minutes; a successful log-in from that address fills the bucket.
+	loginLimitPerAccountAddress = ratelimit.Limit{Requests: 1, Window: 15 * time.Minute, Burst: 5}
+	// loginLimitPerAccount: 20 failed log-ins of one account from anywhere in 15 minutes; past
+	// it every log-in of the account waits slowDownDelay, one at a time, but is never refused.
+	loginLimitPerAccount = ratelimit.Limit{Requests: 20, Window: 15 * time.Minute, Burst: 20}
 	// loginLimitPerAddress: 30 failed log-ins from one client address, over any emails, then
 	// 30 more every 15 minutes.
 	loginLimitPerAddress = ratelimit.Limit{Requests: 30, Window: 15 * time.Minute, Burst: 30}
@@ -66,6 +75,21 @@ var (
 	// exists" answers included.
 	signupLimitPerAddress = ratelimit.Limit{Requests: 10, Window: time.Hour, Burst: 10}
 )
+
+// slowDownDelay is the wait of each log-in of an account past loginLimitPerAccount.
+const slowDownDelay = 2 * time.Second
+
+// slowDown waits before a slowed-down log-in; tests replace it to count the waits.
+var slowDown = func(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // throttleEntries bounds the identities each throttle remembers.
 const throttleEntries = 100_000
@@ -81,13 +105,14 @@ func newApp(c appConfig) (*app, error) {
 		c.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	a := &app{
-		appConfig:   c,
-		packageBy:   map[string]Package{},
-		origin:      http.NewCrossOriginProtection(),
-		failByEmail: ratelimit.New(loginLimitPerEmail, throttleEntries),
-		failByIP:    ratelimit.New(loginLimitPerAddress, throttleEntries),
-		signupByIP:  ratelimit.New(signupLimitPerAddress, throttleEntries),
-		hashSlots:   make(chan struct{}, hashSlots),
+		appConfig:         c,
+		packageBy:         map[string]Package{},
+		origin:            http.NewCrossOriginProtection(),
+		failByAccountAddr: ratelimit.New(loginLimitPerAccountAddress, throttleEntries),
+		failByIP:          ratelimit.New(loginLimitPerAddress, throttleEntries),
+		failByAccount:     ratelimit.New(loginLimitPerAccount, throttleEntries),
+		signupByIP:        ratelimit.New(signupLimitPerAddress, throttleEntries),
+		hashSlots:         make(chan struct{}, hashSlots),
 	}
 	for _, p := range c.packages {
 		a.packageBy[p.ID] = p

@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -252,6 +253,43 @@ func TestLogInThrottled(t *testing.T) {
 		expectStatus(t, "spray attempt", r, http.StatusUnauthorized)
 	}
 	expectStatus(t, "throttled address", b2.login("fresh@example.com", "guess"), http.StatusTooManyRequests)
+}
+
+// TestLogInOwnerNotLockedOut: wrong passwords lock out the address that sends them, not the
+// account: its owner logs in from elsewhere.
+func TestLogInOwnerNotLockedOut(t *testing.T) {
+	e := newTestEnv(t)
+	e.browser().signup("owner@example.com")
+	attacker := e.browserFrom("127.0.0.2")
+	for i := range 5 {
+		expectStatus(t, "wrong password", attacker.login("owner@example.com", fmt.Sprint("guess ", i)), http.StatusUnauthorized)
+	}
+	expectStatus(t, "the attacker's sixth attempt", attacker.login("owner@example.com", testPassword), http.StatusTooManyRequests)
+	owner := e.browserFrom("127.0.0.3")
+	expectStatus(t, "the owner from another address", owner.login("owner@example.com", testPassword), http.StatusSeeOther)
+}
+
+// TestLogInSlowDown: failures of one account from many addresses slow its log-ins down
+// (each waits, one at a time) past 20, but never refuse them, so the owner still gets in.
+func TestLogInSlowDown(t *testing.T) {
+	e := newTestEnv(t)
+	e.browser().signup("target@example.com")
+	var slowed atomic.Int64
+	old := slowDown
+	slowDown = func(context.Context, time.Duration) error { slowed.Add(1); return nil }
+	t.Cleanup(func() { slowDown = old })
+	for i := range 22 {
+		b := e.browserFrom(fmt.Sprintf("127.0.1.%d", i+1))
+		expectStatus(t, fmt.Sprint("guess from address ", i+1), b.login("target@example.com", "guess"), http.StatusUnauthorized)
+		if want := max(0, i+1-20); slowed.Load() != int64(want) {
+			t.Fatalf("after %d failures from as many addresses: %d slowed down, want %d", i+1, slowed.Load(), want)
+		}
+	}
+	owner := e.browserFrom("127.0.2.1")
+	expectStatus(t, "the owner during the attack", owner.login("target@example.com", testPassword), http.StatusSeeOther)
+	if slowed.Load() != 3 {
+		t.Errorf("the owner's log-in was not slowed down like the others: %d", slowed.Load())
+	}
 }
 
 // TestLogInThrottledInParallel: wrong passwords sent all at once are limited like ones sent one

@@ -3,6 +3,7 @@ package account
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net/http"
 	"strings"
@@ -133,15 +134,28 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
-	byEmail, ok, wait := a.failByEmail.Take(email, t)
+	byAccountAddr, ok, wait := a.failByAccountAddr.Take(email+"\x00"+ip, t)
 	if !ok {
 		byIP.Refund()
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
+	byAccount, ok, _ := a.failByAccount.Take(email, t)
 	refund := func() {
 		byIP.Refund()
-		byEmail.Refund()
+		byAccountAddr.Refund()
+		byAccount.Refund()
+	}
+	if !ok {
+		// Many failures from anywhere: slow the account's log-ins down, one at a time, rather
+		// than lock its owner out.
+		l := &a.slowLocks[maphash.String(slowSeed, email)%uint64(len(a.slowLocks))]
+		l.Lock()
+		defer l.Unlock()
+		if err := slowDown(r.Context(), slowDownDelay); err != nil {
+			refund()
+			return // the client went away
+		}
 	}
 	var acct ledger.Account
 	var err error
@@ -166,9 +180,13 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	byIP.Refund()
-	a.failByEmail.Reset(email)
+	byAccount.Refund()
+	a.failByAccountAddr.Reset(email + "\x00" + ip)
 	a.startSession(w, r, acct)
 }
+
+// slowSeed picks an account's slow-down lock.
+var slowSeed = maphash.MakeSeed()
 
 func (a *app) throttled(w http.ResponseWriter, r *http.Request, name string, f authForm, wait time.Duration) {
 	mins := int(math.Ceil(wait.Minutes()))

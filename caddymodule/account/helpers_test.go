@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -101,6 +102,15 @@ func (e *testEnv) browser() *browser {
 		Jar:           jar,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
+}
+
+// browserFrom is a browser whose connections come from addr, another loopback address such as
+// 127.0.0.2: a client at another address, for the limits per client address.
+func (e *testEnv) browserFrom(addr string) *browser {
+	b := e.browser()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}}
+	b.c.Transport = &http.Transport{DialContext: d.DialContext}
+	return b
 }
 
 type resp struct {
