@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
@@ -74,6 +75,9 @@ func (g *generation) run() {
 		return
 	case errors.Is(err, ledger.ErrAccountDisabled):
 		g.fail(errAccountDisabled)
+		return
+	case errors.Is(err, ledger.ErrUnavailable):
+		g.ledgerUnavailable(err)
 		return
 	case err != nil:
 		g.internal("holding credit", err)
@@ -240,6 +244,17 @@ func (g *generation) void(ctx context.Context, reason string) {
 		return
 	}
 	g.remaining = res.Available
+}
+
+// ledgerUnavailable answers 503 ledger_unavailable: the ledger takes no new work now (its disk
+// is nearly full, its database unreachable); nothing was reserved or charged.
+func (g *generation) ledgerUnavailable(err error) {
+	metrics.rejections.WithLabelValues("ledger_unavailable").Inc()
+	if ce := g.h.logger.Check(zapcore.DebugLevel, "ledger unavailable"); ce != nil {
+		ce.Write(zap.String("request_id", g.id), zap.Error(err))
+	}
+	g.errKind = "ledger_unavailable"
+	g.fail(errLedgerUnavailable)
 }
 
 func (g *generation) insufficient() *apiError {

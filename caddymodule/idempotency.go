@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -28,6 +29,10 @@ func (g *generation) beginIdempotent() bool {
 		AccountID: g.acct.ID, Key: g.idemRecordKey(), RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
+	if errors.Is(err, ledger.ErrUnavailable) {
+		g.ledgerUnavailable(err)
+		return false
+	}
 	if err != nil {
 		g.internal("idempotency record", err)
 		return false

@@ -1,11 +1,14 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
 // The plugin's Prometheus metrics, in Caddy's metrics registry (served by Caddy's metrics
@@ -25,6 +28,7 @@ var metrics = struct {
 	rejections    *prometheus.CounterVec   // reason
 	ledgerOps     *prometheus.HistogramVec // op
 	queueWait     prometheus.Histogram     // seconds waited in the admission queue
+	ledgerDown    prometheus.GaugeFunc     // open ledgers that take no new work now
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -64,7 +68,7 @@ func initMetrics() {
 		}, []string{"kind"})
 		metrics.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "rejections_total",
-			Help: "Requests refused by a limit, by reason (rate_limit_key, rate_limit_account, rate_limit_tool_key, rate_limit_tool_account, auth_failures, concurrency, queue_full, queue_timeout, overloaded).",
+			Help: "Requests refused by a limit, by reason (rate_limit_key, rate_limit_account, rate_limit_tool_key, rate_limit_tool_account, auth_failures, concurrency, queue_full, queue_timeout, overloaded, ledger_unavailable).",
 		}, []string{"reason"})
 		metrics.ledgerOps = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "ledger_op_duration_seconds",
@@ -76,7 +80,22 @@ func initMetrics() {
 			Help:    "Time admitted requests waited in the admission queue for a model host.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		})
+		metrics.ledgerDown = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "ledger_unavailable",
+			Help: "Open ledgers that take no new work now (disk nearly full, database unreachable); the log says why.",
+		}, ledgersUnavailable)
 	})
+}
+
+// ledgersUnavailable counts the ledgers of this process whose Health is not nil.
+func ledgersUnavailable() float64 {
+	n := 0
+	for _, s := range textgenapp.OpenLedgers() {
+		if s.Health(context.Background()) != nil {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // registerMetrics adds the collectors to a config's registry; a second handler of the same
@@ -89,6 +108,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
+		metrics.ledgerDown,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

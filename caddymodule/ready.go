@@ -19,7 +19,7 @@ import (
 type readyDoc struct {
 	Ready        bool   `json:"ready"`
 	Reason       string `json:"reason,omitempty"`
-	Ledger       string `json:"ledger"`        // "ok", "closed" or "failed" (the log says why)
+	Ledger       string `json:"ledger"`        // "ok", "unavailable" (reason says why), "closed" or "failed" (the log says why)
 	HostsHealthy int    `json:"hosts_healthy"` // model hosts that answered their last check
 	Hosts        int    `json:"hosts"`
 	Queued       int    `json:"queued"` // requests waiting in the admission queue
@@ -35,14 +35,21 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		return
 	}
 	doc := readyDoc{Ledger: "ok"}
-	// Balance of no account: ErrNotFound when the ledger works; ErrClosed, or the committer's
-	// error after a failed disk write, when it does not.
-	if _, err := store.Balance(context.Background(), ""); err != nil && !errors.Is(err, ledger.ErrNotFound) {
-		doc.Ledger = "failed"
-		if errors.Is(err, ledger.ErrClosed) {
+	if err := store.Health(context.Background()); err != nil {
+		switch {
+		case errors.Is(err, ledger.ErrDiskFull):
+			doc.Ledger = "unavailable"
+			doc.Reason = "the ledger's disk is nearly full: new requests are refused until space is freed"
+		case errors.Is(err, ledger.ErrUnavailable):
+			doc.Ledger = "unavailable"
+			doc.Reason = "the ledger cannot take new requests now"
+		case errors.Is(err, ledger.ErrClosed):
 			doc.Ledger = "closed"
+			doc.Reason = "the ledger is not usable"
+		default:
+			doc.Ledger = "failed"
+			doc.Reason = "the ledger is not usable"
 		}
-		doc.Reason = "the ledger is not usable"
 		if ce := h.logger.Check(zapcore.WarnLevel, "not ready: ledger"); ce != nil {
 			ce.Write(zap.Error(err))
 		}

@@ -1,9 +1,11 @@
 package ledger
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,9 +21,19 @@ import (
 // is kept in memory, loaded at Open; every change is applied there under the account's mutex
 // and made durable through the group committer before the call returns (see badger_commit.go).
 type Badger struct {
-	db   *badger.DB
-	opts Options
-	log  *zap.Logger
+	db    *badger.DB
+	opts  Options
+	log   *zap.Logger
+	space *spaceGuard // the disk's free space (badger_space.go)
+	// readOnly: Badger was opened read-only because the disk was nearly full at Open; every
+	// change is refused until reopenWritable. bopts are the options to reopen with.
+	readOnly atomic.Bool
+	bopts    badger.Options
+	// unlock releases the directory lock the store holds for Badger (lockDir).
+	unlock func()
+	// voidPending: Open left the previous process's holds open because the disk was nearly
+	// full; they are voided when space is back.
+	voidPending atomic.Bool
 	// opened is when this process opened the directory. Badger locks the directory, so nothing
 	// that began before it can still be running: holds and Idempotency-Keys left "in progress"
 	// then belong to a process that is gone (restart.go's rules).
@@ -60,17 +72,39 @@ func Open(dir string, opts Options) (*Badger, error) {
 	if opts.InMemory != (dir == "") {
 		return nil, fmt.Errorf("opening ledger: a directory is required unless in_memory is set, and not allowed with it: %w", ErrInvalidArgument)
 	}
+	unlock, locked := func() {}, false
 	if !opts.InMemory {
-		if err := removeEmptyLogs(dir, opts.Logger); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("opening ledger %q: %w", dir, err)
+		}
+		if unlock, locked, err = lockDir(dir); err != nil {
+			return nil, fmt.Errorf("opening ledger %q: %w", dir, err)
+		}
+		if err := removeEmptyLogs(dir, opts.Logger, locked); err != nil {
+			unlock()
 			return nil, fmt.Errorf("opening ledger %q: removing empty log files: %w", dir, err)
 		}
 	}
-	db, err := badger.Open(badgerOptions(dir, opts))
+	space, err := newSpaceGuard(dir, opts.SpaceReserve, opts.Logger)
 	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("opening ledger %q: %w", dir, err)
+	}
+	// On a nearly full disk Badger is opened read-only: a read-write open writes a new
+	// memtable's header through a memory map, which a full disk answers with SIGBUS. The store
+	// serves reads, refuses every change, and reopens read-write when space is back.
+	readOnly := !opts.InMemory && space.err() != nil
+	bopts := badgerOptions(dir, opts).WithBypassLockGuard(locked)
+	db, err := badger.Open(bopts.WithReadOnly(readOnly))
+	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("opening ledger %q: %w", dir, err)
 	}
 	s := &Badger{
 		db:       db,
+		bopts:    bopts,
+		unlock:   unlock,
+		space:    space,
 		opened:   now().UTC(),
 		opts:     opts,
 		log:      opts.Logger,
@@ -80,24 +114,43 @@ func Open(dir string, opts Options) (*Badger, error) {
 		byDigest: map[[32]byte]*keyEntry{},
 		keyIDs:   map[string]*keyEntry{},
 	}
-	s.c = newCommitter(db, opts.Logger)
+	s.c = newCommitter(db, opts.Logger, space)
+	s.readOnly.Store(readOnly)
 	fail := func(err error) (*Badger, error) {
 		s.c.close()
 		db.Close()
+		unlock()
 		return nil, err
 	}
-	if err := s.checkSchema(); err != nil {
+	if err := s.checkSchema(readOnly); err != nil {
 		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
 	}
 	if err := s.load(); err != nil {
 		return fail(fmt.Errorf("loading ledger %q: %w", dir, err))
 	}
 	s.opened = now().UTC()
-	if n, err := s.voidLeftOver(); err != nil {
-		return fail(fmt.Errorf("voiding the holds of the previous process: %w", err))
-	} else if n > 0 {
-		s.log.Info("voided the holds the previous process left open", zap.Int("holds", n))
+	if err := s.space.err(); err != nil {
+		// Start on a full disk: serve reads, refuse new work, and void the holds once there
+		// is space.
+		s.voidPending.Store(true)
+		s.log.Warn("the previous process's open holds are voided when the ledger's disk has space again", zap.Error(err))
+	} else if err := s.voidPrevious(); err != nil {
+		return fail(err)
 	}
+	s.every(opts.SpaceCheckInterval, func() {
+		s.space.check()
+		if s.space.err() == nil && s.readOnly.Load() {
+			if err := s.reopenWritable(); err != nil {
+				s.log.Error("reopening the ledger for writing", zap.Error(err))
+				return
+			}
+		}
+		if s.space.err() == nil && s.voidPending.Load() {
+			if err := s.voidPrevious(); err != nil && !errors.Is(err, ErrClosed) {
+				s.log.Error("voiding the previous process's holds", zap.Error(err))
+			}
+		}
+	})
 	s.every(opts.SweepInterval, func() {
 		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.Error("hold expiry sweep failed", zap.Error(err))
@@ -116,7 +169,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 	return s, nil
 }
 
-func (s *Badger) checkSchema() error {
+func (s *Badger) checkSchema(readOnly bool) error {
 	var v []byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(metaSchemaKey)
@@ -127,6 +180,8 @@ func (s *Badger) checkSchema() error {
 		return err
 	})
 	switch {
+	case errors.Is(err, badger.ErrKeyNotFound) && readOnly:
+		return fmt.Errorf("a new ledger cannot be created on a nearly full disk: %w", s.space.err())
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return s.c.enqueue([]write{set(metaSchemaKey, []byte(schemaVersion))}).wait()
 	case err != nil:
@@ -159,7 +214,7 @@ func (s *Badger) every(d time.Duration, f func()) {
 }
 
 func (s *Badger) runGC() {
-	if s.begin() != nil {
+	if s.beginWrite() != nil { // the GC rewrites value logs: not while the disk is nearly full
 		return
 	}
 	defer s.end()
@@ -262,6 +317,80 @@ func (s *Badger) load() error {
 	})
 }
 
+// voidPrevious voids the holds a previous process left open (voidLeftOver), once.
+func (s *Badger) voidPrevious() error {
+	n, err := s.voidLeftOver()
+	if err != nil {
+		return fmt.Errorf("voiding the holds of the previous process: %w", err)
+	}
+	s.voidPending.Store(false)
+	if n > 0 {
+		s.log.Info("voided the holds the previous process left open", zap.Int("holds", n))
+	}
+	return nil
+}
+
+// reopenWritable replaces a read-only Badger (opened on a nearly full disk) with a read-write
+// one, once there is space. It waits for the calls in flight; none of them changed anything.
+func (s *Badger) reopenWritable() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Load() || !s.readOnly.Load() {
+		return nil
+	}
+	db, err := badger.Open(s.bopts.WithReadOnly(false))
+	if err != nil {
+		return err
+	}
+	old := s.db
+	s.c.swapDB(db)
+	s.db = db
+	s.readOnly.Store(false)
+	if err := old.Close(); err != nil {
+		s.log.Warn("closing the read-only ledger", zap.Error(err))
+	}
+	s.log.Info("the ledger's disk has space again: reopened for writing")
+	return nil
+}
+
+// beginChange admits a call that changes the ledger: begin, and ErrUnavailable while it is
+// open read-only (a full disk at start).
+func (s *Badger) beginChange() error {
+	if s.readOnly.Load() {
+		return fmt.Errorf("%w: opened read-only, writes wait for space", ErrDiskFull)
+	}
+	return s.begin()
+}
+
+// beginWrite admits a call that starts new work (a hold, a grant, a key, an account, a
+// session...): begin, and ErrUnavailable while the disk is nearly full. Calls that finish work
+// already begun (settling or voiding a hold) or that protect the account (revoking a key,
+// disabling an account) use begin alone and run within the space reserve.
+func (s *Badger) beginWrite() error {
+	if err := s.space.err(); err != nil {
+		return err
+	}
+	return s.beginChange()
+}
+
+// Health reports whether the store takes new work: nil, or why not (ErrUnavailable with the
+// reason, ErrClosed, or the error of a failed commit).
+func (s *Badger) Health(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := s.c.err(); err != nil {
+		return err
+	}
+	if err := s.space.err(); err != nil {
+		return err
+	}
+	if s.readOnly.Load() {
+		return fmt.Errorf("%w: opened read-only, writes wait for space", ErrDiskFull)
+	}
+	return nil
+}
+
 // begin admits a call that touches Badger; end releases it.
 func (s *Badger) begin() error {
 	s.closeMu.RLock()
@@ -318,6 +447,7 @@ func (s *Badger) Close() error {
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("closing ledger: %w", err))
 		}
+		s.unlock()
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

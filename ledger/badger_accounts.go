@@ -22,7 +22,7 @@ func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, erro
 // createAccount creates the account for the normalised email e, writing extra (for example its
 // credential) in the same durable commit. The account becomes visible only once durable.
 func (s *Badger) createAccount(e string, extra func(id string, t time.Time) []write) (Account, error) {
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return Account{}, err
 	}
 	defer s.end()
@@ -130,7 +130,7 @@ func (s *Badger) SetAccountStatus(ctx context.Context, id string, status Account
 	if err := checkAccountStatus(status); err != nil {
 		return Account{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return Account{}, err
 	}
 	defer s.end()

@@ -58,8 +58,9 @@ func (op *pendingOp) size() int {
 func (op *pendingOp) wait() error { return <-op.done }
 
 type committer struct {
-	db  *badger.DB
-	log *zap.Logger
+	db    *badger.DB
+	log   *zap.Logger
+	space *spaceGuard // checked before every commit (badger_space.go)
 
 	mu     sync.Mutex
 	queue  []*pendingOp
@@ -73,10 +74,11 @@ type committer struct {
 	stopped chan struct{}
 }
 
-func newCommitter(db *badger.DB, log *zap.Logger) *committer {
+func newCommitter(db *badger.DB, log *zap.Logger, space *spaceGuard) *committer {
 	c := &committer{
 		db:      db,
 		log:     log,
+		space:   space,
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -102,7 +104,10 @@ type snapshot struct {
 func (s *snapshot) get(k []byte) ([]byte, bool, error) { return getValue(s.txn, k) }
 
 func (c *committer) publish(upTo uint64) {
-	n := &snapshot{txn: c.db.NewTransaction(false), upTo: upTo}
+	c.mu.Lock()
+	db := c.db
+	c.mu.Unlock()
+	n := &snapshot{txn: db.NewTransaction(false), upTo: upTo}
 	n.refs.Store(1)
 	if old := c.snap.Swap(n); old != nil {
 		c.release(old)
@@ -124,6 +129,15 @@ func (c *committer) release(s *snapshot) {
 	if s.refs.Add(-1) == 0 {
 		s.txn.Discard() // read-only: only marks the read done, safe from any goroutine
 	}
+}
+
+// swapDB makes the committer write to db from now on. Called with no operation in flight (the
+// store's closeMu held exclusively), when a read-only store is reopened for writing.
+func (c *committer) swapDB(db *badger.DB) {
+	c.mu.Lock()
+	c.db = db
+	c.mu.Unlock()
+	c.publish(c.durable.Load())
 }
 
 // err reports the sticky failure, if any.
@@ -229,6 +243,7 @@ func (c *committer) take() []*pendingOp {
 func (c *committer) commit(batch []*pendingOp) {
 	err := c.err()
 	if err == nil {
+		c.space.waitForFloor(c.stop)
 		err = c.write(batch)
 		if err != nil {
 			err = fmt.Errorf("committing ledger writes: %w", err)
@@ -251,7 +266,10 @@ func (c *committer) commit(batch []*pendingOp) {
 }
 
 func (c *committer) write(batch []*pendingOp) error {
-	txn := c.db.NewTransaction(true)
+	c.mu.Lock()
+	db := c.db
+	c.mu.Unlock()
+	txn := db.NewTransaction(true)
 	defer txn.Discard()
 	n := 0
 	for _, op := range batch {

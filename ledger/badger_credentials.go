@@ -71,7 +71,7 @@ func (s *Badger) SetPassword(ctx context.Context, accountID, password string) er
 	if err != nil {
 		return err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return err
 	}
 	defer s.end()
@@ -180,7 +180,7 @@ func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.D
 	if err := checkSessionTTL(ttl); err != nil {
 		return "", Session{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return "", Session{}, err
 	}
 	defer s.end()
@@ -252,7 +252,7 @@ func (s *Badger) DeleteSession(ctx context.Context, token string) error {
 	if !looksLikeToken(token) {
 		return nil
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return err
 	}
 	defer s.end()

@@ -20,7 +20,7 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 	if err := checkGrantRequest(req); err != nil {
 		return GrantResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return GrantResult{}, err
 	}
 	defer s.end()
@@ -162,7 +162,7 @@ func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo i
 	if err := checkRefillTarget(upTo); err != nil {
 		return 0, Balance{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return 0, Balance{}, err
 	}
 	defer s.end()

@@ -67,7 +67,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	if err := checkHoldRequest(req); err != nil {
 		return HoldResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return HoldResult{}, err
 	}
 	defer s.end()
@@ -141,7 +141,7 @@ func (s *Badger) resolve(accountID, requestID string, to HoldState, reason strin
 	if err := checkResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return HoldResult{}, err
 	}
 	defer s.end()
@@ -207,7 +207,7 @@ func (s *Badger) voidLeftOver() (int, error) {
 
 // voidWhere voids, with reason, every open hold for which match is true, and returns how many.
 func (s *Badger) voidWhere(reason string, t time.Time, match func(*holdMem) bool) (int, error) {
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return 0, err
 	}
 	defer s.end()

@@ -44,7 +44,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 	if err := checkIdempotencyRecord(rec); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
 	defer s.end()
@@ -93,7 +93,7 @@ func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, st
 	if err := checkFinishStatus(status); err != nil {
 		return err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return err
 	}
 	defer s.end()

@@ -75,7 +75,7 @@ func (s *Badger) CreateKeyCapped(ctx context.Context, accountID string, mode Mod
 	if err != nil {
 		return "", Key{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return "", Key{}, err
 	}
 	defer s.end()
@@ -169,7 +169,7 @@ func compareStrings(a, b string) int {
 
 // RevokeKey revokes a key at once: the next LookupKey of it fails.
 func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (Key, error) {
-	if err := s.begin(); err != nil {
+	if err := s.beginChange(); err != nil {
 		return Key{}, err
 	}
 	defer s.end()
@@ -245,8 +245,8 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 // called from Close, which already excludes other calls.
 func (s *Badger) flushLastUsed(admit bool) error {
 	if admit {
-		if err := s.begin(); err != nil {
-			return nil // closing: Close flushes
+		if err := s.beginWrite(); err != nil {
+			return nil // closing (Close flushes), or the disk is nearly full (a later flush will)
 		}
 		defer s.end()
 	}

@@ -38,6 +38,18 @@ type Options struct {
 	// disables the periodic flush.
 	LastUsedFlushInterval time.Duration `json:"last_used_flush_interval,omitempty"`
 
+	// SpaceReserve is the free space the ledger's file system must keep: below it the store
+	// refuses new work (ErrUnavailable) until space is freed, while holds already taken are
+	// still settled or voided within the reserve. Badger writes through memory-mapped files, and
+	// a write the file system cannot place kills the process (SIGBUS), so the ledger must stop
+	// well before the disk is full. Default (0): 5% of the file system, at least 16 MiB and at
+	// most 256 MiB. A negative value turns the check off.
+	SpaceReserve int64 `json:"space_reserve,omitempty"`
+
+	// SpaceCheckInterval is how often the free space is checked in the background (it is also
+	// checked before every commit). Default: 1 second.
+	SpaceCheckInterval time.Duration `json:"space_check_interval,omitempty"`
+
 	// Logger receives the ledger's and Badger's log messages. Default: zap.NewNop().
 	Logger *zap.Logger `json:"-"`
 
@@ -70,15 +82,19 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LastUsedFlushInterval == 0 {
 		o.LastUsedFlushInterval = DefaultLastUsedFlushInterval
 	}
+	if o.SpaceCheckInterval <= 0 {
+		o.SpaceCheckInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
 	return o, nil
 }
 
-// memTableSize bounds the memory a store uses; 16 MiB still leaves room for a 2.4 MiB batch
-// (Badger allows 15% of a memtable per transaction), far above maxBatchBytes.
-const memTableSize = 16 << 20
+// memTableSize bounds the memory a store uses, and the disk one memtable's log takes (twice it,
+// the space guard's minimum reserve); 8 MiB still leaves room for a 1.2 MiB batch (Badger
+// allows 15% of a memtable per transaction), above maxBatchBytes.
+const memTableSize = 8 << 20
 
 // badgerOptions tunes Badger for a small footprint: the ledger's values are small JSON records
 // and its working set (accounts, keys, balances, open holds) lives in Go memory anyway.

@@ -45,13 +45,17 @@ func emptyLogs(dir string) ([]string, error) {
 	return empty, nil
 }
 
-// removeEmptyLogs removes dir's empty log files while holding the directory lock. It does
-// nothing if dir does not exist yet or another process holds the lock (Open then reports that).
-func removeEmptyLogs(dir string, log *zap.Logger) error {
+// removeEmptyLogs removes dir's empty log files. The caller holds the directory lock (lockDir)
+// where flock exists; elsewhere it takes none and leaves the files (see withDirLock).
+func removeEmptyLogs(dir string, log *zap.Logger, locked bool) error {
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return nil
 	}
-	return withDirLock(dir, func() error {
+	run := withDirLock
+	if locked {
+		run = func(_ string, fn func() error) error { return fn() }
+	}
+	return run(dir, func() error {
 		empty, err := emptyLogs(dir)
 		if err != nil {
 			return err

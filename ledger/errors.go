@@ -1,6 +1,9 @@
 package ledger
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors callers can test with errors.Is. Every engine returns these same values (wrapped with
 // context where that helps), so that callers never depend on an engine's own errors. The doc
@@ -24,6 +27,12 @@ var (
 	// ErrInvalidArgument: a malformed or out-of-range argument (mode, request id, email, cursor,
 	// page limit, TTL...). The wrapping message names it.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrUnavailable: the store cannot take new work now, for a reason that passes (its disk is
+	// nearly full, its database is unreachable); the wrapping message says which. Nothing was
+	// written. Reads, and the resolution of holds already taken, go on where they can.
+	ErrUnavailable = errors.New("ledger unavailable")
+	// ErrDiskFull wraps ErrUnavailable: the store's disk has less free space than its reserve.
+	ErrDiskFull = fmt.Errorf("%w: its disk is nearly full", ErrUnavailable)
 	// ErrClosed: the store was closed, or is being closed.
 	ErrClosed = errors.New("ledger closed")
 	// ErrInvalidCredentials: unknown email, no password set, or wrong password (no hint which).

@@ -15,6 +15,13 @@ import (
 // After a failed commit an engine may refuse every later call with that error until it is
 // reopened (Badger does: its memory may be ahead of its disk).
 //
+// Calls that start new work (CreateAccount, CreateAccountWithPassword, SetPassword,
+// CreateSession, CreateKey, CreateKeyCapped, Hold, Reserve, Grant, RefillTestCredits,
+// BeginIdempotent) may also return ErrUnavailable while the store cannot take new work (see
+// Maintenance.Health); nothing was written then, and the caller may retry later. Calls that
+// finish work already begun (Settle, Void, FinishIdempotent) or protect an account (RevokeKey,
+// SetAccountStatus, DeleteSession) go on while they can.
+//
 // Calls that change credits (Hold, Reserve, Settle, Void, Grant, RefillTestCredits) do not give
 // up when ctx is canceled: a handler voids a hold after its client went away, with a context
 // that is already done. Long reads (History, Usage, Purchases, Verify) do honour ctx and may
@@ -313,6 +320,14 @@ type Reports interface {
 
 // Maintenance is the operator's side of a store: checking it, backing it up, closing it.
 type Maintenance interface {
+	// Health reports whether the store takes new work now: nil, or why not. A store that is
+	// unavailable for a while (its disk nearly full, its database unreachable) still reads and
+	// still resolves the holds it has taken.
+	//
+	// Expected errors: ErrUnavailable (with the reason), ErrClosed, or the error that stopped
+	// the store.
+	Health(ctx context.Context) error
+
 	// Verify recomputes every account's figures from its entries and reports each difference
 	// with what the store keeps, every negative balance or available figure, every broken index
 	// and every hold left open long past its expiry. A store that works has no problems:

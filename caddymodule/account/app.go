@@ -193,6 +193,14 @@ func (a *app) internalError(w http.ResponseWriter, r *http.Request, sc *sessionC
 	if errors.Is(err, context.Canceled) {
 		return
 	}
+	if errors.Is(err, ledger.ErrUnavailable) {
+		// The ledger takes no new work for a while (its disk is nearly full, say); it has
+		// logged why.
+		w.Header().Set("Retry-After", "30")
+		a.errorPage(w, r, sc, http.StatusServiceUnavailable, "Temporarily unavailable",
+			"The service cannot take this request right now. Nothing was changed; please try again in a few minutes.")
+		return
+	}
 	fields := []zap.Field{zap.Error(err), zap.String("path", r.URL.Path)}
 	if sc != nil {
 		fields = append(fields, zap.String("account", sc.acct.ID))

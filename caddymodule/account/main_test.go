@@ -20,6 +20,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	// The textgen handler, which the browser test and the adapter tests run beside My Account.
+	_ "github.com/caddy-textgen/textgen/caddymodule"
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 )

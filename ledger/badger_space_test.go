@@ -1,0 +1,131 @@
+//go:build linux
+
+package ledger
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddy-textgen/textgen/ledger/disktest"
+)
+
+// eventually polls cond every 10 ms until it holds, failing after a minute.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDiskFull runs the ledger on a real 40 MB file system that another file fills up. The
+// process survives (Badger would die of SIGBUS writing through its memory map); new work is
+// refused with ErrDiskFull before anything changes; reads go on; a hold taken before is settled
+// once space is back; the store takes work again by itself; nothing is lost.
+func TestDiskFull(t *testing.T) {
+	disktest.Run(t, 40<<20, func(t *testing.T, dir string) {
+		o := quiet
+		o.SpaceCheckInterval = 20 * time.Millisecond
+		o.Logger = zaptest.NewLogger(t)
+		s := openDir(t, filepath.Join(dir, "ledger"), o)
+		a := mustAccount(t, s, "full@example.com").ID
+		mustGrant(t, s, a, Live, 10)
+		full, _, err := s.CreateKey(bg, a, Live, "k", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustHold(t, s, a, Live, "before")
+		if err := s.Health(bg); err != nil {
+			t.Fatalf("health with space: %v", err)
+		}
+
+		remove := disktest.Fill(t, dir)
+		eventually(t, "the space alarm", func() bool { return errors.Is(s.Health(bg), ErrDiskFull) })
+		before := mustBalance(t, s, a)
+		// New work is refused, and changes nothing.
+		_, err = s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "during"})
+		wantErr(t, err, ErrUnavailable)
+		_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1, Reference: "during"})
+		wantErr(t, err, ErrDiskFull)
+		_, err = s.CreateAccount(bg, "new@example.com")
+		wantErr(t, err, ErrUnavailable)
+		_, _, err = s.CreateKey(bg, a, Live, "k2", time.Time{})
+		wantErr(t, err, ErrUnavailable)
+		_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "during"})
+		wantErr(t, err, ErrUnavailable)
+		if b := mustBalance(t, s, a); b != before {
+			t.Fatalf("balance changed by refused work: %+v, was %+v", b, before)
+		}
+		// Reads go on.
+		if _, _, err := s.LookupKey(bg, full); err != nil {
+			t.Fatalf("key lookup on a full disk: %v", err)
+		}
+		if _, _, err := s.History(bg, a, Page{}); err != nil {
+			t.Fatalf("history on a full disk: %v", err)
+		}
+		// The hold taken before is settled: on a disk this full its commit waits for space.
+		settled := make(chan error, 1)
+		go func() { _, err := s.Settle(bg, a, "before"); settled <- err }()
+
+		remove()
+		eventually(t, "the store to take work again", func() bool { return s.Health(bg) == nil })
+		if err := <-settled; err != nil {
+			t.Fatalf("settle after space came back: %v", err)
+		}
+		mustHold(t, s, a, Live, "after")
+		if _, err := s.Settle(bg, a, "after"); err != nil {
+			t.Fatal(err)
+		}
+		if b := mustBalance(t, s, a); b.Balance != 8 || b.Available != 8 {
+			t.Fatalf("balance %+v, want 8: two settled holds, nothing else", b)
+		}
+		verifyClean(t, s)
+	})
+}
+
+// TestOpenOnFullDisk: a ledger whose disk filled up while it was closed opens (the server
+// starts), reads, refuses new work, and voids the previous process's holds once space is back.
+func TestOpenOnFullDisk(t *testing.T) {
+	disktest.Run(t, 40<<20, func(t *testing.T, dir string) {
+		ldir := filepath.Join(dir, "ledger")
+		o := quiet
+		o.SpaceCheckInterval = 20 * time.Millisecond
+		s := openDir(t, ldir, o)
+		a := mustAccount(t, s, "reopen@example.com").ID
+		mustGrant(t, s, a, Live, 5)
+		mustHold(t, s, a, Live, "left-open")
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		remove := disktest.Fill(t, dir)
+		s, err := Open(ldir, o)
+		if err != nil {
+			t.Fatalf("opening a ledger on a full disk: %v", err)
+		}
+		defer s.Close()
+		if !errors.Is(s.Health(bg), ErrDiskFull) {
+			t.Fatalf("health on a full disk: %v", s.Health(bg))
+		}
+		if b := mustBalance(t, s, a); b.Balance != 5 || b.Available != 4 {
+			t.Fatalf("balance on a full disk %+v, want 5 with the old hold still open", b)
+		}
+		_, err = s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "new"})
+		wantErr(t, err, ErrDiskFull)
+
+		remove()
+		eventually(t, "the old hold to be voided once space is back", func() bool { return mustBalance(t, s, a).Available == 5 })
+		if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "restart" || e.RequestID != "left-open" {
+			t.Fatalf("latest entry %+v, want the restart void", e)
+		}
+		mustHold(t, s, a, Live, "new")
+		verifyClean(t, s)
+	})
+}
