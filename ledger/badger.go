@@ -444,7 +444,14 @@ func (s *Badger) Close() error {
 			}
 		}
 		s.c.close()
-		if err := s.db.Close(); err != nil {
+		if err := s.space.err(); err != nil && !s.readOnly.Load() {
+			// Badger's Close writes its memtable out as a table through a memory map, which a
+			// full disk answers with SIGBUS. Every commit is synced already, so the directory
+			// is left as a crash leaves it, and opens normally next time; Badger's files stay
+			// open until the process exits (Caddy is stopping, or the config no longer names
+			// this ledger).
+			s.log.Warn("the ledger's disk is nearly full: closing without flushing its memtable (the next open replays its log)", zap.Error(err))
+		} else if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("closing ledger: %w", err))
 		}
 		s.unlock()

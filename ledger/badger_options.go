@@ -116,7 +116,9 @@ func badgerOptions(dir string, o Options) badger.Options {
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithValueLogFileSize(64 << 20).
-		WithMetricsEnabled(false)
+		WithMetricsEnabled(false).
+		// No compaction at Close: it writes new tables, which a nearly full disk may not take.
+		WithCompactL0OnClose(false)
 }
 
 // zapBadgerLogger routes Badger's printf-style logger into zap. It checks the level before

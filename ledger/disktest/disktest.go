@@ -36,7 +36,9 @@ func Run(t *testing.T, size int64, f func(t *testing.T, dir string)) {
 	if err == nil {
 		// A cleanup, not a defer: it runs after the cleanups f registers (a store's Close).
 		t.Cleanup(func() {
-			if err := syscall.Unmount(dir, 0); err != nil {
+			// Detached if it is busy: a store closed on a full disk keeps its files open (see
+			// the ledger's Close) until the test binary exits.
+			if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
 				t.Errorf("unmounting the test file system %s: %v", dir, err)
 			}
 			os.Remove(dir)
