@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,12 @@ func scrape(t *testing.T, e *env) map[string]float64 {
 	t.Helper()
 	resp := e.get("/metrics", "")
 	defer resp.Body.Close()
+	return parseMetrics(t, resp)
+}
+
+// parseMetrics reads the caddy_textgen_ series of a metrics answer.
+func parseMetrics(t *testing.T, resp *http.Response) map[string]float64 {
+	t.Helper()
 	if resp.StatusCode != 200 {
 		t.Fatalf("metrics endpoint: %d", resp.StatusCode)
 	}

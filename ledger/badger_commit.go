@@ -243,7 +243,9 @@ func (c *committer) take() []*pendingOp {
 func (c *committer) commit(batch []*pendingOp) {
 	err := c.err()
 	if err == nil {
-		c.space.waitForFloor(c.stop)
+		if hasWrites(batch) { // a barrier alone writes nothing: it need not wait for space
+			c.space.waitForFloor(c.stop)
+		}
 		err = c.write(batch)
 		if err != nil {
 			err = fmt.Errorf("committing ledger writes: %w", err)
@@ -263,6 +265,15 @@ func (c *committer) commit(batch []*pendingOp) {
 	for _, op := range batch {
 		op.done <- err
 	}
+}
+
+func hasWrites(batch []*pendingOp) bool {
+	for _, op := range batch {
+		if len(op.writes) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *committer) write(batch []*pendingOp) error {

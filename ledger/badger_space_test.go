@@ -70,6 +70,9 @@ func TestDiskFull(t *testing.T) {
 		if _, _, err := s.History(bg, a, Page{}); err != nil {
 			t.Fatalf("history on a full disk: %v", err)
 		}
+		if r, err := s.Verify(bg); err != nil || !r.OK {
+			t.Fatalf("verify on a full disk: %+v %v", r, err)
+		}
 		// The hold taken before is settled: on a disk this full its commit waits for space.
 		settled := make(chan error, 1)
 		go func() { _, err := s.Settle(bg, a, "before"); settled <- err }()
@@ -116,6 +119,10 @@ func TestOpenOnFullDisk(t *testing.T) {
 		}
 		if b := mustBalance(t, s, a); b.Balance != 5 || b.Available != 4 {
 			t.Fatalf("balance on a full disk %+v, want 5 with the old hold still open", b)
+		}
+		// Verify reads everything (and waits for what is committed, which writes nothing).
+		if r, err := s.Verify(bg); err != nil || r.Accounts != 1 {
+			t.Fatalf("verify on a full disk: %+v %v", r, err)
 		}
 		_, err = s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "new"})
 		wantErr(t, err, ErrDiskFull)
