@@ -52,7 +52,7 @@ dev() {
 	local devdir=$here/data/dev
 	mkdir -p "$devdir"
 	echo "starting the test Ollama with a tiny random model (first time: builds Ollama v0.6.8, a few minutes)" >&2
-	go build -o .xcaddy/tinyollama ./backends/ollamatest/cmd/tinyollama
+	go build -o .xcaddy/tinyollama ./backends/cmd/tinyollama
 	.xcaddy/tinyollama -dir "$devdir/ollama" -num-predict 48 >"$devdir/ollama.out" 2>"$devdir/ollama.log" &
 	local ollama_pid=$!
 	local caddy_pid=""

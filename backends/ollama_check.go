@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
-	"github.com/ollama/ollama/types/model"
 	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/backends/modelname"
 )
 
 // pullLogInterval throttles pull progress in the log; a variable so tests can shorten it.
@@ -115,13 +115,5 @@ func pullCommand(h *ollamaHost, model string) string {
 	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
 }
 
-// NormalizeModel gives every spelling of one model the same key, as Ollama resolves names:
-// "llama3", "Llama3:latest", "library/llama3" and "registry.ollama.ai/library/llama3:latest"
-// are all the same model. A name Ollama would not parse is only trimmed and lower-cased.
-func NormalizeModel(name string) string {
-	name = strings.TrimSpace(name)
-	if n := model.ParseName(name); n.IsValid() {
-		return strings.ToLower(n.String())
-	}
-	return strings.ToLower(name)
-}
+// NormalizeModel gives every spelling of one model the same key (modelname.Normalize).
+func NormalizeModel(name string) string { return modelname.Normalize(name) }

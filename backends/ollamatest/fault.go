@@ -16,7 +16,7 @@ import (
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 
-	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/modelname"
 )
 
 // FaultMode is what a FaultServer does with a chat request.
@@ -227,7 +227,7 @@ func (f *FaultServer) Set(cfg FaultConfig) {
 		}
 	}
 	f.mu.Lock()
-	f.models[backends.NormalizeModel(cfg.Model)] = m
+	f.models[modelname.Normalize(cfg.Model)] = m
 	f.mu.Unlock()
 }
 
@@ -265,7 +265,7 @@ func (f *FaultServer) LastRequest() api.ChatRequest {
 func (f *FaultServer) lookup(name string) *faultModel {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.models[backends.NormalizeModel(name)]
+	return f.models[modelname.Normalize(name)]
 }
 
 func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {

@@ -1,8 +1,8 @@
 // Command tinyollama runs a real Ollama server with the tiny test model, for a developer's
 // "dev mode" and for CI scripts:
 //
-//	go run ./backends/ollamatest/cmd/tinyollama            # prints OLLAMA_HOST=... MODEL=tiny
-//	go run ./backends/ollamatest/cmd/tinyollama -install-only
+//	go run ./backends/cmd/tinyollama            # prints OLLAMA_HOST=... MODEL=tiny
+//	go run ./backends/cmd/tinyollama -install-only
 //
 // It prints one line, `OLLAMA_HOST=http://127.0.0.1:PORT MODEL=NAME`, on stdout once the model
 // is loaded, writes the server's log to stderr, and stops the server on SIGINT or SIGTERM.
