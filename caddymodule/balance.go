@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -29,17 +28,7 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		return
 	}
 	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance, RequestID: reqID}
-	body, _ := json.Marshal(doc)
-	body = append(body, '\n')
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Request-Id", reqID)
-	hdr.Set("X-Credits-Used", "0")
-	hdr.Set("X-Credits-Remaining", strconv.FormatInt(doc.Available, 10))
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
-	}
+	w.Header().Set("X-Credits-Used", "0")
+	w.Header().Set("X-Credits-Remaining", strconv.FormatInt(doc.Available, 10))
+	writeJSON(w, r, reqID, http.StatusOK, doc)
 }

@@ -61,6 +61,22 @@ func writeError(w http.ResponseWriter, requestID string, e *apiError, remaining 
 	_, _ = w.Write(body)
 }
 
+// writeJSON answers a GET or HEAD with status and v as JSON (the body only for GET), with
+// X-Request-Id and no caching; extra headers are set on w before the call.
+func writeJSON(w http.ResponseWriter, r *http.Request, reqID string, status int, v any) {
+	body, _ := json.Marshal(v)
+	body = append(body, '\n')
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Request-Id", reqID)
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
 // The errors a client can cause, with the codes of CONTRACT section 3.
 var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}

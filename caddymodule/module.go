@@ -6,6 +6,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -239,52 +240,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // setDefaults fills in every setting the operator left out (Provision).
 func (h *Handler) setDefaults() {
-	if h.Model == "" {
-		h.Model = defaultModel
-	}
-	if h.MaxInputChars == 0 {
-		h.MaxInputChars = defaultMaxInputChars
-	}
-	if h.MaxBodyBytes == 0 {
-		h.MaxBodyBytes = defaultMaxBodyBytes
-	}
-	if h.MaxOutputTokens == 0 {
-		h.MaxOutputTokens = defaultMaxOutputTokens
-	}
-	if h.ConnectTimeout == 0 {
-		h.ConnectTimeout = caddy.Duration(defaultConnectTimeout)
-	}
-	if h.FirstPieceTimeout == 0 {
-		h.FirstPieceTimeout = caddy.Duration(defaultFirstPieceTimeout)
-	}
-	if h.IdleTimeout == 0 {
-		h.IdleTimeout = caddy.Duration(defaultIdleTimeout)
-	}
-	if h.WriteTimeout == 0 {
-		h.WriteTimeout = caddy.Duration(defaultWriteTimeout)
-	}
-	if h.GenerationTimeout == 0 {
-		h.GenerationTimeout = caddy.Duration(defaultGenerationTimeout)
-	}
-	if h.HoldTTL == 0 {
-		h.HoldTTL = h.GenerationTimeout + caddy.Duration(5*time.Minute)
-	}
+	h.Model = cmp.Or(h.Model, defaultModel)
+	h.MaxInputChars = cmp.Or(h.MaxInputChars, defaultMaxInputChars)
+	h.MaxBodyBytes = cmp.Or(h.MaxBodyBytes, defaultMaxBodyBytes)
+	h.MaxOutputTokens = cmp.Or(h.MaxOutputTokens, defaultMaxOutputTokens)
+	h.ConnectTimeout = cmp.Or(h.ConnectTimeout, caddy.Duration(defaultConnectTimeout))
+	h.FirstPieceTimeout = cmp.Or(h.FirstPieceTimeout, caddy.Duration(defaultFirstPieceTimeout))
+	h.IdleTimeout = cmp.Or(h.IdleTimeout, caddy.Duration(defaultIdleTimeout))
+	h.WriteTimeout = cmp.Or(h.WriteTimeout, caddy.Duration(defaultWriteTimeout))
+	h.GenerationTimeout = cmp.Or(h.GenerationTimeout, caddy.Duration(defaultGenerationTimeout))
+	h.HoldTTL = cmp.Or(h.HoldTTL, h.GenerationTimeout+caddy.Duration(5*time.Minute))
 	h.setRateLimitDefaults()
-	if h.MaxConcurrentPerAccount == 0 {
-		h.MaxConcurrentPerAccount = defaultMaxConcurrentPerAccount
-	}
-	if h.MaxInFlight == 0 {
-		h.MaxInFlight = defaultMaxInFlight
-	}
-	if h.QueueSize == 0 {
-		h.QueueSize = defaultQueueSize
-	}
-	if h.QueueTimeout == 0 {
-		h.QueueTimeout = caddy.Duration(defaultQueueTimeout)
-	}
-	if h.BodyReadTimeout == 0 {
-		h.BodyReadTimeout = caddy.Duration(defaultBodyReadTimeout)
-	}
+	h.MaxConcurrentPerAccount = cmp.Or(h.MaxConcurrentPerAccount, defaultMaxConcurrentPerAccount)
+	h.MaxInFlight = cmp.Or(h.MaxInFlight, defaultMaxInFlight)
+	h.QueueSize = cmp.Or(h.QueueSize, defaultQueueSize)
+	h.QueueTimeout = cmp.Or(h.QueueTimeout, caddy.Duration(defaultQueueTimeout))
+	h.BodyReadTimeout = cmp.Or(h.BodyReadTimeout, caddy.Duration(defaultBodyReadTimeout))
 	if len(h.Ollama) == 0 {
 		if env := os.Getenv("OLLAMA_HOST"); env != "" {
 			h.Ollama = []string{env}

@@ -2,10 +2,8 @@ package caddymodule
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -65,20 +63,10 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		doc.Reason = "no model host is healthy"
 	}
 	doc.Ready = doc.Reason == ""
-	body, _ := json.Marshal(doc)
-	body = append(body, '\n')
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Request-Id", reqID)
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	status := http.StatusOK
 	if !doc.Ready {
 		status = http.StatusServiceUnavailable
-		hdr.Set("Retry-After", "5")
+		w.Header().Set("Retry-After", "5")
 	}
-	w.WriteHeader(status)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
-	}
+	writeJSON(w, r, reqID, status, doc)
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -70,18 +71,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.HoldTTL < 0 {
 		return o, fmt.Errorf("hold_ttl must not be negative: %w", ErrInvalidArgument)
 	}
-	if o.HoldTTL == 0 {
-		o.HoldTTL = DefaultHoldTTL
-	}
-	if o.SweepInterval == 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.GCInterval == 0 {
-		o.GCInterval = DefaultGCInterval
-	}
-	if o.LastUsedFlushInterval == 0 {
-		o.LastUsedFlushInterval = DefaultLastUsedFlushInterval
-	}
+	o.HoldTTL = cmp.Or(o.HoldTTL, DefaultHoldTTL)
+	o.SweepInterval = cmp.Or(o.SweepInterval, DefaultSweepInterval)
+	o.GCInterval = cmp.Or(o.GCInterval, DefaultGCInterval)
+	o.LastUsedFlushInterval = cmp.Or(o.LastUsedFlushInterval, DefaultLastUsedFlushInterval)
 	if o.SpaceCheckInterval <= 0 {
 		o.SpaceCheckInterval = time.Second
 	}

@@ -7,6 +7,7 @@
 package account
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -131,31 +132,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.inFlight = inflight.New(h.release, h.logger)
 	h.app = new(atomic.Pointer[app])
-	if h.PathPrefix == "" {
-		h.PathPrefix = defaultPrefix
-	}
+	h.PathPrefix = cmp.Or(h.PathPrefix, defaultPrefix)
 	h.PathPrefix = strings.TrimRight(h.PathPrefix, "/")
-	if h.SessionLifetime == 0 {
-		h.SessionLifetime = caddy.Duration(defaultSessionLifetime)
-	}
-	if h.CookieName == "" {
-		h.CookieName = defaultCookieName
-	}
-	if h.WebhookTolerance == 0 {
-		h.WebhookTolerance = caddy.Duration(defaultWebhookTolerance)
-	}
+	h.SessionLifetime = cmp.Or(h.SessionLifetime, caddy.Duration(defaultSessionLifetime))
+	h.CookieName = cmp.Or(h.CookieName, defaultCookieName)
+	h.WebhookTolerance = cmp.Or(h.WebhookTolerance, caddy.Duration(defaultWebhookTolerance))
 	if len(h.Packages) == 0 {
 		h.Packages = append([]Package(nil), DefaultPackages...)
 	}
-	if h.TestCredits == 0 {
-		h.TestCredits = defaultTestCredits
-	}
-	if h.SiteName == "" {
-		h.SiteName = defaultSiteName
-	}
-	if h.MaxKeys == 0 {
-		h.MaxKeys = defaultMaxKeys
-	}
+	h.TestCredits = cmp.Or(h.TestCredits, defaultTestCredits)
+	h.SiteName = cmp.Or(h.SiteName, defaultSiteName)
+	h.MaxKeys = cmp.Or(h.MaxKeys, defaultMaxKeys)
 	if err := h.Validate(); err != nil {
 		return err
 	}
