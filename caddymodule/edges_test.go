@@ -11,10 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -145,24 +146,29 @@ func TestLeftBeforeFirstPiece(t *testing.T) {
 	e.verify()
 }
 
-// TestFirstPieceWriteFails: a client that is gone when its first piece is written (the write or
-// its flush fails) got no text and is charged nothing. The model sends its first piece only
-// after a pause in which the client has closed the connection; the kernel answers the write with
-// a reset, so the first or second flush fails.
+// TestFirstPieceWriteFails: a piece whose write fails did not reach the client, so a client
+// whose very first piece could not be written is charged nothing. The first piece is 7 MB, more
+// than both sides' socket buffers hold on loopback; the client reads the headers and then
+// nothing, so the write runs into write_timeout and fails while the request is still alive.
 func TestFirstPieceWriteFails(t *testing.T) {
-	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 50, Piece: strings.Repeat("y", 8192), Delay: 300 * time.Millisecond})
-	e := newEnv(t, envOptions{ollama: fs.URL})
-	acct, key := e.account(2)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
+	// The kernel's largest send buffer (tcp_wmem's third field; 4 MB by default) must be well
+	// below the piece, or the piece fits into it and counts as delivered.
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			if max, _ := strconv.Atoi(f[2]); max > 6<<20 {
+				t.Fatalf("net.ipv4.tcp_wmem allows %d-byte send buffers: the 7 MB piece of this test would fit; the test needs a machine with the default (4 MB)", max)
+			}
+		}
 	}
-	body := genBody("summarizer", "x", "en", "")
-	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
-	waitFor(t, "the credit to be reserved", func() bool { return e.balance(acct.ID).Available == 1 })
-	// Close with a reset (linger 0), so that the server's very first write fails.
-	conn.(*net.TCPConn).SetLinger(0)
-	conn.Close()
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 2, Piece: strings.Repeat("y", 7<<20)})
+	e := newEnv(t, envOptions{ollama: fs.URL, global: "servers {\n\t\ttimeouts {\n\t\t\twrite_idle -1s\n\t\t}\n\t}",
+		extra: "write_timeout 1s"})
+	acct, key := e.account(2)
+	status, closeConn := stalledReader(t, key, genBody("summarizer", "x", "en", ""))
+	defer closeConn()
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
 	waitFor(t, "the hold to be resolved", func() bool { return e.balance(acct.ID).Available == 2 || e.balance(acct.ID).Balance < 2 })
 	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
 		t.Errorf("balance %+v: a client whose first write failed was charged", b)
