@@ -45,11 +45,16 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
 		h.authFailed(addr)
 		return kc, errInvalidKey
+	case errors.Is(err, ledger.ErrUnavailable):
+		return kc, errLedgerUnavailable
 	case err != nil:
 		h.logger.Error("looking up key", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal
 	}
 	b, err := store.Balance(r.Context(), acct.ID)
+	if errors.Is(err, ledger.ErrUnavailable) {
+		return kc, errLedgerUnavailable
+	}
 	if err != nil {
 		h.logger.Error("reading the balance", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -18,6 +19,14 @@ type balanceFails struct{ ledger.Store }
 
 func (balanceFails) Balance(context.Context, string) (ledger.Balance, error) {
 	return ledger.Balance{}, errors.New("disk on fire")
+}
+
+// balanceUnavailable is a ledger whose Balance reports ErrUnavailable, as a PostgreSQL ledger
+// does while its database is unreachable.
+type balanceUnavailable struct{ ledger.Store }
+
+func (balanceUnavailable) Balance(context.Context, string) (ledger.Balance, error) {
+	return ledger.Balance{}, fmt.Errorf("%w: database down", ledger.ErrUnavailable)
 }
 
 // TestCheckKeyLedgerFailure: a ledger that cannot tell the credits is an internal error, never
@@ -49,5 +58,8 @@ func TestCheckKeyLedgerFailure(t *testing.T) {
 	}
 	if _, e := h.checkKey(balanceFails{store}, httptest.NewRecorder(), req, "req_fail"); e != errInternal {
 		t.Fatalf("failing ledger: %v, want %v", e, errInternal)
+	}
+	if _, e := h.checkKey(balanceUnavailable{store}, httptest.NewRecorder(), req, "req_down"); e != errLedgerUnavailable {
+		t.Fatalf("unavailable ledger: %v, want %v", e, errLedgerUnavailable)
 	}
 }
