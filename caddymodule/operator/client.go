@@ -54,6 +54,9 @@ func newAdminClient(fl caddycmd.Flags) (*adminClient, error) {
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return dialer.DialContext(ctx, network, dialAddr)
 			},
+			// A server that hangs before it answers (its ledger stuck, say) fails the command
+			// instead of hanging it; a backup's body may then stream for as long as it takes.
+			ResponseHeaderTimeout: 2 * time.Minute,
 		}},
 	}, nil
 }
