@@ -30,7 +30,7 @@ func pgErr(ctx context.Context, what string, err error) error {
 	if errors.As(err, &pe) {
 		switch {
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
-			strings.HasPrefix(pe.Code, "53"),                                // insufficient resources
+			strings.HasPrefix(pe.Code, "53"),                           // insufficient resources
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutting down, starting up
 			pe.Code == "57014": // canceled by the query timeout
 			return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)

@@ -2,8 +2,8 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
 	"time"
@@ -181,7 +181,7 @@ func verifyFigures(id string, a *pgVerifyAccount, open map[Mode]int64, add func(
 func verifyHolds(ctx context.Context, tx pgx.Tx, cutoff int64, add func(acct, kind, format string, args ...any)) error {
 	checks := []struct {
 		kind, detail, sql string
-		args             []any
+		args              []any
 	}{
 		{"hold_without_entry", "hold %q (%s) has no hold entry at its number", `
 			SELECT h.account_id, h.request_id, h.state FROM holds h
