@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,6 +160,46 @@ func (s *Server) Stop() error {
 		return fmt.Errorf("stopping PostgreSQL: %w\n%s", err, out)
 	}
 	s.running = false
+	return nil
+}
+
+// Freeze stops every process of the server (SIGSTOP) without closing anything: connections stay
+// open and nothing answers, as when the database's host hangs or the network drops packets.
+// Thaw resumes it. Linux only (it finds the processes in /proc).
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server.
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
+
+// signal sends sig to the postmaster and its children.
+func (s *Server) signal(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(s.data, "postmaster.pid"))
+	if err != nil {
+		return err
+	}
+	pm, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("postmaster.pid: %w", err)
+	}
+	pids := []int{pm}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		stat, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so read after its last ')'.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pm) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil {
+			return fmt.Errorf("signalling PostgreSQL process %d: %w", pid, err)
+		}
+	}
 	return nil
 }
 
