@@ -8,7 +8,8 @@ import (
 )
 
 // TestConformance runs the conformance suite on Badger: on disk (a real, synced directory, as
-// in production) and in memory (what unit tests of other packages use).
+// in production) and in memory (what unit tests of other packages use), and on PostgreSQL
+// (postgres_conformance_test.go).
 func TestConformance(t *testing.T) {
 	t.Run("disk", func(t *testing.T) {
 		runConformance(t, badgerEngine(func(t *testing.T, o Options) *Badger {
@@ -21,6 +22,7 @@ func TestConformance(t *testing.T) {
 			return openDir(t, "", o)
 		}))
 	})
+	t.Run("postgres", func(t *testing.T) { runConformance(t, postgresEngine()) })
 }
 
 // badgerEngine describes Badger to the conformance suite; open opens a store with o.

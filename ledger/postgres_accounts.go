@@ -1,0 +1,137 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Accounts of the PostgreSQL engine. Email uniqueness is the database's (a unique constraint), so
+// it holds across instances.
+
+// CreateAccount creates an active account with zero balances.
+func (s *Postgres) CreateAccount(ctx context.Context, email string) (Account, error) {
+	e, err := normalizeEmail(email)
+	if err != nil {
+		return Account{}, err
+	}
+	return s.createAccount(ctx, e, "")
+}
+
+// createAccount creates the account for the normalised email e and, if hash is set, its password
+// credential in the same statement: there is never an account that a sign-up created without
+// its password.
+func (s *Postgres) createAccount(ctx context.Context, e, hash string) (Account, error) {
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	for range 3 { // a new id that is taken (62^16 of them) is drawn again
+		a := Account{ID: newAccountID(), Email: e, Status: StatusActive, Created: now().UTC()}
+		sql := `INSERT INTO accounts (id, email, status, created) VALUES ($1, $2, $3, $4)`
+		args := []any{a.ID, a.Email, string(a.Status), a.Created.UnixNano()}
+		if hash != "" {
+			sql = `WITH a AS (` + sql + ` RETURNING id)
+				INSERT INTO credentials (account_id, hash, updated) SELECT id, $5, $4 FROM a`
+			args = append(args, hash)
+		}
+		_, err := s.pool.Exec(wctx, sql, args...)
+		switch pgUniqueConstraint(err) {
+		case "accounts_email_key":
+			return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
+		case "accounts_pkey":
+			continue
+		}
+		if err != nil {
+			return Account{}, pgErr(ctx, "creating account", err)
+		}
+		return a, nil
+	}
+	return Account{}, fmt.Errorf("creating account: no free account id after 3 draws")
+}
+
+// GetAccount returns the account or ErrNotFound.
+func (s *Postgres) GetAccount(ctx context.Context, id string) (Account, error) {
+	return s.oneAccount(ctx, "id", id)
+}
+
+// GetAccountByEmail finds an account by its (normalised) email, or returns ErrNotFound.
+func (s *Postgres) GetAccountByEmail(ctx context.Context, email string) (Account, error) {
+	return s.oneAccount(ctx, "email", foldEmail(email))
+}
+
+// oneAccount reads the account whose column col (id or email) is v.
+func (s *Postgres) oneAccount(ctx context.Context, col, v string) (Account, error) {
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	qctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE `+col+` = $1`, v)
+	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, fmt.Errorf("account with %s %q: %w", col, v, ErrNotFound)
+	}
+	return a, pgErr(ctx, "reading account", err)
+}
+
+// ListAccounts lists accounts in id order, one page at a time. The cursor is opaque: the last id
+// of the previous page.
+func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
+	limit, err := pageLimit(p)
+	if err != nil {
+		return nil, "", err
+	}
+	after := ""
+	if p.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		if err != nil || !strings.HasPrefix(string(b), "a:") {
+			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
+		}
+		after = string(b[2:])
+	}
+	if err := s.begin(); err != nil {
+		return nil, "", err
+	}
+	defer s.end()
+	qctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE id > $1 ORDER BY id LIMIT $2`, after, limit+1)
+	out, err := pgx.CollectRows(rows, scanAccount)
+	if err != nil {
+		return nil, "", pgErr(ctx, "listing accounts", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = base64.RawURLEncoding.EncodeToString([]byte("a:" + out[len(out)-1].ID))
+	}
+	return out, next, nil
+}
+
+// SetAccountStatus enables or disables an account; every instance sees it on its next call.
+// Holds already open can still be settled or voided.
+func (s *Postgres) SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error) {
+	if err := checkAccountStatus(status); err != nil {
+		return Account{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(wctx, `UPDATE accounts SET status = $2 WHERE id = $1 RETURNING `+pgAccountCols, id, string(status))
+	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, fmt.Errorf("account %q: %w", id, ErrNotFound)
+	}
+	return a, pgErr(ctx, "setting account status", err)
+}

@@ -1,0 +1,184 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// The PostgreSQL engine's group commit. Every change of credits (hold, settle, void, grant,
+// refill, and the sweep's voids) is one call of a server-side function (postgres_migrations)
+// that locks its account's row, decides, writes, and returns its outcome as a row instead of
+// raising. A committer goroutine per store takes every call queued while the previous
+// transaction was in flight and sends them as one pgx.Batch: one pipeline, one round trip, one
+// implicit transaction, one commit (one WAL flush) for all of them. Each caller gets its own
+// row back; an expected refusal (no credit, a repeated request id) is a row like any other and
+// does not disturb the others.
+//
+// Order and locks. Within a batch the calls are sorted by account id, keeping queue order per
+// account, so every transaction of every instance locks account rows in the same (ascending)
+// order: two instances' batches wait for each other but never deadlock. One hot account is one
+// row lock held through one commit per batch, not per call: that is what lets two instances
+// share it at thousands of holds a second.
+//
+// Failures. If a statement fails (a bug, or data PostgreSQL cannot store), the whole transaction
+// rolls back; the calls are then run again one transaction each, so that only the faulty one
+// fails. If the connection fails or the query timeout passes, every caller of the batch gets
+// ErrUnavailable: the outcome is unknown (the commit may have happened just before), and every
+// function is safe to repeat except an unreferenced grant, so nothing is retried blindly.
+
+const pgMaxBatch = 256
+
+// pgCall is one queued function call.
+type pgCall struct {
+	acct string // orders the batch; "" sorts first
+	sql  string
+	args []any
+	scan func(pgx.Row) error // reads the call's row
+	err  error
+	done chan struct{}
+}
+
+type pgCommitter struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	queue   []*pgCall
+	closed  bool
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newPgCommitter(pool *pgxpool.Pool, timeout time.Duration, log *zap.Logger) *pgCommitter {
+	c := &pgCommitter{
+		pool:    pool,
+		timeout: timeout,
+		log:     log,
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// call queues a function call for account acct and waits for its outcome: scan's error, or the
+// batch's. It does not give up when the caller's context is canceled (roles.go); the batch has
+// its own deadline.
+func (c *pgCommitter) call(acct, sql string, scan func(pgx.Row) error, args ...any) error {
+	return c.enqueue(acct, sql, scan, args...).wait()
+}
+
+// enqueue queues a function call; wait for it with wait.
+func (c *pgCommitter) enqueue(acct, sql string, scan func(pgx.Row) error, args ...any) *pgCall {
+	op := &pgCall{acct: acct, sql: sql, args: args, scan: scan, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		op.err = ErrClosed
+		close(op.done)
+		return op
+	}
+	c.queue = append(c.queue, op)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return op
+}
+
+// wait returns the call's outcome once its batch is done.
+func (op *pgCall) wait() error {
+	<-op.done
+	return op.err
+}
+
+func (c *pgCommitter) run() {
+	defer close(c.stopped)
+	for {
+		select {
+		case <-c.wake:
+			c.drain()
+		case <-c.stop:
+			c.drain()
+			return
+		}
+	}
+}
+
+// close commits what is queued and stops the goroutine; later calls fail with ErrClosed.
+func (c *pgCommitter) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.stopped
+}
+
+func (c *pgCommitter) drain() {
+	for {
+		c.mu.Lock()
+		n := min(len(c.queue), pgMaxBatch)
+		batch := slices.Clone(c.queue[:n])
+		c.queue = c.queue[n:]
+		if len(c.queue) == 0 {
+			c.queue = nil
+		}
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		slices.SortStableFunc(batch, func(a, b *pgCall) int { return strings.Compare(a.acct, b.acct) })
+		c.commit(batch)
+	}
+}
+
+// commit runs batch as one transaction and wakes its callers.
+func (c *pgCommitter) commit(batch []*pgCall) {
+	err := c.send(batch)
+	var pe *pgconn.PgError
+	if err != nil && errors.As(err, &pe) && len(batch) > 1 {
+		// A statement failed and the transaction rolled back as a whole: run each call alone,
+		// so that only the one at fault fails.
+		c.log.Warn("a ledger batch failed; running its calls one by one", zap.Int("calls", len(batch)), zap.Error(err))
+		for _, op := range batch {
+			c.commit([]*pgCall{op})
+		}
+		return
+	}
+	for _, op := range batch {
+		if err != nil {
+			op.err = pgErr(context.Background(), "committing ledger changes", err)
+		}
+		close(op.done)
+	}
+}
+
+// send sends batch as one pipeline and reads every call's row. Its error is the batch's: a
+// call's own outcome is in op.err only when the batch committed.
+func (c *pgCommitter) send(batch []*pgCall) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, op := range batch {
+		b.Queue(op.sql, op.args...)
+	}
+	br := c.pool.SendBatch(ctx, b)
+	for _, op := range batch {
+		op.err = op.scan(br.QueryRow())
+	}
+	// Close reads up to the end of the implicit transaction: nil means it committed.
+	return br.Close()
+}

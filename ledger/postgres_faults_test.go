@@ -1,0 +1,107 @@
+package ledger
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
+)
+
+// Faults of the database itself, on the real server: stopped, or frozen (up but answering
+// nothing). The store must answer ErrUnavailable within its deadlines, never hang, and work
+// again by itself once the database is back, without being reopened.
+
+// faultOptions are short deadlines, so that the tests measure them.
+var faultOptions = PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1, QueryTimeout: time.Second, HealthTimeout: 500 * time.Millisecond}
+
+// faultStore opens a store with an account of 10 credits and one open hold, "before".
+func faultStore(t *testing.T) (*Postgres, string) {
+	s := openPostgres(t, pgtest.NewDatabase(t), faultOptions)
+	acct := mustAccount(t, s, "fault@example.com").ID
+	mustGrant(t, s, acct, Live, 10)
+	mustHold(t, s, acct, Live, "before")
+	return s, acct
+}
+
+// checkUnavailable checks that health, a new hold, a settle and a read all fail with
+// ErrUnavailable within their deadlines (plus slack for a loaded machine).
+func checkUnavailable(t *testing.T, s *Postgres, acct string) {
+	t.Helper()
+	slack := time.Second
+	unavailableWithin(t, "Health", faultOptions.HealthTimeout+slack, func() error { return s.Health(bg) })
+	unavailableWithin(t, "Hold", faultOptions.QueryTimeout+slack, func() error {
+		_, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "during"})
+		return err
+	})
+	unavailableWithin(t, "Settle", faultOptions.QueryTimeout+slack, func() error {
+		_, err := s.Settle(bg, acct, "before")
+		return err
+	})
+	unavailableWithin(t, "Balance", faultOptions.QueryTimeout+slack, func() error {
+		_, err := s.Balance(bg, acct)
+		return err
+	})
+}
+
+// checkRecovered checks that the same store works again: health, the settle that failed, a new
+// hold, and a clean ledger.
+func checkRecovered(t *testing.T, s *Postgres, acct string) {
+	t.Helper()
+	if err := s.Health(bg); err != nil {
+		t.Fatalf("health after the database came back: %v", err)
+	}
+	if r, err := s.Settle(bg, acct, "before"); err != nil || r.State != HoldSettled {
+		t.Fatalf("settle after the database came back: %+v %v", r, err)
+	}
+	if _, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "after"}); err != nil {
+		t.Fatalf("hold after the database came back: %v", err)
+	}
+	// A hold that failed with ErrUnavailable may or may not have been committed; either way the
+	// ledger adds up.
+	verifyClean(t, s)
+}
+
+func TestPostgresDatabaseStopped(t *testing.T) {
+	s, acct := faultStore(t)
+	srv := pgtest.Shared(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Start() })
+	checkUnavailable(t, s, acct)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	checkRecovered(t, s, acct)
+}
+
+func TestPostgresDatabaseFrozen(t *testing.T) {
+	s, acct := faultStore(t)
+	srv := pgtest.Shared(t)
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Thaw() })
+	checkUnavailable(t, s, acct)
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	checkRecovered(t, s, acct)
+}
+
+// TestPostgresOpenUnavailable: opening a store on a database that is down fails at once with
+// ErrUnavailable.
+func TestPostgresOpenUnavailable(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	srv := pgtest.Shared(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Start() })
+	start := time.Now()
+	_, err := OpenPostgres(bg, url, faultOptions)
+	if !errors.Is(err, ErrUnavailable) || time.Since(start) > 2*time.Second {
+		t.Fatalf("open on a stopped database: %v after %v", err, time.Since(start))
+	}
+}

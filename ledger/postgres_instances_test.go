@@ -1,0 +1,336 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
+	"github.com/jackc/pgx/v5"
+)
+
+// PostgreSQL-only tests: what several instances sharing one database must get right. Each
+// instance is a *Postgres of its own (its own pool and committer) on the same database.
+
+// twoInstances opens two stores on one fresh database.
+func twoInstances(t *testing.T, o PostgresOptions) (*Postgres, *Postgres) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	return openPostgres(t, url, o), openPostgres(t, url, o)
+}
+
+// TestPostgresInstancesRaceHolds: two instances race 2,000 holds against 1,000 credits; exactly
+// 1,000 succeed, no result ever shows a negative available figure, and the ledger verifies.
+func TestPostgresInstancesRaceHolds(t *testing.T) {
+	const attempts, credits = 2000, 1000
+	a, b := twoInstances(t, pgQuiet)
+	acct := mustAccount(t, a, "race@example.com").ID
+	mustGrant(t, b, acct, Live, credits)
+	var ok, refused, negative atomic.Int64
+	var wg sync.WaitGroup
+	for i := range attempts {
+		s := []*Postgres{a, b}[i%2]
+		wg.Go(func() {
+			r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: fmt.Sprint("r", i)})
+			switch {
+			case errors.Is(err, ErrInsufficientCredits):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			default:
+				ok.Add(1)
+				if r.Available < 0 {
+					negative.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != credits || refused.Load() != attempts-credits || negative.Load() != 0 {
+		t.Fatalf("%d holds, %d refused, %d negative; want %d, %d, 0", ok.Load(), refused.Load(), negative.Load(), credits, attempts-credits)
+	}
+	if bal := mustBalance(t, b, acct); bal.Balance != credits || bal.Available != 0 {
+		t.Fatalf("balance after the race: %+v", bal)
+	}
+	verifyClean(t, a)
+}
+
+// TestPostgresSweepNeverVoidsASettlingHold: holds that expired are settled on one instance, by
+// eight callers each going through its share, while the other instance sweeps in a loop; five
+// rounds. Every hold is resolved exactly once, by whichever came first: a settle that lost
+// reports the sweep's void (Repeated), a sweep never voids a hold that was settled, and the
+// balance falls by exactly the settles that won.
+func TestPostgresSweepNeverVoidsASettlingHold(t *testing.T) {
+	t0 := time.Date(2030, 4, 1, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	const accounts, holds, rounds, callers = 4, 200, 5, 8
+	settler, sweeper := twoInstances(t, pgQuiet)
+	ids := make([]string, accounts)
+	for i := range ids {
+		ids[i] = mustAccount(t, settler, fmt.Sprintf("s%d@example.com", i)).ID
+		mustGrant(t, settler, ids[i], Live, holds*rounds)
+	}
+	var settled, lostToSweep, swept atomic.Int64
+	for round := range rounds {
+		rid := func(i int) string { return fmt.Sprintf("h%d-%d", round, i) }
+		for i := range holds {
+			mustHold(t, settler, ids[i%accounts], Live, rid(i))
+		}
+		t0 = t0.Add(DefaultHoldTTL) // every hold of the round is due
+		stop := make(chan struct{})
+		var sweeping sync.WaitGroup
+		sweeping.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := sweeper.sweep(bg)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				swept.Add(int64(n))
+			}
+		})
+		var settlers sync.WaitGroup
+		for c := range callers {
+			settlers.Go(func() {
+				for i := c; i < holds; i += callers {
+					r, err := settler.Settle(bg, ids[i%accounts], rid(i))
+					switch {
+					case err != nil:
+						t.Error(err)
+					case !r.Repeated && r.State == HoldSettled:
+						settled.Add(1)
+					case r.Repeated && r.State == HoldVoided:
+						lostToSweep.Add(1)
+					default:
+						t.Errorf("settle of %s: %+v", rid(i), r)
+					}
+				}
+			})
+		}
+		settlers.Wait()
+		close(stop)
+		sweeping.Wait()
+	}
+	if n, err := sweeper.sweep(bg); err != nil || n != 0 {
+		t.Fatalf("a last sweep voided %d holds (%v)", n, err)
+	}
+	if settled.Load()+lostToSweep.Load() != holds*rounds || swept.Load() != lostToSweep.Load() {
+		t.Fatalf("%d settled, %d lost to the sweep, %d swept; want %d in all and swept = lost",
+			settled.Load(), lostToSweep.Load(), swept.Load(), holds*rounds)
+	}
+	var total int64
+	for _, id := range ids {
+		total += mustBalance(t, sweeper, id).Balance
+	}
+	if want := accounts*holds*rounds - settled.Load(); total != want {
+		t.Fatalf("balances add up to %d, want %d", total, want)
+	}
+	t.Logf("%d settled, %d voided by the sweep", settled.Load(), swept.Load())
+	verifyClean(t, settler)
+}
+
+// TestPostgresConcurrentWebhooks: a payment event delivered many times at once to both
+// instances credits once.
+func TestPostgresConcurrentWebhooks(t *testing.T) {
+	a, b := twoInstances(t, pgQuiet)
+	acct := mustAccount(t, a, "buyer@example.com").ID
+	var credited atomic.Int64
+	var first sync.Map
+	var wg sync.WaitGroup
+	for i := range 32 {
+		s := []*Postgres{a, b}[i%2]
+		wg.Go(func() {
+			r, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: Live, Kind: KindPurchase, Credits: 10,
+				Reference: "cs_live_1", AmountCents: 900, Currency: "EUR"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !r.Repeated {
+				credited.Add(1)
+			}
+			first.Store(r.Entry.Seq, true)
+		})
+	}
+	wg.Wait()
+	n := 0
+	first.Range(func(any, any) bool { n++; return true })
+	if credited.Load() != 1 || n != 1 {
+		t.Fatalf("%d deliveries credited, %d different entries reported; want 1 and 1", credited.Load(), n)
+	}
+	if bal := mustBalance(t, b, acct); bal.Balance != 10 {
+		t.Fatalf("balance %+v, want 10", bal)
+	}
+	if ps, err := b.Purchases(bg, acct, 0); err != nil || len(ps) != 1 {
+		t.Fatalf("purchases %+v %v", ps, err)
+	}
+	verifyClean(t, a)
+}
+
+// TestPostgresRevocationSeenByOtherInstance: a key revoked, or an account disabled, through one
+// instance is refused by the other on its next lookup.
+func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
+	a, b := twoInstances(t, pgQuiet)
+	acct := mustAccount(t, a, "keys@example.com").ID
+	full, k, err := a.CreateKey(bg, acct, Live, "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusActive {
+		t.Fatalf("lookup on the other instance: %+v %v", got, err)
+	}
+	if _, err := a.SetAccountStatus(bg, acct, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusDisabled {
+		t.Fatalf("the other instance does not see the account disabled: %+v %v", got, err)
+	}
+	if _, err := a.RevokeKey(bg, acct, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.LookupKey(bg, full); err != ErrInvalidKey {
+		t.Fatalf("the other instance still accepts a revoked key: %v", err)
+	}
+	// Last-use times noted by both instances reach the database, the later one wins.
+	full2, k2, err := b.CreateKey(bg, acct, Test, "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	if _, _, err := b.LookupKey(bg, full2); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(-time.Hour)
+	if _, _, err := a.LookupKey(bg, full2); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Postgres{b, a} {
+		if err := s.flushLastUsed(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 = t0.Add(2 * time.Hour)
+	keys, err := openPostgres(t, pgURL(t, a), pgQuiet).ListKeys(bg, acct)
+	if err != nil || len(keys) != 2 || keys[1].ID != k2.ID || !keys[1].LastUsed.Equal(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("keys seen by a third instance: %+v %v", keys, err)
+	}
+}
+
+// pgURL is the database URL a store was opened on.
+func pgURL(t *testing.T, s *Postgres) string {
+	t.Helper()
+	return s.pool.Config().ConnString()
+}
+
+// TestPostgresConcurrentMigrations: instances that open a new database at the same time all
+// open it; one applies the schema, the others wait for it on the advisory lock.
+func TestPostgresConcurrentMigrations(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	const n = 4
+	stores := make([]*Postgres, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s, err := OpenPostgres(bg, url, pgQuiet)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stores[i] = s
+		})
+	}
+	wg.Wait()
+	for _, s := range stores {
+		if s != nil {
+			t.Cleanup(func() { s.Close() })
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	acct := mustAccount(t, stores[0], "m@example.com").ID
+	mustGrant(t, stores[n-1], acct, Live, 1)
+	var applied int
+	if err := stores[1].pool.QueryRow(bg, `SELECT count(*) FROM `+pgVersionTable+` WHERE version_id > 0`).Scan(&applied); err != nil || applied != 1 {
+		t.Fatalf("%d migrations recorded (%v), want 1", applied, err)
+	}
+}
+
+// TestPostgresBatchIsolation: a batch is one transaction (all or nothing), and a call that fails
+// in the committer's batch fails alone: the others in its batch are carried out once.
+func TestPostgresBatchIsolation(t *testing.T) {
+	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
+	acct := mustAccount(t, s, "iso@example.com").ID
+	mustGrant(t, s, acct, Live, 10)
+	ts := now().UnixNano()
+	hold := func(rid string) []any { return []any{acct, rid, "live", "", "", ts, ts + int64(time.Hour)} }
+
+	// A pipeline whose second statement fails commits nothing.
+	b := &pgx.Batch{}
+	b.Queue(pgHoldSQL, hold("in-failed-batch")...)
+	b.Queue(`SELECT 1 / 0`)
+	if err := s.pool.SendBatch(bg, b).Close(); err == nil {
+		t.Fatal("a batch with a division by zero succeeded")
+	}
+	if bal := mustBalance(t, s, acct); bal.Available != 10 {
+		t.Fatalf("the failed batch's hold was kept: %+v", bal)
+	}
+
+	// The committer runs the calls of a failed batch again one by one.
+	outs := make([]holdOutcome, 2)
+	ops := []*pgCall{
+		{acct: acct, sql: pgHoldSQL, args: hold("a"), scan: outs[0].scan, done: make(chan struct{})},
+		{acct: acct, sql: `SELECT 1 / 0`, scan: func(r pgx.Row) error { var n int; return r.Scan(&n) }, done: make(chan struct{})},
+		{acct: acct, sql: pgHoldSQL, args: hold("b"), scan: outs[1].scan, done: make(chan struct{})},
+	}
+	s.c.commit(ops)
+	if ops[0].err != nil || ops[2].err != nil || ops[1].err == nil || outs[0].outcome != "ok" || outs[1].outcome != "ok" {
+		t.Fatalf("errors %v / %v / %v, outcomes %+v", ops[0].err, ops[1].err, ops[2].err, outs)
+	}
+	if bal := mustBalance(t, s, acct); bal.Available != 8 {
+		t.Fatalf("after the retried batch: %+v, want 8 available", bal)
+	}
+	// A string PostgreSQL cannot store is refused before it reaches a batch.
+	_, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "nul\x00"})
+	wantErr(t, err, ErrInvalidArgument)
+	verifyClean(t, s)
+}
+
+// TestPostgresOpenLeavesOpenHolds: unlike Badger, opening a store does not void the holds it
+// finds (their instance may be alive); the TTL does.
+func TestPostgresOpenLeavesOpenHolds(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	a := openPostgres(t, url, pgQuiet)
+	acct := mustAccount(t, a, "open@example.com").ID
+	mustGrant(t, a, acct, Live, 1)
+	mustHold(t, a, acct, Live, "in-flight")
+	b := openPostgres(t, url, pgQuiet)
+	if n, err := b.sweep(bg); err != nil || n != 0 {
+		t.Fatalf("a sweep before the TTL voided %d (%v)", n, err)
+	}
+	if r, err := a.Settle(bg, acct, "in-flight"); err != nil || r.Repeated || r.State != HoldSettled {
+		t.Fatalf("settle after another instance opened: %+v %v", r, err)
+	}
+}
+
+// unavailableWithin fails the test unless f returns ErrUnavailable within limit.
+func unavailableWithin(t *testing.T, what string, limit time.Duration, f func() error) {
+	t.Helper()
+	start := time.Now()
+	err := f()
+	if el := time.Since(start); !errors.Is(err, ErrUnavailable) || el > limit {
+		t.Fatalf("%s: %v after %v; want ErrUnavailable within %v", what, err, el, limit)
+	}
+}
+
+var _ = context.Background

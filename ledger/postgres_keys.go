@@ -1,0 +1,256 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// API keys of the PostgreSQL engine. Only the key's SHA-256 digest is stored.
+//
+// LookupKey asks the database every time (one indexed round trip, the key joined with its
+// account), with no cache: a revocation or a disabled account made through any instance is
+// seen by the very next request on every instance, which a cache could only promise after its
+// lifetime or an invalidation message that may be late. Only the last-use time is deferred: it
+// is noted in memory and written every LastUsedFlushInterval and at Close, so a crash loses at
+// most one interval of last-use times, never a revocation. ListKeys on the instance that noted
+// a use shows it at once; other instances see it after the flush.
+
+const pgKeyCols = "id, account_id, mode, name, prefix, last4, created, last_used, expires, revoked"
+
+type keyRow struct {
+	k                          Key
+	created                    int64
+	lastUsed, expires, revoked *int64
+}
+
+func (r *keyRow) dest() []any {
+	k := &r.k
+	return []any{&k.ID, &k.AccountID, &k.Mode, &k.Name, &k.Prefix, &k.Last4, &r.created, &r.lastUsed, &r.expires, &r.revoked}
+}
+
+func (r *keyRow) key() Key {
+	k := r.k
+	k.Created, k.LastUsed = pgTime(r.created), pgTimeOrZero(r.lastUsed)
+	k.Expires, k.Revoked = pgTimeOrZero(r.expires), pgTimeOrZero(r.revoked)
+	return k
+}
+
+// lastUses are the keys' last-use times noted by LookupKey and not yet written.
+type lastUses struct {
+	mu sync.Mutex
+	m  map[string]int64 // key id -> unix nanoseconds
+}
+
+// note records a use of key id at t (unix nanoseconds).
+func (l *lastUses) note(id string, t int64) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]int64{}
+	}
+	if t > l.m[id] {
+		l.m[id] = t
+	}
+	l.mu.Unlock()
+}
+
+// merge gives k the later of its stored last use and a noted one.
+func (l *lastUses) merge(k Key) Key {
+	l.mu.Lock()
+	t := l.m[k.ID]
+	l.mu.Unlock()
+	if t != 0 && pgTime(t).After(k.LastUsed) {
+		k.LastUsed = pgTime(t)
+	}
+	return k
+}
+
+// take returns the noted times and forgets them; a failed write puts them back with putBack.
+func (l *lastUses) take() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.m
+	l.m = nil
+	return m
+}
+
+func (l *lastUses) putBack(m map[string]int64) {
+	for id, t := range m {
+		l.note(id, t)
+	}
+}
+
+// CreateKey makes a new API key for the account and returns it in full, once.
+func (s *Postgres) CreateKey(ctx context.Context, accountID string, mode Mode, name string, expires time.Time) (string, Key, error) {
+	return s.CreateKeyCapped(ctx, accountID, mode, name, expires, 0)
+}
+
+// CreateKeyCapped is CreateKey with a cap on the account's unrevoked keys. The count and the
+// insert are one transaction under an advisory lock of the account's keys, so keys created at
+// once on several instances never exceed the cap; holds on the account do not wait for it.
+func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
+	t := now().UTC()
+	expires, err := checkKeyRequest(mode, name, expires, t)
+	if err != nil {
+		return "", Key{}, err
+	}
+	if err := pgStorable("key name", name); err != nil {
+		return "", Key{}, err
+	}
+	if err := s.begin(); err != nil {
+		return "", Key{}, err
+	}
+	defer s.end()
+	full := newFullKey(mode)
+	d := sha256.Sum256([]byte(full))
+	k := Key{ID: newKeyID(), AccountID: accountID, Mode: mode, Name: name, Prefix: full[:len(livePrefix)],
+		Last4: full[len(full)-4:], Created: t, Expires: expires}
+	// One pipeline, so one implicit transaction: the lock is held until the insert commits.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('ledger keys ' || $1, 0))`, accountID)
+	b.Queue(`INSERT INTO api_keys (id, account_id, digest, mode, name, prefix, last4, created, expires)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+		WHERE $10 <= 0 OR (SELECT count(*) FROM api_keys WHERE account_id = $2 AND revoked IS NULL) < $10`,
+		k.ID, k.AccountID, d[:], string(k.Mode), k.Name, k.Prefix, k.Last4, t.UnixNano(), pgNanos(expires), maxActive)
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	br := s.pool.SendBatch(wctx, b)
+	_, _ = br.Exec()
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case pgForeignKey(err):
+		return "", Key{}, fmt.Errorf("account %q: %w", accountID, ErrNotFound)
+	case err != nil:
+		return "", Key{}, pgErr(ctx, "creating key", err)
+	case tag.RowsAffected() == 0:
+		return "", Key{}, fmt.Errorf("account %q has %d keys: %w", accountID, maxActive, ErrTooManyKeys)
+	}
+	return full, k, nil
+}
+
+// ListKeys returns the account's keys, oldest first, revoked ones included.
+func (s *Postgres) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	qctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgKeyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created, id`, accountID)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
+		var r keyRow
+		err := row.Scan(r.dest()...)
+		return s.used.merge(r.key()), err
+	})
+	if err != nil {
+		return nil, pgErr(ctx, "listing keys", err)
+	}
+	if len(out) == 0 {
+		return []Key{}, s.mustExist(ctx, accountID)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes a key: the next LookupKey of it, on any instance, fails.
+func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key, error) {
+	if err := s.begin(); err != nil {
+		return Key{}, err
+	}
+	defer s.end()
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	var r keyRow
+	err := s.pool.QueryRow(wctx, `UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
+		RETURNING `+pgKeyCols, accountID, keyID, now().UTC().UnixNano()).Scan(r.dest()...)
+	if err == nil {
+		return s.used.merge(r.key()), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, pgErr(ctx, "revoking key", err)
+	}
+	err = s.pool.QueryRow(wctx, `SELECT `+pgKeyCols+` FROM api_keys WHERE account_id = $1 AND id = $2`, accountID, keyID).Scan(r.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, fmt.Errorf("key %q of account %q: %w", keyID, accountID, ErrNotFound)
+	}
+	if err != nil {
+		return Key{}, pgErr(ctx, "revoking key", err)
+	}
+	return s.used.merge(r.key()), ErrAlreadyRevoked
+}
+
+// LookupKey finds the key by its digest, with its account, in one query. Malformed, unknown,
+// revoked and expired keys all give ErrInvalidKey, with no hint which; a malformed key costs no
+// query.
+func (s *Postgres) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
+	if err := s.begin(); err != nil {
+		return Key{}, Account{}, err
+	}
+	defer s.end()
+	var buf [keyLen]byte
+	if _, ok := checkKeyFormat(presented, &buf); !ok {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	d := sha256.Sum256(buf[:])
+	qctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	var r keyRow
+	var a accountRow
+	err := s.pool.QueryRow(qctx, `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
+			k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`, d[:]).
+		Scan(append(r.dest(), a.dest()...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	if err != nil {
+		return Key{}, Account{}, pgErr(ctx, "looking up key", err)
+	}
+	k := r.key()
+	t := now()
+	if !k.Revoked.IsZero() || (!k.Expires.IsZero() && !t.Before(k.Expires)) {
+		return Key{}, Account{}, ErrInvalidKey
+	}
+	s.used.note(k.ID, t.UnixNano())
+	k.LastUsed = t.UTC()
+	return k, a.account(), nil
+}
+
+// flushLastUsed writes the noted last-use times (the periodic flush).
+func (s *Postgres) flushLastUsed() error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	return s.writeLastUsed()
+}
+
+// writeLastUsed writes the noted last-use times; a time is never moved back, whichever instance
+// writes last. Times that could not be written are kept for the next flush.
+func (s *Postgres) writeLastUsed() error {
+	m := s.used.take()
+	if len(m) == 0 {
+		return nil
+	}
+	ids, times := make([]string, 0, len(m)), make([]int64, 0, len(m))
+	for id, t := range maps.All(m) {
+		ids, times = append(ids, id), append(times, t)
+	}
+	ctx, cancel := s.writeCtx(context.Background())
+	defer cancel()
+	_, err := s.pool.Exec(ctx, `UPDATE api_keys k SET last_used = greatest(coalesce(k.last_used, 0), u.t)
+		FROM unnest($1::text[], $2::bigint[]) AS u(id, t) WHERE k.id = u.id`, ids, times)
+	if err != nil {
+		s.used.putBack(m)
+		return pgErr(ctx, "writing key last-use times", err)
+	}
+	return nil
+}
