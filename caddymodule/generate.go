@@ -166,11 +166,17 @@ func (g *generation) finish(s *streamer, gerr error) {
 		if err == nil {
 			metrics.credits.WithLabelValues("settled", string(g.key.Mode)).Inc()
 		}
-		if err != nil {
-			// The text went out; an unsettled hold expires and is voided, so the client is never
-			// charged twice, at worst once too little.
+		switch {
+		case errors.Is(err, ledger.ErrUnavailable):
+			// The text went out: the charge is taken when the ledger can take it (resolve.go).
+			h.logger.Warn("settling credit later: the ledger is unavailable", zap.String("request_id", g.id), zap.Error(err))
+			g.resolveLater("settle", func(ctx context.Context) (ledger.HoldResult, error) { return g.store.Settle(ctx, g.acct.ID, g.id) })
+			g.credit = 1
+		case err != nil:
+			// An unsettled hold expires and is voided, so the client is never charged twice,
+			// at worst once too little.
 			h.logger.Error("settling credit", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
-		} else {
+		default:
 			g.remaining = res.Available
 			g.credit = 1
 		}
@@ -237,6 +243,13 @@ func (g *generation) void(ctx context.Context, reason string) {
 	g.resolved()
 	if err == nil {
 		metrics.credits.WithLabelValues("voided", string(g.key.Mode)).Inc()
+	}
+	if errors.Is(err, ledger.ErrUnavailable) {
+		// The credit comes back when the ledger can take the void (resolve.go).
+		g.resolveLater("void", func(ctx context.Context) (ledger.HoldResult, error) {
+			return g.store.Void(ctx, g.acct.ID, g.id, reason)
+		})
+		return
 	}
 	if err != nil {
 		// The hold stays open and expires; the client is not charged either way.

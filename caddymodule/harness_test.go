@@ -26,6 +26,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
 // The in-process Caddy's ports, picked free when the test binary starts, so that two test runs
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // stops the PostgreSQL server, if a test started it
 	_ = caddy.Stop()
 	if ollamaSrv != nil {
 		_ = ollamaSrv.Stop()

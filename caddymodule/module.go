@@ -34,9 +34,11 @@ func init() {
 // It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
 // /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
 type Handler struct {
-	// Ledger is the directory of the Badger database that holds accounts, keys and credits.
-	// Required. Several handlers (and config reloads) naming the same directory share one open
-	// database.
+	// Ledger is where accounts, keys and credits are kept: the directory of an embedded Badger
+	// database (one Caddy instance), or the URL of a PostgreSQL database (postgres://...,
+	// several instances share it). Placeholders such as {env.TEXTGEN_DATABASE_URL} are
+	// resolved at start. Required. Several handlers (and config reloads) naming the same ledger
+	// share one open database.
 	Ledger string `json:"ledger,omitempty"`
 
 	// Ollama lists the base URLs of the Ollama hosts. Default: $OLLAMA_HOST, else
@@ -268,7 +270,7 @@ func (h *Handler) setDefaults() {
 // Validate rejects a configuration that cannot work, naming the field.
 func (h *Handler) Validate() error {
 	if strings.TrimSpace(h.Ledger) == "" {
-		return fmt.Errorf("textgen: ledger: a directory for the ledger database is required")
+		return fmt.Errorf("textgen: ledger: a directory or a postgres:// URL for the ledger is required")
 	}
 	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
 		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")

@@ -32,7 +32,7 @@ func init() {
 // Handler serves the account area under PathPrefix and passes every other request on to the
 // next handler, so it works in a site block next to textgen without a matcher.
 type Handler struct {
-	// Ledger is the directory of the Badger ledger, the same one the textgen handler names.
+	// Ledger is the ledger the textgen handler names (a Badger directory or a postgres:// URL).
 	// Required. Both handlers share one open database.
 	Ledger string `json:"ledger,omitempty"`
 

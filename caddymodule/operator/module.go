@@ -179,8 +179,8 @@ func selectLedger(dir string) (ledger.Store, error) {
 		if b, ok := open[dir]; ok {
 			return b, nil
 		}
-		if abs, err := caddy.FastAbs(dir); err == nil {
-			if b, ok := open[abs]; ok {
+		if key, err := textgenapp.LedgerKey(dir); err == nil {
+			if b, ok := open[key]; ok {
 				return b, nil
 			}
 		}

@@ -11,6 +11,7 @@ package textgenapp
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -73,9 +74,16 @@ func From(ctx caddy.Context) (*App, error) {
 	return app, nil
 }
 
-// Ledger returns a share of the ledger in dir, opened when the app starts.
-func (a *App) Ledger(dir string, opts ledger.Options) (*LedgerRef, error) {
-	ref, err := newLedgerRef(dir, opts)
+// Ledger returns a share of the ledger spec names, opened when the app starts: a Badger
+// directory, or a PostgreSQL URL (postgres://...). Placeholders such as
+// {env.TEXTGEN_DATABASE_URL} are resolved here, so a secret in the URL never appears in the
+// config JSON.
+func (a *App) Ledger(spec string, opts ledger.Options) (*LedgerRef, error) {
+	spec = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(spec, ""))
+	if spec == "" {
+		return nil, fmt.Errorf("ledger: a directory or a postgres:// URL is required (a placeholder resolved to nothing)")
+	}
+	ref, err := newLedgerRef(spec, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
 			}
 			return o, nil
 		},
-		func(o *backends.Ollama) error { return o.Close() })
+		func(o *backends.Ollama) error { return o.Close() }, nil, nil)
 }
 
 // OpenOllamas returns the Ollama backends open in this process, keyed by their configuration

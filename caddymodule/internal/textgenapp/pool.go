@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 )
 
 // ErrNotOpen is returned by a Ref whose resource has not been opened yet: the textgen app opens
@@ -21,10 +23,20 @@ type pooled[T any] struct {
 	name  string // the pool key, for messages
 	open  func() (T, error)
 	close func(T) error
+	// retryable, when set, tells a failed open that will succeed by itself later (a database
+	// that is not reachable yet): the config starts anyway, requests are answered "not open
+	// yet" (503), and the open is retried in the background until it succeeds.
+	retryable func(error) bool
+	log       *zap.Logger
 
-	mu  sync.Mutex        // serialises open and close
-	val atomic.Pointer[T] // nil until opened; read on every request without a lock
+	mu        sync.Mutex        // serialises open and close
+	val       atomic.Pointer[T] // nil until opened; read on every request without a lock
+	retrying  chan struct{}     // closed to stop the background retries; nil when none run
+	destroyed bool
 }
+
+// retryEvery is the pause between two background attempts to open a resource.
+var retryEvery = 2 * time.Second
 
 // get returns the resource, or ErrNotOpen.
 func (p *pooled[T]) get() (T, error) {
@@ -40,21 +52,60 @@ func (p *pooled[T]) get() (T, error) {
 func (p *pooled[T]) ensureOpen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.val.Load() != nil {
+	if p.val.Load() != nil || p.retrying != nil {
 		return nil
 	}
 	v, err := p.open()
 	if err != nil {
-		return err
+		if p.retryable == nil || !p.retryable(err) || p.destroyed {
+			return err
+		}
+		p.retrying = make(chan struct{})
+		go p.retry(p.retrying)
+		p.log.Error("not reachable at start: requests are answered 503 until it is; retrying in the background",
+			zap.String("resource", p.name), zap.Error(err))
+		return nil
 	}
 	p.val.Store(&v)
 	return nil
+}
+
+// retry tries to open the resource every retryEvery until it opens or stop is closed.
+func (p *pooled[T]) retry(stop chan struct{}) {
+	t := time.NewTicker(retryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if p.destroyed {
+			p.mu.Unlock()
+			return
+		}
+		v, err := p.open()
+		if err == nil {
+			p.val.Store(&v)
+			p.retrying = nil
+			p.mu.Unlock()
+			p.log.Info("reachable again: opened", zap.String("resource", p.name))
+			return
+		}
+		p.mu.Unlock()
+	}
 }
 
 // Destruct closes the resource if it was opened (caddy.Destructor).
 func (p *pooled[T]) Destruct() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.destroyed = true
+	if p.retrying != nil {
+		close(p.retrying)
+		p.retrying = nil
+	}
 	v := p.val.Swap(nil)
 	if v == nil {
 		return nil
@@ -91,10 +142,14 @@ func (r *Ref[T]) Release() error {
 	return err
 }
 
-// acquire joins the pooled resource under key or creates it unopened.
-func acquire[T any](pool *caddy.UsagePool, key string, open func() (T, error), close func(T) error) (*Ref[T], error) {
+// acquire joins the pooled resource under key or creates it unopened (retryable: see pooled).
+func acquire[T any](pool *caddy.UsagePool, key string, open func() (T, error), close func(T) error,
+	retryable func(error) bool, log *zap.Logger) (*Ref[T], error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &pooled[T]{name: key, open: open, close: close}, nil
+		return &pooled[T]{name: key, open: open, close: close, retryable: retryable, log: log}, nil
 	})
 	if err != nil {
 		return nil, err
