@@ -11,23 +11,73 @@ import (
 
 // Holds of the PostgreSQL engine: Hold (and Reserve) take one credit for a request, Settle and
 // Void resolve it exactly once, and the sweep voids holds left open past their expiry by any
-// instance. Each is one call of a server-side function (ledger_hold, ledger_resolve in
-// postgres_migrations) run by the group committer (postgres_commit.go).
+// instance. Each is one operation of the server-side function ledger_holds
+// (postgres_migrations), run by the group committer (postgres_commit.go) together with the
+// account's other operations of the same batch.
 
 const (
-	pgHoldSQL    = `SELECT o_outcome, coalesce(o_state, ''), coalesce(o_available, 0) FROM ledger_hold($1, $2, $3, $4, $5, $6, $7)`
-	pgResolveSQL = `SELECT o_outcome, coalesce(o_state, ''), coalesce(o_available, 0) FROM ledger_resolve($1, $2, $3, $4, $5, $6)`
+	pgHoldsSQL = `SELECT o_outcome, o_state, o_available FROM ledger_holds($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	// pgSweepPage is how many expired holds one sweep query fetches.
 	pgSweepPage = 1000
 )
 
-// holdOutcome is the row of ledger_hold and ledger_resolve.
+// pgHoldOp is one operation of ledger_holds: "hold", "settle", "void" or "expire" (the sweep's
+// void), at time at (unix nanoseconds), and its outcome once done.
+type pgHoldOp struct {
+	op, rid, mode, key, tool, reason string
+	at, expires                      int64
+	out                              holdOutcome
+}
+
+// pgHoldsCall is the ledger_holds call for calls, hold operations of account acct in order.
+func pgHoldsCall(acct string, calls []*pgCall) (string, []any) {
+	n := len(calls)
+	ats, expires := make([]int64, n), make([]int64, n)
+	ops, rids, modes, keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, c := range calls {
+		h := c.hold
+		ats[i], ops[i], rids[i], modes[i], keys[i], tools[i], expires[i], reasons[i] = h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason
+	}
+	return pgHoldsSQL, []any{acct, ats, ops, rids, modes, keys, tools, expires, reasons}
+}
+
+// readHolds reads the rows of a ledger_holds call into its calls' outcomes.
+func readHolds(br pgx.BatchResults, calls []*pgCall) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for rows.Next() {
+		if n < len(calls) {
+			if err := calls[n].hold.out.scan(rows); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(calls) {
+		return fmt.Errorf("ledger_holds returned %d rows for %d operations", n, len(calls))
+	}
+	return nil
+}
+
+// holdOutcome is a row of ledger_holds.
 type holdOutcome struct {
 	outcome, state string
 	available      int64
 }
 
 func (o *holdOutcome) scan(r pgx.Row) error { return r.Scan(&o.outcome, &o.state, &o.available) }
+
+// enqueueHold queues hold operation h of account acct.
+func (s *Postgres) enqueueHold(acct string, h *pgHoldOp) *pgCall {
+	return s.c.enqueue(&pgCall{acct: acct, hold: h})
+}
 
 // result turns the row into the call's result or expected error.
 func (o *holdOutcome) result(acct, rid string) (HoldResult, error) {
@@ -65,14 +115,12 @@ func (s *Postgres) Hold(ctx context.Context, req HoldRequest) (HoldResult, error
 	}
 	defer s.end()
 	t := now().UTC()
-	expires := t.Add(cmp.Or(req.TTL, s.opts.HoldTTL))
-	var o holdOutcome
-	err := s.c.call(req.AccountID, pgHoldSQL, o.scan,
-		req.AccountID, req.RequestID, string(req.Mode), req.KeyID, req.Tool, t.UnixNano(), expires.UnixNano())
-	if err != nil {
+	h := &pgHoldOp{op: "hold", rid: req.RequestID, mode: string(req.Mode), key: req.KeyID, tool: req.Tool,
+		at: t.UnixNano(), expires: t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)).UnixNano()}
+	if err := s.enqueueHold(req.AccountID, h).wait(); err != nil {
 		return HoldResult{}, err
 	}
-	return o.result(req.AccountID, req.RequestID)
+	return h.out.result(req.AccountID, req.RequestID)
 }
 
 // Reserve is Hold: on PostgreSQL it too returns only once the hold is committed. A hold exists
@@ -86,18 +134,18 @@ func (s *Postgres) Reserve(ctx context.Context, req HoldRequest) (HoldResult, er
 // Settle charges the held credit. A hold resolved already (by any instance, or the sweep)
 // reports its first outcome with Repeated set.
 func (s *Postgres) Settle(ctx context.Context, accountID, requestID string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldSettled, "")
+	return s.resolve(accountID, requestID, "settle", "")
 }
 
 // Void releases the held credit without charging it. A hold resolved already reports its first
 // outcome with Repeated set.
 func (s *Postgres) Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldVoided, reason)
+	return s.resolve(accountID, requestID, "void", reason)
 }
 
 // resolve settles or voids a hold. The caller's context is not consulted (a handler voids holds
 // after its client went away); the committer's batch has its own deadline.
-func (s *Postgres) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
+func (s *Postgres) resolve(accountID, requestID, op, reason string) (HoldResult, error) {
 	if err := checkResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
@@ -108,30 +156,16 @@ func (s *Postgres) resolve(accountID, requestID string, to HoldState, reason str
 		return HoldResult{}, err
 	}
 	defer s.end()
-	o, err := s.enqueueResolve(accountID, requestID, to, reason, false).wait()
-	if err != nil {
+	h := &pgHoldOp{op: op, rid: requestID, reason: reason, at: now().UTC().UnixNano()}
+	if err := s.enqueueHold(accountID, h).wait(); err != nil {
 		return HoldResult{}, err
 	}
-	return o.result(accountID, requestID)
-}
-
-// pendingResolve is a queued ledger_resolve call.
-type pendingResolve struct {
-	op *pgCall
-	o  holdOutcome
-}
-
-func (p *pendingResolve) wait() (*holdOutcome, error) { return &p.o, p.op.wait() }
-
-func (s *Postgres) enqueueResolve(acct, rid string, to HoldState, reason string, expiredOnly bool) *pendingResolve {
-	p := &pendingResolve{}
-	p.op = s.c.enqueue(acct, pgResolveSQL, p.o.scan, acct, rid, string(to), reason, now().UTC().UnixNano(), expiredOnly)
-	return p
+	return h.out.result(accountID, requestID)
 }
 
 // sweep voids, with reason "expired", every open hold of every instance whose expiry has passed
 // by the ledger clock, and drops expired sessions and Idempotency-Key records. It returns how
-// many holds it voided. Each void is conditional (ledger_resolve with p_expired_only): a hold
+// many holds it voided. Each void is conditional (ledger_holds' "expire"): a hold
 // that another instance settled or voided meanwhile, or is settling now (its account's row is
 // locked until that commits), is left as that resolver leaves it, so a hold is never both
 // settled and voided. Several instances may sweep at once.
@@ -147,21 +181,23 @@ func (s *Postgres) sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return voided, err
 		}
-		pending := make([]*pendingResolve, len(due))
-		for i, h := range due {
-			pending[i] = s.enqueueResolve(h[0], h[1], HoldVoided, "expired", true)
+		ops := make([]*pgHoldOp, len(due))
+		calls := make([]*pgCall, len(due))
+		for i, d := range due {
+			ops[i] = &pgHoldOp{op: "expire", rid: d[1], at: t.UnixNano()}
+			calls[i] = s.enqueueHold(d[0], ops[i])
 		}
 		progress := 0
-		for _, p := range pending {
-			o, err := p.wait()
-			if err != nil {
+		for i, c := range calls {
+			if err := c.wait(); err != nil {
 				return voided, err
 			}
-			if o.outcome == "ok" || o.outcome == "repeated" {
-				progress++
-			}
-			if o.outcome == "ok" {
+			switch ops[i].out.outcome {
+			case "ok":
 				voided++
+				progress++
+			case "repeated":
+				progress++
 			}
 		}
 		if len(due) < pgSweepPage || progress == 0 {

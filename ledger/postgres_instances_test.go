@@ -273,11 +273,14 @@ func TestPostgresBatchIsolation(t *testing.T) {
 	acct := mustAccount(t, s, "iso@example.com").ID
 	mustGrant(t, s, acct, Live, 10)
 	ts := now().UnixNano()
-	hold := func(rid string) []any { return []any{acct, rid, "live", "", "", ts, ts + int64(time.Hour)} }
+	hold := func(rid string) *pgCall {
+		return &pgCall{acct: acct, hold: &pgHoldOp{op: "hold", rid: rid, mode: "live", at: ts, expires: ts + int64(time.Hour)}, done: make(chan struct{})}
+	}
 
 	// A pipeline whose second statement fails commits nothing.
 	b := &pgx.Batch{}
-	b.Queue(pgHoldSQL, hold("in-failed-batch")...)
+	sql, args := pgHoldsCall(acct, []*pgCall{hold("in-failed-batch")})
+	b.Queue(sql, args...)
 	b.Queue(`SELECT 1 / 0`)
 	if err := s.pool.SendBatch(bg, b).Close(); err == nil {
 		t.Fatal("a batch with a division by zero succeeded")
@@ -287,15 +290,14 @@ func TestPostgresBatchIsolation(t *testing.T) {
 	}
 
 	// The committer runs the calls of a failed batch again one by one.
-	outs := make([]holdOutcome, 2)
 	ops := []*pgCall{
-		{acct: acct, sql: pgHoldSQL, args: hold("a"), scan: outs[0].scan, done: make(chan struct{})},
+		hold("a"),
 		{acct: acct, sql: `SELECT 1 / 0`, scan: func(r pgx.Row) error { var n int; return r.Scan(&n) }, done: make(chan struct{})},
-		{acct: acct, sql: pgHoldSQL, args: hold("b"), scan: outs[1].scan, done: make(chan struct{})},
+		hold("b"),
 	}
 	s.c.commit(ops)
-	if ops[0].err != nil || ops[2].err != nil || ops[1].err == nil || outs[0].outcome != "ok" || outs[1].outcome != "ok" {
-		t.Fatalf("errors %v / %v / %v, outcomes %+v", ops[0].err, ops[1].err, ops[2].err, outs)
+	if ops[0].err != nil || ops[2].err != nil || ops[1].err == nil || ops[0].hold.out.outcome != "ok" || ops[2].hold.out.outcome != "ok" {
+		t.Fatalf("errors %v / %v / %v, outcomes %+v %+v", ops[0].err, ops[1].err, ops[2].err, ops[0].hold.out, ops[2].hold.out)
 	}
 	if bal := mustBalance(t, s, acct); bal.Available != 8 {
 		t.Fatalf("after the retried batch: %+v, want 8 available", bal)

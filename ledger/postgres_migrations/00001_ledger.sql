@@ -112,14 +112,16 @@ CREATE TABLE idempotency (
 );
 CREATE INDEX idempotency_created ON idempotency (created);
 
--- The functions below are every change of credits. Each one starts by locking its account's
--- row (FOR NO KEY UPDATE: key lookups by foreign keys still pass), which orders all changes of
--- one account across every instance; under READ COMMITTED each statement after the lock sees
--- what the transactions before it committed, so "was this request id held", "was this
--- reference used" and "is a credit available" are decided on current data. They report
+-- The functions below are every change of credits. Each call starts by locking its account's
+-- row (FOR NO KEY UPDATE: foreign-key checks of other transactions still pass), which orders all
+-- changes of one account across every instance; under READ COMMITTED each statement after the
+-- lock sees what the transactions before it committed, so "was this request id held", "was
+-- this reference used" and "is a credit available" are decided on current data. They report
 -- expected outcomes (not_found, insufficient, repeated...) as values instead of raising, so
 -- that many of them run in one transaction of the group committer and one caller's refusal
--- does not undo the others'.
+-- does not undo the others'. The account's figures are changed in memory (ledger_change) and
+-- written once per call (ledger_save): a hot account's row is updated once per batch, not once
+-- per hold.
 
 -- ledger_available is the available credit of mode on account row a.
 -- +goose StatementBegin
@@ -129,128 +131,175 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 -- +goose StatementEnd
 
--- ledger_append records one change of the account's credits: amount to the balance and dheld
--- to the open holds of mode, the next entry number, and the figures after it. Every change goes
--- through here, so the "after" figures are computed one way. The caller holds the row lock.
+-- ledger_change is account row a after one change of mode's credits: amount to the balance,
+-- dheld to the open holds, one more entry. It writes nothing.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_append(p_account text, p_kind text, p_mode text, p_amount bigint, p_dheld bigint,
-    p_request text, p_key text, p_tool text, p_reference text, p_reason text, p_cents bigint,
-    p_currency text, p_at bigint) RETURNS entries
-LANGUAGE plpgsql AS $$
-DECLARE
-    e entries;
+CREATE FUNCTION ledger_change(a accounts, p_mode text, p_amount bigint, p_dheld bigint) RETURNS accounts
+LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    UPDATE accounts SET
-        balance      = balance      + CASE WHEN p_mode = 'live' THEN p_amount ELSE 0 END,
-        held         = held         + CASE WHEN p_mode = 'live' THEN p_dheld  ELSE 0 END,
-        test_balance = test_balance + CASE WHEN p_mode = 'test' THEN p_amount ELSE 0 END,
-        test_held    = test_held    + CASE WHEN p_mode = 'test' THEN p_dheld  ELSE 0 END,
-        next_seq     = next_seq + 1
-    WHERE id = p_account
-    RETURNING next_seq - 1,
-        CASE WHEN p_mode = 'live' THEN balance ELSE test_balance END,
-        CASE WHEN p_mode = 'live' THEN balance - held ELSE test_balance - test_held END
-    INTO e.seq, e.balance_after, e.available_after;
-    e.account_id := p_account;
-    e.kind := p_kind;
-    e.mode := p_mode;
-    e.amount := p_amount;
-    e.request_id := p_request;
-    e.key_id := p_key;
-    e.tool := p_tool;
-    e.reference := p_reference;
-    e.reason := p_reason;
-    e.amount_cents := p_cents;
-    e.currency := p_currency;
-    e.at := p_at;
-    INSERT INTO entries SELECT e.*;
-    RETURN e;
+    IF p_mode = 'live' THEN
+        a.balance := a.balance + p_amount;
+        a.held := a.held + p_dheld;
+    ELSE
+        a.test_balance := a.test_balance + p_amount;
+        a.test_held := a.test_held + p_dheld;
+    END IF;
+    a.next_seq := a.next_seq + 1;
+    RETURN a;
 END
 $$;
 -- +goose StatementEnd
 
--- ledger_hold reserves one credit of mode for request p_request. A request id already held
--- reports that hold's state (repeated); otherwise a disabled account or no available credit
--- refuses it and nothing is written.
+-- ledger_entry is the entry of the change that made account row a (ledger_change): its number
+-- and "after" figures come from a, so they are computed one way for every change. It writes
+-- nothing: callers insert the entries of a call together.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_hold(p_account text, p_request text, p_mode text, p_key text, p_tool text,
-    p_at bigint, p_expires bigint, OUT o_outcome text, OUT o_state text, OUT o_available bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    a accounts;
-    h holds;
-    e entries;
-BEGIN
-    SELECT * INTO a FROM accounts WHERE id = p_account FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        o_outcome := 'not_found';
-        RETURN;
-    END IF;
-    SELECT * INTO h FROM holds WHERE account_id = p_account AND request_id = p_request;
-    IF FOUND THEN
-        o_outcome := 'repeated';
-        o_state := h.state;
-        o_available := ledger_available(a, h.mode);
-        RETURN;
-    END IF;
-    IF a.status <> 'active' THEN
-        o_outcome := 'disabled';
-        RETURN;
-    END IF;
-    IF ledger_available(a, p_mode) < 1 THEN
-        o_outcome := 'insufficient';
-        RETURN;
-    END IF;
-    e := ledger_append(p_account, 'hold', p_mode, 0, 1, p_request, p_key, p_tool, '', '', 0, '', p_at);
-    INSERT INTO holds (account_id, request_id, mode, state, key_id, tool, created, expires, hold_seq)
-    VALUES (p_account, p_request, p_mode, 'open', p_key, p_tool, p_at, p_expires, e.seq);
-    o_outcome := 'ok';
-    o_state := 'open';
-    o_available := e.available_after;
-END
+CREATE FUNCTION ledger_entry(a accounts, p_kind text, p_mode text, p_amount bigint, p_request text,
+    p_key text, p_tool text, p_reference text, p_reason text, p_cents bigint, p_currency text,
+    p_at bigint) RETURNS entries
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW(a.id, a.next_seq - 1, p_kind, p_mode, p_amount,
+        CASE WHEN p_mode = 'live' THEN a.balance ELSE a.test_balance END, ledger_available(a, p_mode),
+        p_request, p_key, p_tool, p_reference, p_reason, p_cents, p_currency, p_at)::entries
 $$;
 -- +goose StatementEnd
 
--- ledger_resolve settles (p_to 'settled': balance -1) or voids (p_to 'voided') an open hold.
--- Only an open hold changes (UPDATE ... WHERE state = 'open'), so a second resolver, another
--- instance or the expiry sweep, changes nothing and reports the first outcome (repeated).
--- p_expired_only is the sweep's: it voids the hold only if it is still open and expired.
+-- ledger_lock locks the account's row and returns it (NULL if there is none).
 -- +goose StatementBegin
-CREATE FUNCTION ledger_resolve(p_account text, p_request text, p_to text, p_reason text, p_at bigint,
-    p_expired_only boolean, OUT o_outcome text, OUT o_state text, OUT o_available bigint)
+CREATE FUNCTION ledger_lock(p_account text) RETURNS accounts
+LANGUAGE sql AS $$
+    SELECT * FROM accounts WHERE id = p_account FOR NO KEY UPDATE
+$$;
+-- +goose StatementEnd
+
+-- ledger_save writes account row a's figures back.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_save(a accounts) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE accounts SET balance = a.balance, held = a.held, test_balance = a.test_balance,
+        test_held = a.test_held, next_seq = a.next_seq
+    WHERE id = a.id
+$$;
+-- +goose StatementEnd
+
+-- ledger_holds runs a series of hold operations of one account, in order, each at its own time
+-- p_ats[i], and returns one row per operation:
+--   hold:   reserve one credit of p_modes[i] for request p_rids[i] (expiring at p_expires[i]); a
+--           request id already held reports that hold's state (repeated); a disabled account or
+--           no available credit refuses it (disabled, insufficient) and writes nothing.
+--   settle: charge the open hold (balance -1); void: release it with p_reasons[i];
+--   expire: the sweep's void, reason "expired", only if the hold is still open and expired.
+--           Only an open hold is resolved, so a second resolver, another instance or the sweep,
+--           changes nothing and reports the first outcome (repeated); no_hold when the account
+--           never held the request.
+-- For speed it reads the run's holds first (after the account's lock, so they are current),
+-- decides every operation in memory, then inserts the entries and new holds with one statement
+-- each and updates the resolved holds. That update keeps the condition state = 'open' and
+-- raises if it finds a hold resolved already, so a hold is never resolved twice even if that
+-- reasoning were wrong.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_holds(p_account text, p_ats bigint[], p_ops text[], p_rids text[], p_modes text[],
+    p_keys text[], p_tools text[], p_expires bigint[], p_reasons text[])
+RETURNS TABLE (o_outcome text, o_state text, o_available bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     a accounts;
+    n bigint;
+    i int;
+    j int;
     h holds;
-    e entries;
+    amount bigint;
+    -- The run's holds, stored before it or made by it (fresh), found by request id (rids).
+    hs holds[];
+    rids text[];
+    fresh boolean[];
+    changed boolean[];
+    es entries[] := '{}';
+    want bigint;
+    got bigint;
 BEGIN
-    SELECT * INTO a FROM accounts WHERE id = p_account FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        o_outcome := 'not_found';
+    a := ledger_lock(p_account);
+    IF a.id IS NULL THEN
+        RETURN QUERY SELECT 'not_found', '', 0::bigint FROM generate_series(1, cardinality(p_ops));
         RETURN;
     END IF;
-    UPDATE holds SET state = p_to, resolved = p_at, resolve_seq = a.next_seq,
-        reason = CASE WHEN p_to = 'voided' THEN p_reason ELSE '' END
-    WHERE account_id = p_account AND request_id = p_request AND state = 'open'
-        AND (NOT p_expired_only OR expires <= p_at)
-    RETURNING * INTO h;
-    IF NOT FOUND THEN
-        SELECT * INTO h FROM holds WHERE account_id = p_account AND request_id = p_request;
-        IF NOT FOUND THEN
+    n := a.next_seq;
+    -- One primary-key lookup per request id, in one statement. The lateral subquery (OFFSET 0
+    -- keeps the planner from flattening it) leaves the planner no other plan, whatever it
+    -- believes about a table it has not analysed yet.
+    SELECT coalesce(array_agg(t.h), '{}'), coalesce(array_agg((t.h).request_id), '{}') INTO hs, rids
+    FROM (SELECT DISTINCT unnest(p_rids)) r (rid),
+        LATERAL (SELECT x AS h FROM holds x WHERE x.account_id = p_account AND x.request_id = r.rid OFFSET 0) t;
+    fresh := array_fill(false, ARRAY[cardinality(hs)]);
+    changed := fresh;
+    FOR i IN 1 .. cardinality(p_ops) LOOP
+        j := array_position(rids, p_rids[i]);
+        o_state := '';
+        o_available := 0;
+        IF p_ops[i] = 'hold' THEN
+            IF j IS NOT NULL THEN
+                o_outcome := 'repeated';
+                o_state := hs[j].state;
+                o_available := ledger_available(a, hs[j].mode);
+            ELSIF a.status <> 'active' THEN
+                o_outcome := 'disabled';
+            ELSIF ledger_available(a, p_modes[i]) < 1 THEN
+                o_outcome := 'insufficient';
+            ELSE
+                a := ledger_change(a, p_modes[i], 0, 1);
+                es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
+                hs := hs || ROW(p_account, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
+                    a.next_seq - 1, NULL, NULL, '')::holds;
+                rids := rids || p_rids[i];
+                fresh := fresh || true;
+                changed := changed || false;
+                o_outcome := 'ok';
+                o_state := 'open';
+                o_available := ledger_available(a, p_modes[i]);
+            END IF;
+        ELSIF j IS NULL THEN
             o_outcome := 'no_hold';
-            RETURN;
+        ELSIF hs[j].state <> 'open' OR (p_ops[i] = 'expire' AND hs[j].expires > p_ats[i]) THEN
+            o_outcome := 'repeated';
+            o_state := hs[j].state;
+            o_available := ledger_available(a, hs[j].mode);
+        ELSE
+            h := hs[j];
+            amount := CASE WHEN p_ops[i] = 'settle' THEN -1 ELSE 0 END;
+            a := ledger_change(a, h.mode, amount, -1);
+            h.state := CASE WHEN p_ops[i] = 'settle' THEN 'settled' ELSE 'voided' END;
+            h.resolved := p_ats[i];
+            h.resolve_seq := a.next_seq - 1;
+            h.reason := CASE p_ops[i] WHEN 'settle' THEN '' WHEN 'expire' THEN 'expired' ELSE p_reasons[i] END;
+            hs[j] := h;
+            changed[j] := true;
+            es := es || ledger_entry(a, CASE WHEN p_ops[i] = 'settle' THEN 'settle' ELSE 'void' END, h.mode,
+                amount, p_rids[i], h.key_id, h.tool, '', h.reason, 0, '', p_ats[i]);
+            o_outcome := 'ok';
+            o_state := h.state;
+            o_available := ledger_available(a, h.mode);
         END IF;
-        o_outcome := 'repeated';
-        o_state := h.state;
-        o_available := ledger_available(a, h.mode);
+        RETURN NEXT;
+    END LOOP;
+    IF a.next_seq = n THEN
         RETURN;
     END IF;
-    e := ledger_append(p_account, CASE WHEN p_to = 'settled' THEN 'settle' ELSE 'void' END, h.mode,
-        CASE WHEN p_to = 'settled' THEN -1 ELSE 0 END, -1, p_request, h.key_id, h.tool, '', h.reason,
-        0, '', p_at);
-    o_outcome := 'ok';
-    o_state := p_to;
-    o_available := e.available_after;
+    INSERT INTO entries SELECT (e).* FROM unnest(es) e;
+    INSERT INTO holds SELECT (hs[g]).* FROM generate_subscripts(hs, 1) g WHERE fresh[g];
+    SELECT count(*) INTO want FROM generate_subscripts(hs, 1) g WHERE changed[g] AND NOT fresh[g];
+    IF want > 0 THEN
+        -- Planned for these very arrays each time (EXECUTE): a plan cached while the table was
+        -- small would scan the account's holds instead of looking each one up.
+        EXECUTE 'UPDATE holds t SET state = u.state, resolved = u.resolved, resolve_seq = u.resolve_seq,
+                reason = u.reason
+            FROM unnest($2) u WHERE t.account_id = $1 AND t.request_id = u.request_id AND t.state = ''open'''
+        USING p_account, ARRAY(SELECT hs[g] FROM generate_subscripts(hs, 1) g WHERE changed[g] AND NOT fresh[g]);
+        GET DIAGNOSTICS got = ROW_COUNT;
+        IF got <> want THEN
+            RAISE EXCEPTION 'ledger_holds: % of % holds of % were resolved already', want - got, want, p_account;
+        END IF;
+    END IF;
+    PERFORM ledger_save(a);
 END
 $$;
 -- +goose StatementEnd
@@ -264,8 +313,8 @@ CREATE FUNCTION ledger_grant(p_account text, p_mode text, p_kind text, p_credits
     OUT o_outcome text, OUT o_entry entries, OUT o_account accounts)
 LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT * INTO o_account FROM accounts WHERE id = p_account FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
+    o_account := ledger_lock(p_account);
+    IF o_account.id IS NULL THEN
         o_outcome := 'not_found';
         RETURN;
     END IF;
@@ -281,9 +330,11 @@ BEGIN
         o_outcome := 'insufficient';
         RETURN;
     END IF;
-    o_entry := ledger_append(p_account, p_kind, p_mode, p_credits, 0, '', '', '', p_reference, p_reason,
+    o_account := ledger_change(o_account, p_mode, p_credits, 0);
+    o_entry := ledger_entry(o_account, p_kind, p_mode, p_credits, '', '', '', p_reference, p_reason,
         p_cents, p_currency, p_at);
-    SELECT * INTO o_account FROM accounts WHERE id = p_account;
+    INSERT INTO entries SELECT (o_entry).*;
+    PERFORM ledger_save(o_account);
     o_outcome := 'ok';
 END
 $$;
@@ -295,8 +346,8 @@ CREATE FUNCTION ledger_refill(p_account text, p_upto bigint, p_at bigint,
     OUT o_outcome text, OUT o_credits bigint, OUT o_account accounts)
 LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT * INTO o_account FROM accounts WHERE id = p_account FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
+    o_account := ledger_lock(p_account);
+    IF o_account.id IS NULL THEN
         o_outcome := 'not_found';
         RETURN;
     END IF;
@@ -307,14 +358,16 @@ BEGIN
     o_outcome := 'ok';
     o_credits := greatest(p_upto - ledger_available(o_account, 'test'), 0);
     IF o_credits > 0 THEN
-        PERFORM ledger_append(p_account, 'grant', 'test', o_credits, 0, '', '', '', '', 'test credit refill',
-            0, '', p_at);
-        SELECT * INTO o_account FROM accounts WHERE id = p_account;
+        o_account := ledger_change(o_account, 'test', o_credits, 0);
+        INSERT INTO entries
+        SELECT * FROM ledger_entry(o_account, 'grant', 'test', o_credits, '', '', '', '', 'test credit refill', 0, '', p_at);
+        PERFORM ledger_save(o_account);
     END IF;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION ledger_refill, ledger_grant, ledger_resolve, ledger_hold, ledger_append, ledger_available;
+DROP FUNCTION ledger_refill, ledger_grant, ledger_holds, ledger_save, ledger_lock, ledger_entry, ledger_change,
+    ledger_available;
 DROP TABLE idempotency, sessions, credentials, api_keys, holds, entries, accounts;

@@ -1,0 +1,135 @@
+package ledger
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Export hands sink every record of the Badger ledger (export.go), from one read-only
+// transaction taken after every acknowledged change is on disk and the keys' last-use times are
+// written.
+func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
+	if err := s.flushLastUsed(true); err != nil {
+		return err
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := s.c.barrier(); err != nil {
+		return err
+	}
+	t := now()
+	return s.db.View(func(txn *badger.Txn) error {
+		held := map[string]map[Mode]int64{} // open holds per account and mode
+		err := iterate(txn, []byte{prefixOpenHold}, func(k, _ []byte) error {
+			acct, rid := string(k[1:1+accountIDLen]), string(k[1+accountIDLen:])
+			rec, err := getHold(txn, acct, rid)
+			if err != nil {
+				return fmt.Errorf("open hold %q of %q: %w", rid, acct, err)
+			}
+			if held[acct] == nil {
+				held[acct] = map[Mode]int64{}
+			}
+			held[acct][rec.Mode]++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		steps := []struct {
+			prefix byte
+			each   func(k, v []byte) error
+		}{
+			{prefixAccount, func(k, v []byte) error {
+				var a Account
+				if err := json.Unmarshal(v, &a); err != nil {
+					return fmt.Errorf("account %q: %w", k[1:], err)
+				}
+				bv, ok, err := getValue(txn, balanceKey(a.ID))
+				if err != nil || !ok {
+					return fmt.Errorf("balance of %q: missing (%v)", a.ID, err)
+				}
+				var b balanceRecord
+				if err := json.Unmarshal(bv, &b); err != nil {
+					return fmt.Errorf("balance of %q: %w", a.ID, err)
+				}
+				return sink.Account(ExportAccount{Account: a, Balance: b.Balance, Held: held[a.ID][Live],
+					TestBalance: b.TestBalance, TestHeld: held[a.ID][Test], NextSeq: b.NextSeq})
+			}},
+			{prefixKey, func(k, v []byte) error {
+				var rec keyRecord
+				if err := json.Unmarshal(v, &rec); err != nil {
+					return fmt.Errorf("key %q: %w", k[1:], err)
+				}
+				d, err := hex.DecodeString(rec.Digest)
+				if err != nil || len(d) != 32 {
+					return fmt.Errorf("key %q: malformed (%v)", k[1:], err)
+				}
+				return sink.Key(ExportKey{Key: rec.Key, Digest: [32]byte(d)})
+			}},
+			{prefixHold, func(k, v []byte) error {
+				var h holdRecord
+				if err := json.Unmarshal(v, &h); err != nil {
+					return fmt.Errorf("hold %q: %w", k[1:], err)
+				}
+				return sink.Hold(ExportHold{AccountID: h.AccountID, RequestID: h.RequestID, Mode: h.Mode, State: h.State,
+					KeyID: h.KeyID, Tool: h.Tool, Created: h.Created, Expires: h.Expires, HoldSeq: h.HoldSeq,
+					Resolved: h.Resolved, ResolveSeq: h.ResolveSeq, Reason: h.Reason})
+			}},
+			{prefixEntry, func(k, v []byte) error {
+				var e Entry
+				if err := json.Unmarshal(v, &e); err != nil {
+					return fmt.Errorf("entry %x: %w", k, err)
+				}
+				return sink.Entry(e)
+			}},
+			{prefixCredential, func(k, v []byte) error {
+				var c credentialRecord
+				if err := json.Unmarshal(v, &c); err != nil {
+					return fmt.Errorf("credential of %q: %w", k[1:], err)
+				}
+				return sink.Credential(ExportCredential{AccountID: string(k[1:]), Hash: c.Hash, Updated: c.Updated})
+			}},
+			{prefixSession, func(k, v []byte) error {
+				var r sessionRecord
+				if err := json.Unmarshal(v, &r); err != nil || len(k) != 33 {
+					return fmt.Errorf("session %x: malformed (%v)", k, err)
+				}
+				if !t.Before(r.Expires) {
+					return nil
+				}
+				return sink.Session(ExportSession{Digest: [32]byte(k[1:]), AccountID: r.AccountID, Created: r.Created,
+					Expires: r.Expires, CSRFToken: r.CSRFToken})
+			}},
+			{prefixIdem, func(k, v []byte) error {
+				var r IdempotencyRecord
+				if err := json.Unmarshal(v, &r); err != nil {
+					return fmt.Errorf("idempotency record %q: %w", k[1:], err)
+				}
+				if idemExpired(r, t) {
+					return nil
+				}
+				return sink.Idempotency(r)
+			}},
+		}
+		for _, st := range steps {
+			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return st.each(k, v)
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Interface guards
+var _ Exporter = (*Badger)(nil)

@@ -1,0 +1,73 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Moving a ledger from one engine to another (CopyLedger: Badger to PostgreSQL). The Store API
+// hands out neither key digests nor password hashes nor hold records, on purpose; an engine
+// that can be copied from implements Exporter, which hands out every record as it is stored,
+// in these engine-neutral types.
+
+// Exporter is an engine whose whole ledger can be read out for a copy.
+type Exporter interface {
+	// Export gives sink every record of the ledger, from one consistent view of it: first every
+	// account, then the other records, each of which names an account given before. It stops
+	// at the first error of sink or ctx. Copy a ledger that no one is changing meanwhile (stop
+	// the server first): changes made during Export may or may not be in it.
+	Export(ctx context.Context, sink ExportSink) error
+}
+
+// ExportSink receives the records of an Export.
+type ExportSink interface {
+	Account(ExportAccount) error
+	Key(ExportKey) error
+	Hold(ExportHold) error
+	Entry(Entry) error
+	Credential(ExportCredential) error
+	Session(ExportSession) error
+	Idempotency(IdempotencyRecord) error
+}
+
+// ExportAccount is an account with the figures its store keeps: balances, open holds and the
+// number of its next entry (what Verify recomputes from the entries).
+type ExportAccount struct {
+	Account
+	Balance, Held, TestBalance, TestHeld int64
+	NextSeq                              uint64
+}
+
+// ExportKey is a key's stored part with the SHA-256 digest of the full key, which LookupKey
+// finds it by.
+type ExportKey struct {
+	Key
+	Digest [32]byte
+}
+
+// ExportHold is a hold, open or resolved, as its store keeps it.
+type ExportHold struct {
+	AccountID, RequestID string
+	Mode                 Mode
+	State                HoldState
+	KeyID, Tool          string
+	Created, Expires     time.Time
+	HoldSeq              uint64    // the number of its hold entry
+	Resolved             time.Time // zero while open
+	ResolveSeq           uint64    // the number of its settle or void entry; 0 while open
+	Reason               string
+}
+
+// ExportCredential is an account's password: its argon2id hash in PHC form (password.go).
+type ExportCredential struct {
+	AccountID, Hash string
+	Updated         time.Time
+}
+
+// ExportSession is a browser session under the SHA-256 digest of its token.
+type ExportSession struct {
+	Digest           [32]byte
+	AccountID        string
+	Created, Expires time.Time
+	CSRFToken        string
+}

@@ -1,0 +1,139 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CopyLedger copies the whole ledger of from (an engine that implements Exporter: Badger) into
+// to, whose database must hold no account yet: accounts with their balances, key digests (so the
+// keys handed out before keep working), entries with their numbers and times, holds open or
+// resolved, grant references (they are the entries'), password hashes, live sessions and
+// Idempotency-Key records. Afterwards balances, key lookups, log-ins, histories and Verify give
+// on to what they gave on from. It is one transaction: on any error nothing is copied.
+//
+// Stop the servers that use from first: changes made while it runs may be missed. Holds still
+// open are copied open and expire by their TTL on the new store.
+//
+// Expected errors: ErrInvalidArgument (from cannot export, or to is not empty), ErrClosed,
+// ErrUnavailable.
+func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
+	ex, ok := from.(Exporter)
+	if !ok {
+		return fmt.Errorf("copying ledger: a %T store cannot export its ledger: %w", from, ErrInvalidArgument)
+	}
+	if err := to.begin(); err != nil {
+		return err
+	}
+	defer to.end()
+	ctx, cancel := context.WithTimeout(ctx, pgLongTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, to.pool, func(tx pgx.Tx) error {
+		// Other instances may not write while the copy runs, nor copy at the same time.
+		if _, err := tx.Exec(ctx, `LOCK TABLE accounts IN EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var used bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts)`).Scan(&used); err != nil {
+			return err
+		}
+		if used {
+			return fmt.Errorf("the target database has accounts already; copy into an empty one: %w", ErrInvalidArgument)
+		}
+		imp := &pgImport{ctx: ctx, tx: tx, rows: map[string][][]any{}}
+		if err := ex.Export(ctx, imp); err != nil {
+			return err
+		}
+		return imp.flush()
+	})
+	return pgErr(ctx, "copying ledger", err)
+}
+
+// pgImport is the ExportSink of CopyLedger: it buffers rows per table and writes them with COPY.
+type pgImport struct {
+	ctx  context.Context
+	tx   pgx.Tx
+	rows map[string][][]any
+	n    int
+}
+
+// pgImportTables are the tables CopyLedger fills, with their columns, in the order their rows
+// are written: accounts first, which the other rows reference.
+var pgImportTables = []struct {
+	name string
+	cols []string
+}{
+	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq"}},
+	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked"}},
+	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
+	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
+	{"credentials", []string{"account_id", "hash", "updated"}},
+	{"sessions", []string{"digest", "account_id", "created", "expires", "csrf_token"}},
+	{"idempotency", []string{"account_id", "idem_key", "request_id", "fingerprint", "status", "created", "hold_ttl"}},
+}
+
+// pgImportBuffer is how many rows are buffered before they are written.
+const pgImportBuffer = 5000
+
+func (p *pgImport) add(table string, row ...any) error {
+	p.rows[table] = append(p.rows[table], row)
+	if p.n++; p.n >= pgImportBuffer {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush writes the buffered rows, table by table in pgImportTables' order.
+func (p *pgImport) flush() error {
+	for _, t := range pgImportTables {
+		if rows := p.rows[t.name]; len(rows) > 0 {
+			if _, err := p.tx.CopyFrom(p.ctx, pgx.Identifier{t.name}, t.cols, pgx.CopyFromRows(rows)); err != nil {
+				return fmt.Errorf("writing %s: %w", t.name, err)
+			}
+			p.rows[t.name] = rows[:0]
+		}
+	}
+	p.n = 0
+	return nil
+}
+
+func (p *pgImport) Account(a ExportAccount) error {
+	return p.add("accounts", a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Balance, a.Held,
+		a.TestBalance, a.TestHeld, int64(a.NextSeq))
+}
+
+func (p *pgImport) Key(k ExportKey) error {
+	return p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
+		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked))
+}
+
+func (p *pgImport) Hold(h ExportHold) error {
+	var resolveSeq any
+	if h.ResolveSeq != 0 {
+		resolveSeq = int64(h.ResolveSeq)
+	}
+	return p.add("holds", h.AccountID, h.RequestID, string(h.Mode), string(h.State), h.KeyID, h.Tool,
+		h.Created.UnixNano(), h.Expires.UnixNano(), int64(h.HoldSeq), pgNanos(h.Resolved), resolveSeq, h.Reason)
+}
+
+func (p *pgImport) Entry(e Entry) error {
+	return p.add("entries", e.AccountID, int64(e.Seq), string(e.Kind), string(e.Mode), e.Amount, e.BalanceAfter,
+		e.AvailableAfter, e.RequestID, e.KeyID, e.Tool, e.Reference, e.Reason, e.AmountCents, e.Currency, e.Time.UnixNano())
+}
+
+func (p *pgImport) Credential(c ExportCredential) error {
+	return p.add("credentials", c.AccountID, c.Hash, c.Updated.UnixNano())
+}
+
+func (p *pgImport) Session(s ExportSession) error {
+	return p.add("sessions", s.Digest[:], s.AccountID, s.Created.UnixNano(), s.Expires.UnixNano(), s.CSRFToken)
+}
+
+func (p *pgImport) Idempotency(r IdempotencyRecord) error {
+	return p.add("idempotency", r.AccountID, r.Key, r.RequestID, r.Fingerprint, r.Status, r.Created.UnixNano(), int64(r.HoldTTL))
+}
+
+// Interface guards
+var _ ExportSink = (*pgImport)(nil)
