@@ -168,7 +168,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 	pf.String("address", "", "Address of Caddy's admin API (default "+caddy.DefaultAdminListen+", or the one in --config)")
 	pf.StringP("config", "c", "", "Configuration file to read the admin address from (if --address is not used)")
 	pf.StringP("adapter", "a", "", "Name of the config adapter for --config")
-	pf.String("ledger", "", "Ledger directory: which ledger to use when the server has several open; for restore, the new directory")
+	pf.String("ledger", "", "Ledger: which ledger to use when the server has several open; for restore, the new directory; for migrate, the Badger directory to copy")
 	pf.Bool("json", false, "Print one JSON object instead of a table")
 	cmd.Args = cliNoArgs
 	cmd.RunE = groupHelp
@@ -227,8 +227,11 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			c.Flags().String("from", "", "First day (YYYY-MM-DD, UTC) or RFC 3339 time")
 			c.Flags().String("to", "", "Last day, included (YYYY-MM-DD, UTC), or an RFC 3339 time, excluded")
 		}),
-		cliGroup("ledger", "The ledger: verify",
+		cliGroup("ledger", "The ledger: verify, migrate",
 			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),
+			cliLeaf("migrate", "Copies a Badger ledger (--ledger DIR) into an empty PostgreSQL database (--to URL) (offline: stop the server first)", cmdMigrate, func(c *cobra.Command) {
+				c.Flags().String("to", "", "URL of the empty PostgreSQL database (postgres://...; required)")
+			}),
 		),
 		cliLeaf("backup", "Downloads an online backup of the ledger from the running server", cmdBackup, func(c *cobra.Command) {
 			c.Flags().StringP("output", "o", "", "File to write the backup to (required; it appears only once complete; an existing file is replaced only with --force)")

@@ -1,0 +1,89 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// migrateResult is what `caddy textgen ledger migrate` prints with --json.
+type migrateResult struct {
+	Migrated bool   `json:"migrated"`
+	From     string `json:"from"`
+	To       string `json:"to"` // without its password
+	Accounts int    `json:"accounts"`
+	Entries  int    `json:"entries"`
+	// FromOK and ToOK are the verify results of both ledgers after the copy.
+	FromOK bool `json:"from_ok"`
+	ToOK   bool `json:"to_ok"`
+}
+
+// migrateTimeout bounds the whole copy.
+const migrateTimeout = time.Hour
+
+// cmdMigrate copies a Badger ledger into an empty PostgreSQL database (ledger.CopyLedger). Like
+// restore it is offline: it opens the Badger directory itself, so the server that uses it must
+// be stopped (the directory lock says so otherwise); the copy is then verified on both sides.
+func cmdMigrate(c *cliContext) error {
+	dir, err := requireString(c.fl, "ledger")
+	if err != nil {
+		return err
+	}
+	to, err := requireString(c.fl, "to")
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("ledger directory %s: %w", dir, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	defer cancel()
+	from, err := ledger.Open(abs, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		return fmt.Errorf("%w (stop the server that uses it first)", err)
+	}
+	defer from.Close()
+	pg, err := ledger.OpenPostgres(ctx, to, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	if err := ledger.CopyLedger(ctx, from, pg); err != nil {
+		return err
+	}
+	res := migrateResult{Migrated: true, From: abs, To: redactURL(to)}
+	for _, side := range []struct {
+		s  ledger.Store
+		ok *bool
+	}{{from, &res.FromOK}, {pg, &res.ToOK}} {
+		rep, err := side.s.Verify(ctx)
+		if err != nil {
+			return fmt.Errorf("verifying after the copy: %w", err)
+		}
+		*side.ok = rep.OK
+		res.Accounts, res.Entries = rep.Accounts, rep.Entries
+	}
+	if !res.FromOK || !res.ToOK {
+		return fmt.Errorf("the copy does not verify clean (from: %v, to: %v); run 'caddy textgen ledger verify' on each", res.FromOK, res.ToOK)
+	}
+	return c.printValue(res, func(w io.Writer) {
+		fmt.Fprintf(w, "Copied %d accounts and %d entries from %s into %s; both verify clean.\n"+
+			"Point the textgen handlers of every instance at the database (ledger %s), start them, and run 'caddy textgen ledger verify'.\n",
+			res.Accounts, res.Entries, res.From, res.To, res.To)
+	})
+}
+
+// redactURL is a database URL without its password, for output.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unreadable URL)"
+	}
+	return u.Redacted()
+}
