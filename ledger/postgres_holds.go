@@ -29,16 +29,18 @@ type pgHoldOp struct {
 	out                              holdOutcome
 }
 
-// pgHoldsCall is the ledger_holds call for calls, hold operations of account acct in order.
-func pgHoldsCall(acct string, calls []*pgCall) (string, []any) {
+// pgHoldsCall is the ledger_holds call for calls, hold operations in order.
+func pgHoldsCall(calls []*pgCall) (string, []any) {
 	n := len(calls)
 	ats, expires := make([]int64, n), make([]int64, n)
-	ops, rids, modes, keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	accts, ops, rids, modes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n)
 	for i, c := range calls {
 		h := c.hold
-		ats[i], ops[i], rids[i], modes[i], keys[i], tools[i], expires[i], reasons[i] = h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason
+		accts[i], ats[i], ops[i], rids[i], modes[i] = c.acct, h.at, h.op, h.rid, h.mode
+		keys[i], tools[i], expires[i], reasons[i] = h.key, h.tool, h.expires, h.reason
 	}
-	return pgHoldsSQL, []any{acct, ats, ops, rids, modes, keys, tools, expires, reasons}
+	return pgHoldsSQL, []any{accts, ats, ops, rids, modes, keys, tools, expires, reasons}
 }
 
 // readHolds reads the rows of a ledger_holds call into its calls' outcomes.
