@@ -127,40 +127,44 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		c:      newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
 		stopBg: make(chan struct{}),
 	}
-	s.every(opts.SweepInterval, func() {
-		if n, err := s.sweep(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Error("hold expiry sweep failed", zap.Error(err))
-		} else if n > 0 {
-			s.log.Info("voided expired holds", zap.Int("holds", n))
-		}
-	})
-	s.every(opts.LastUsedFlushInterval, func() {
-		if err := s.flushLastUsed(); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Error("flushing key last-use times failed", zap.Error(err))
-		}
-	})
+	s.bg.Add(1)
+	go s.background()
 	return s, nil
 }
 
-// every runs f every d until Close; d < 0 disables it.
-func (s *Postgres) every(d time.Duration, f func()) {
-	if d < 0 {
-		return
-	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stopBg:
-				return
-			case <-t.C:
-				f()
+// background runs the hold-expiry sweep and the last-use flush, each on its own interval (a
+// negative one disables it), until Close.
+func (s *Postgres) background() {
+	defer s.bg.Done()
+	sweep, stopSweep := tick(s.opts.SweepInterval)
+	defer stopSweep()
+	flush, stopFlush := tick(s.opts.LastUsedFlushInterval)
+	defer stopFlush()
+	for {
+		select {
+		case <-s.stopBg:
+			return
+		case <-sweep:
+			if n, err := s.sweep(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+				s.log.Error("hold expiry sweep failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("voided expired holds", zap.Int("holds", n))
+			}
+		case <-flush:
+			if err := s.flushLastUsed(); err != nil && !errors.Is(err, ErrClosed) {
+				s.log.Error("flushing key last-use times failed", zap.Error(err))
 			}
 		}
-	}()
+	}
+}
+
+// tick is a channel that ticks every d, or never for d < 0, and the function that stops it.
+func tick(d time.Duration) (<-chan time.Time, func()) {
+	if d < 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // begin admits a call; end releases it.
@@ -175,15 +179,29 @@ func (s *Postgres) begin() error {
 
 func (s *Postgres) end() { s.closeMu.RUnlock() }
 
-// readCtx bounds a read by the query timeout; the caller's cancellation ends it too.
-func (s *Postgres) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.opts.QueryTimeout)
+// read admits a read (ErrClosed after Close) and bounds it by the query timeout; the caller's
+// cancellation ends it too. Call done when the read is over.
+func (s *Postgres) read(ctx context.Context) (qctx context.Context, done func(), err error) {
+	return s.admit(ctx, s.opts.QueryTimeout)
 }
 
-// writeCtx bounds a change by the query timeout but ignores the caller's cancellation: a change
-// that was asked for is carried out or fails by itself (roles.go).
-func (s *Postgres) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.QueryTimeout)
+// write admits a change and bounds it by the query timeout, but ignores the caller's
+// cancellation: a change that was asked for is carried out or fails by itself (roles.go).
+func (s *Postgres) write(ctx context.Context) (wctx context.Context, done func(), err error) {
+	return s.admit(context.WithoutCancel(ctx), s.opts.QueryTimeout)
+}
+
+func (s *Postgres) admit(ctx context.Context, timeout time.Duration) (context.Context, func(), error) {
+	if err := s.begin(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); s.end() }, nil
+}
+
+// bound bounds a query of a call admitted already by the query timeout.
+func (s *Postgres) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.QueryTimeout)
 }
 
 // Health reports whether the database answers within HealthTimeout: nil, or ErrUnavailable with

@@ -112,15 +112,14 @@ func (op *pgCall) wait() error {
 	return op.err
 }
 
+// run commits batches until close; it drains the queue once more after the stop.
 func (c *pgCommitter) run() {
 	defer close(c.stopped)
-	for {
+	for stopping := false; !stopping; c.drain() {
 		select {
 		case <-c.wake:
-			c.drain()
 		case <-c.stop:
-			c.drain()
-			return
+			stopping = true
 		}
 	}
 }

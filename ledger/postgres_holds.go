@@ -211,7 +211,7 @@ func (s *Postgres) sweep(ctx context.Context) (int, error) {
 
 // expiredHolds lists up to pgSweepPage open holds past their expiry at t, as (account, request).
 func (s *Postgres) expiredHolds(ctx context.Context, t time.Time) ([][2]string, error) {
-	qctx, cancel := s.readCtx(ctx)
+	qctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(qctx, `SELECT account_id, request_id FROM holds
 		WHERE state = 'open' AND expires <= $1 ORDER BY expires LIMIT $2`, t.UnixNano(), pgSweepPage)
@@ -228,7 +228,7 @@ func (s *Postgres) expiredHolds(ctx context.Context, t time.Time) ([][2]string, 
 // purge drops sessions and Idempotency-Key records that expired by t: they are ignored once
 // expired anyway, this only reclaims their space.
 func (s *Postgres) purge(ctx context.Context, t time.Time) error {
-	qctx, cancel := s.writeCtx(ctx)
+	qctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM sessions WHERE expires <= $1`, t.UnixNano())

@@ -375,28 +375,23 @@ END
 $$;
 -- +goose StatementEnd
 
--- ledger_refill tops the account's available test credits up to p_upto with a grant.
+-- ledger_refill tops the account's available test credits up to p_upto with a grant (one
+-- without a reference: the account's lock makes the check and the grant one step).
 -- +goose StatementBegin
 CREATE FUNCTION ledger_refill(p_account text, p_upto bigint, p_at bigint,
     OUT o_outcome text, OUT o_credits bigint, OUT o_account accounts)
 LANGUAGE plpgsql AS $$
 BEGIN
     o_account := ledger_lock(p_account);
-    IF o_account.id IS NULL THEN
-        o_outcome := 'not_found';
-        RETURN;
-    END IF;
-    IF o_account.status <> 'active' THEN
-        o_outcome := 'disabled';
+    IF o_account.status IS DISTINCT FROM 'active' THEN
+        o_outcome := CASE WHEN o_account.id IS NULL THEN 'not_found' ELSE 'disabled' END;
         RETURN;
     END IF;
     o_outcome := 'ok';
     o_credits := greatest(p_upto - ledger_available(o_account, 'test'), 0);
     IF o_credits > 0 THEN
-        o_account := ledger_change(o_account, 'test', o_credits, 0);
-        INSERT INTO entries
-        SELECT * FROM ledger_entry(o_account, 'grant', 'test', o_credits, '', '', '', '', 'test credit refill', 0, '', p_at);
-        PERFORM ledger_save(o_account);
+        o_account := (SELECT g.o_account
+            FROM ledger_grant(p_account, 'test', 'grant', o_credits, '', 'test credit refill', 0, '', p_at) g);
     END IF;
 END
 $$;
