@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,11 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger: database url: %w: %w", ErrInvalidArgument, err)
+	}
+	// The server gives up on a statement when the client does (a lock wait that outlives the
+	// query timeout), so that a change reported ErrUnavailable is rarely committed afterwards.
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(opts.QueryTimeout.Milliseconds(), 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
