@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,55 @@ import (
 // Postgres is the Store kept in a PostgreSQL database, shared by every Caddy instance that opens
 // the same database. Create it with OpenPostgres.
 //
-// Unlike Badger it keeps no authoritative state in memory: every call reads or changes the
-// database, so what one instance did is what the next call on any instance sees. The only
-// exception is API keys' last-use times, noted in memory and written every
-// LastUsedFlushInterval (postgres_keys.go). Changes of credits go through the group committer
-// (postgres_commit.go).
+// # State
+//
+// It keeps no authoritative state in memory: every call reads or changes the database, so what
+// one instance did is what the next call on any instance sees. The only exception is API keys'
+// last-use times, noted in memory and written every LastUsedFlushInterval (postgres_keys.go).
+// The schema (postgres_migrations/00001_ledger.sql) has one table per record: accounts (with
+// their figures: balances, open holds, next entry number), entries (primary key account and
+// number), holds (primary key account and request id), api_keys (SHA-256 digests only),
+// credentials, sessions (token digests only) and idempotency. Money and counts are bigint,
+// times unix nanoseconds.
+//
+// # Exactly once across instances
+//
+// Every change of credits is a server-side function (ledger_holds, ledger_grant,
+// ledger_refill) that first locks the account's row (SELECT ... FOR NO KEY UPDATE): changes of
+// one account are serialised across all instances, and each statement after the lock sees what
+// the transactions before it committed. A hold takes a credit only if the locked row shows one
+// available; a request id already held, or a grant reference already used, is found and reported
+// (Repeated) instead of applied twice, and the primary key of holds and the unique index on
+// (account, reference) make a second one impossible anyway. A hold is resolved by an update
+// conditional on state = 'open', so a second resolver (another instance, the sweep) changes
+// nothing and reports the first outcome.
+//
+// # Group commit
+//
+// These functions run through one committer per store (postgres_commit.go): what is queued
+// while a transaction is in flight goes out as the next one, one pipelined round trip and one
+// commit for all, sorted by account so that instances never deadlock, with the hold operations
+// merged into one ledger_holds call. Each caller gets its own outcome. A call returns once its
+// change is committed: Reserve is Hold here (a hold that is not committed does not exist for the
+// other instances and is lost with this one). Run the database with synchronous_commit on (the
+// default): a commit the ledger acknowledged must survive the database's crash.
+//
+// # Holds left open
+//
+// OpenPostgres does not void the open holds it finds, as Badger does at Open: other instances
+// are alive and may settle them. A hold whose instance died is voided with reason "expired" by
+// the first sweep of any instance after its TTL, and an Idempotency-Key left in progress is free
+// after its hold TTL. Expiry compares times from the instances' clocks (the holds' expiry is
+// written by the instance that took it), so keep the instances' clocks synchronised.
+//
+// # Faults
+//
+// Every call runs under a deadline (QueryTimeout; Health under HealthTimeout) and a database
+// that cannot be reached, or does not answer in time, gives ErrUnavailable, never a hang; the
+// pool reconnects by itself when the database is back. Calls that change credits or protect an
+// account ignore the caller's cancellation but keep the deadline. A call that failed with
+// ErrUnavailable may have been committed just before the connection failed: a hold then expires
+// by its TTL, and repeating a hold, settle, void or referenced grant reports what happened.
 type Postgres struct {
 	pool *pgxpool.Pool
 	opts PostgresOptions
@@ -57,6 +102,11 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger: database url: %w: %w", ErrInvalidArgument, err)
 	}
+	// The server gives up on a statement when the client does (a lock wait that outlives the
+	// query timeout), so that a change reported ErrUnavailable is rarely committed afterwards.
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(opts.QueryTimeout.Milliseconds(), 10)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger: %w", err)
@@ -68,8 +118,11 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		pool.Close()
 		return nil, pgErr(ctx, "opening ledger: connecting to the database", err)
 	}
-	// The migrations may wait for another instance's: their lock has its own bound.
-	if err := migratePostgres(ctx, pool, opts.Logger); err != nil {
+	// The migrations may wait for another instance's: their lock has a bound of its own.
+	mctx, cancel := context.WithTimeout(ctx, pgLockWait*time.Second+time.Minute)
+	err = migratePostgres(mctx, pool, opts.Logger)
+	cancel()
+	if err != nil {
 		pool.Close()
 		return nil, pgErr(ctx, "opening ledger", err)
 	}
@@ -80,40 +133,44 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		c:      newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
 		stopBg: make(chan struct{}),
 	}
-	s.every(opts.SweepInterval, func() {
-		if n, err := s.sweep(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Error("hold expiry sweep failed", zap.Error(err))
-		} else if n > 0 {
-			s.log.Info("voided expired holds", zap.Int("holds", n))
-		}
-	})
-	s.every(opts.LastUsedFlushInterval, func() {
-		if err := s.flushLastUsed(); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Error("flushing key last-use times failed", zap.Error(err))
-		}
-	})
+	s.bg.Add(1)
+	go s.background()
 	return s, nil
 }
 
-// every runs f every d until Close; d < 0 disables it.
-func (s *Postgres) every(d time.Duration, f func()) {
-	if d < 0 {
-		return
-	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stopBg:
-				return
-			case <-t.C:
-				f()
+// background runs the hold-expiry sweep and the last-use flush, each on its own interval (a
+// negative one disables it), until Close.
+func (s *Postgres) background() {
+	defer s.bg.Done()
+	sweep, stopSweep := tick(s.opts.SweepInterval)
+	defer stopSweep()
+	flush, stopFlush := tick(s.opts.LastUsedFlushInterval)
+	defer stopFlush()
+	for {
+		select {
+		case <-s.stopBg:
+			return
+		case <-sweep:
+			if n, err := s.sweep(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+				s.log.Error("hold expiry sweep failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("voided expired holds", zap.Int("holds", n))
+			}
+		case <-flush:
+			if err := s.flushLastUsed(); err != nil && !errors.Is(err, ErrClosed) {
+				s.log.Error("flushing key last-use times failed", zap.Error(err))
 			}
 		}
-	}()
+	}
+}
+
+// tick is a channel that ticks every d, or never for d < 0, and the function that stops it.
+func tick(d time.Duration) (<-chan time.Time, func()) {
+	if d < 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // begin admits a call; end releases it.
@@ -128,15 +185,29 @@ func (s *Postgres) begin() error {
 
 func (s *Postgres) end() { s.closeMu.RUnlock() }
 
-// readCtx bounds a read by the query timeout; the caller's cancellation ends it too.
-func (s *Postgres) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.opts.QueryTimeout)
+// read admits a read (ErrClosed after Close) and bounds it by the query timeout; the caller's
+// cancellation ends it too. Call done when the read is over.
+func (s *Postgres) read(ctx context.Context) (qctx context.Context, done func(), err error) {
+	return s.admit(ctx, s.opts.QueryTimeout)
 }
 
-// writeCtx bounds a change by the query timeout but ignores the caller's cancellation: a change
-// that was asked for is carried out or fails by itself (roles.go).
-func (s *Postgres) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.QueryTimeout)
+// write admits a change and bounds it by the query timeout, but ignores the caller's
+// cancellation: a change that was asked for is carried out or fails by itself (roles.go).
+func (s *Postgres) write(ctx context.Context) (wctx context.Context, done func(), err error) {
+	return s.admit(context.WithoutCancel(ctx), s.opts.QueryTimeout)
+}
+
+func (s *Postgres) admit(ctx context.Context, timeout time.Duration) (context.Context, func(), error) {
+	if err := s.begin(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); s.end() }, nil
+}
+
+// bound bounds a query of a call admitted already by the query timeout.
+func (s *Postgres) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.QueryTimeout)
 }
 
 // Health reports whether the database answers within HealthTimeout: nil, or ErrUnavailable with

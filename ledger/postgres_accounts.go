@@ -26,12 +26,11 @@ func (s *Postgres) CreateAccount(ctx context.Context, email string) (Account, er
 // credential in the same statement: there is never an account that a sign-up created without
 // its password.
 func (s *Postgres) createAccount(ctx context.Context, e, hash string) (Account, error) {
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return Account{}, err
 	}
-	defer s.end()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
+	defer done()
 	for range 3 { // a new id that is taken (62^16 of them) is drawn again
 		a := Account{ID: newAccountID(), Email: e, Status: StatusActive, Created: now().UTC()}
 		sql := `INSERT INTO accounts (id, email, status, created) VALUES ($1, $2, $3, $4)`
@@ -68,12 +67,11 @@ func (s *Postgres) GetAccountByEmail(ctx context.Context, email string) (Account
 
 // oneAccount reads the account whose column col (id or email) is v.
 func (s *Postgres) oneAccount(ctx context.Context, col, v string) (Account, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return Account{}, err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE `+col+` = $1`, v)
 	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -97,12 +95,11 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 		}
 		after = string(b[2:])
 	}
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return nil, "", err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE id > $1 ORDER BY id LIMIT $2`, after, limit+1)
 	out, err := pgx.CollectRows(rows, scanAccount)
 	if err != nil {
@@ -122,12 +119,11 @@ func (s *Postgres) SetAccountStatus(ctx context.Context, id string, status Accou
 	if err := checkAccountStatus(status); err != nil {
 		return Account{}, err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return Account{}, err
 	}
-	defer s.end()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
+	defer done()
 	rows, _ := s.pool.Query(wctx, `UPDATE accounts SET status = $2 WHERE id = $1 RETURNING `+pgAccountCols, id, string(status))
 	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
 	if errors.Is(err, pgx.ErrNoRows) {

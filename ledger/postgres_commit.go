@@ -22,9 +22,10 @@ import (
 // transaction was in flight and sends them as one pgx.Batch: one pipeline, one round trip, one
 // implicit transaction, one commit (one WAL flush) for all of them. Each caller gets its own
 // row back; an expected refusal (no credit, a repeated request id) is a row like any other and
-// does not disturb the others. The hold operations (hold, settle, void, expire) of one account
-// that are next to each other in the batch go as one call of ledger_holds, with arrays, so that
-// a hot account's row is locked, read and written once per batch rather than once per hold.
+// does not disturb the others. The hold operations (hold, settle, void, expire) that are next to
+// each other in the batch go as one call of ledger_holds, with arrays, so that a hot account's
+// row is locked, read and written once per batch rather than once per hold, and a batch over
+// many accounts costs a few statements rather than a few per account.
 //
 // Order and locks. Within a batch the calls are sorted by account id, keeping queue order per
 // account, so every transaction of every instance locks account rows in the same (ascending)
@@ -111,15 +112,14 @@ func (op *pgCall) wait() error {
 	return op.err
 }
 
+// run commits batches until close; it drains the queue once more after the stop.
 func (c *pgCommitter) run() {
 	defer close(c.stopped)
-	for {
+	for stopping := false; !stopping; c.drain() {
 		select {
 		case <-c.wake:
-			c.drain()
 		case <-c.stop:
-			c.drain()
-			return
+			stopping = true
 		}
 	}
 }
@@ -186,10 +186,10 @@ func (c *pgCommitter) send(batch []*pgCall) error {
 		if op := batch[i]; op.hold == nil {
 			b.Queue(op.sql, op.args...)
 		} else {
-			for j < len(batch) && batch[j].hold != nil && batch[j].acct == op.acct {
+			for j < len(batch) && batch[j].hold != nil {
 				j++
 			}
-			sql, args := pgHoldsCall(op.acct, batch[i:j])
+			sql, args := pgHoldsCall(batch[i:j])
 			b.Queue(sql, args...)
 		}
 		stmts = append(stmts, batch[i:j])

@@ -31,6 +31,9 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 	ctx, cancel := context.WithTimeout(ctx, pgLongTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, to.pool, func(tx pgx.Tx) error {
+		if err := pgLongStatements(ctx, tx); err != nil {
+			return err
+		}
 		// Other instances may not write while the copy runs, nor copy at the same time.
 		if _, err := tx.Exec(ctx, `LOCK TABLE accounts IN EXCLUSIVE MODE`); err != nil {
 			return err

@@ -56,12 +56,11 @@ func (s *Postgres) SetPassword(ctx context.Context, accountID, password string) 
 	if err != nil {
 		return err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return err
 	}
-	defer s.end()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
+	defer done()
 	b := &pgx.Batch{} // one implicit transaction
 	b.Queue(`SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE`, accountID)
 	b.Queue(`INSERT INTO credentials (account_id, hash, updated) VALUES ($1, $2, $3)
@@ -75,10 +74,11 @@ func (s *Postgres) SetPassword(ctx context.Context, accountID, password string) 
 // an account (unknown email, no password, wrong password) is ErrInvalidCredentials and costs one
 // argon2id hash, like a wrong password does.
 func (s *Postgres) Authenticate(ctx context.Context, email, password string) (Account, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return Account{}, err
 	}
-	defer s.end()
+	defer done()
 	fail := func(hash string) (Account, error) {
 		_, _ = VerifyPassword(hash, password)
 		return Account{}, ErrInvalidCredentials
@@ -86,11 +86,9 @@ func (s *Postgres) Authenticate(ctx context.Context, email, password string) (Ac
 	if len(password) > MaxPasswordLen {
 		return Account{}, ErrInvalidCredentials // no account has such a password; do not hash it
 	}
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
 	var a accountRow
 	var hash *string
-	err := s.pool.QueryRow(qctx, `SELECT a.id, a.email, a.status, a.created, c.hash
+	err = s.pool.QueryRow(qctx, `SELECT a.id, a.email, a.status, a.created, c.hash
 		FROM accounts a LEFT JOIN credentials c ON c.account_id = a.id WHERE a.email = $1`, foldEmail(email)).
 		Scan(append(a.dest(), &hash)...)
 	switch {
@@ -120,18 +118,17 @@ func (s *Postgres) CreateSession(ctx context.Context, accountID string, ttl time
 	if err := checkSessionTTL(ttl); err != nil {
 		return "", Session{}, err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return "", Session{}, err
 	}
-	defer s.end()
+	defer done()
 	token := randomBase62(sessionTokenLen)
 	d := sha256.Sum256([]byte(token))
 	t := now().UTC()
 	sess := Session{ID: sessionID(d), AccountID: accountID, Created: t, Expires: t.Add(ttl), CSRFToken: randomBase62(csrfTokenLen)}
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
 	var status *string
-	err := s.pool.QueryRow(wctx, `WITH a AS (SELECT id, status FROM accounts WHERE id = $2),
+	err = s.pool.QueryRow(wctx, `WITH a AS (SELECT id, status FROM accounts WHERE id = $2),
 		ins AS (INSERT INTO sessions (digest, account_id, created, expires, csrf_token)
 			SELECT $1, id, $3, $4, $5 FROM a WHERE status = 'active' RETURNING 1)
 		SELECT (SELECT status FROM a)`, d[:], accountID, t.UnixNano(), sess.Expires.UnixNano(), sess.CSRFToken).Scan(&status)
@@ -148,20 +145,19 @@ func (s *Postgres) CreateSession(ctx context.Context, accountID string, ttl time
 
 // GetSession finds a live session by its token, with its account.
 func (s *Postgres) GetSession(ctx context.Context, token string) (Session, Account, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return Session{}, Account{}, err
 	}
-	defer s.end()
+	defer done()
 	if !looksLikeToken(token) {
 		return Session{}, Account{}, ErrInvalidSession
 	}
 	d := sha256.Sum256([]byte(token))
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
 	var a accountRow
 	var created, expires int64
 	sess := Session{ID: sessionID(d)}
-	err := s.pool.QueryRow(qctx, `SELECT s.created, s.expires, s.csrf_token, a.id, a.email, a.status, a.created
+	err = s.pool.QueryRow(qctx, `SELECT s.created, s.expires, s.csrf_token, a.id, a.email, a.status, a.created
 		FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.digest = $1`, d[:]).
 		Scan(append([]any{&created, &expires, &sess.CSRFToken}, a.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -179,16 +175,15 @@ func (s *Postgres) GetSession(ctx context.Context, token string) (Session, Accou
 
 // DeleteSession ends the session of token, if there is one.
 func (s *Postgres) DeleteSession(ctx context.Context, token string) error {
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return err
 	}
-	defer s.end()
+	defer done()
 	if !looksLikeToken(token) {
 		return nil
 	}
 	d := sha256.Sum256([]byte(token))
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
-	_, err := s.pool.Exec(wctx, `DELETE FROM sessions WHERE digest = $1`, d[:])
+	_, err = s.pool.Exec(wctx, `DELETE FROM sessions WHERE digest = $1`, d[:])
 	return pgErr(ctx, "ending session", err)
 }

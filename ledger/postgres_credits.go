@@ -60,14 +60,13 @@ func (s *Postgres) Grant(ctx context.Context, req GrantRequest) (GrantResult, er
 
 // Balance returns the account's committed figures, as every instance sees them.
 func (s *Postgres) Balance(ctx context.Context, accountID string) (Balance, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return Balance{}, err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	var b balanceRow
-	err := s.pool.QueryRow(qctx, `SELECT `+pgList("", pgBalanceCols, false)+` FROM accounts WHERE id = $1`, accountID).Scan(b.dest()...)
+	err = s.pool.QueryRow(qctx, `SELECT `+pgList("", pgBalanceCols, false)+` FROM accounts WHERE id = $1`, accountID).Scan(b.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Balance{}, fmt.Errorf("account %q: %w", accountID, ErrNotFound)
 	}
@@ -83,12 +82,11 @@ func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) (
 	if err != nil {
 		return nil, err
 	}
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	// Every purchase has a reference: the partial index entries_reference finds them without
 	// reading the account's request entries.
 	rows, err := s.pool.Query(qctx, `SELECT `+pgList("", pgEntryCols, false)+` FROM entries
@@ -109,7 +107,7 @@ func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) (
 // mustExist returns ErrNotFound unless the account exists: listings that found nothing call it
 // to tell an empty account from a missing one.
 func (s *Postgres) mustExist(ctx context.Context, accountID string) error {
-	qctx, cancel := s.readCtx(ctx)
+	qctx, cancel := s.bound(ctx)
 	defer cancel()
 	var ok bool
 	if err := s.pool.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, accountID).Scan(&ok); err != nil {

@@ -62,32 +62,27 @@ func checkRecovered(t *testing.T, s *Postgres, acct string) {
 	verifyClean(t, s)
 }
 
-func TestPostgresDatabaseStopped(t *testing.T) {
-	s, acct := faultStore(t)
+// TestPostgresDatabaseDown: the database stopped (connections closed, new ones refused) or
+// frozen (up, answering nothing), then back.
+func TestPostgresDatabaseDown(t *testing.T) {
 	srv := pgtest.Shared(t)
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name     string
+		down, up func() error
+	}{{"stopped", srv.Stop, srv.Start}, {"frozen", srv.Freeze, srv.Thaw}} {
+		t.Run(c.name, func(t *testing.T) {
+			s, acct := faultStore(t)
+			if err := c.down(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.up() })
+			checkUnavailable(t, s, acct)
+			if err := c.up(); err != nil {
+				t.Fatal(err)
+			}
+			checkRecovered(t, s, acct)
+		})
 	}
-	t.Cleanup(func() { srv.Start() })
-	checkUnavailable(t, s, acct)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	checkRecovered(t, s, acct)
-}
-
-func TestPostgresDatabaseFrozen(t *testing.T) {
-	s, acct := faultStore(t)
-	srv := pgtest.Shared(t)
-	if err := srv.Freeze(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Thaw() })
-	checkUnavailable(t, s, acct)
-	if err := srv.Thaw(); err != nil {
-		t.Fatal(err)
-	}
-	checkRecovered(t, s, acct)
 }
 
 // TestPostgresOpenUnavailable: opening a store on a database that is down fails at once with

@@ -31,12 +31,11 @@ func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Ent
 		}
 		before = binary.BigEndian.Uint64(b[1:])
 	}
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return nil, "", err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	rows, _ := s.pool.Query(qctx, `SELECT `+pgList("", pgEntryCols, false)+` FROM entries
 		WHERE account_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`, accountID, int64(before), limit+1)
 	out, err := pgx.CollectRows(rows, scanEntry)
@@ -58,10 +57,11 @@ func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Ent
 // Usage counts holds, settles and voids per UTC day, tool and mode, for one account or all, with
 // entry times in [From, To).
 func (s *Postgres) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer done()
 	if q.AccountID != "" {
 		if err := s.mustExist(ctx, q.AccountID); err != nil {
 			return nil, err
@@ -74,8 +74,6 @@ func (s *Postgres) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) 
 	if !q.To.IsZero() {
 		to = q.To.UnixNano()
 	}
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
 	const day = int64(24 * time.Hour)
 	rows, _ := s.pool.Query(qctx, `SELECT floor(at::numeric / $4)::bigint AS day, tool, mode,
 			count(*) FILTER (WHERE kind = 'hold'), count(*) FILTER (WHERE kind = 'settle'), count(*) FILTER (WHERE kind = 'void')

@@ -29,16 +29,18 @@ type pgHoldOp struct {
 	out                              holdOutcome
 }
 
-// pgHoldsCall is the ledger_holds call for calls, hold operations of account acct in order.
-func pgHoldsCall(acct string, calls []*pgCall) (string, []any) {
+// pgHoldsCall is the ledger_holds call for calls, hold operations in order.
+func pgHoldsCall(calls []*pgCall) (string, []any) {
 	n := len(calls)
 	ats, expires := make([]int64, n), make([]int64, n)
-	ops, rids, modes, keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	accts, ops, rids, modes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n)
 	for i, c := range calls {
 		h := c.hold
-		ats[i], ops[i], rids[i], modes[i], keys[i], tools[i], expires[i], reasons[i] = h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason
+		accts[i], ats[i], ops[i], rids[i], modes[i] = c.acct, h.at, h.op, h.rid, h.mode
+		keys[i], tools[i], expires[i], reasons[i] = h.key, h.tool, h.expires, h.reason
 	}
-	return pgHoldsSQL, []any{acct, ats, ops, rids, modes, keys, tools, expires, reasons}
+	return pgHoldsSQL, []any{accts, ats, ops, rids, modes, keys, tools, expires, reasons}
 }
 
 // readHolds reads the rows of a ledger_holds call into its calls' outcomes.
@@ -209,7 +211,7 @@ func (s *Postgres) sweep(ctx context.Context) (int, error) {
 
 // expiredHolds lists up to pgSweepPage open holds past their expiry at t, as (account, request).
 func (s *Postgres) expiredHolds(ctx context.Context, t time.Time) ([][2]string, error) {
-	qctx, cancel := s.readCtx(ctx)
+	qctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(qctx, `SELECT account_id, request_id FROM holds
 		WHERE state = 'open' AND expires <= $1 ORDER BY expires LIMIT $2`, t.UnixNano(), pgSweepPage)
@@ -226,7 +228,7 @@ func (s *Postgres) expiredHolds(ctx context.Context, t time.Time) ([][2]string, 
 // purge drops sessions and Idempotency-Key records that expired by t: they are ignored once
 // expired anyway, this only reclaims their space.
 func (s *Postgres) purge(ctx context.Context, t time.Time) error {
-	qctx, cancel := s.writeCtx(ctx)
+	qctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM sessions WHERE expires <= $1`, t.UnixNano())

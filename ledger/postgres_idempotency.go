@@ -44,16 +44,15 @@ func (s *Postgres) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (
 	if err := pgStorable("idempotency record", rec.Key, rec.RequestID, rec.Fingerprint); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return IdempotencyRecord{}, false, err
 	}
-	defer s.end()
+	defer done()
 	if rec.Created.IsZero() {
 		rec.Created = now()
 	}
 	rec.Created = rec.Created.UTC()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
 	args := []any{rec.AccountID, rec.Key, rec.RequestID, rec.Fingerprint, rec.Status, rec.Created.UnixNano(), int64(rec.HoldTTL)}
 	// The common case, a new key: one statement.
 	tag, err := s.pool.Exec(wctx, `INSERT INTO idempotency (`+pgIdemCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -106,12 +105,11 @@ func (s *Postgres) FinishIdempotent(ctx context.Context, accountID, key string, 
 	if err := checkFinishStatus(status); err != nil {
 		return err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return err
 	}
-	defer s.end()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
+	defer done()
 	// A record past its 24 h is gone, whether or not a purge dropped it yet.
 	tag, err := s.pool.Exec(wctx, `UPDATE idempotency SET status = $3 WHERE account_id = $1 AND idem_key = $2 AND created > $4`,
 		accountID, key, status, now().Add(-IdempotencyTTL).UnixNano())

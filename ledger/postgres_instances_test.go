@@ -279,7 +279,7 @@ func TestPostgresBatchIsolation(t *testing.T) {
 
 	// A pipeline whose second statement fails commits nothing.
 	b := &pgx.Batch{}
-	sql, args := pgHoldsCall(acct, []*pgCall{hold("in-failed-batch")})
+	sql, args := pgHoldsCall([]*pgCall{hold("in-failed-batch")})
 	b.Queue(sql, args...)
 	b.Queue(`SELECT 1 / 0`)
 	if err := s.pool.SendBatch(bg, b).Close(); err == nil {

@@ -103,10 +103,11 @@ func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode M
 	if err := pgStorable("key name", name); err != nil {
 		return "", Key{}, err
 	}
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return "", Key{}, err
 	}
-	defer s.end()
+	defer done()
 	full := newFullKey(mode)
 	d := sha256.Sum256([]byte(full))
 	k := Key{ID: newKeyID(), AccountID: accountID, Mode: mode, Name: name, Prefix: full[:len(livePrefix)],
@@ -118,8 +119,6 @@ func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode M
 		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
 		WHERE $10 <= 0 OR (SELECT count(*) FROM api_keys WHERE account_id = $2 AND revoked IS NULL) < $10`,
 		k.ID, k.AccountID, d[:], string(k.Mode), k.Name, k.Prefix, k.Last4, t.UnixNano(), pgNanos(expires), maxActive)
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
 	br := s.pool.SendBatch(wctx, b)
 	_, _ = br.Exec()
 	tag, err := br.Exec()
@@ -139,12 +138,11 @@ func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode M
 
 // ListKeys returns the account's keys, oldest first, revoked ones included.
 func (s *Postgres) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.end()
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
+	defer done()
 	rows, _ := s.pool.Query(qctx, `SELECT `+pgKeyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created, id`, accountID)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
 		var r keyRow
@@ -162,14 +160,13 @@ func (s *Postgres) ListKeys(ctx context.Context, accountID string) ([]Key, error
 
 // RevokeKey revokes a key: the next LookupKey of it, on any instance, fails.
 func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key, error) {
-	if err := s.begin(); err != nil {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
 		return Key{}, err
 	}
-	defer s.end()
-	wctx, cancel := s.writeCtx(ctx)
-	defer cancel()
+	defer done()
 	var r keyRow
-	err := s.pool.QueryRow(wctx, `UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
+	err = s.pool.QueryRow(wctx, `UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
 		RETURNING `+pgKeyCols, accountID, keyID, now().UTC().UnixNano()).Scan(r.dest()...)
 	if err == nil {
 		return s.used.merge(r.key()), nil
@@ -191,20 +188,19 @@ func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key,
 // revoked and expired keys all give ErrInvalidKey, with no hint which; a malformed key costs no
 // query.
 func (s *Postgres) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
-	if err := s.begin(); err != nil {
+	qctx, done, err := s.read(ctx)
+	if err != nil {
 		return Key{}, Account{}, err
 	}
-	defer s.end()
+	defer done()
 	var buf [keyLen]byte
 	if _, ok := checkKeyFormat(presented, &buf); !ok {
 		return Key{}, Account{}, ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
-	qctx, cancel := s.readCtx(ctx)
-	defer cancel()
 	var r keyRow
 	var a accountRow
-	err := s.pool.QueryRow(qctx, `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
+	err = s.pool.QueryRow(qctx, `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
 			k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`, d[:]).
 		Scan(append(r.dest(), a.dest()...)...)
@@ -244,13 +240,13 @@ func (s *Postgres) writeLastUsed() error {
 	for id, t := range maps.All(m) {
 		ids, times = append(ids, id), append(times, t)
 	}
-	ctx, cancel := s.writeCtx(context.Background())
+	wctx, cancel := s.bound(context.Background())
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `UPDATE api_keys k SET last_used = greatest(coalesce(k.last_used, 0), u.t)
+	_, err := s.pool.Exec(wctx, `UPDATE api_keys k SET last_used = greatest(coalesce(k.last_used, 0), u.t)
 		FROM unnest($1::text[], $2::bigint[]) AS u(id, t) WHERE k.id = u.id`, ids, times)
 	if err != nil {
 		s.used.putBack(m)
-		return pgErr(ctx, "writing key last-use times", err)
+		return pgErr(context.Background(), "writing key last-use times", err)
 	}
 	return nil
 }

@@ -17,6 +17,13 @@ import (
 // query timeout.
 const pgLongTimeout = 10 * time.Minute
 
+// pgLongStatements lets the statements of tx run up to pgLongTimeout instead of the query
+// timeout (the connections' statement_timeout).
+func pgLongStatements(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", pgLongTimeout.Milliseconds()))
+	return err
+}
+
 // pgVerifyAccount is one account's stored figures and what its entries add up to.
 type pgVerifyAccount struct {
 	stored  [4]int64 // balance, held, test_balance, test_held
@@ -46,6 +53,9 @@ func (s *Postgres) Verify(ctx context.Context) (VerifyReport, error) {
 	qctx, cancel := context.WithTimeout(ctx, pgLongTimeout)
 	defer cancel()
 	err := pgx.BeginTxFunc(qctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := pgLongStatements(qctx, tx); err != nil {
+			return err
+		}
 		accts, err := verifyLoadAccounts(qctx, tx)
 		if err != nil {
 			return err

@@ -182,8 +182,17 @@ LANGUAGE sql AS $$
 $$;
 -- +goose StatementEnd
 
--- ledger_holds runs a series of hold operations of one account, in order, each at its own time
--- p_ats[i], and returns one row per operation:
+-- ledger_hold_key names a hold of an account in one string (the length of the account id first,
+-- so that no two pairs give the same key).
+-- +goose StatementBegin
+CREATE FUNCTION ledger_hold_key(p_account text, p_request text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT length(p_account) || ':' || p_account || p_request
+$$;
+-- +goose StatementEnd
+
+-- ledger_holds runs a series of hold operations, each on account p_accounts[i] at time p_ats[i],
+-- in order, and returns one row per operation:
 --   hold:   reserve one credit of p_modes[i] for request p_rids[i] (expiring at p_expires[i]); a
 --           request id already held reports that hold's state (repeated); a disabled account or
 --           no available credit refuses it (disabled, insufficient) and writes nothing.
@@ -192,51 +201,71 @@ $$;
 --           Only an open hold is resolved, so a second resolver, another instance or the sweep,
 --           changes nothing and reports the first outcome (repeated); no_hold when the account
 --           never held the request.
--- For speed it reads the run's holds first (after the account's lock, so they are current),
--- decides every operation in memory, then inserts the entries and new holds with one statement
--- each and updates the resolved holds. That update keeps the condition state = 'open' and
--- raises if it finds a hold resolved already, so a hold is never resolved twice even if that
--- reasoning were wrong.
+--   not_found when the account does not exist.
+-- The accounts are locked in the order they first appear (the committer sorts them, so that all
+-- transactions lock in the same order). For speed it then reads the holds named, decides every
+-- operation in memory, and writes with one statement each the entries, the new holds, the
+-- resolved holds and each account's figures, whatever the number of operations. The update of
+-- resolved holds keeps the condition state = 'open' and raises if it finds one resolved already,
+-- so a hold is never resolved twice even if that reasoning were wrong.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_holds(p_account text, p_ats bigint[], p_ops text[], p_rids text[], p_modes text[],
+CREATE FUNCTION ledger_holds(p_accounts text[], p_ats bigint[], p_ops text[], p_rids text[], p_modes text[],
     p_keys text[], p_tools text[], p_expires bigint[], p_reasons text[])
 RETURNS TABLE (o_outcome text, o_state text, o_available bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
+    -- The accounts (accts), their rows as locked and then changed (acct_rows), their first entry
+    -- numbers (firsts), and the one being worked on (a, acct_rows[cur]).
+    accts text[] := '{}';
+    acct_rows accounts[] := '{}';
+    firsts bigint[] := '{}';
     a accounts;
-    n bigint;
-    i int;
-    j int;
-    h holds;
-    amount bigint;
-    -- The run's holds, stored before it or made by it (fresh), found by request id (rids).
+    cur int := 0;
+    k int;
+    -- The holds named, stored before or made now (fresh), found by hold key (hkeys).
     hs holds[];
-    rids text[];
+    hkeys text[];
     fresh boolean[];
     changed boolean[];
     es entries[] := '{}';
+    h holds;
+    i int;
+    j int;
+    amount bigint;
     want bigint;
     got bigint;
 BEGIN
-    a := ledger_lock(p_account);
-    IF a.id IS NULL THEN
-        RETURN QUERY SELECT 'not_found', '', 0::bigint FROM generate_series(1, cardinality(p_ops));
-        RETURN;
-    END IF;
-    n := a.next_seq;
-    -- One primary-key lookup per request id, in one statement. The lateral subquery (OFFSET 0
-    -- keeps the planner from flattening it) leaves the planner no other plan, whatever it
-    -- believes about a table it has not analysed yet.
-    SELECT coalesce(array_agg(t.h), '{}'), coalesce(array_agg((t.h).request_id), '{}') INTO hs, rids
-    FROM (SELECT DISTINCT unnest(p_rids)) r (rid),
-        LATERAL (SELECT x AS h FROM holds x WHERE x.account_id = p_account AND x.request_id = r.rid OFFSET 0) t;
+    FOR i IN 1 .. cardinality(p_ops) LOOP
+        IF array_position(accts, p_accounts[i]) IS NULL THEN
+            a := ledger_lock(p_accounts[i]);
+            accts := accts || p_accounts[i];
+            acct_rows := acct_rows || a;
+            firsts := firsts || a.next_seq;
+        END IF;
+    END LOOP;
+    -- One primary-key lookup per hold, in one statement. The lateral subquery (OFFSET 0 keeps the
+    -- planner from flattening it) leaves the planner no other plan, whatever it believes about
+    -- a table it has not analysed yet.
+    SELECT coalesce(array_agg(t.h), '{}'), coalesce(array_agg(ledger_hold_key(x.acct, x.rid)), '{}') INTO hs, hkeys
+    FROM (SELECT DISTINCT acct, rid FROM unnest(p_accounts, p_rids) AS u (acct, rid)) x,
+        LATERAL (SELECT y AS h FROM holds y WHERE y.account_id = x.acct AND y.request_id = x.rid OFFSET 0) t;
     fresh := array_fill(false, ARRAY[cardinality(hs)]);
     changed := fresh;
     FOR i IN 1 .. cardinality(p_ops) LOOP
-        j := array_position(rids, p_rids[i]);
+        k := array_position(accts, p_accounts[i]);
+        IF k <> cur THEN
+            IF cur > 0 THEN
+                acct_rows[cur] := a;
+            END IF;
+            cur := k;
+            a := acct_rows[cur];
+        END IF;
+        j := array_position(hkeys, ledger_hold_key(p_accounts[i], p_rids[i]));
         o_state := '';
         o_available := 0;
-        IF p_ops[i] = 'hold' THEN
+        IF a.id IS NULL THEN
+            o_outcome := 'not_found';
+        ELSIF p_ops[i] = 'hold' THEN
             IF j IS NOT NULL THEN
                 o_outcome := 'repeated';
                 o_state := hs[j].state;
@@ -248,9 +277,9 @@ BEGIN
             ELSE
                 a := ledger_change(a, p_modes[i], 0, 1);
                 es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
-                hs := hs || ROW(p_account, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
+                hs := hs || ROW(a.id, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
                     a.next_seq - 1, NULL, NULL, '')::holds;
-                rids := rids || p_rids[i];
+                hkeys := hkeys || ledger_hold_key(a.id, p_rids[i]);
                 fresh := fresh || true;
                 changed := changed || false;
                 o_outcome := 'ok';
@@ -281,25 +310,31 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
-    IF a.next_seq = n THEN
+    IF cardinality(es) = 0 THEN
         RETURN;
     END IF;
+    acct_rows[cur] := a;
     INSERT INTO entries SELECT (e).* FROM unnest(es) e;
     INSERT INTO holds SELECT (hs[g]).* FROM generate_subscripts(hs, 1) g WHERE fresh[g];
     SELECT count(*) INTO want FROM generate_subscripts(hs, 1) g WHERE changed[g] AND NOT fresh[g];
     IF want > 0 THEN
         -- Planned for these very arrays each time (EXECUTE): a plan cached while the table was
-        -- small would scan the account's holds instead of looking each one up.
+        -- small would scan an account's holds instead of looking each one up.
         EXECUTE 'UPDATE holds t SET state = u.state, resolved = u.resolved, resolve_seq = u.resolve_seq,
                 reason = u.reason
-            FROM unnest($2) u WHERE t.account_id = $1 AND t.request_id = u.request_id AND t.state = ''open'''
-        USING p_account, ARRAY(SELECT hs[g] FROM generate_subscripts(hs, 1) g WHERE changed[g] AND NOT fresh[g]);
+            FROM unnest($1) u
+            WHERE t.account_id = u.account_id AND t.request_id = u.request_id AND t.state = ''open'''
+        USING ARRAY(SELECT hs[g] FROM generate_subscripts(hs, 1) g WHERE changed[g] AND NOT fresh[g]);
         GET DIAGNOSTICS got = ROW_COUNT;
         IF got <> want THEN
-            RAISE EXCEPTION 'ledger_holds: % of % holds of % were resolved already', want - got, want, p_account;
+            RAISE EXCEPTION 'ledger_holds: % of % holds were resolved already', want - got, want;
         END IF;
     END IF;
-    PERFORM ledger_save(a);
+    FOR k IN 1 .. cardinality(acct_rows) LOOP
+        IF acct_rows[k].next_seq <> firsts[k] THEN
+            PERFORM ledger_save(acct_rows[k]);
+        END IF;
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd
@@ -340,34 +375,29 @@ END
 $$;
 -- +goose StatementEnd
 
--- ledger_refill tops the account's available test credits up to p_upto with a grant.
+-- ledger_refill tops the account's available test credits up to p_upto with a grant (one
+-- without a reference: the account's lock makes the check and the grant one step).
 -- +goose StatementBegin
 CREATE FUNCTION ledger_refill(p_account text, p_upto bigint, p_at bigint,
     OUT o_outcome text, OUT o_credits bigint, OUT o_account accounts)
 LANGUAGE plpgsql AS $$
 BEGIN
     o_account := ledger_lock(p_account);
-    IF o_account.id IS NULL THEN
-        o_outcome := 'not_found';
-        RETURN;
-    END IF;
-    IF o_account.status <> 'active' THEN
-        o_outcome := 'disabled';
+    IF o_account.status IS DISTINCT FROM 'active' THEN
+        o_outcome := CASE WHEN o_account.id IS NULL THEN 'not_found' ELSE 'disabled' END;
         RETURN;
     END IF;
     o_outcome := 'ok';
     o_credits := greatest(p_upto - ledger_available(o_account, 'test'), 0);
     IF o_credits > 0 THEN
-        o_account := ledger_change(o_account, 'test', o_credits, 0);
-        INSERT INTO entries
-        SELECT * FROM ledger_entry(o_account, 'grant', 'test', o_credits, '', '', '', '', 'test credit refill', 0, '', p_at);
-        PERFORM ledger_save(o_account);
+        o_account := (SELECT g.o_account
+            FROM ledger_grant(p_account, 'test', 'grant', o_credits, '', 'test credit refill', 0, '', p_at) g);
     END IF;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION ledger_refill, ledger_grant, ledger_holds, ledger_save, ledger_lock, ledger_entry, ledger_change,
-    ledger_available;
+DROP FUNCTION ledger_refill, ledger_grant, ledger_holds, ledger_hold_key, ledger_save, ledger_lock, ledger_entry,
+    ledger_change, ledger_available;
 DROP TABLE idempotency, sessions, credentials, api_keys, holds, entries, accounts;
