@@ -40,7 +40,7 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 		kc.authLimited = true
 		return kc, refused
 	}
-	key, acct, err := store.LookupKey(r.Context(), presented)
+	key, acct, b, err := store.LookupKeyBalance(r.Context(), presented)
 	switch {
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
 		h.authFailed(addr)
@@ -49,14 +49,6 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 		return kc, errLedgerUnavailable
 	case err != nil:
 		h.logger.Error("looking up key", zap.String("request_id", reqID), zap.Error(err))
-		return kc, errInternal
-	}
-	b, err := store.Balance(r.Context(), acct.ID)
-	if errors.Is(err, ledger.ErrUnavailable) {
-		return kc, errLedgerUnavailable
-	}
-	if err != nil {
-		h.logger.Error("reading the balance", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal
 	}
 	kc.key, kc.acct = key, acct

@@ -13,20 +13,20 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// balanceFails is a ledger whose Balance fails, as the real one's does after a failed disk
+// balanceFails is a ledger whose key and balance lookup fails, as the real one's does after a failed disk
 // write (a fault it cannot be driven into from outside its package); everything else is real.
 type balanceFails struct{ ledger.Store }
 
-func (balanceFails) Balance(context.Context, string) (ledger.Balance, error) {
-	return ledger.Balance{}, errors.New("disk on fire")
+func (balanceFails) LookupKeyBalance(context.Context, string) (ledger.Key, ledger.Account, ledger.Balance, error) {
+	return ledger.Key{}, ledger.Account{}, ledger.Balance{}, errors.New("disk on fire")
 }
 
-// balanceUnavailable is a ledger whose Balance reports ErrUnavailable, as a PostgreSQL ledger
+// balanceUnavailable is a ledger whose key and balance lookup reports ErrUnavailable, as a PostgreSQL ledger
 // does while its database is unreachable.
 type balanceUnavailable struct{ ledger.Store }
 
-func (balanceUnavailable) Balance(context.Context, string) (ledger.Balance, error) {
-	return ledger.Balance{}, fmt.Errorf("%w: database down", ledger.ErrUnavailable)
+func (balanceUnavailable) LookupKeyBalance(context.Context, string) (ledger.Key, ledger.Account, ledger.Balance, error) {
+	return ledger.Key{}, ledger.Account{}, ledger.Balance{}, fmt.Errorf("%w: database down", ledger.ErrUnavailable)
 }
 
 // TestCheckKeyLedgerFailure: a ledger that cannot tell the credits is an internal error, never

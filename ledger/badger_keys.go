@@ -241,6 +241,16 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 	return k, *e.acct.rec.Load(), nil
 }
 
+// LookupKeyBalance is LookupKey and Balance (roles.go); both are in memory here.
+func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (Key, Account, Balance, error) {
+	k, a, err := s.LookupKey(ctx, presented)
+	if err != nil {
+		return Key{}, Account{}, Balance{}, err
+	}
+	b, err := s.Balance(ctx, a.ID)
+	return k, a, b, err
+}
+
 // flushLastUsed writes the last-use times that changed since the last flush. admit is false when
 // called from Close, which already excludes other calls.
 func (s *Badger) flushLastUsed(admit bool) error {

@@ -159,3 +159,38 @@ func testCreateKeyCapped(t *testing.T, eng engine) {
 	_, _, err = s.CreateKeyCapped(bg, "acct_nope", Live, "", time.Time{}, limit)
 	wantErr(t, err, ErrNotFound)
 }
+
+// testLookupKeyBalance: the key, its account and the account's credits in one step, exactly as
+// LookupKey and Balance give them; garbage and revoked keys fail alike.
+func testLookupKeyBalance(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "both@example.com").ID
+	mustGrant(t, s, a, Live, 3)
+	mustGrant(t, s, a, Test, 2)
+	mustHold(t, s, a, Live, "r1")
+	full, k, err := s.CreateKey(bg, a, Live, "k", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gk, ga, gb, err := s.LookupKeyBalance(bg, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mustBalance(t, s, a); gk.ID != k.ID || ga.ID != a || gb != want {
+		t.Fatalf("LookupKeyBalance: key %s account %s balance %+v; want %s %s %+v", gk.ID, ga.ID, gb, k.ID, a, want)
+	}
+	if gb.Available != 2 || gb.Balance != 3 || gb.TestAvailable != 2 {
+		t.Fatalf("balance %+v, want 3 with 2 available and 2 test credits", gb)
+	}
+	for _, bad := range []string{"", "tg_live_nope", full + "x"} {
+		if _, _, _, err := s.LookupKeyBalance(bg, bad); err != ErrInvalidKey {
+			t.Fatalf("LookupKeyBalance(%q): %v", bad, err)
+		}
+	}
+	if _, err := s.RevokeKey(bg, a, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.LookupKeyBalance(bg, full); err != ErrInvalidKey {
+		t.Fatalf("LookupKeyBalance of a revoked key: %v", err)
+	}
+}

@@ -42,6 +42,7 @@ var conformanceTests = []struct {
 	// Keys (conformance_keys_test.go).
 	{"CreateLookupRevokeKey", testCreateLookupRevokeKey},
 	{"CreateKeyCapped", testCreateKeyCapped},
+	{"LookupKeyBalance", testLookupKeyBalance},
 	// Credits (conformance_credits_test.go).
 	{"HoldSettleVoid", testHoldSettleVoid},
 	{"TestModeIsSeparate", testTestModeIsSeparate},

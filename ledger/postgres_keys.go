@@ -188,36 +188,54 @@ func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key,
 // revoked and expired keys all give ErrInvalidKey, with no hint which; a malformed key costs no
 // query.
 func (s *Postgres) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
+	k, a, _, err := s.lookupKey(ctx, presented, false)
+	return k, a, err
+}
+
+// LookupKeyBalance is LookupKey with the account's credits, in the same query (roles.go).
+func (s *Postgres) LookupKeyBalance(ctx context.Context, presented string) (Key, Account, Balance, error) {
+	return s.lookupKey(ctx, presented, true)
+}
+
+func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance bool) (Key, Account, Balance, error) {
 	qctx, done, err := s.read(ctx)
 	if err != nil {
-		return Key{}, Account{}, err
+		return Key{}, Account{}, Balance{}, err
 	}
 	defer done()
 	var buf [keyLen]byte
 	if _, ok := checkKeyFormat(presented, &buf); !ok {
-		return Key{}, Account{}, ErrInvalidKey
+		return Key{}, Account{}, Balance{}, ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
 	var r keyRow
 	var a accountRow
-	err = s.pool.QueryRow(qctx, `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
-			k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created
-		FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`, d[:]).
-		Scan(append(r.dest(), a.dest()...)...)
+	var bal, held, testBal, testHeld int64
+	dest := append(r.dest(), a.dest()...)
+	q := `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
+			k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created`
+	if withBalance {
+		q += `, a.balance, a.held, a.test_balance, a.test_held`
+		dest = append(dest, &bal, &held, &testBal, &testHeld)
+	}
+	err = s.pool.QueryRow(qctx, q+`
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`, d[:]).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, Account{}, ErrInvalidKey
+		return Key{}, Account{}, Balance{}, ErrInvalidKey
 	}
 	if err != nil {
-		return Key{}, Account{}, pgErr(ctx, "looking up key", err)
+		return Key{}, Account{}, Balance{}, pgErr(ctx, "looking up key", err)
 	}
 	k := r.key()
 	t := now()
 	if !k.Revoked.IsZero() || (!k.Expires.IsZero() && !t.Before(k.Expires)) {
-		return Key{}, Account{}, ErrInvalidKey
+		return Key{}, Account{}, Balance{}, ErrInvalidKey
 	}
 	s.used.note(k.ID, t.UnixNano())
 	k.LastUsed = t.UTC()
-	return k, a.account(), nil
+	acct := a.account()
+	b := Balance{AccountID: acct.ID, Balance: bal, Available: bal - held, TestBalance: testBal, TestAvailable: testBal - testHeld}
+	return k, acct, b, nil
 }
 
 // flushLastUsed writes the noted last-use times (the periodic flush).

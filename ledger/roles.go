@@ -119,6 +119,12 @@ type Keys interface {
 	//   - ErrInvalidKey: the key is malformed, unknown, revoked or expired (no hint which).
 	//   - ErrClosed.
 	LookupKey(ctx context.Context, presented string) (Key, Account, error)
+
+	// LookupKeyBalance is LookupKey that also returns the account's credits as Balance would,
+	// in one step (PostgreSQL: one query), for a request that needs both before it can start.
+	//
+	// Expected errors: those of LookupKey.
+	LookupKeyBalance(ctx context.Context, presented string) (Key, Account, Balance, error)
 }
 
 // Credits are the accounts' balances: holds that reserve one credit per generation request and
