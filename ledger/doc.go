@@ -7,13 +7,13 @@
 // doc comment lists the sentinel errors (errors.go) it may return:
 //
 //	Accounts     CreateAccount, GetAccount, GetAccountByEmail, ListAccounts, SetAccountStatus
-//	Keys         CreateKey, ListKeys, RevokeKey, LookupKey
+//	Keys         CreateKey, CreateKeyCapped, ListKeys, RevokeKey, LookupKey, LookupKeyBalance
 //	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, RefillTestCredits
 //	Idempotency  BeginIdempotent, FinishIdempotent
 //	Credentials  CreateAccountWithPassword, SetPassword, Authenticate,
 //	             CreateSession, GetSession, DeleteSession
 //	Reports      History, Usage
-//	Maintenance  Verify, Backup, Close
+//	Maintenance  Health, Verify, Backup, Close
 //
 // # Invariants
 //
@@ -25,9 +25,10 @@
 // A hold (entry amount 0) reserves one credit; it is resolved exactly once, by a settle (amount
 // -1) or a void (amount 0). A request id is held at most once per account and resolved at most
 // once; repeated calls report the first outcome. A grant reference credits at most once per
-// account. Holds left open past their TTL (by a crash, say) are voided with reason "expired" by
-// a background sweep and when the store opens. Entries are numbered 1, 2, 3... per account and
-// never change. Verify recomputes all of this from the entries.
+// account. Holds left open past their TTL (by an instance that died, say) are voided with
+// reason "expired" by a background sweep; Badger, which one process holds alone, also voids every
+// open hold when it opens ("restart"). Entries are numbered 1, 2, 3... per account and never
+// change. Verify recomputes all of this from the entries.
 //
 // # Engines
 //
@@ -37,8 +38,11 @@
 //
 //   - badger_*.go: the Badger engine, type Badger, returned by Open; it keeps the ledger in a
 //     Badger v4 directory, for one Caddy instance. Described below.
-//   - postgres_*.go (to come): a PostgreSQL engine, for several Caddy instances behind one load
-//     balancer.
+//   - postgres_*.go: the PostgreSQL engine, type Postgres, returned by OpenPostgres, for several
+//     Caddy instances behind one load balancer; its design is described on the type.
+//
+// CopyLedger moves an engine that implements Exporter (Badger) into an empty PostgreSQL
+// database (export.go, postgres_copy.go).
 //
 // The files without a prefix belong to every engine: the API (roles.go, types.go, errors.go)
 // and the rules an engine must apply the same way (validate.go: argument checks; ids.go and
@@ -46,7 +50,8 @@
 // idempotency.go: Idempotency-Key rules; clock.go: the clock). An engine uses these and
 // nothing of another engine. One conformance suite (conformance_test.go), written against the
 // role interfaces only, runs on every engine; tests of one engine's internals (crash recovery,
-// reopening, backup files) are in its own badger_*_test.go files.
+// reopening, backup files, a full disk; several instances, a database that goes away) are in
+// its own badger_*_test.go and postgres_*_test.go files.
 //
 // # Badger: key layout
 //
