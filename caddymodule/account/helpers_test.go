@@ -28,7 +28,7 @@ const testPassword = "correct horse battery"
 // testEnv is the account area on an in-memory ledger behind an httptest server.
 type testEnv struct {
 	t     *testing.T
-	store *ledger.Badger
+	store ledger.Store
 	app   *app
 	srv   *httptest.Server
 }
@@ -45,7 +45,7 @@ func newTestEnv(t *testing.T, opts ...envOpt) *testEnv {
 	return newTestEnvOn(t, store, opts...)
 }
 
-func newTestEnvOn(t *testing.T, store *ledger.Badger, opts ...envOpt) *testEnv {
+func newTestEnvOn(t *testing.T, store ledger.Store, opts ...envOpt) *testEnv {
 	t.Helper()
 	cfg := appConfig{
 		store:            store,

@@ -20,10 +20,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
-	// The textgen handler, which the browser test and the adapter tests run beside My Account.
 	_ "github.com/caddy-textgen/textgen/caddymodule"
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
 var (
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // stops the PostgreSQL server, if a test started it
 	_ = caddy.Stop()
 	if stripeSrv != nil {
 		stripeSrv.Stop()
