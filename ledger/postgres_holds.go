@@ -13,7 +13,7 @@ import (
 // Void resolve it exactly once, and the sweep voids holds left open past their expiry by any
 // instance. Each is one operation of the server-side function ledger_holds
 // (postgres_migrations), run by the group committer (postgres_commit.go) together with the
-// account's other operations of the same batch.
+// account's other operations of the same batch, or of ledger_hold when it is alone in its batch.
 
 const (
 	pgHoldsSQL = `SELECT o_outcome, o_state, o_available FROM ledger_holds($1, $2, $3, $4, $5, $6, $7, $8, $9)`
