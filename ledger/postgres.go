@@ -29,7 +29,7 @@ import (
 //
 // # Exactly once across instances
 //
-// Every change of credits is a server-side function (ledger_holds, ledger_grant,
+// Every change of credits is a server-side function (ledger_holds or ledger_hold, ledger_grant,
 // ledger_refill) that first locks the account's row (SELECT ... FOR NO KEY UPDATE): changes of
 // one account are serialised across all instances, and each statement after the lock sees what
 // the transactions before it committed. A hold takes a credit only if the locked row shows one
@@ -44,10 +44,11 @@ import (
 // These functions run through one committer per store (postgres_commit.go): what is queued
 // while a transaction is in flight goes out as the next one, one pipelined round trip and one
 // commit for all, sorted by account so that instances never deadlock, with the hold operations
-// merged into one ledger_holds call. Each caller gets its own outcome. A call returns once its
-// change is committed: Reserve is Hold here (a hold that is not committed does not exist for the
-// other instances and is lost with this one). Run the database with synchronous_commit on (the
-// default): a commit the ledger acknowledged must survive the database's crash.
+// merged into one ledger_holds call (ledger_hold for a lone one). Each caller gets its own
+// outcome. A call returns once its change is committed: Reserve is Hold here (a hold that is not
+// committed does not exist for the other instances and is lost with this one). Run the database
+// with synchronous_commit on (the default): a commit the ledger acknowledged must survive the
+// database's crash.
 //
 // # Holds left open
 //

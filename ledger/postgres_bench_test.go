@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
@@ -57,5 +59,36 @@ func BenchmarkPostgresHoldSettle(b *testing.B) {
 			}
 			b.ReportMetric(float64(calls)/float64(batches), "calls/batch")
 		})
+	}
+}
+
+// BenchmarkPostgresHoldLatency: the latency of one Reserve and of one Settle at one caller, the
+// time a generate request waits on the ledger before its first byte (with LookupKeyBalance).
+// At one caller each is a batch of one: one round trip and one commit.
+func BenchmarkPostgresHoldLatency(b *testing.B) {
+	stores, ids := pgBenchStores(b, 1, 1)
+	s, acct := stores[0], ids[0]
+	hold, settle := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		rid := fmt.Sprint("r", i)
+		t0 := time.Now()
+		if _, err := s.Reserve(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid, KeyID: "key_bench", Tool: "summarize"}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := s.Settle(bg, acct, rid); err != nil {
+			b.Fatal(err)
+		}
+		hold, settle = append(hold, t1.Sub(t0)), append(settle, time.Since(t1))
+	}
+	b.StopTimer()
+	for _, m := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"hold", hold}, {"settle", settle}} {
+		slices.Sort(m.ds)
+		b.ReportMetric(float64(m.ds[len(m.ds)/2].Microseconds()), m.name+"-p50-µs")
+		b.ReportMetric(float64(m.ds[len(m.ds)*99/100].Microseconds()), m.name+"-p99-µs")
 	}
 }

@@ -25,7 +25,9 @@ import (
 // does not disturb the others. The hold operations (hold, settle, void, expire) that are next to
 // each other in the batch go as one call of ledger_holds, with arrays, so that a hot account's
 // row is locked, read and written once per batch rather than once per hold, and a batch over
-// many accounts costs a few statements rather than a few per account.
+// many accounts costs a few statements rather than a few per account. A lone hold operation (every
+// one at one caller) goes as ledger_hold instead, with plain values: the arrays would cost more
+// than the hold.
 //
 // Order and locks. Within a batch the calls are sorted by account id, keeping queue order per
 // account, so every transaction of every instance locks account rows in the same (ascending)

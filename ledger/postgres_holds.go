@@ -13,10 +13,13 @@ import (
 // Void resolve it exactly once, and the sweep voids holds left open past their expiry by any
 // instance. Each is one operation of the server-side function ledger_holds
 // (postgres_migrations), run by the group committer (postgres_commit.go) together with the
-// account's other operations of the same batch.
+// account's other operations of the same batch, or of ledger_hold when it is alone in its batch.
 
 const (
 	pgHoldsSQL = `SELECT o_outcome, o_state, o_available FROM ledger_holds($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	// pgHoldSQL is the same for one operation, with plain values instead of arrays: ledger_hold
+	// does in a few cached plans what ledger_holds does with arrays.
+	pgHoldSQL = `SELECT o_outcome, o_state, o_available FROM ledger_hold($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	// pgSweepPage is how many expired holds one sweep query fetches.
 	pgSweepPage = 1000
 )
@@ -29,8 +32,15 @@ type pgHoldOp struct {
 	out                              holdOutcome
 }
 
-// pgHoldsCall is the ledger_holds call for calls, hold operations in order.
+// pgHoldsCall is the call of ledger_holds for calls, hold operations in order, or of
+// ledger_hold for a lone one (the only kind there is at one caller, where ledger_holds' arrays
+// would cost more than the hold).
 func pgHoldsCall(calls []*pgCall) (string, []any) {
+	if len(calls) == 1 {
+		c := calls[0]
+		h := c.hold
+		return pgHoldSQL, []any{c.acct, h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason}
+	}
 	n := len(calls)
 	ats, expires := make([]int64, n), make([]int64, n)
 	accts, ops, rids, modes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -43,7 +53,7 @@ func pgHoldsCall(calls []*pgCall) (string, []any) {
 	return pgHoldsSQL, []any{accts, ats, ops, rids, modes, keys, tools, expires, reasons}
 }
 
-// readHolds reads the rows of a ledger_holds call into its calls' outcomes.
+// readHolds reads the rows of a pgHoldsCall into its calls' outcomes.
 func readHolds(br pgx.BatchResults, calls []*pgCall) error {
 	rows, err := br.Query()
 	if err != nil {
@@ -63,7 +73,7 @@ func readHolds(br pgx.BatchResults, calls []*pgCall) error {
 		return err
 	}
 	if n != len(calls) {
-		return fmt.Errorf("ledger_holds returned %d rows for %d operations", n, len(calls))
+		return fmt.Errorf("ledger_holds or ledger_hold returned %d rows for %d operations", n, len(calls))
 	}
 	return nil
 }

@@ -339,6 +339,96 @@ END
 $$;
 -- +goose StatementEnd
 
+-- ledger_hold runs one hold operation, as ledger_holds does for arrays of one, with the same
+-- outcomes, in a few statements whose plans plpgsql keeps: the account's lock, the hold's
+-- lookup (on data committed before the lock, as each statement takes a new snapshot), and one
+-- statement for all the writes. The group committer sends a lone hold operation here: at one
+-- caller that is every operation, and what ledger_holds spends on its arrays would be most of a
+-- hold's time.
+-- +goose StatementBegin
+CREATE FUNCTION ledger_hold(p_account text, p_at bigint, p_op text, p_rid text, p_mode text, p_key text,
+    p_tool text, p_expires bigint, p_reason text, OUT o_outcome text, OUT o_state text, OUT o_available bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    a accounts;
+    h holds;
+    found_hold boolean;
+    delta bigint;
+    n bigint;
+BEGIN
+    o_state := '';
+    o_available := 0;
+    SELECT * INTO a FROM accounts WHERE id = p_account FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        o_outcome := 'not_found';
+        RETURN;
+    END IF;
+    SELECT * INTO h FROM holds WHERE account_id = p_account AND request_id = p_rid;
+    found_hold := FOUND;
+    IF p_op = 'hold' THEN
+        IF found_hold THEN
+            o_outcome := 'repeated';
+            o_state := h.state;
+            o_available := ledger_available(a, h.mode);
+        ELSIF a.status <> 'active' THEN
+            o_outcome := 'disabled';
+        ELSIF ledger_available(a, p_mode) < 1 THEN
+            o_outcome := 'insufficient';
+        ELSE
+            a := ledger_change(a, p_mode, 0, 1);
+            WITH nh AS (
+                INSERT INTO holds VALUES (p_account, p_rid, p_mode, 'open', p_key, p_tool, p_at, p_expires,
+                    a.next_seq - 1, NULL, NULL, '')
+            ), ne AS (
+                INSERT INTO entries
+                SELECT (ledger_entry(a, 'hold', p_mode, 0, p_rid, p_key, p_tool, '', '', 0, '', p_at)).*
+            )
+            UPDATE accounts SET held = a.held, test_held = a.test_held, next_seq = a.next_seq
+            WHERE id = p_account;
+            o_outcome := 'ok';
+            o_state := 'open';
+            o_available := ledger_available(a, p_mode);
+        END IF;
+        RETURN;
+    END IF;
+    IF NOT found_hold THEN
+        o_outcome := 'no_hold';
+    ELSIF h.state <> 'open' OR (p_op = 'expire' AND h.expires > p_at) THEN
+        o_outcome := 'repeated';
+        o_state := h.state;
+        o_available := ledger_available(a, h.mode);
+    ELSE
+        delta := CASE WHEN p_op = 'settle' THEN -1 ELSE 0 END;
+        a := ledger_change(a, h.mode, delta, -1);
+        h.state := CASE WHEN p_op = 'settle' THEN 'settled' ELSE 'voided' END;
+        h.reason := CASE p_op WHEN 'settle' THEN '' WHEN 'expire' THEN 'expired' ELSE p_reason END;
+        -- Conditional on state = 'open' like ledger_holds' update, and nothing is written (and
+        -- the call raises) if the hold turns out resolved already.
+        WITH r AS (
+            UPDATE holds SET state = h.state, resolved = p_at, resolve_seq = a.next_seq - 1, reason = h.reason
+            WHERE account_id = p_account AND request_id = p_rid AND state = 'open'
+            RETURNING 1
+        ), ne AS (
+            INSERT INTO entries
+            SELECT (ledger_entry(a, CASE WHEN p_op = 'settle' THEN 'settle' ELSE 'void' END, h.mode, delta,
+                p_rid, h.key_id, h.tool, '', h.reason, 0, '', p_at)).*
+            FROM r
+        )
+        UPDATE accounts SET balance = a.balance, held = a.held, test_balance = a.test_balance,
+            test_held = a.test_held, next_seq = a.next_seq
+        WHERE id = p_account AND EXISTS (SELECT FROM r);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> 1 THEN
+            RAISE EXCEPTION 'ledger_hold: hold % of account % was resolved already', p_rid, p_account;
+        END IF;
+        o_outcome := 'ok';
+        o_state := h.state;
+        o_available := ledger_available(a, h.mode);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
 -- ledger_grant adds credits (grant, purchase) or adds or removes them (adjustment). A reference
 -- already used on the account credits nothing and returns the first entry (repeated); the
 -- unique index entries_reference backs this up.
@@ -398,6 +488,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION ledger_refill, ledger_grant, ledger_holds, ledger_hold_key, ledger_save, ledger_lock, ledger_entry,
+DROP FUNCTION ledger_refill, ledger_grant, ledger_hold, ledger_holds, ledger_hold_key, ledger_save, ledger_lock, ledger_entry,
     ledger_change, ledger_available;
 DROP TABLE idempotency, sessions, credentials, api_keys, holds, entries, accounts;
