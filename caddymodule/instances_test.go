@@ -64,6 +64,8 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	var next, ok, broke, other atomic.Int64
 	var firstOther atomic.Value
+	var remMu sync.Mutex
+	remaining := map[string]int{} // X-Credits-Remaining of the answers 200
 	body := genBody("summarizer", "x", "en", "")
 	stop := make(chan struct{})
 	var minSeen atomic.Int64
@@ -97,10 +99,13 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 				if (i+int64(w))%2 == 0 {
 					addr = b.HTTP
 				}
-				status, text, _, err := postTo(client, addr, key, body)
+				status, text, h, err := postTo(client, addr, key, body)
 				switch {
 				case err == nil && status == http.StatusOK && text == "tok tok tok ":
 					ok.Add(1)
+					remMu.Lock()
+					remaining[h.Get("X-Credits-Remaining")]++
+					remMu.Unlock()
 				case err == nil && status == http.StatusPaymentRequired:
 					broke.Add(1)
 				default:
@@ -119,6 +124,13 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 	}
 	if minSeen.Load() < 0 {
 		t.Fatalf("available credits went down to %d", minSeen.Load())
+	}
+	// X-Credits-Remaining is the account's available credits over both instances right after
+	// each hold: the 1,000 answers carry 999, 998, ... 0, each exactly once.
+	for i := range 1000 {
+		if n := remaining[fmt.Sprint(i)]; n != 1 {
+			t.Fatalf("X-Credits-Remaining %d was reported %d times over both instances, want once", i, n)
+		}
 	}
 	bal := a.JSON("balance", "--account", acct)
 	if v, av := caddyproc.Num(t, bal, "balance"), caddyproc.Num(t, bal, "available"); v != 0 || av != 0 {
