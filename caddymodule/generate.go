@@ -146,7 +146,8 @@ func (g *generation) refuseAdmission(err error) {
 	g.fail(e)
 }
 
-// finish resolves the hold and ends the response according to CONTRACT section 2.
+// finish resolves the hold and ends the response by the charging rules (README, "How a request
+// is charged").
 func (g *generation) finish(s *streamer, gerr error) {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
@@ -282,7 +283,7 @@ func (g *generation) insufficient() *apiError {
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }
 
-// backendError maps a backend failure to CONTRACT section 3.
+// backendError maps a backend failure to its error answer (README, "Errors").
 func (g *generation) backendError(err error) *apiError {
 	var be *backends.Error
 	retry := time.Duration(0)

@@ -49,7 +49,7 @@ func (g *generation) readRequest() bool {
 	return true
 }
 
-// genRequest is the body of POST /api/v1/generate (CONTRACT section 1).
+// genRequest is the body of POST /api/v1/generate (README, "Using the API": request fields).
 type genRequest struct {
 	Tool     string
 	Input    string

@@ -8,7 +8,7 @@ import (
 	"testing/fstest"
 )
 
-// seedSlugs is copied from the seed spec (spec/000_2e5ce63e333f0d92.txt, section 2.2), in order.
+// seedSlugs are the 27 tool slugs the API was first specified with, in their order.
 var seedSlugs = []string{
 	"email-writer", "summarizer", "cover-letter", "plc-explainer", "datasheet",
 	"grammar-checker", "linkedin-post", "product-description", "code-explainer", "job-posting",

@@ -1,7 +1,7 @@
 package catalog
 
-// SampleText returns the fixed text streamed to requests made with a test key (CONTRACT section
-// 4: test keys never call the model), split into pieces so clients see streaming. It is
+// SampleText returns the fixed text streamed to requests made with a test key (test keys never
+// call the model: README, "Test keys"), split into pieces so clients see streaming. It is
 // deterministic and clearly marked; tool and lang are the request's validated values.
 func SampleText(tool, lang string) []string {
 	return []string{
