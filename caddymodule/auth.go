@@ -2,14 +2,11 @@ package caddymodule
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/clientip"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -26,9 +23,9 @@ type keyCheck struct {
 
 // checkKey authenticates a request by its X-API-Key for generate and balance: the key's format
 // and checksum first (garbage never reaches the store), the client address's limit on failed
-// authentications, the key, then the account and its credits. It returns the error to answer
-// with, if any; a ledger failure is logged and answered as an internal error, never as a
-// missing credit.
+// authentications, then the key with its account and credits (one ledger call). It returns the
+// error to answer with, if any: an unavailable ledger is 503 ledger_unavailable, any other
+// ledger failure is logged and answered as an internal error, never as a missing credit.
 func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented := r.Header.Get("X-API-Key")
@@ -79,23 +76,6 @@ func (g *generation) authenticate() bool {
 	return g.limitRate(g.h.lim.global)
 }
 
-// authBlocked reports whether the client address has used up its failed authentications, and
-// how long until it may try again. It charges nothing: only failures are charged (authFailed).
-func (lm *limits) authBlocked(addr string, t time.Time) (bool, time.Duration) {
-	if lm.auth == nil {
-		return false, 0
-	}
-	return lm.auth.buckets.Blocked(addr, t)
-}
-
-// authFailed charges one failed authentication to the client address.
-func (lm *limits) authFailed(addr string, t time.Time) {
-	if lm.auth == nil {
-		return
-	}
-	lm.auth.buckets.Charge(addr, t)
-}
-
 // authGate refuses a client address that has used up its failed authentications (429
 // rate_limited), before its key is looked up. addr is the address to charge a failure to.
 func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string, refused *apiError) {
@@ -103,23 +83,18 @@ func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string,
 		return "", nil
 	}
 	addr = clientip.Key(r)
-	blocked, wait := h.lim.authBlocked(addr, limitNow())
+	// Blocked charges nothing: only failures are charged (authFailed).
+	blocked, wait := h.lim.auth.buckets.Blocked(addr, limitNow())
 	if !blocked {
 		return addr, nil
 	}
-	p := h.lim.auth
-	setRateHeaders(w.Header(), []limitState{{p: p, State: ratelimit.State{Reset: wait}}})
-	metrics.rejections.WithLabelValues(p.reason).Inc()
-	e := newError(http.StatusTooManyRequests, "rate_limited", "",
-		fmt.Sprintf("too many requests with an invalid API key from your address (the limit is %s); retry in %d s",
-			p.limit.describe(), ceilSeconds(wait)))
-	e.RetryAfter = time.Duration(ceilSeconds(wait)) * time.Second
-	return addr, e
+	return addr, rateLimited(w, h.lim.auth, wait,
+		"too many requests with an invalid API key from your address (the limit is %s); retry in %d s")
 }
 
-// authFailed charges a failed authentication to addr (from authGate).
+// authFailed charges a failed authentication to addr (from authGate; "" when the limit is off).
 func (h *Handler) authFailed(addr string) {
-	if addr != "" && h.lim != nil {
-		h.lim.authFailed(addr, limitNow())
+	if addr != "" {
+		h.lim.auth.buckets.Charge(addr, limitNow())
 	}
 }

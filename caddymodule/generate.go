@@ -159,26 +159,9 @@ func (g *generation) finish(s *streamer, gerr error) {
 	}
 	switch {
 	case gerr == nil && s.started, clientGone && s.delivered:
-		// Complete, or the client left after text was delivered: the charge stands.
-		t0 := time.Now()
-		res, err := g.store.Settle(bg, g.acct.ID, g.id)
-		metrics.ledgerOps.WithLabelValues("settle").Observe(time.Since(t0).Seconds())
-		g.resolved()
-		if err == nil {
-			metrics.credits.WithLabelValues("settled", string(g.key.Mode)).Inc()
-		}
-		switch {
-		case errors.Is(err, ledger.ErrUnavailable):
-			// The text went out: the charge is taken when the ledger can take it (resolve.go).
-			h.logger.Warn("settling credit later: the ledger is unavailable", zap.String("request_id", g.id), zap.Error(err))
-			g.resolveLater("settle", func(ctx context.Context) (ledger.HoldResult, error) { return g.store.Settle(ctx, g.acct.ID, g.id) })
-			g.credit = 1
-		case err != nil:
-			// An unsettled hold expires and is voided, so the client is never charged twice,
-			// at worst once too little.
-			h.logger.Error("settling credit", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
-		default:
-			g.remaining = res.Available
+		// Complete, or the client left after text was delivered: the charge stands (now, or
+		// later when the ledger cannot take it now).
+		if g.resolve(bg, g.settleOp()) {
 			g.credit = 1
 		}
 		if gerr != nil {
@@ -237,28 +220,7 @@ func (g *generation) resolved() {
 	}
 }
 
-func (g *generation) void(ctx context.Context, reason string) {
-	t0 := time.Now()
-	res, err := g.store.Void(ctx, g.acct.ID, g.id, reason)
-	metrics.ledgerOps.WithLabelValues("void").Observe(time.Since(t0).Seconds())
-	g.resolved()
-	if err == nil {
-		metrics.credits.WithLabelValues("voided", string(g.key.Mode)).Inc()
-	}
-	if errors.Is(err, ledger.ErrUnavailable) {
-		// The credit comes back when the ledger can take the void (resolve.go).
-		g.resolveLater("void", func(ctx context.Context) (ledger.HoldResult, error) {
-			return g.store.Void(ctx, g.acct.ID, g.id, reason)
-		})
-		return
-	}
-	if err != nil {
-		// The hold stays open and expires; the client is not charged either way.
-		g.h.logger.Error("voiding hold", zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.Error(err))
-		return
-	}
-	g.remaining = res.Available
-}
+func (g *generation) void(ctx context.Context, reason string) { g.resolve(ctx, g.voidOp(reason)) }
 
 // ledgerUnavailable answers 503 ledger_unavailable: the ledger takes no new work now (its disk
 // is nearly full, its database unreachable); nothing was reserved or charged.

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"unicode"
@@ -51,6 +52,9 @@ func invisible(r rune) bool {
 // part of a pair ("\ud800" alone). encoding/json quietly turns one into U+FFFD, so it is looked
 // for in the raw body: the client sent text that is not Unicode, and should hear so.
 func loneSurrogate(body []byte) bool {
+	if !bytes.Contains(body, []byte(`\u`)) {
+		return false // the common case: no \u escape at all, found without walking the body
+	}
 	inString := false
 	for i := 0; i < len(body); i++ {
 		c := body[i]

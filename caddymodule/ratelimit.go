@@ -322,14 +322,8 @@ func (g *generation) limitRate(ps []*policy) bool {
 	denied, wait := ratelimit.TakeAll(limitNow(), reqs[:len(ps)], got[:len(ps)])
 	if denied >= 0 {
 		p := ps[denied]
-		setRateHeaders(g.w.Header(), []limitState{{p: p, State: ratelimit.State{Reset: wait}}})
-		metrics.rejections.WithLabelValues(p.reason).Inc()
-		e := newError(http.StatusTooManyRequests, "rate_limited", "",
-			fmt.Sprintf("too many requests for %s: the limit is %s; no credit was charged; retry in %d s",
-				p.subject, p.limit.describe(), ceilSeconds(wait)))
-		e.RetryAfter = time.Duration(ceilSeconds(wait)) * time.Second
 		g.errKind = p.reason
-		g.fail(e)
+		g.fail(rateLimited(g.w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s"))
 		return false
 	}
 	for i, p := range ps {
@@ -338,6 +332,17 @@ func (g *generation) limitRate(ps []*policy) bool {
 	g.nstates += len(ps)
 	setRateHeaders(g.w.Header(), g.states[:g.nstates])
 	return true
+}
+
+// rateLimited is the 429 rate_limited answer of policy p, which allows the next request after
+// wait: its RateLimit headers, its rejection count, and format (with the limit in words and the
+// seconds to wait) as the message.
+func rateLimited(w http.ResponseWriter, p *policy, wait time.Duration, format string) *apiError {
+	setRateHeaders(w.Header(), []limitState{{p: p, State: ratelimit.State{Reset: wait}}})
+	metrics.rejections.WithLabelValues(p.reason).Inc()
+	e := newError(http.StatusTooManyRequests, "rate_limited", "", fmt.Sprintf(format, p.limit.describe(), ceilSeconds(wait)))
+	e.RetryAfter = time.Duration(ceilSeconds(wait)) * time.Second
+	return e
 }
 
 // describe is the limit in words: "60 per 1m, at most 20 at once".

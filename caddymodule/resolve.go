@@ -22,11 +22,55 @@ const (
 	retryMax   = 5 * time.Second
 )
 
-// resolveLater retries op (settle or void) of the request's hold until the ledger takes it, the
-// hold turns out resolved already (the expiry sweep of another instance, say), the ledger closes,
-// or the hold's own TTL has passed (by then it has been voided by a sweep).
-func (g *generation) resolveLater(what string, op func(ctx context.Context) (ledger.HoldResult, error)) {
-	log := g.h.logger.With(zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.String("op", what))
+// holdOp is a settle or a void of the request's hold.
+type holdOp struct {
+	name    string // "settle", "void": the ledger_op_duration label
+	outcome string // "settled", "voided": the credits_total label
+	do      func(ctx context.Context) (ledger.HoldResult, error)
+}
+
+func (g *generation) settleOp() holdOp {
+	return holdOp{"settle", "settled", func(ctx context.Context) (ledger.HoldResult, error) {
+		return g.store.Settle(ctx, g.acct.ID, g.id)
+	}}
+}
+
+func (g *generation) voidOp(reason string) holdOp {
+	return holdOp{"void", "voided", func(ctx context.Context) (ledger.HoldResult, error) {
+		return g.store.Void(ctx, g.acct.ID, g.id, reason)
+	}}
+}
+
+// resolve settles or voids the request's hold and reports whether the ledger took it: now (the
+// account's available credits are then what the client is told), or later, when it cannot now
+// (ErrUnavailable) and op is retried in the background (resolveLater). Any other failure is
+// logged and leaves the hold to expire: never charged twice, at worst once too little.
+func (g *generation) resolve(ctx context.Context, op holdOp) (taken bool) {
+	t0 := time.Now()
+	res, err := op.do(ctx)
+	metrics.ledgerOps.WithLabelValues(op.name).Observe(time.Since(t0).Seconds())
+	g.resolved()
+	switch {
+	case err == nil:
+		metrics.credits.WithLabelValues(op.outcome, string(g.key.Mode)).Inc()
+		g.remaining = res.Available
+		return true
+	case errors.Is(err, ledger.ErrUnavailable):
+		g.h.logger.Warn(op.name+" later: the ledger is unavailable", zap.String("request_id", g.id), zap.Error(err))
+		g.resolveLater(op)
+		return true
+	default:
+		g.h.logger.Error(op.name+" of the hold failed; it expires on its own", zap.String("request_id", g.id),
+			zap.String("account_id", g.acct.ID), zap.Error(err))
+		return false
+	}
+}
+
+// resolveLater retries op until the ledger takes it, the hold turns out resolved already (the
+// expiry sweep of another instance, say), the ledger fails otherwise, or the hold's own TTL has
+// passed (by then a sweep has voided it).
+func (g *generation) resolveLater(op holdOp) {
+	log := g.h.logger.With(zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.String("op", op.name))
 	deadline := time.Now().Add(time.Duration(g.h.HoldTTL))
 	mode := string(g.key.Mode)
 	go func() {
@@ -34,26 +78,22 @@ func (g *generation) resolveLater(what string, op func(ctx context.Context) (led
 		for time.Now().Before(deadline) {
 			time.Sleep(pause)
 			pause = min(2*pause, retryMax)
-			res, err := op(context.Background())
+			res, err := op.do(context.Background())
 			switch {
 			case err == nil && res.Repeated:
 				log.Warn("the hold was resolved meanwhile by another (an expiry sweep?)", zap.String("state", string(res.State)))
 				return
 			case err == nil:
-				outcome := "voided"
-				if what == "settle" {
-					outcome = "settled"
-				}
-				metrics.credits.WithLabelValues(outcome, mode).Inc()
-				log.Info("the ledger took the delayed " + what)
+				metrics.credits.WithLabelValues(op.outcome, mode).Inc()
+				log.Info("the ledger took the delayed " + op.name)
 				return
 			case errors.Is(err, ledger.ErrUnavailable):
 				continue
 			default:
-				log.Error("giving up the delayed "+what, zap.Error(err))
+				log.Error("giving up the delayed "+op.name, zap.Error(err))
 				return
 			}
 		}
-		log.Error("giving up the delayed " + what + ": the hold's TTL has passed")
+		log.Error("giving up the delayed " + op.name + ": the hold's TTL has passed")
 	}()
 }

@@ -131,9 +131,12 @@ func (s *streamer) emit(piece string) error {
 		return err
 	}
 	s.delivered = true
-	// Between pieces only the whole response's deadline stays armed: on HTTP/2 an armed
-	// deadline resets the stream when it fires, even while no write is in flight.
-	s.rearm()
+	if g.r.ProtoMajor >= 2 {
+		// On HTTP/2 an armed deadline resets the stream when it fires, even while no write is
+		// in flight: between pieces only the whole response's deadline stays armed. (On
+		// HTTP/1.1 a deadline only bounds the next write, which sets its own.)
+		s.rearm()
+	}
 	return nil
 }
 
