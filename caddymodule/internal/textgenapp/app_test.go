@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -103,5 +105,77 @@ func TestFailedOpenIsRetried(t *testing.T) {
 	}
 	if _, err := ref.Get(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnreachableAtStartIsRetried: a resource whose open fails with a retryable error (a
+// database not reachable yet) does not fail the config's start: it is "not open yet" (the
+// handlers answer 503) until a background retry opens it. Releasing the last share stops the
+// retries. (The open function stands in for the database: what is tested is the pool's logic.)
+func TestUnreachableAtStartIsRetried(t *testing.T) {
+	old := retryEvery
+	retryEvery = 10 * time.Millisecond
+	t.Cleanup(func() { retryEvery = old })
+	down := errors.New("connection refused")
+	var attempts atomic.Int64
+	var up atomic.Bool
+	open := func() (string, error) {
+		attempts.Add(1)
+		if !up.Load() {
+			return "", down
+		}
+		return "db", nil
+	}
+	ref, err := acquire(ledgers, "retry-test", open, func(string) error { return nil },
+		func(err error) bool { return errors.Is(err, down) }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Open(); err != nil {
+		t.Fatalf("start with the resource unreachable: %v, want it to start anyway", err)
+	}
+	if _, err := ref.Get(); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("while unreachable: %v, want ErrNotOpen", err)
+	}
+	for attempts.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	up.Store(true)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if v, err := ref.Get(); err == nil {
+			if v != "db" {
+				t.Fatalf("opened %q", v)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never opened after the resource came up")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := ref.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A resource still unreachable when its last share goes: the retries stop.
+	up.Store(false)
+	ref, _ = acquire(ledgers, "retry-test-2", open, func(string) error { return nil },
+		func(err error) bool { return errors.Is(err, down) }, nil)
+	if err := ref.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ref.Release()
+	n := attempts.Load()
+	time.Sleep(100 * time.Millisecond)
+	if attempts.Load() > n+1 {
+		t.Fatalf("%d more attempts after the last share was released", attempts.Load()-n)
+	}
+	// A failure that is not retryable fails the start.
+	ref, _ = acquire(ledgers, "retry-test-3", func() (string, error) { return "", errors.New("bad url") },
+		func(string) error { return nil }, func(err error) bool { return errors.Is(err, down) }, nil)
+	defer ref.Release()
+	if err := ref.Open(); err == nil {
+		t.Fatal("a failure that is not retryable did not fail the start")
 	}
 }

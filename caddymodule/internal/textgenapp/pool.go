@@ -61,7 +61,7 @@ func (p *pooled[T]) ensureOpen() error {
 			return err
 		}
 		p.retrying = make(chan struct{})
-		go p.retry(p.retrying)
+		go p.retry(p.retrying, retryEvery)
 		p.log.Error("not reachable at start: requests are answered 503 until it is; retrying in the background",
 			zap.String("resource", p.name), zap.Error(err))
 		return nil
@@ -70,9 +70,9 @@ func (p *pooled[T]) ensureOpen() error {
 	return nil
 }
 
-// retry tries to open the resource every retryEvery until it opens or stop is closed.
-func (p *pooled[T]) retry(stop chan struct{}) {
-	t := time.NewTicker(retryEvery)
+// retry tries to open the resource every interval until it opens or stop is closed.
+func (p *pooled[T]) retry(stop chan struct{}, every time.Duration) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
