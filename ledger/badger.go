@@ -353,11 +353,14 @@ func (s *Badger) reopenWritable() error {
 	return nil
 }
 
+// errReadOnly: the store was opened read-only on a full disk (Open) and waits for space.
+var errReadOnly = fmt.Errorf("%w: opened read-only, writes wait for space", ErrDiskFull)
+
 // beginChange admits a call that changes the ledger: begin, and ErrUnavailable while it is
 // open read-only (a full disk at start).
 func (s *Badger) beginChange() error {
 	if s.readOnly.Load() {
-		return fmt.Errorf("%w: opened read-only, writes wait for space", ErrDiskFull)
+		return errReadOnly
 	}
 	return s.begin()
 }
@@ -386,7 +389,7 @@ func (s *Badger) Health(ctx context.Context) error {
 		return err
 	}
 	if s.readOnly.Load() {
-		return fmt.Errorf("%w: opened read-only, writes wait for space", ErrDiskFull)
+		return errReadOnly
 	}
 	return nil
 }

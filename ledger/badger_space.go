@@ -62,7 +62,7 @@ func newSpaceGuard(dir string, want int64, log *zap.Logger) (*spaceGuard, error)
 	if want == 0 {
 		g.reserve = min(max(total/20, minReserve), maxReserve)
 	}
-	g.update(free, nil)
+	g.update(free)
 	return g, nil
 }
 
@@ -85,11 +85,11 @@ func (g *spaceGuard) check() int64 {
 		g.log.Warn("checking the ledger's free disk space failed", zap.Error(err))
 		return -1
 	}
-	g.update(free, nil)
+	g.update(free)
 	return free
 }
 
-func (g *spaceGuard) update(free int64, _ error) {
+func (g *spaceGuard) update(free int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	was := g.low.Load() != nil
