@@ -108,13 +108,7 @@ func TestStalledReaderTimesOut(t *testing.T) {
 	if b := e.balance(other.ID); b.Balance != 4 {
 		t.Errorf("other account %+v", b)
 	}
-	settles := 0
-	for _, en := range e.entries(slow.ID) {
-		if en.Kind == ledger.KindSettle {
-			settles++
-		}
-	}
-	if settles != 2 {
+	if settles := e.count(slow.ID, ledger.KindSettle); settles != 2 {
 		t.Errorf("%d settles on the stalled account, want 2", settles)
 	}
 	e.verify()
@@ -193,13 +187,7 @@ func TestZeroPieceGeneration(t *testing.T) {
 	if bal := e.balance(acct.ID); bal.Balance != 2 || bal.Available != 2 {
 		t.Errorf("balance %+v after an empty generation", bal)
 	}
-	voids := 0
-	for _, en := range e.entries(acct.ID) {
-		if en.Kind == ledger.KindVoid {
-			voids++
-		}
-	}
-	if voids != 1 {
+	if voids := e.count(acct.ID, ledger.KindVoid); voids != 1 {
 		t.Errorf("%d voids, want 1", voids)
 	}
 	e.verify()

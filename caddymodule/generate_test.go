@@ -438,13 +438,7 @@ func TestGenerateErrorAfterPiecesAborts(t *testing.T) {
 	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
 		t.Errorf("balance %+v after the SSE failure: the credit was not returned", b)
 	}
-	voids = 0
-	for _, en := range e.entries(acct.ID) {
-		if en.Kind == ledger.KindVoid {
-			voids++
-		}
-	}
-	if voids != 2 {
+	if voids := e.count(acct.ID, ledger.KindVoid); voids != 2 {
 		t.Errorf("%d voids after both failures, want 2", voids)
 	}
 	e.verify()

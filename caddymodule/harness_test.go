@@ -255,6 +255,18 @@ func (e *env) entries(acctID string) []ledger.Entry {
 	return all
 }
 
+// count is the number of the account's entries of kind.
+func (e *env) count(acctID string, kind ledger.EntryKind) int {
+	e.t.Helper()
+	n := 0
+	for _, en := range e.entries(acctID) {
+		if en.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *env) verify() {
 	e.t.Helper()
 	rep, err := e.store.Verify(context.Background())

@@ -98,15 +98,7 @@ func (e *env) expect429(key, tool, code string) (*http.Response, int) {
 }
 
 // holds counts the account's hold entries: a refused request must not have reserved anything.
-func (e *env) holds(acctID string) int {
-	n := 0
-	for _, en := range e.entries(acctID) {
-		if en.Kind == ledger.KindHold {
-			n++
-		}
-	}
-	return n
-}
+func (e *env) holds(acctID string) int { return e.count(acctID, ledger.KindHold) }
 
 var rateLimitRe = regexp.MustCompile(`^"([a-z/-]+)";r=(\d+);t=(\d+)$`)
 
