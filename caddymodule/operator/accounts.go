@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,17 +48,18 @@ func (adminAPI) listAccounts(w http.ResponseWriter, r *http.Request, store ledge
 }
 
 func (adminAPI) getAccount(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+	id := r.PathValue("id")
+	acct, err := store.GetAccount(r.Context(), id)
 	if err != nil {
-		return err
+		return accountError(err, id, "reading account %s", id)
 	}
-	bal, err := store.Balance(r.Context(), acct.ID)
+	bal, err := store.Balance(r.Context(), id)
 	if err != nil {
-		return ledgerError(err, "reading the balance of account %s", acct.ID)
+		return accountError(err, id, "reading the balance of account %s", id)
 	}
-	keys, err := store.ListKeys(r.Context(), acct.ID)
+	keys, err := store.ListKeys(r.Context(), id)
 	if err != nil {
-		return ledgerError(err, "listing the keys of account %s", acct.ID)
+		return accountError(err, id, "listing the keys of account %s", id)
 	}
 	return writeAdminJSON(w, http.StatusOK, accountDetail{Account: acct, Credits: bal, Keys: keyViews(keys)})
 }
@@ -69,29 +69,21 @@ func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {
 		if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 			return err
 		}
-		acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+		id := r.PathValue("id")
+		acct, err := store.SetAccountStatus(r.Context(), id, status)
 		if err != nil {
-			return err
-		}
-		acct, err = store.SetAccountStatus(r.Context(), acct.ID, status)
-		if err != nil {
-			return ledgerError(err, "setting account %s %s", r.PathValue("id"), status)
+			return accountError(err, id, "setting account %s %s", id, status)
 		}
 		return writeAdminJSON(w, http.StatusOK, acct)
 	}
 }
 
-// findAccount returns the account or a 404 that names the id.
-func findAccount(ctx context.Context, store ledger.Store, id string) (ledger.Account, error) {
-	if strings.TrimSpace(id) == "" {
-		return ledger.Account{}, badRequest("an account id is required")
-	}
-	acct, err := store.GetAccount(ctx, id)
+// accountError is ledgerError for a ledger call about account id. Every such call answers
+// ErrNotFound when no account has id, so the routes ask the ledger once, with no lookup of the
+// account first, and that answer becomes a 404 that names the id.
+func accountError(err error, id, format string, args ...any) error {
 	if errors.Is(err, ledger.ErrNotFound) {
-		return ledger.Account{}, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("account %s not found", id)}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("account %s not found", id)}
 	}
-	if err != nil {
-		return ledger.Account{}, ledgerError(err, "reading account %s", id)
-	}
-	return acct, nil
+	return ledgerError(err, format, args...)
 }

@@ -44,25 +44,22 @@ func (adminAPI) credit(w http.ResponseWriter, r *http.Request, store ledger.Stor
 		return err
 	}
 	ref, reason := strings.TrimSpace(req.Reference), strings.TrimSpace(req.Reason)
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
+	id := r.PathValue("id")
 	res, err := store.Grant(r.Context(), ledger.GrantRequest{
-		AccountID: acct.ID, Mode: mode, Kind: kind, Credits: req.Credits, Reference: ref, Reason: reason,
+		AccountID: id, Mode: mode, Kind: kind, Credits: req.Credits, Reference: ref, Reason: reason,
 	})
 	if err != nil {
 		if errors.Is(err, ledger.ErrInsufficientCredits) {
-			msg := fmt.Sprintf("refused: removing %d %s credits would take account %s below zero", -req.Credits, mode, acct.ID)
-			if bal, berr := store.Balance(r.Context(), acct.ID); berr == nil {
+			msg := fmt.Sprintf("refused: removing %d %s credits would take account %s below zero", -req.Credits, mode, id)
+			if bal, berr := store.Balance(r.Context(), id); berr == nil {
 				msg += fmt.Sprintf(" (balance %d, available %d)", byMode(mode, bal.Balance, bal.TestBalance), byMode(mode, bal.Available, bal.TestAvailable))
 			}
 			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: errors.New(msg)}
 		}
-		return ledgerError(err, "crediting account %s", acct.ID)
+		return accountError(err, id, "crediting account %s", id)
 	}
 	out := creditsResult{
-		AccountID: acct.ID, Kind: kind, Mode: mode, Credited: req.Credits, Reference: ref,
+		AccountID: id, Kind: kind, Mode: mode, Credited: req.Credits, Reference: ref,
 		Repeated: res.Repeated, Entry: res.Entry, Credits: res.Balance,
 		Balance:   byMode(mode, res.Balance.Balance, res.Balance.TestBalance),
 		Available: byMode(mode, res.Balance.Available, res.Balance.TestAvailable),

@@ -55,13 +55,10 @@ func (adminAPI) createKey(w http.ResponseWriter, r *http.Request, store ledger.S
 			return badRequest("expires: %v", err)
 		}
 	}
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+	id := r.PathValue("id")
+	full, k, err := store.CreateKey(r.Context(), id, mode, name, expires)
 	if err != nil {
-		return err
-	}
-	full, k, err := store.CreateKey(r.Context(), acct.ID, mode, name, expires)
-	if err != nil {
-		return ledgerError(err, "creating a key for account %s", acct.ID)
+		return accountError(err, id, "creating a key for account %s", id)
 	}
 	return writeAdminJSON(w, http.StatusCreated, createdKey{Key: full, keyView: newKeyView(k)})
 }
@@ -87,13 +84,10 @@ func parseExpiry(s string, t time.Time) (time.Time, error) {
 }
 
 func (adminAPI) listKeys(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+	id := r.PathValue("id")
+	keys, err := store.ListKeys(r.Context(), id)
 	if err != nil {
-		return err
-	}
-	keys, err := store.ListKeys(r.Context(), acct.ID)
-	if err != nil {
-		return ledgerError(err, "listing the keys of account %s", acct.ID)
+		return accountError(err, id, "listing the keys of account %s", id)
 	}
 	return writeAdminJSON(w, http.StatusOK, keyList{Keys: keyViews(keys)})
 }
@@ -102,23 +96,23 @@ func (adminAPI) revokeKey(w http.ResponseWriter, r *http.Request, store ledger.S
 	if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 		return err
 	}
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	kid := r.PathValue("kid")
-	k, err := store.RevokeKey(r.Context(), acct.ID, kid)
+	id, kid := r.PathValue("id"), r.PathValue("kid")
+	k, err := store.RevokeKey(r.Context(), id, kid)
 	switch {
 	case errors.Is(err, ledger.ErrAlreadyRevoked):
-		msg := fmt.Sprintf("key %s of account %s is already revoked", kid, acct.ID)
+		msg := fmt.Sprintf("key %s of account %s is already revoked", kid, id)
 		if !k.Revoked.IsZero() {
 			msg += " (since " + k.Revoked.UTC().Format(time.RFC3339) + ")"
 		}
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: errors.New(msg)}
 	case errors.Is(err, ledger.ErrNotFound):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("account %s has no key %s", acct.ID, kid)}
+		// no such account, or no such key of it: only this failure asks which
+		if _, gerr := store.GetAccount(r.Context(), id); gerr != nil {
+			return accountError(gerr, id, "reading account %s", id)
+		}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("account %s has no key %s", id, kid)}
 	case err != nil:
-		return ledgerError(err, "revoking key %s of account %s", kid, acct.ID)
+		return ledgerError(err, "revoking key %s of account %s", kid, id)
 	}
 	return writeAdminJSON(w, http.StatusOK, newKeyView(k))
 }

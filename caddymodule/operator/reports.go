@@ -14,13 +14,10 @@ import (
 // ledger's verification.
 
 func (adminAPI) balance(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+	id := r.PathValue("id")
+	bal, err := store.Balance(r.Context(), id)
 	if err != nil {
-		return err
-	}
-	bal, err := store.Balance(r.Context(), acct.ID)
-	if err != nil {
-		return ledgerError(err, "reading the balance of account %s", acct.ID)
+		return accountError(err, id, "reading the balance of account %s", id)
 	}
 	return writeAdminJSON(w, http.StatusOK, bal)
 }
@@ -30,18 +27,15 @@ func (adminAPI) history(w http.ResponseWriter, r *http.Request, store ledger.Sto
 	if err != nil {
 		return err
 	}
-	acct, err := findAccount(r.Context(), store, r.PathValue("id"))
+	id := r.PathValue("id")
+	entries, next, err := store.History(r.Context(), id, page)
 	if err != nil {
-		return err
-	}
-	entries, next, err := store.History(r.Context(), acct.ID, page)
-	if err != nil {
-		return ledgerError(err, "reading the ledger of account %s", acct.ID)
+		return accountError(err, id, "reading the ledger of account %s", id)
 	}
 	if entries == nil {
 		entries = []ledger.Entry{}
 	}
-	return writeAdminJSON(w, http.StatusOK, entryList{AccountID: acct.ID, Entries: entries, NextCursor: next})
+	return writeAdminJSON(w, http.StatusOK, entryList{AccountID: id, Entries: entries, NextCursor: next})
 }
 
 func (adminAPI) usage(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
@@ -61,16 +55,10 @@ func (adminAPI) usage(w http.ResponseWriter, r *http.Request, store ledger.Store
 	if !uq.From.IsZero() && !uq.To.IsZero() && uq.To.Before(uq.From) {
 		return badRequest("to (%s) is before from (%s)", q.Get("to"), q.Get("from"))
 	}
-	if id := q.Get("account"); id != "" {
-		acct, err := findAccount(r.Context(), store, id)
-		if err != nil {
-			return err
-		}
-		uq.AccountID = acct.ID
-	}
+	uq.AccountID = q.Get("account")
 	rows, err := store.Usage(r.Context(), uq)
 	if err != nil {
-		return ledgerError(err, "reading usage")
+		return accountError(err, uq.AccountID, "reading usage")
 	}
 	rep := summarizeUsage(rows)
 	rep.AccountID, rep.From, rep.To = uq.AccountID, q.Get("from"), q.Get("to")
