@@ -18,7 +18,7 @@ func cmdAccountCreate(c *cliContext) error {
 		return err
 	}
 	var acct ledger.Account
-	raw, err := c.call(http.MethodPost, "/textgen/accounts", nil, map[string]string{"email": email}, &acct)
+	raw, err := c.call(http.MethodPost, "/textgen/accounts", nil, createAccountRequest{Email: email}, &acct)
 	if err != nil {
 		return err
 	}
