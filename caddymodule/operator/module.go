@@ -84,23 +84,24 @@ type adminFunc func(w http.ResponseWriter, r *http.Request, store ledger.Store) 
 // patterns dispatches below it.
 func (a adminAPI) Routes() []caddy.AdminRoute {
 	mux := http.NewServeMux()
-	handle := func(pattern string, f adminFunc) {
+	// serve registers a route whose error goes back to the admin handler through the slot.
+	serve := func(pattern string, f func(http.ResponseWriter, *http.Request) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			slot, _ := r.Context().Value(adminErrKey{}).(*error)
-			err := a.withLedger(w, r, f)
-			if slot != nil {
+			err := f(w, r)
+			if slot, _ := r.Context().Value(adminErrKey{}).(*error); slot != nil {
 				*slot = err
 			}
 		})
 	}
-	mux.HandleFunc("GET /textgen/ledgers", func(w http.ResponseWriter, r *http.Request) {
+	handle := func(pattern string, f adminFunc) {
+		serve(pattern, func(w http.ResponseWriter, r *http.Request) error { return a.withLedger(w, r, f) })
+	}
+	serve("GET /textgen/ledgers", func(w http.ResponseWriter, _ *http.Request) error {
 		dirs := openLedgerDirs()
 		if dirs == nil {
 			dirs = []string{}
 		}
-		if slot, _ := r.Context().Value(adminErrKey{}).(*error); slot != nil {
-			*slot = writeAdminJSON(w, http.StatusOK, map[string]any{"ledgers": dirs})
-		}
+		return writeAdminJSON(w, http.StatusOK, map[string]any{"ledgers": dirs})
 	})
 	handle("POST /textgen/accounts", a.createAccount)
 	handle("GET /textgen/accounts", a.listAccounts)
@@ -117,11 +118,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/usage", a.usage)
 	handle("GET /textgen/ledger/verify", a.verify)
 	handle("GET /textgen/backup", a.backup)
-	mux.HandleFunc(adminPrefix, func(w http.ResponseWriter, r *http.Request) {
-		if slot, _ := r.Context().Value(adminErrKey{}).(*error); slot != nil {
-			*slot = unknownRoute(mux, w, r)
-		}
-	})
+	serve(adminPrefix, func(w http.ResponseWriter, r *http.Request) error { return unknownRoute(mux, w, r) })
 
 	return []caddy.AdminRoute{{
 		Pattern: adminPrefix,
