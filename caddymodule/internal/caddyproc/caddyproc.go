@@ -167,7 +167,12 @@ func Start(t testing.TB, site, ledgerDir string) *Server {
 	t.Helper()
 	bin := Binary(t)
 	work := t.TempDir()
-	adminPort, httpPort, httpsPort := FreePort(t), FreePort(t), FreePort(t)
+	// one Pick of three: separate picks each free their port before the next, and may repeat it
+	ports, err := freeport.Pick(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminPort, httpPort, httpsPort := ports[0], ports[1], ports[2]
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	http_port %d
