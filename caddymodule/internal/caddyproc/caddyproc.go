@@ -5,7 +5,7 @@
 // one; a test that generates configures its own backend in the site it passes to Start.
 //
 // It is for tests only (every function takes a testing.TB); the operator package's CLI tests and
-// caddymodule's kill and benchmark tests share it.
+// caddymodule's process-level tests (kill, disk full, instances, validate, benchmarks) share it.
 package caddyproc
 
 import (
