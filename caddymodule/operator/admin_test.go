@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,7 +267,7 @@ func TestSummarizeUsage(t *testing.T) {
 		{Tool: "summarizer", Mode: ledger.Live, Requests: 5, Settled: 5},
 		{Tool: "summarizer", Mode: ledger.Test, Requests: 7, Settled: 7},
 	}
-	if !equalSums(rep.ByTool, want) {
+	if !slices.Equal(rep.ByTool, want) {
 		t.Errorf("by tool: %+v, want %+v", rep.ByTool, want)
 	}
 	want = []usageSum{
@@ -274,28 +275,16 @@ func TestSummarizeUsage(t *testing.T) {
 		{Day: "2025-01-01", Mode: ledger.Test, Requests: 7, Settled: 7},
 		{Day: "2025-01-02", Mode: ledger.Live, Requests: 3, Settled: 2, Voided: 1},
 	}
-	if !equalSums(rep.ByDay, want) {
+	if !slices.Equal(rep.ByDay, want) {
 		t.Errorf("by day: %+v, want %+v", rep.ByDay, want)
 	}
 	want = []usageSum{{Mode: ledger.Live, Requests: 9, Settled: 8, Voided: 1}, {Mode: ledger.Test, Requests: 7, Settled: 7}}
-	if !equalSums(rep.Total, want) {
+	if !slices.Equal(rep.Total, want) {
 		t.Errorf("total: %+v, want %+v", rep.Total, want)
 	}
 	if empty := summarizeUsage(nil); empty.Rows == nil || empty.ByTool == nil || empty.Total == nil {
 		t.Errorf("an empty summary must encode as empty lists, not null: %+v", empty)
 	}
-}
-
-func equalSums(a, b []usageSum) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestParseExpiryAndUsageTime(t *testing.T) {
