@@ -3,6 +3,7 @@ package operator
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
@@ -37,5 +38,42 @@ func TestCLIBackupNoOverwrite(t *testing.T) {
 	fresh := filepath.Join(work, "fresh.backup")
 	if bk := s.JSON("backup", "--output", fresh); caddyproc.Str(t, bk, "output") != fresh {
 		t.Errorf("backup to a new file: %v", bk)
+	}
+}
+
+// TestBackupGuardsEachRefuse: each of backup's two guards refuses an existing file on its own
+// (checkBackupTarget before the download, placeBackup for a file that appeared during it), so
+// that neither hides the other being broken; with force, the download replaces the file.
+func TestBackupGuardsEachRefuse(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "ledger.backup")
+	if err := os.WriteFile(out, []byte("an older backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBackupTarget(out, false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("checkBackupTarget without force: %v, want a refusal that names --force", err)
+	}
+	if err := checkBackupTarget(out, true); err != nil {
+		t.Errorf("checkBackupTarget with force: %v", err)
+	}
+	if err := checkBackupTarget(filepath.Join(dir, "new.backup"), false); err != nil {
+		t.Errorf("checkBackupTarget of a new file: %v", err)
+	}
+
+	tmp := filepath.Join(dir, ".ledger.backup.part-1")
+	if err := os.WriteFile(tmp, []byte("the new backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := placeBackup(tmp, out, false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("placeBackup without force: %v, want a refusal that names --force", err)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "an older backup" {
+		t.Fatalf("placeBackup without force touched the existing file: %q %v", b, err)
+	}
+	if err := placeBackup(tmp, out, true); err != nil {
+		t.Fatalf("placeBackup with force: %v", err)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "the new backup" {
+		t.Errorf("placeBackup with force: the file has %q %v", b, err)
 	}
 }
