@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
@@ -39,14 +40,27 @@ func TestCLIMigrateToPostgres(t *testing.T) {
 	}
 	history := s.Textgen("history", "--account", ids[1], "--json").Stdout
 	usage := s.Textgen("usage", "--json").Stdout
+	entries := caddyproc.Num(t, s.JSON("ledger", "verify"), "entries")
 
 	url := pgtest.NewDatabase(t)
 	// While the server runs, the directory is locked: the command says to stop it.
 	caddyproc.MustFail(t, s.Textgen("ledger", "migrate", "--ledger", dir, "--to", url), 1, "stop the server")
 	s.Stop()
-	res := s.JSON("ledger", "migrate", "--ledger", dir, "--to", url)
+	// The database's trust authentication ignores a password, so the URL can carry one: the
+	// output shows the URL without it.
+	if !strings.HasPrefix(url, "postgres://postgres@") {
+		t.Fatalf("pgtest URL %q: no user to add a password to", url)
+	}
+	withPassword := strings.Replace(url, "postgres@", "postgres:s3cret@", 1)
+	res := s.JSON("ledger", "migrate", "--ledger", dir, "--to", withPassword)
 	if !caddyproc.Bool(t, res, "migrated") || !caddyproc.Bool(t, res, "from_ok") || !caddyproc.Bool(t, res, "to_ok") || caddyproc.Num(t, res, "accounts") != 2 {
 		t.Fatalf("migrate: %v", res)
+	}
+	if caddyproc.Num(t, res, "entries") != entries || caddyproc.Str(t, res, "from") != dir {
+		t.Errorf("migrate: %v, want %d entries from %s", res, entries, dir)
+	}
+	if to := caddyproc.Str(t, res, "to"); strings.Contains(to, "s3cret") || !strings.HasSuffix(to, "@"+strings.TrimPrefix(url, "postgres://postgres@")) {
+		t.Errorf("migrate: to %q, want %s without its password", to, withPassword)
 	}
 	// A second copy into the same database is refused: it is not empty any more.
 	caddyproc.MustFail(t, s.Textgen("ledger", "migrate", "--ledger", dir, "--to", url), 1, "empty")
