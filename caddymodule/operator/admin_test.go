@@ -227,7 +227,7 @@ func TestAdminGrantAndBackup(t *testing.T) {
 		t.Errorf("repeated grant: %v", g)
 	}
 	_, g = adminDo(t, dir, "POST", "/textgen/accounts/"+id+"/credits", `{"credits":4,"mode":"test"}`)
-	if g["available"] != 4.0 || g["mode"] != "test" {
+	if g["available"] != 4.0 || g["balance"] != 4.0 || g["mode"] != "test" {
 		t.Errorf("test grant: %v", g)
 	}
 	_, bal := adminDo(t, dir, "GET", "/textgen/accounts/"+id+"/balance", "")

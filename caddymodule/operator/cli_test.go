@@ -180,6 +180,10 @@ func TestCLICommands(t *testing.T) {
 			}
 		}
 	}
+	if u := s.JSON("usage", "--account", id, "--from", "2020-01-01", "--to", "2999-12-31"); caddyproc.Str(t, u, "account_id") != id ||
+		caddyproc.Str(t, u, "from") != "2020-01-01" || caddyproc.Str(t, u, "to") != "2999-12-31" {
+		t.Errorf("usage: the report does not say what it covers: %v", u)
+	}
 	// usage with requests: a test key draws test credits and never calls a model
 	sandbox := caddyproc.Str(t, s.JSON("key", "create", "--account", other, "--test"), "key")
 	s.JSON("credits", "grant", "--account", other, "--credits", "2", "--test")
@@ -328,7 +332,8 @@ func TestCLIBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := caddyproc.MustOneJSON(t, caddyproc.Run(t, home, "textgen", "restore", "--input", backup, "--ledger", empty, "--json"))
-	if !caddyproc.Bool(t, r, "restored") || caddyproc.Str(t, r, "ledger") != empty {
+	if !caddyproc.Bool(t, r, "restored") || caddyproc.Str(t, r, "ledger") != empty ||
+		caddyproc.Str(t, r, "input") != backup || caddyproc.Num(t, r, "bytes") != caddyproc.Num(t, bk, "bytes") {
 		t.Errorf("restore: %v", r)
 	}
 	fresh := filepath.Join(work, "new", "ledger")
