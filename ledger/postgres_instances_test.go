@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -334,5 +333,3 @@ func unavailableWithin(t *testing.T, what string, limit time.Duration, f func() 
 		t.Fatalf("%s: %v after %v; want ErrUnavailable within %v", what, err, el, limit)
 	}
 }
-
-var _ = context.Background
