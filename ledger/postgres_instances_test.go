@@ -58,6 +58,66 @@ func TestPostgresInstancesRaceHolds(t *testing.T) {
 	verifyClean(t, a)
 }
 
+// TestPostgresInstancesHoldOnce: each request id is held on both instances at the same moment
+// (a client's retry that the load balancer sent to the other instance); it is held once: one
+// Hold takes the credit, the other reports the same open hold with Repeated set, and so do
+// both instances' settles.
+func TestPostgresInstancesHoldOnce(t *testing.T) {
+	const requests = 300
+	a, b := twoInstances(t, pgQuiet)
+	acct := mustAccount(t, a, "once@example.com").ID
+	mustGrant(t, b, acct, Live, requests*2)
+	var taken, repeated atomic.Int64
+	var wg sync.WaitGroup
+	for i := range requests {
+		rid := fmt.Sprint("r", i)
+		start := make(chan struct{})
+		for _, s := range []*Postgres{a, b} {
+			wg.Go(func() {
+				<-start
+				r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid})
+				switch {
+				case err != nil:
+					t.Errorf("hold %s: %v", rid, err)
+				case r.State != HoldOpen:
+					t.Errorf("hold %s: %+v", rid, r)
+				case r.Repeated:
+					repeated.Add(1)
+				default:
+					taken.Add(1)
+				}
+			})
+		}
+		close(start)
+	}
+	wg.Wait()
+	if taken.Load() != requests || repeated.Load() != requests {
+		t.Fatalf("%d holds taken, %d repeated; want %d and %d", taken.Load(), repeated.Load(), requests, requests)
+	}
+	if bal := mustBalance(t, a, acct); bal.Balance != requests*2 || bal.Available != requests {
+		t.Fatalf("balance after holding each request id twice: %+v", bal)
+	}
+	var settled atomic.Int64
+	for i := range requests {
+		rid := fmt.Sprint("r", i)
+		for _, s := range []*Postgres{a, b} {
+			wg.Go(func() {
+				r, err := s.Settle(bg, acct, rid)
+				if err != nil || r.State != HoldSettled {
+					t.Errorf("settle %s: %+v %v", rid, r, err)
+				} else if !r.Repeated {
+					settled.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if bal := mustBalance(t, b, acct); settled.Load() != requests || bal.Balance != requests || bal.Available != requests {
+		t.Fatalf("%d settles charged, balance %+v; want %d charged and %d left", settled.Load(), bal, requests, requests)
+	}
+	verifyClean(t, a)
+}
+
 // TestPostgresSweepNeverVoidsASettlingHold: holds that expired are settled on one instance, by
 // eight callers each going through its share, while the other instance sweeps in a loop; five
 // rounds. Every hold is resolved exactly once, by whichever came first: a settle that lost
