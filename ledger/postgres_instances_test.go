@@ -247,17 +247,33 @@ func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
 	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusActive {
 		t.Fatalf("lookup on the other instance: %+v %v", got, err)
 	}
+	// LookupKeyBalance, the generate handler's lookup, sees the same, and the other instance's
+	// grants and holds.
+	if _, got, bal, err := b.LookupKeyBalance(bg, full); err != nil || got.Status != StatusActive || bal.Available != 0 {
+		t.Fatalf("lookup with balance on the other instance: %+v %+v %v", got, bal, err)
+	}
+	mustGrant(t, a, acct, Live, 2)
+	mustHold(t, a, acct, Live, "r1")
+	if _, _, bal, err := b.LookupKeyBalance(bg, full); err != nil || bal.Balance != 2 || bal.Available != 1 {
+		t.Fatalf("the other instance does not see the grant and the hold: %+v %v", bal, err)
+	}
 	if _, err := a.SetAccountStatus(bg, acct, StatusDisabled); err != nil {
 		t.Fatal(err)
 	}
 	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusDisabled {
 		t.Fatalf("the other instance does not see the account disabled: %+v %v", got, err)
 	}
+	if _, got, _, err := b.LookupKeyBalance(bg, full); err != nil || got.Status != StatusDisabled {
+		t.Fatalf("the other instance's LookupKeyBalance does not see the account disabled: %+v %v", got, err)
+	}
 	if _, err := a.RevokeKey(bg, acct, k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.LookupKey(bg, full); err != ErrInvalidKey {
 		t.Fatalf("the other instance still accepts a revoked key: %v", err)
+	}
+	if _, _, _, err := b.LookupKeyBalance(bg, full); err != ErrInvalidKey {
+		t.Fatalf("the other instance's LookupKeyBalance still accepts a revoked key: %v", err)
 	}
 	// Last-use times noted by both instances reach the database, the later one wins.
 	full2, k2, err := b.CreateKey(bg, acct, Test, "", time.Time{})
