@@ -2,10 +2,8 @@ package ledger
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -99,13 +97,9 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 	if err != nil {
 		return nil, "", err
 	}
-	after := ""
-	if p.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-		if err != nil || !strings.HasPrefix(string(b), "a:") {
-			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
-		}
-		after = string(b[2:])
+	after, err := parseAccountCursor(p.Cursor)
+	if err != nil {
+		return nil, "", err
 	}
 	s.acctMu.RLock()
 	defer s.acctMu.RUnlock()
@@ -119,7 +113,7 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 	}
 	next := ""
 	if i < len(s.acctIDs) {
-		next = base64.RawURLEncoding.EncodeToString([]byte("a:" + out[len(out)-1].ID))
+		next = accountCursor(out[len(out)-1].ID)
 	}
 	return out, next, nil
 }

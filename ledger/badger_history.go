@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -18,13 +16,9 @@ func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry
 	if err != nil {
 		return nil, "", err
 	}
-	var before uint64 // list entries with seq < before; 0 = from the newest
-	if p.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-		if err != nil || len(b) != 9 || b[0] != 'h' || binary.BigEndian.Uint64(b[1:]) < 2 {
-			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
-		}
-		before = binary.BigEndian.Uint64(b[1:])
+	before, err := parseHistoryCursor(p.Cursor) // list entries with seq < before; 0 = from the newest
+	if err != nil {
+		return nil, "", err
 	}
 	if err := s.begin(); err != nil {
 		return nil, "", err
@@ -65,8 +59,7 @@ func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry
 	}
 	next := ""
 	if more {
-		c := append([]byte{'h'}, seqBytes(out[len(out)-1].Seq)...)
-		next = base64.RawURLEncoding.EncodeToString(c)
+		next = historyCursor(out[len(out)-1].Seq)
 	}
 	return out, next, nil
 }

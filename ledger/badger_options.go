@@ -59,13 +59,9 @@ type Options struct {
 	InMemory bool `json:"in_memory,omitempty"`
 }
 
-// Defaults for Options; see the field comments. DefaultHoldTTL is in types.go: every engine
-// shares it.
-const (
-	DefaultSweepInterval         = 30 * time.Second
-	DefaultGCInterval            = 5 * time.Minute
-	DefaultLastUsedFlushInterval = time.Minute
-)
+// DefaultGCInterval is the default of Options.GCInterval. DefaultHoldTTL, DefaultSweepInterval
+// and DefaultLastUsedFlushInterval are in types.go: every engine shares them.
+const DefaultGCInterval = 5 * time.Minute
 
 func (o Options) withDefaults() (Options, error) {
 	if o.HoldTTL < 0 {

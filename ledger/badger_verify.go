@@ -11,9 +11,6 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// modeSums are an account's figures for one mode as recomputed from its entries.
-type modeSums struct{ bal, open int64 }
-
 type acctCheck struct {
 	id      string
 	sums    map[Mode]*modeSums // after every entry
@@ -135,13 +132,7 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 				return nil
 			}
 			ms := c.sums[e.Mode]
-			ms.bal += e.Amount
-			switch e.Kind {
-			case KindHold:
-				ms.open++
-			case KindSettle, KindVoid:
-				ms.open--
-			}
+			ms.apply(e.Kind, e.Amount)
 			if m, ok := mem[id]; ok && seq < m.nextSeq {
 				c.cut[e.Mode] = *ms
 			}

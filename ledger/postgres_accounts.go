@@ -2,10 +2,8 @@ package ledger
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -80,20 +78,15 @@ func (s *Postgres) oneAccount(ctx context.Context, col, v string) (Account, erro
 	return a, pgErr(ctx, "reading account", err)
 }
 
-// ListAccounts lists accounts in id order, one page at a time. The cursor is opaque: the last id
-// of the previous page.
+// ListAccounts lists accounts in id order, one page at a time.
 func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
 	limit, err := pageLimit(p)
 	if err != nil {
 		return nil, "", err
 	}
-	after := ""
-	if p.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-		if err != nil || !strings.HasPrefix(string(b), "a:") {
-			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
-		}
-		after = string(b[2:])
+	after, err := parseAccountCursor(p.Cursor)
+	if err != nil {
+		return nil, "", err
 	}
 	qctx, done, err := s.read(ctx)
 	if err != nil {
@@ -108,7 +101,7 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = base64.RawURLEncoding.EncodeToString([]byte("a:" + out[len(out)-1].ID))
+		next = accountCursor(out[len(out)-1].ID)
 	}
 	return out, next, nil
 }

@@ -1,12 +1,16 @@
 package ledger
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestCopyLedger fills a Badger ledger with everything a server makes, copies it into an empty
@@ -86,6 +90,15 @@ func TestCopyLedger(t *testing.T) {
 	if err := CopyLedger(bg, from, to); err != nil {
 		t.Fatal(err)
 	}
+	// Record for record, what PostgreSQL stores is what Badger exported: the API does not show
+	// every field (a hold's expiry, key and tool, a session's CSRF token, a record's fingerprint).
+	var want exported
+	if err := from.Export(bg, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgExported(t, to); !reflect.DeepEqual(got.sorted(), want.sorted()) {
+		t.Errorf("stored records after the copy:\n got %+v\nwant %+v", got, want)
+	}
 
 	for _, a := range []Account{alice, bob} {
 		if got, want := mustBalance(t, to, a.ID), mustBalance(t, from, a.ID); got != want {
@@ -158,4 +171,98 @@ func mustPurchases(t *testing.T, s Store, acct string) []Entry {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// exported is every record of a ledger, as Export gives them (an ExportSink that keeps them).
+type exported struct {
+	accounts    []ExportAccount
+	keys        []ExportKey
+	holds       []ExportHold
+	entries     []Entry
+	credentials []ExportCredential
+	sessions    []ExportSession
+	idempotency []IdempotencyRecord
+}
+
+func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
+func (x *exported) Key(k ExportKey) error         { x.keys = append(x.keys, k); return nil }
+func (x *exported) Hold(h ExportHold) error       { x.holds = append(x.holds, h); return nil }
+func (x *exported) Entry(e Entry) error           { x.entries = append(x.entries, e); return nil }
+func (x *exported) Credential(c ExportCredential) error {
+	x.credentials = append(x.credentials, c)
+	return nil
+}
+func (x *exported) Session(s ExportSession) error { x.sessions = append(x.sessions, s); return nil }
+func (x *exported) Idempotency(r IdempotencyRecord) error {
+	x.idempotency = append(x.idempotency, r)
+	return nil
+}
+
+// sorted is x with every list in one order (by its printed form), whatever order the engine
+// gave or stored them in.
+func (x exported) sorted() exported {
+	by := func(a, b any) int { return cmp.Compare(fmt.Sprintf("%+v", a), fmt.Sprintf("%+v", b)) }
+	slices.SortFunc(x.accounts, func(a, b ExportAccount) int { return by(a, b) })
+	slices.SortFunc(x.keys, func(a, b ExportKey) int { return by(a, b) })
+	slices.SortFunc(x.holds, func(a, b ExportHold) int { return by(a, b) })
+	slices.SortFunc(x.entries, func(a, b Entry) int { return by(a, b) })
+	slices.SortFunc(x.credentials, func(a, b ExportCredential) int { return by(a, b) })
+	slices.SortFunc(x.sessions, func(a, b ExportSession) int { return by(a, b) })
+	slices.SortFunc(x.idempotency, func(a, b IdempotencyRecord) int { return by(a, b) })
+	return x
+}
+
+// pgExported reads every record of a PostgreSQL ledger back into Export's types.
+func pgExported(t *testing.T, s *Postgres) exported {
+	t.Helper()
+	var x exported
+	each := func(sql string, dest []any, row func()) {
+		t.Helper()
+		rows, _ := s.pool.Query(bg, sql)
+		if _, err := pgx.ForEachRow(rows, dest, func() error { row(); return nil }); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var a ExportAccount
+	var ar accountRow
+	each(`SELECT `+pgAccountCols+`, balance, held, test_balance, test_held, next_seq FROM accounts`,
+		append(ar.dest(), &a.Balance, &a.Held, &a.TestBalance, &a.TestHeld, &a.NextSeq), func() {
+			a.Account = ar.account()
+			x.accounts = append(x.accounts, a)
+		})
+	var kr keyRow
+	var digest []byte
+	each(`SELECT `+pgKeyCols+`, digest FROM api_keys`, append(kr.dest(), &digest), func() {
+		x.keys = append(x.keys, ExportKey{Key: kr.key(), Digest: [32]byte(digest)})
+	})
+	var h ExportHold
+	var created, expires int64
+	var resolved, resolveSeq *int64
+	each(`SELECT account_id, request_id, mode, state, key_id, tool, created, expires, hold_seq, resolved, resolve_seq, reason FROM holds`,
+		[]any{&h.AccountID, &h.RequestID, &h.Mode, &h.State, &h.KeyID, &h.Tool, &created, &expires, &h.HoldSeq, &resolved, &resolveSeq, &h.Reason},
+		func() {
+			c := h
+			c.Created, c.Expires, c.Resolved = pgTime(created), pgTime(expires), pgTimeOrZero(resolved)
+			if resolveSeq != nil {
+				c.ResolveSeq = uint64(*resolveSeq)
+			}
+			x.holds = append(x.holds, c)
+		})
+	var er entryRow
+	each(`SELECT `+pgList("", pgEntryCols, false)+` FROM entries`, er.dest(), func() { x.entries = append(x.entries, er.entry()) })
+	var c ExportCredential
+	var updated int64
+	each(`SELECT account_id, hash, updated FROM credentials`, []any{&c.AccountID, &c.Hash, &updated}, func() {
+		c.Updated = pgTime(updated)
+		x.credentials = append(x.credentials, c)
+	})
+	var ss ExportSession
+	each(`SELECT digest, account_id, created, expires, csrf_token FROM sessions`,
+		[]any{&digest, &ss.AccountID, &created, &expires, &ss.CSRFToken}, func() {
+			ss.Digest, ss.Created, ss.Expires = [32]byte(digest), pgTime(created), pgTime(expires)
+			x.sessions = append(x.sessions, ss)
+		})
+	var ir idemRow
+	each(`SELECT `+pgIdemCols+` FROM idempotency`, ir.dest(), func() { x.idempotency = append(x.idempotency, ir.record()) })
+	return x
 }

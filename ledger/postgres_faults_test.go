@@ -15,21 +15,30 @@ import (
 // faultOptions are short deadlines, so that the tests measure them.
 var faultOptions = PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1, QueryTimeout: time.Second, HealthTimeout: 500 * time.Millisecond}
 
-// faultStore opens a store with an account of 10 credits and one open hold, "before".
-func faultStore(t *testing.T) (*Postgres, string) {
-	s := openPostgres(t, pgtest.NewDatabase(t), faultOptions)
-	acct := mustAccount(t, s, "fault@example.com").ID
+// faultStore opens a store with an account of 10 credits, one open hold, "before", and a key.
+func faultStore(t *testing.T) (s *Postgres, acct, key string) {
+	s = openPostgres(t, pgtest.NewDatabase(t), faultOptions)
+	acct = mustAccount(t, s, "fault@example.com").ID
 	mustGrant(t, s, acct, Live, 10)
 	mustHold(t, s, acct, Live, "before")
-	return s, acct
+	key, _, err := s.CreateKey(bg, acct, Live, "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, acct, key
 }
 
-// checkUnavailable checks that health, a new hold, a settle and a read all fail with
-// ErrUnavailable within their deadlines (plus slack for a loaded machine).
-func checkUnavailable(t *testing.T, s *Postgres, acct string) {
+// checkUnavailable checks that health, a key lookup, a new hold, a settle and a read all fail
+// with ErrUnavailable within their deadlines (plus slack for a loaded machine): a client whose
+// key cannot be checked is told to retry, not that its key is invalid.
+func checkUnavailable(t *testing.T, s *Postgres, acct, key string) {
 	t.Helper()
 	slack := time.Second
 	unavailableWithin(t, "Health", faultOptions.HealthTimeout+slack, func() error { return s.Health(bg) })
+	unavailableWithin(t, "LookupKeyBalance", faultOptions.QueryTimeout+slack, func() error {
+		_, _, _, err := s.LookupKeyBalance(bg, key)
+		return err
+	})
 	unavailableWithin(t, "Hold", faultOptions.QueryTimeout+slack, func() error {
 		_, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "during"})
 		return err
@@ -71,12 +80,12 @@ func TestPostgresDatabaseDown(t *testing.T) {
 		down, up func() error
 	}{{"stopped", srv.Stop, srv.Start}, {"frozen", srv.Freeze, srv.Thaw}} {
 		t.Run(c.name, func(t *testing.T) {
-			s, acct := faultStore(t)
+			s, acct, key := faultStore(t)
 			if err := c.down(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.up() })
-			checkUnavailable(t, s, acct)
+			checkUnavailable(t, s, acct, key)
 			if err := c.up(); err != nil {
 				t.Fatal(err)
 			}

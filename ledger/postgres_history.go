@@ -3,9 +3,6 @@ package ledger
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -16,20 +13,18 @@ import (
 // Reports of the PostgreSQL engine: History pages through an account's entries by the primary
 // key (account_id, seq); Usage aggregates in the database. Both show committed entries only.
 
-// History returns the account's entries newest first. The cursor is opaque (the seq of the last
-// entry listed, in the same form as Badger's).
+// History returns the account's entries newest first.
 func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
 	limit, err := pageLimit(p)
 	if err != nil {
 		return nil, "", err
 	}
-	before := uint64(math.MaxInt64) // list entries with seq < before
-	if p.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-		if err != nil || len(b) != 9 || b[0] != 'h' || binary.BigEndian.Uint64(b[1:]) < 2 || binary.BigEndian.Uint64(b[1:]) > math.MaxInt64 {
-			return nil, "", fmt.Errorf("cursor %q: %w", p.Cursor, ErrInvalidArgument)
-		}
-		before = binary.BigEndian.Uint64(b[1:])
+	before, err := parseHistoryCursor(p.Cursor) // list entries with seq < before
+	if err != nil {
+		return nil, "", err
+	}
+	if before == 0 {
+		before = math.MaxInt64
 	}
 	qctx, done, err := s.read(ctx)
 	if err != nil {
@@ -48,8 +43,7 @@ func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Ent
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		c := append([]byte{'h'}, binary.BigEndian.AppendUint64(nil, out[len(out)-1].Seq)...)
-		next = base64.RawURLEncoding.EncodeToString(c)
+		next = historyCursor(out[len(out)-1].Seq)
 	}
 	return out, next, nil
 }

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -55,6 +54,66 @@ func TestPostgresInstancesRaceHolds(t *testing.T) {
 	}
 	if bal := mustBalance(t, b, acct); bal.Balance != credits || bal.Available != 0 {
 		t.Fatalf("balance after the race: %+v", bal)
+	}
+	verifyClean(t, a)
+}
+
+// TestPostgresInstancesHoldOnce: each request id is held on both instances at the same moment
+// (a client's retry that the load balancer sent to the other instance); it is held once: one
+// Hold takes the credit, the other reports the same open hold with Repeated set, and so do
+// both instances' settles.
+func TestPostgresInstancesHoldOnce(t *testing.T) {
+	const requests = 300
+	a, b := twoInstances(t, pgQuiet)
+	acct := mustAccount(t, a, "once@example.com").ID
+	mustGrant(t, b, acct, Live, requests*2)
+	var taken, repeated atomic.Int64
+	var wg sync.WaitGroup
+	for i := range requests {
+		rid := fmt.Sprint("r", i)
+		start := make(chan struct{})
+		for _, s := range []*Postgres{a, b} {
+			wg.Go(func() {
+				<-start
+				r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid})
+				switch {
+				case err != nil:
+					t.Errorf("hold %s: %v", rid, err)
+				case r.State != HoldOpen:
+					t.Errorf("hold %s: %+v", rid, r)
+				case r.Repeated:
+					repeated.Add(1)
+				default:
+					taken.Add(1)
+				}
+			})
+		}
+		close(start)
+	}
+	wg.Wait()
+	if taken.Load() != requests || repeated.Load() != requests {
+		t.Fatalf("%d holds taken, %d repeated; want %d and %d", taken.Load(), repeated.Load(), requests, requests)
+	}
+	if bal := mustBalance(t, a, acct); bal.Balance != requests*2 || bal.Available != requests {
+		t.Fatalf("balance after holding each request id twice: %+v", bal)
+	}
+	var settled atomic.Int64
+	for i := range requests {
+		rid := fmt.Sprint("r", i)
+		for _, s := range []*Postgres{a, b} {
+			wg.Go(func() {
+				r, err := s.Settle(bg, acct, rid)
+				if err != nil || r.State != HoldSettled {
+					t.Errorf("settle %s: %+v %v", rid, r, err)
+				} else if !r.Repeated {
+					settled.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if bal := mustBalance(t, b, acct); settled.Load() != requests || bal.Balance != requests || bal.Available != requests {
+		t.Fatalf("%d settles charged, balance %+v; want %d charged and %d left", settled.Load(), bal, requests, requests)
 	}
 	verifyClean(t, a)
 }
@@ -188,17 +247,33 @@ func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
 	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusActive {
 		t.Fatalf("lookup on the other instance: %+v %v", got, err)
 	}
+	// LookupKeyBalance, the generate handler's lookup, sees the same, and the other instance's
+	// grants and holds.
+	if _, got, bal, err := b.LookupKeyBalance(bg, full); err != nil || got.Status != StatusActive || bal.Available != 0 {
+		t.Fatalf("lookup with balance on the other instance: %+v %+v %v", got, bal, err)
+	}
+	mustGrant(t, a, acct, Live, 2)
+	mustHold(t, a, acct, Live, "r1")
+	if _, _, bal, err := b.LookupKeyBalance(bg, full); err != nil || bal.Balance != 2 || bal.Available != 1 {
+		t.Fatalf("the other instance does not see the grant and the hold: %+v %v", bal, err)
+	}
 	if _, err := a.SetAccountStatus(bg, acct, StatusDisabled); err != nil {
 		t.Fatal(err)
 	}
 	if _, got, err := b.LookupKey(bg, full); err != nil || got.Status != StatusDisabled {
 		t.Fatalf("the other instance does not see the account disabled: %+v %v", got, err)
 	}
+	if _, got, _, err := b.LookupKeyBalance(bg, full); err != nil || got.Status != StatusDisabled {
+		t.Fatalf("the other instance's LookupKeyBalance does not see the account disabled: %+v %v", got, err)
+	}
 	if _, err := a.RevokeKey(bg, acct, k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.LookupKey(bg, full); err != ErrInvalidKey {
 		t.Fatalf("the other instance still accepts a revoked key: %v", err)
+	}
+	if _, _, _, err := b.LookupKeyBalance(bg, full); err != ErrInvalidKey {
+		t.Fatalf("the other instance's LookupKeyBalance still accepts a revoked key: %v", err)
 	}
 	// Last-use times noted by both instances reach the database, the later one wins.
 	full2, k2, err := b.CreateKey(bg, acct, Test, "", time.Time{})
@@ -334,5 +409,3 @@ func unavailableWithin(t *testing.T, what string, limit time.Duration, f func() 
 		t.Fatalf("%s: %v after %v; want ErrUnavailable within %v", what, err, el, limit)
 	}
 }
-
-var _ = context.Background

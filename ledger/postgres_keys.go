@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -197,6 +196,17 @@ func (s *Postgres) LookupKeyBalance(ctx context.Context, presented string) (Key,
 	return s.lookupKey(ctx, presented, true)
 }
 
+// The query of LookupKey (the key's columns as keyRow reads them, then the account's as
+// accountRow does), and of LookupKeyBalance (then the account's figures, as balanceRow does),
+// made once rather than per lookup.
+const (
+	pgLookupKeySelect = `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
+		k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created`
+	pgLookupKeyFrom       = ` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`
+	pgLookupKeySQL        = pgLookupKeySelect + pgLookupKeyFrom
+	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held` + pgLookupKeyFrom
+)
+
 func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance bool) (Key, Account, Balance, error) {
 	qctx, done, err := s.read(ctx)
 	if err != nil {
@@ -210,16 +220,12 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	d := sha256.Sum256(buf[:])
 	var r keyRow
 	var a accountRow
-	var bal, held, testBal, testHeld int64
-	dest := append(r.dest(), a.dest()...)
-	q := `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
-			k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created`
+	var b balanceRow
+	q, dest := pgLookupKeySQL, append(r.dest(), a.dest()...)
 	if withBalance {
-		q += `, a.balance, a.held, a.test_balance, a.test_held`
-		dest = append(dest, &bal, &held, &testBal, &testHeld)
+		q, dest = pgLookupKeyBalanceSQL, append(dest, b.dest()...)
 	}
-	err = s.pool.QueryRow(qctx, q+`
-		FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`, d[:]).Scan(dest...)
+	err = s.pool.QueryRow(qctx, q, d[:]).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Key{}, Account{}, Balance{}, ErrInvalidKey
 	}
@@ -234,8 +240,7 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	s.used.note(k.ID, t.UnixNano())
 	k.LastUsed = t.UTC()
 	acct := a.account()
-	b := Balance{AccountID: acct.ID, Balance: bal, Available: bal - held, TestBalance: testBal, TestAvailable: testBal - testHeld}
-	return k, acct, b, nil
+	return k, acct, b.balance(acct.ID), nil
 }
 
 // flushLastUsed writes the noted last-use times (the periodic flush).
@@ -255,7 +260,7 @@ func (s *Postgres) writeLastUsed() error {
 		return nil
 	}
 	ids, times := make([]string, 0, len(m)), make([]int64, 0, len(m))
-	for id, t := range maps.All(m) {
+	for id, t := range m {
 		ids, times = append(ids, id), append(times, t)
 	}
 	wctx, cancel := s.bound(context.Background())

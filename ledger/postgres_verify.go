@@ -126,13 +126,7 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAcc
 			once("corrupt_record", "entry %d has mode %q", seq, mode)
 			return nil
 		}
-		ms.bal += amount
-		switch kind {
-		case KindHold:
-			ms.open++
-		case KindSettle, KindVoid:
-			ms.open--
-		}
+		ms.apply(kind, amount)
 		if ms.bal < 0 {
 			once("negative_balance", "%s balance is %d after entry %d", mode, ms.bal, seq)
 		}

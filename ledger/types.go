@@ -106,6 +106,13 @@ type HoldRequest struct {
 // Every engine uses it, so that a configuration means the same on each.
 const DefaultHoldTTL = 15 * time.Minute
 
+// The defaults of every engine's background work (Options and PostgresOptions): how often the
+// sweep voids expired holds, and how often keys' last-use times noted in memory are written.
+const (
+	DefaultSweepInterval         = 30 * time.Second
+	DefaultLastUsedFlushInterval = time.Minute
+)
+
 // HoldState is the outcome of a hold.
 type HoldState string
 
