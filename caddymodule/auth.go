@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -40,7 +41,7 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 	key, acct, b, err := store.LookupKeyBalance(r.Context(), presented)
 	switch {
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
-		h.authFailed(addr)
+		h.authFailed(r.Context(), addr)
 		return kc, errInvalidKey
 	case errors.Is(err, ledger.ErrUnavailable):
 		return kc, errLedgerUnavailable
@@ -59,8 +60,7 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 	return kc, nil
 }
 
-// authenticate checks the X-API-Key header and the account (see Handler.checkKey), then counts
-// the request against the key's and the account's rate limits.
+// authenticate checks the X-API-Key header and the account (see Handler.checkKey).
 func (g *generation) authenticate() bool {
 	kc, e := g.h.checkKey(g.store, g.w, g.r, g.id)
 	g.key, g.acct, g.remaining = kc.key, kc.acct, kc.available
@@ -71,9 +71,7 @@ func (g *generation) authenticate() bool {
 		g.fail(e)
 		return false
 	}
-	// Every request with a valid key counts against its key's and account's limits, whatever
-	// its outcome; checked before the body is read, so a client over its limit costs little.
-	return g.limitRate(g.h.lim.global)
+	return true
 }
 
 // authGate refuses a client address that has used up its failed authentications (429
@@ -84,7 +82,7 @@ func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string,
 	}
 	addr = clientip.Key(r)
 	// Blocked charges nothing: only failures are charged (authFailed).
-	blocked, wait := h.lim.auth.buckets.Blocked(addr, limitNow())
+	blocked, wait := h.lim.auth.buckets.Blocked(r.Context(), addr, limitNow())
 	if !blocked {
 		return addr, nil
 	}
@@ -93,8 +91,8 @@ func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string,
 }
 
 // authFailed charges a failed authentication to addr (from authGate; "" when the limit is off).
-func (h *Handler) authFailed(addr string) {
+func (h *Handler) authFailed(ctx context.Context, addr string) {
 	if addr != "" {
-		h.lim.auth.buckets.Charge(addr, limitNow())
+		h.lim.auth.buckets.Charge(ctx, addr, limitNow())
 	}
 }

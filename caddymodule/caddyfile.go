@@ -55,6 +55,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		auth_failure_limit  <n>/<window> [burst <n>] | off
 //		max_concurrent_per_account <n> | off
 //		max_in_flight       <n> | off
+//		limits_store        <redis-url>
+//		slot_expiry         <duration>
 //		queue_size          <n> | off
 //		queue_timeout       <duration>
 //		body_read_timeout   <duration>
@@ -156,6 +158,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = intOrOff(d, &h.MaxConcurrentPerAccount)
 		case "max_in_flight":
 			err = intOrOff(d, &h.MaxInFlight)
+		case "limits_store":
+			err = cfarg.String(d, &h.LimitsStore)
+		case "slot_expiry":
+			err = cfarg.Duration(d, &h.SlotExpiry)
 		case "queue_size":
 			err = intOrOff(d, &h.QueueSize)
 		case "queue_timeout":

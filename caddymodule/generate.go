@@ -14,12 +14,8 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// generate runs a valid request: its tool's rate limits, a place among its account's concurrent
-// generations, its Idempotency-Key, then the generation itself.
+// generate runs a valid, admitted request: its Idempotency-Key, then the generation itself.
 func (g *generation) generate() {
-	if !g.limitRate(g.h.lim.tools[g.tool.Slug]) || !g.takeSlot() {
-		return
-	}
 	if g.idem != "" && !g.beginIdempotent() {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -97,8 +98,8 @@ type generation struct {
 	// states are the rate limits this request was counted against, for the RateLimit headers.
 	states  [4]limitState
 	nstates int
-	// slotHeld: the request holds one of its account's concurrent places (released at the end).
-	slotHeld bool
+	// slot is the account's concurrent place the request holds (released at the end).
+	slot ratelimit.Slot
 	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
 	holding bool
 	queued  time.Duration // time waited in the admission queue
@@ -108,8 +109,9 @@ type generation struct {
 }
 
 // serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
-// request: auth.go (who calls, and whether they may now), request.go (what they ask for),
-// generate.go (the credit and the model), streaming.go (the text on the wire).
+// request: auth.go (who calls), request.go (what they ask for), ratelimit.go and slots.go
+// (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
+// wire).
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, backend *backends.Ollama) {
 	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
 	defer g.end()
@@ -120,7 +122,15 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	if !g.authenticate() {
 		return
 	}
-	if !g.readRequest() {
+	bad := g.readRequest()
+	// Every request with a valid key counts against its key's and account's limits, whatever
+	// its outcome; a valid one also against its tool's and takes one of its account's
+	// concurrent places: all in one step (one round trip to a Redis limits store).
+	if !g.admit(bad == nil) {
+		return
+	}
+	if bad != nil {
+		g.fail(bad)
 		return
 	}
 	g.generate()
@@ -129,9 +139,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 // end gives back the request's place among its account's generations, writes its log line and
 // metrics, and aborts the response if the generation broke after text went out.
 func (g *generation) end() {
-	if g.slotHeld {
-		g.h.lim.slots.release(g.acct.ID)
-	}
+	g.slot.Release() // safe when none is held
 	g.log()
 	g.observe()
 	if g.abort {

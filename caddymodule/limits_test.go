@@ -22,6 +22,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/redistest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -198,8 +199,8 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 		t.Errorf("the refusing policy is the tool's: %q", p)
 	}
 	// Another tool is not under the summarizer's limit. The account limit (3) counts the
-	// requests of both keys: key1's two (the second passed the handler-wide limits before the
-	// tool's refused it), then key2's first; key2's second is one too many.
+	// requests of both keys: key1's first (its second, refused by the tool's limit, used up
+	// none of the others), then key2's two; key2's third is one too many.
 	okOther := func(key string) {
 		t.Helper()
 		resp, err := e.post(context.Background(), key, genBody("email-writer", "x", "en", ""))
@@ -213,14 +214,15 @@ func TestRateLimitPerAccountAndTool(t *testing.T) {
 		}
 	}
 	okOther(key2)
+	okOther(key2)
 	resp, _ = e.expect429(key2, "email-writer", "rate_limited")
 	if p := resp.Header.Get("RateLimit-Policy"); p != `"account";q=3;w=3600` {
 		t.Errorf("the refusing policy is the account's: %q", p)
 	}
 	// Other accounts are not affected.
 	okOther(otherAcctKey)
-	if b := e.balance(acct.ID); b.Balance != 8 || e.holds(acct.ID) != 2 {
-		t.Errorf("balance %+v, %d holds; want 8 and 2", b, e.holds(acct.ID))
+	if b := e.balance(acct.ID); b.Balance != 7 || e.holds(acct.ID) != 3 {
+		t.Errorf("balance %+v, %d holds; want 7 and 3", b, e.holds(acct.ID))
 	}
 	e.verify()
 }
@@ -332,7 +334,7 @@ func TestRateLimitSurvivesReload(t *testing.T) {
 			t.Errorf("%s: %d references (%v), want 1", k, refs, ok)
 		}
 	}
-	if refs, ok := slotPool.References(abs); !ok || refs != 1 {
+	if refs, ok := slotPool.References(abs + "|0s"); !ok || refs != 1 {
 		t.Errorf("account slots: %d references, want 1", refs)
 	}
 }
@@ -408,17 +410,17 @@ func TestConcurrencyCapPerAccount(t *testing.T) {
 // running is the number of places the account holds right now.
 func (e *env) running(acctID string) int {
 	abs := mustAbs(e.t, e.dir)
-	var slots *accountSlots
+	var slots *ratelimit.Slots
 	slotPool.Range(func(k, v any) bool {
-		if k == abs {
-			slots = v.(*accountSlots)
+		if strings.HasPrefix(k.(string), abs+"|") {
+			slots = v.(pooledSlots).Slots
 		}
 		return true
 	})
 	if slots == nil {
 		e.t.Fatalf("no account slots for this ledger")
 	}
-	return slots.running(acctID)
+	return slots.Running(context.Background(), acctID)
 }
 
 // counterValue reads a counter of the package's metrics.
@@ -669,20 +671,34 @@ func TestValidateLimits(t *testing.T) {
 
 // BenchmarkLimitsPerRequest measures what the limits add to one generate request: the key and
 // account buckets with their RateLimit headers, the account's concurrent place, and the
-// request counter, over 10,000 keys of 1,000 accounts.
+// request counter, over 10,000 keys of 1,000 accounts; in memory, and in a real redis-server.
 func BenchmarkLimitsPerRequest(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { benchLimits(b, nil) })
+	b.Run("redis", func(b *testing.B) {
+		s, err := ratelimit.OpenShared(redistest.New(b).URL(0), ratelimit.SharedOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		benchLimits(b, s)
+	})
+}
+
+func benchLimits(b *testing.B, s *ratelimit.Shared) {
 	initMetrics()
 	key := (&RateLimit{Requests: 1 << 30, Window: caddy.Duration(time.Minute)}).withDefaults()
 	ps := []*policy{
-		newPolicy("key", "rate_limit_key", "this API key", key, ratelimit.New(key.limit(), 0)),
-		newPolicy("account", "rate_limit_account", "this account", key, ratelimit.New(key.limit(), 0)),
+		newPolicy("key", "rate_limit_key", "this API key", key, ratelimit.NewShared(s, "key", key.limit(), 0)),
+		newPolicy("account", "rate_limit_account", "this account", key, ratelimit.NewShared(s, "account", key.limit(), 0)),
 	}
 	ps[1].byAccount = true
-	slots := &accountSlots{m: map[string]int{}}
+	slots := ratelimit.NewSlots(s, "accounts", 0)
+	defer slots.Close()
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = "key_" + strconv.Itoa(i)
 	}
+	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		hdr := http.Header{}
@@ -693,16 +709,20 @@ func BenchmarkLimitsPerRequest(b *testing.B) {
 			k, a := keys[i%len(keys)], "acct_"+strconv.Itoa(i%1000)
 			i++
 			reqs := [2]ratelimit.Request{{Buckets: ps[0].buckets, ID: k}, {Buckets: ps[1].buckets, ID: a}}
-			if d, _ := ratelimit.TakeAll(limitNow(), reqs[:], got[:]); d >= 0 {
+			if d, _ := ratelimit.TakeAll(ctx, limitNow(), reqs[:], got[:]); d >= 0 {
 				b.Fatal("refused")
 			}
 			states[0], states[1] = limitState{ps[0], got[0]}, limitState{ps[1], got[1]}
 			setRateHeaders(hdr, states[:])
-			if !slots.acquire(a, 4) {
+			slot, ok := slots.Acquire(ctx, a, 4)
+			if !ok {
 				b.Fatal("no place")
 			}
-			slots.release(a)
+			slot.Release()
 			metrics.requests.WithLabelValues("summarizer", "200").Inc()
 		}
 	})
+	if s != nil && s.Fallbacks() != 0 {
+		b.Fatalf("%d calls fell back to memory", s.Fallbacks())
+	}
 }

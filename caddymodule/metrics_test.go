@@ -82,7 +82,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 	for series, want := range map[string]float64{
 		`caddy_textgen_requests_total{code="200",tool="summarizer"}`:           2,
 		`caddy_textgen_requests_total{code="400",tool="none"}`:                 1,
-		`caddy_textgen_requests_total{code="429",tool="none"}`:                 1,
+		`caddy_textgen_requests_total{code="429",tool="summarizer"}`:           1,
 		`caddy_textgen_requests_total{code="401",tool="none"}`:                 1,
 		`caddy_textgen_requests_total{code="502",tool="email-writer"}`:         1,
 		`caddy_textgen_credits_total{mode="live",outcome="settled"}`:           2,

@@ -119,6 +119,16 @@ type Handler struct {
 	// MaxConcurrentPerAccount caps the generations one account runs at once (429
 	// too_many_concurrent_requests). Default: 4; -1: no cap.
 	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
+	// LimitsStore keeps the limits above (rate limits, failed authentications, concurrent
+	// generations) and max_in_flight in Redis, shared by every instance that names the same
+	// store and ledger: redis://[user:password@]host:port/db (rediss:// for TLS), placeholders
+	// resolved at start. Default: each instance counts in its own memory. While Redis cannot
+	// answer, each instance counts in its own memory again (README "Limits on several
+	// instances").
+	LimitsStore string `json:"limits_store,omitempty"`
+	// SlotExpiry is how long a concurrent place kept in Redis outlives an instance that died
+	// holding it (the instance renews its places three times per expiry). Default: 30s.
+	SlotExpiry caddy.Duration `json:"slot_expiry,omitempty"`
 	// MaxInFlight caps the generations sent to one Ollama host at once; more wait in the
 	// admission queue. Default: 8; -1: no cap.
 	MaxInFlight int `json:"max_in_flight,omitempty"`
@@ -298,6 +308,9 @@ func (h *Handler) Validate() error {
 	}
 	if err := h.validateRateLimits(); err != nil {
 		return err
+	}
+	if h.SlotExpiry != 0 && time.Duration(h.SlotExpiry) < time.Second {
+		return fmt.Errorf("textgen: slot_expiry must be at least 1s")
 	}
 	for name, v := range map[string]int{
 		"max_concurrent_per_account": h.MaxConcurrentPerAccount,

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
 // RateLimit is a token bucket: Requests per Window on average, at most Burst at once. A request
@@ -93,9 +94,11 @@ func (l *RateLimit) windowSeconds() int64 {
 // limitNow is the clock of the rate limits; tests move it forward instead of sleeping.
 var limitNow = time.Now
 
-// The limiter state lives in package-level usage pools, keyed by the ledger directory (whose
-// keys and accounts the limits count) and the limit, so a config reload that keeps a limit keeps
-// its counts: a reload cannot be used to reset them. A changed limit starts afresh.
+// The limiter state lives in package-level usage pools, keyed by the limits store, the ledger
+// (whose keys and accounts the limits count) and the limit, so a config reload that keeps a limit
+// keeps its counts: a reload cannot be used to reset them. A changed limit starts afresh. With a
+// Redis limits store the counts live in Redis (and survive a restart); the pooled buckets then
+// hold only the fallback's memory.
 var limiterPool = caddy.NewUsagePool()
 
 // pooledBuckets are the buckets of one limit in limiterPool.
@@ -170,21 +173,35 @@ type limits struct {
 	global []*policy            // key, account (either may be off)
 	tools  map[string][]*policy // per tool slug, extra limits
 	auth   *policy              // failed authentications per client address; nil: off
-	slots  *accountSlots        // nil: no cap
+	slots  *ratelimit.Slots     // nil: no cap
 	maxCon int
-	// poolKeys are the limiterPool keys this handler holds, released in Cleanup.
+	// shared is the Redis limits store; nil: limits in this process's memory.
+	shared *ratelimit.Shared
+	// poolKeys are the limiterPool and slotPool keys this handler holds, storeKey its share of
+	// the limits store, all released in Cleanup.
 	poolKeys []string
 	slotKey  string
+	storeKey string
 }
 
-// setupLimits resolves the limit config and joins the pooled limiter state of the ledger.
+// setupLimits resolves the limit config and joins the pooled limiter state of the ledger and
+// of the limits store, if any.
 func (h *Handler) setupLimits(ledgerKey string) error {
 	lm := &limits{tools: map[string][]*policy{}}
 	h.lim = lm
-	acquire := func(scope string, l *RateLimit) (*ratelimit.Buckets, error) {
-		key := fmt.Sprintf("%s|%s|%d/%d/%d", ledgerKey, scope, l.Requests, time.Duration(l.Window), l.Burst)
+	scope := ledgerKey
+	if h.LimitsStore != "" {
+		s, key, err := textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits"))
+		if err != nil {
+			return err
+		}
+		lm.shared, lm.storeKey = s, key
+		scope = key + "|" + ledgerKey
+	}
+	acquire := func(name string, l *RateLimit) (*ratelimit.Buckets, error) {
+		key := fmt.Sprintf("%s|%s|%d/%d/%d", scope, name, l.Requests, time.Duration(l.Window), l.Burst)
 		v, _, err := limiterPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-			return pooledBuckets{ratelimit.New(l.limit(), 0)}, nil
+			return pooledBuckets{ratelimit.NewShared(lm.shared, ledgerKey+"|"+name, l.limit(), 0)}, nil
 		})
 		if err != nil {
 			return nil, err
@@ -232,11 +249,12 @@ func (h *Handler) setupLimits(ledgerKey string) error {
 		lm.auth = auth[0]
 	}
 	if h.MaxConcurrentPerAccount > 0 {
-		slots, err := joinSlots(ledgerKey)
+		key := fmt.Sprintf("%s|%s", scope, time.Duration(h.SlotExpiry))
+		slots, err := joinSlots(key, lm.shared, ledgerKey, time.Duration(h.SlotExpiry))
 		if err != nil {
 			return err
 		}
-		lm.slots, lm.slotKey, lm.maxCon = slots, ledgerKey, h.MaxConcurrentPerAccount
+		lm.slots, lm.slotKey, lm.maxCon = slots, key, h.MaxConcurrentPerAccount
 	}
 	return nil
 }
@@ -253,6 +271,10 @@ func (lm *limits) release() {
 	if lm.slotKey != "" {
 		leaveSlots(lm.slotKey)
 		lm.slotKey = ""
+	}
+	if lm.storeKey != "" {
+		textgenapp.ReleaseLimitsStore(lm.storeKey)
+		lm.storeKey = ""
 	}
 }
 
@@ -305,10 +327,24 @@ func (h *Handler) validateRateLimits() error {
 	return nil
 }
 
-// limitRate counts the request against ps (nil: none) and answers 429 rate_limited when one
-// of them is used up. The RateLimit headers of every limit counted so far go on the response.
-func (g *generation) limitRate(ps []*policy) bool {
-	if len(ps) == 0 {
+// admit counts the request against the handler-wide limits and, when it is valid, its tool's
+// limits and one of its account's concurrent places, all or none (ratelimit.Admit: one round trip
+// to a Redis limits store). A request refused by one of them costs nothing and uses up none of
+// them: 429 rate_limited or too_many_concurrent_requests. The RateLimit headers of every limit
+// go on the response.
+func (g *generation) admit(valid bool) bool {
+	lm := g.h.lim
+	ps := lm.global
+	var place *ratelimit.Place
+	if valid {
+		if tps := lm.tools[g.tool.Slug]; len(tps) > 0 {
+			ps = append(ps[:len(ps):len(ps)], tps...)
+		}
+		if lm.slots != nil {
+			place = &ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
+		}
+	}
+	if len(ps) == 0 && place == nil {
 		return true
 	}
 	var reqs [ratelimit.MaxTakeAll]ratelimit.Request
@@ -319,17 +355,22 @@ func (g *generation) limitRate(ps []*policy) bool {
 			reqs[i].ID = g.acct.ID
 		}
 	}
-	denied, wait := ratelimit.TakeAll(limitNow(), reqs[:len(ps)], got[:len(ps)])
-	if denied >= 0 {
+	denied, wait, slot := ratelimit.Admit(g.r.Context(), limitNow(), reqs[:len(ps)], place, got[:len(ps)])
+	switch {
+	case denied == len(ps):
+		g.fail(g.tooManyConcurrent())
+		return false
+	case denied >= 0:
 		p := ps[denied]
 		g.errKind = p.reason
 		g.fail(rateLimited(g.w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s"))
 		return false
 	}
+	g.slot = slot
 	for i, p := range ps {
-		g.states[g.nstates+i] = limitState{p: p, State: got[i]}
+		g.states[i] = limitState{p: p, State: got[i]}
 	}
-	g.nstates += len(ps)
+	g.nstates = len(ps)
 	setRateHeaders(g.w.Header(), g.states[:g.nstates])
 	return true
 }

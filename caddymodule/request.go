@@ -21,17 +21,16 @@ import (
 )
 
 // readRequest reads and checks the body: its content type, the body itself within
-// body_read_timeout and max_body_bytes, the JSON, and the values of its fields. It answers a
-// bad request itself and returns false.
-func (g *generation) readRequest() bool {
+// body_read_timeout and max_body_bytes, the JSON, and the values of its fields. It returns what
+// is wrong with it; the caller answers that after the request has been counted against its
+// limits (handler.go).
+func (g *generation) readRequest() *apiError {
 	if e := checkContentType(g.r); e != nil {
-		g.fail(e)
-		return false
+		return e
 	}
 	buf, e := g.readBody()
 	if e != nil {
-		g.fail(e)
-		return false
+		return e
 	}
 	defer bodyPool.Put(buf)
 	body := buf.Bytes()
@@ -39,14 +38,13 @@ func (g *generation) readRequest() bool {
 		e = g.validate()
 	}
 	if e != nil {
-		g.fail(e)
-		return false
+		return e
 	}
 	if g.idem = g.r.Header.Get("Idempotency-Key"); g.idem != "" {
 		sum := sha256.Sum256(body)
 		g.fingerprint = hex.EncodeToString(sum[:])
 	}
-	return true
+	return nil
 }
 
 // genRequest is the body of POST /api/v1/generate (README, "Using the API": request fields).

@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -76,7 +77,9 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	// refunded.
 	t := now()
 	ip := clientip.Key(r)
-	taken, ok, wait := a.signupByIP.Take(ip, t)
+	// The throttles' own context: a refund must reach the limits store after the client left.
+	lctx := context.WithoutCancel(r.Context())
+	taken, ok, wait := a.signupByIP.Take(lctx, ip, t)
 	if !ok {
 		a.throttled(w, r, "signup", form, wait)
 		return
@@ -86,24 +89,24 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 	if herr := a.withHash(r.Context(), func() {
 		acct, err = a.store.CreateAccountWithPassword(r.Context(), email, r.PostFormValue("password"))
 	}); herr != nil {
-		taken.Refund()
+		taken.Refund(lctx)
 		return // the client went away
 	}
 	var weak *ledger.WeakPasswordError
 	switch {
 	case errors.As(err, &weak):
-		taken.Refund()
+		taken.Refund(lctx)
 		a.authPage(w, r, http.StatusBadRequest, "signup", weak.Reason, form)
 		return
 	case errors.Is(err, ledger.ErrDuplicateEmail):
 		a.authPage(w, r, http.StatusConflict, "signup", "An account with this email already exists. Log in instead.", form)
 		return
 	case errors.Is(err, ledger.ErrInvalidArgument):
-		taken.Refund()
+		taken.Refund(lctx)
 		a.authPage(w, r, http.StatusBadRequest, "signup", "Enter a valid email address, like name@example.com.", form)
 		return
 	case err != nil:
-		taken.Refund()
+		taken.Refund(lctx)
 		a.internalError(w, r, nil, "sign-up", err)
 		return
 	}
@@ -129,22 +132,24 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 	// all at once are limited too) and is refunded unless the password was wrong.
 	t := now()
 	ip := clientip.Key(r)
-	byIP, ok, wait := a.failByIP.Take(ip, t)
+	// The throttles' own context: a refund must reach the limits store after the client left.
+	lctx := context.WithoutCancel(r.Context())
+	byIP, ok, wait := a.failByIP.Take(lctx, ip, t)
 	if !ok {
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
-	byAccountAddr, ok, wait := a.failByAccountAddr.Take(email+"\x00"+ip, t)
+	byAccountAddr, ok, wait := a.failByAccountAddr.Take(lctx, email+"\x00"+ip, t)
 	if !ok {
-		byIP.Refund()
+		byIP.Refund(lctx)
 		a.throttled(w, r, "login", form, wait)
 		return
 	}
-	byAccount, ok, _ := a.failByAccount.Take(email, t)
+	byAccount, ok, _ := a.failByAccount.Take(lctx, email, t)
 	refund := func() {
-		byIP.Refund()
-		byAccountAddr.Refund()
-		byAccount.Refund()
+		byIP.Refund(lctx)
+		byAccountAddr.Refund(lctx)
+		byAccount.Refund(lctx)
 	}
 	if !ok {
 		// Many failures from anywhere: slow the account's log-ins down, one at a time, rather
@@ -179,9 +184,9 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, nil, "log-in", err)
 		return
 	}
-	byIP.Refund()
-	byAccount.Refund()
-	a.failByAccountAddr.Reset(email + "\x00" + ip)
+	byIP.Refund(lctx)
+	byAccount.Refund(lctx)
+	a.failByAccountAddr.Reset(lctx, email+"\x00"+ip)
 	a.startSession(w, r, acct)
 }
 

@@ -1,0 +1,201 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// The buckets in Redis. A bucket is one key holding its "theoretical arrival time" (GCRA), the
+// token bucket's state in one number, with Redis's own clock (TIME) so that the instances' clocks
+// never matter. One identity's requests go through github.com/go-redis/redis_rate (Take, Charge,
+// Blocked, Reset). What it does not have is below, in the same key format and arithmetic: all or
+// none over several buckets in one round trip (TakeAll: a request counts against its key's, its
+// account's and its tool's limits together, or against none), and a refund.
+
+// rrLimit is l as redis_rate takes it.
+func rrLimit(l Limit) redis_rate.Limit {
+	return redis_rate.Limit{Rate: l.Requests, Burst: l.Burst, Period: l.Window}
+}
+
+// redisRatePrefix is the prefix redis_rate puts before every key; the scripts below use it too.
+const redisRatePrefix = "rate:"
+
+func (s *Shared) take(ctx context.Context, key string, l Limit) (ok bool, wait time.Duration, err error) {
+	err = s.call(ctx, func(ctx context.Context) error {
+		res, err := s.rl.Allow(ctx, key, rrLimit(l))
+		if err != nil {
+			return err
+		}
+		ok, wait = res.Allowed > 0, res.RetryAfter
+		return nil
+	})
+	return ok, wait, err
+}
+
+func (s *Shared) charge(ctx context.Context, key string, l Limit) error {
+	return s.call(ctx, func(ctx context.Context) error {
+		_, err := s.rl.Allow(ctx, key, rrLimit(l))
+		return err
+	})
+}
+
+// blocked asks for 0 requests: redis_rate then reports the bucket without counting. The bucket
+// is empty when fewer than 1 request is left; from ResetAfter (the time until it is full) the
+// wait for one request is ResetAfter less the time of the other Burst-1.
+func (s *Shared) blocked(ctx context.Context, key string, l Limit) (blocked bool, wait time.Duration, err error) {
+	err = s.call(ctx, func(ctx context.Context) error {
+		res, err := s.rl.AllowN(ctx, key, rrLimit(l), 0)
+		if err != nil {
+			return err
+		}
+		if res.Remaining >= 1 {
+			return nil
+		}
+		blocked = true
+		wait = max(res.ResetAfter-time.Duration(l.Burst-1)*l.Every(), time.Millisecond)
+		return nil
+	})
+	return blocked, wait, err
+}
+
+func (s *Shared) reset(ctx context.Context, key string) error {
+	return s.call(ctx, func(ctx context.Context) error { return s.rl.Reset(ctx, key) })
+}
+
+// gcraNow is Redis's clock in redis_rate's units: seconds since 2017-01-01 (a float that keeps
+// microseconds until 2048).
+const gcraNow = `
+local t = redis.call("TIME")
+local now = (t[1] - 1483228800) + (t[2] / 1000000)
+`
+
+// admitScript counts one request against each of the ARGV[1] buckets first in KEYS (ARGV:
+// burst, rate, period in seconds, for each) and, when KEYS has one more, takes one of its places
+// (then ARGV ends with the most places, their expiry in ms, the member), all or none. It answers
+// {-1, remaining...} (the requests left in each bucket afterwards, as strings), or {i, wait}: i is
+// the 0-based index of the bucket that refuses longest (ARGV[1]: the places are all taken), wait
+// in seconds.
+var admitScript = redis.NewScript(gcraNow + `
+local n = tonumber(ARGV[1])
+local tats, rems = {}, {}
+local denied, wait = -1, 0
+for i = 1, n do
+  local burst, rate, period = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  local ei = period / rate
+  local tat = tonumber(redis.call("GET", KEYS[i]) or now)
+  tat = math.max(tat, now)
+  local new_tat = tat + ei
+  local diff = now - (new_tat - ei * burst)
+  if diff < 0 and -diff > wait then
+    denied, wait = i - 1, -diff
+  end
+  tats[i], rems[i] = new_tat, diff / ei
+end
+if denied >= 0 then
+  return {denied, tostring(wait)}
+end
+local place = KEYS[n + 1]
+if place then
+  local most, expiry, member = tonumber(ARGV[3*n+2]), tonumber(ARGV[3*n+3]), ARGV[3*n+4]
+  local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  redis.call("ZREMRANGEBYSCORE", place, "-inf", ms)
+  if redis.call("ZCARD", place) >= most then
+    return {n, "1"}
+  end
+  redis.call("ZADD", place, ms + expiry, member)
+  redis.call("PEXPIRE", place, expiry)
+end
+local out = {-1}
+for i = 1, n do
+  redis.call("SET", KEYS[i], tats[i], "EX", math.ceil(tats[i] - now))
+  out[i + 1] = tostring(rems[i])
+end
+return out
+`)
+
+// admit is Admit in Redis; sl is the place's Slots (nil: none), with its key and member.
+func (s *Shared) admit(ctx context.Context, reqs []Request, place *Place, placeKey, member string, states []State) (denied int, wait time.Duration, err error) {
+	var keys [MaxTakeAll + 1]string
+	var args [3*MaxTakeAll + 4]any
+	args[0] = len(reqs)
+	for i, rq := range reqs {
+		l := rq.Buckets.limit
+		keys[i] = redisRatePrefix + rq.Buckets.key(rq.ID)
+		args[3*i+1], args[3*i+2], args[3*i+3] = l.Burst, l.Requests, l.Window.Seconds()
+	}
+	nk, na := len(reqs), 3*len(reqs)+1
+	if place != nil {
+		keys[nk] = placeKey
+		args[na], args[na+1], args[na+2] = place.Max, place.Slots.expiry.Milliseconds(), member
+		nk, na = nk+1, na+3
+	}
+	err = s.call(ctx, func(ctx context.Context) error {
+		v, err := admitScript.Run(ctx, s.rdb, keys[:nk], args[:na]...).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) < 1 {
+			return fmt.Errorf("ratelimit: admit script answered %v", v)
+		}
+		d, _ := v[0].(int64)
+		if d >= 0 {
+			secs, err := floatOf(v, 1)
+			if err != nil {
+				return err
+			}
+			denied, wait = int(d), time.Duration(secs*float64(time.Second))
+			return nil
+		}
+		if len(v) != len(reqs)+1 {
+			return fmt.Errorf("ratelimit: admit script answered %d values for %d buckets", len(v), len(reqs))
+		}
+		for i, rq := range reqs {
+			rem, err := floatOf(v, i+1)
+			if err != nil {
+				return err
+			}
+			states[i] = stateOf(rq.Buckets.limit, max(rem, 0))
+		}
+		denied = -1
+		return nil
+	})
+	return denied, wait, err
+}
+
+// refundScript gives one request back to the bucket KEYS[1] (ARGV: burst, rate, period), never
+// beyond a full bucket.
+var refundScript = redis.NewScript(gcraNow + `
+local tat = tonumber(redis.call("GET", KEYS[1]))
+if not tat then return 0 end
+local ei = tonumber(ARGV[3]) / tonumber(ARGV[2])
+local new_tat = tat - ei
+if new_tat <= now then
+  redis.call("DEL", KEYS[1])
+else
+  redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
+end
+return 1
+`)
+
+func (s *Shared) refund(ctx context.Context, key string, l Limit) error {
+	return s.call(ctx, func(ctx context.Context) error {
+		return refundScript.Run(ctx, s.rdb, []string{redisRatePrefix + key}, l.Burst, l.Requests, l.Window.Seconds()).Err()
+	})
+}
+
+// floatOf reads v[i], a number the script sent as a string.
+func floatOf(v []any, i int) (float64, error) {
+	if i >= len(v) {
+		return 0, fmt.Errorf("ratelimit: script answered %d values, want more than %d", len(v), i)
+	}
+	str, ok := v[i].(string)
+	if !ok {
+		return 0, fmt.Errorf("ratelimit: script value %d is %T", i, v[i])
+	}
+	return strconv.ParseFloat(str, 64)
+}
