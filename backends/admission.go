@@ -40,6 +40,7 @@ type Slot struct {
 	h        *ollamaHost
 	released atomic.Bool
 	waited   time.Duration
+	shared   func() // gives back the place counted by the HostCounter; nil: none
 }
 
 // Waited is how long the request waited in the admission queue (0: it was not queued).
@@ -51,6 +52,9 @@ func (s *Slot) Release() {
 		return
 	}
 	s.o.release(s.h)
+	if s.shared != nil {
+		s.shared()
+	}
 }
 
 // waiter is one request in the admission queue. ch receives one value when a slot was freed for
@@ -74,8 +78,17 @@ type admission struct {
 // Admit waits for a free place on a host: at once when one is free; else, with QueueSize > 0,
 // in a first-come-first-served queue for at most QueueTimeout. It fails with an *Error of
 // KindOverloaded (ErrQueueFull, ErrQueueTimeout, or every host at MaxInFlight without a queue),
-// KindUnavailable (no healthy host) or KindCanceled (ctx ended while waiting).
+// KindUnavailable (no healthy host) or KindCanceled (ctx ended while waiting). With a
+// HostCounter the place must also be free across the instances that share it (sharedAdmit).
 func (o *Ollama) Admit(ctx context.Context) (Admission, error) {
+	if o.cfg.HostCounter != nil && o.cfg.MaxInFlight > 0 {
+		return o.sharedAdmit(ctx)
+	}
+	return o.admitLocal(ctx)
+}
+
+// admitLocal is Admit within this process.
+func (o *Ollama) admitLocal(ctx context.Context) (Admission, error) {
 	allowDown := !o.anyHealthy()
 	if o.cfg.MaxInFlight == 0 || o.cfg.QueueSize <= 0 {
 		h, full := o.pick(nil, allowDown)

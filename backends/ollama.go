@@ -67,6 +67,11 @@ type OllamaConfig struct {
 	// KindOverloaded (ErrQueueTimeout). Default 10s.
 	QueueTimeout time.Duration `json:"queue_timeout,omitempty"`
 
+	// HostCounter, when set, counts the requests of every instance that shares it on each host
+	// (by host URL), so that MaxInFlight holds for the host rather than for this process. Only
+	// with MaxInFlight > 0. Default nil: this process counts its own.
+	HostCounter HostCounter `json:"-"`
+
 	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
 	Logger *zap.Logger `json:"-"`
 }
@@ -82,6 +87,8 @@ type Ollama struct {
 	keepAlive *api.Duration
 	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
 	adm       admission
+	// sharedWaiting counts the requests waiting for a host that is full across the instances.
+	sharedWaiting atomic.Int64
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -259,12 +266,14 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		stats   Stats
 	)
 	h := slot.h
+	var releaseShared func() // the shared place of a failover host
 	for {
 		stats, err = o.generateOn(ctx, h, req, body, emit, start)
 		if h == slot.h {
 			slot.Release()
 		} else {
 			o.release(h)
+			releaseShared()
 		}
 		if err == nil {
 			h.up(o.log)
@@ -290,10 +299,11 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 				tried[i] = true
 			}
 		}
-		next, _ := o.pick(tried, allowDown)
+		next, rel := o.pickShared(ctx, tried, allowDown)
 		if next == nil {
 			return stats, lastErr
 		}
+		releaseShared = rel
 		o.log.Warn("ollama host failed before the first piece; trying another host",
 			zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
 		h = next

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
@@ -29,6 +30,8 @@ var metrics = struct {
 	ledgerOps     *prometheus.HistogramVec // op
 	queueWait     prometheus.Histogram     // seconds waited in the admission queue
 	ledgerDown    prometheus.GaugeFunc     // open ledgers that take no new work now
+	limitsDown    prometheus.GaugeFunc     // Redis limits stores that do not answer now
+	limitsLocal   prometheus.CounterFunc   // limit checks answered from memory instead
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -84,7 +87,26 @@ func initMetrics() {
 			Namespace: ns, Subsystem: sub, Name: "ledger_unavailable",
 			Help: "Open ledgers that take no new work now (disk nearly full, database unreachable); the log says why.",
 		}, ledgersUnavailable)
+		metrics.limitsDown = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "limits_store_unavailable",
+			Help: "Redis limits stores that do not answer now: this instance counts its limits in its own memory until they do (the log says why).",
+		}, limitStoresDown)
+		metrics.limitsLocal = prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "limits_fallback_total",
+			Help: "Limit checks answered from this instance's memory because the Redis limits store did not answer.",
+		}, func() float64 { return float64(ratelimit.TotalFallbacks()) })
 	})
+}
+
+// limitStoresDown counts the Redis limits stores of this process that do not answer now.
+func limitStoresDown() float64 {
+	n := 0
+	for _, s := range textgenapp.OpenLimitStores() {
+		if !s.Up() {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // ledgersUnavailable counts the ledgers of this process whose Health is not nil.
@@ -108,7 +130,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
-		metrics.ledgerDown,
+		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -349,8 +349,9 @@ func (h *Handler) Cleanup() error {
 
 // release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
-	h.lim.release()
-	return errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
+	err := errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
+	h.lim.release() // after the backend, whose host counter it holds
+	return err
 }
 
 // store is the ledger once the app has opened it, else nil.
@@ -398,6 +399,9 @@ func (h *Handler) ollamaConfig() backends.OllamaConfig {
 	if h.KeepAlive != 0 {
 		ka := time.Duration(h.KeepAlive)
 		cfg.KeepAlive = &ka
+	}
+	if h.lim != nil && h.lim.hosts != nil && cfg.MaxInFlight > 0 {
+		cfg.HostCounter = hostCounter{slots: h.lim.hosts, store: h.lim.shared.Name() + "|" + time.Duration(h.SlotExpiry).String()}
 	}
 	return cfg
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -175,6 +176,10 @@ type limits struct {
 	auth   *policy              // failed authentications per client address; nil: off
 	slots  *ratelimit.Slots     // nil: no cap
 	maxCon int
+	// hosts counts the generations on each Ollama host across the instances sharing the
+	// limits store (max_in_flight); nil without one.
+	hosts    *ratelimit.Slots
+	hostsKey string
 	// shared is the Redis limits store; nil: limits in this process's memory.
 	shared *ratelimit.Shared
 	// poolKeys are the limiterPool and slotPool keys this handler holds, storeKey its share of
@@ -250,14 +255,40 @@ func (h *Handler) setupLimits(ledgerKey string) error {
 	}
 	if h.MaxConcurrentPerAccount > 0 {
 		key := fmt.Sprintf("%s|%s", scope, time.Duration(h.SlotExpiry))
-		slots, err := joinSlots(key, lm.shared, ledgerKey, time.Duration(h.SlotExpiry))
+		slots, err := joinSlots(key, lm.shared, ledgerKey+"|accounts", time.Duration(h.SlotExpiry))
 		if err != nil {
 			return err
 		}
 		lm.slots, lm.slotKey, lm.maxCon = slots, key, h.MaxConcurrentPerAccount
 	}
+	if lm.shared != nil && h.MaxInFlight > 0 {
+		// Hosts are counted by URL whatever the ledger: the model server is the same machine.
+		key := fmt.Sprintf("%s|ollama-hosts|%s", lm.storeKey, time.Duration(h.SlotExpiry))
+		hosts, err := joinSlots(key, lm.shared, "ollama-hosts", time.Duration(h.SlotExpiry))
+		if err != nil {
+			return err
+		}
+		lm.hosts, lm.hostsKey = hosts, key
+	}
 	return nil
 }
+
+// hostCounter counts the generations on each Ollama host in the limits store, so that
+// max_in_flight holds for a host that several instances send to (backends.HostCounter).
+type hostCounter struct {
+	slots *ratelimit.Slots
+	store string
+}
+
+func (c hostCounter) Take(ctx context.Context, host string, max int) (func(), bool) {
+	slot, ok := c.slots.Acquire(ctx, host, max)
+	if !ok {
+		return nil, false
+	}
+	return slot.Release, true
+}
+
+func (c hostCounter) String() string { return c.store }
 
 // releaseLimits gives back the pooled limiter state.
 func (lm *limits) release() {
@@ -271,6 +302,10 @@ func (lm *limits) release() {
 	if lm.slotKey != "" {
 		leaveSlots(lm.slotKey)
 		lm.slotKey = ""
+	}
+	if lm.hostsKey != "" {
+		leaveSlots(lm.hostsKey)
+		lm.hostsKey = ""
 	}
 	if lm.storeKey != "" {
 		textgenapp.ReleaseLimitsStore(lm.storeKey)

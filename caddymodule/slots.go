@@ -24,10 +24,10 @@ func (p pooledSlots) Destruct() error {
 }
 
 // joinSlots joins (or creates) the places under key: in the Redis store s (nil: in memory),
-// named by the ledger; leaveSlots lets go.
-func joinSlots(key string, s *ratelimit.Shared, ledgerKey string, expiry time.Duration) (*ratelimit.Slots, error) {
+// under name; leaveSlots lets go.
+func joinSlots(key string, s *ratelimit.Shared, name string, expiry time.Duration) (*ratelimit.Slots, error) {
 	v, _, err := slotPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return pooledSlots{ratelimit.NewSlots(s, ledgerKey+"|accounts", expiry)}, nil
+		return pooledSlots{ratelimit.NewSlots(s, name, expiry)}, nil
 	})
 	if err != nil {
 		return nil, err

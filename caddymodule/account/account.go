@@ -35,6 +35,10 @@ type Handler struct {
 	// Ledger is the ledger the textgen handler names (a Badger directory or a postgres:// URL).
 	// Required. Both handlers share one open database.
 	Ledger string `json:"ledger,omitempty"`
+	// LimitsStore keeps the log-in and sign-up throttles in Redis, shared by every instance
+	// that names the same store and ledger (the textgen handler's limits_store). Default: each
+	// instance's memory (and a reload starts them afresh).
+	LimitsStore string `json:"limits_store,omitempty"`
 
 	// PathPrefix is where the account area lives. Default: /account.
 	PathPrefix string `json:"path_prefix,omitempty"`
@@ -86,6 +90,7 @@ type Handler struct {
 
 	logger    *zap.Logger
 	ledgerRef *textgenapp.LedgerRef
+	storeKey  string // the share of the limits store, if any
 	// app is built when the textgen app has opened the ledger (its Start); nil before.
 	app *atomic.Pointer[app]
 }
@@ -169,6 +174,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
 	cfg := appConfig{
+		limitsName:       h.ledgerRef.Key(),
 		logger:           h.logger,
 		prefix:           h.PathPrefix,
 		sessionLifetime:  time.Duration(h.SessionLifetime),
@@ -182,6 +188,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		testCredits:      h.TestCredits,
 		siteName:         h.SiteName,
 		maxKeys:          h.MaxKeys,
+	}
+	if h.LimitsStore != "" {
+		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {
+			return fmt.Errorf("textgen_account: %w", err)
+		}
 	}
 	tg.OnStart(func() error {
 		store, err := h.ledgerRef.Get()
@@ -259,7 +270,12 @@ func (h *Handler) Cleanup() error {
 }
 
 // release gives back the pooled ledger; the Guard calls it once.
-func (h *Handler) release() error { return h.ledgerRef.Release() }
+func (h *Handler) release() error {
+	if h.storeKey != "" {
+		textgenapp.ReleaseLimitsStore(h.storeKey)
+	}
+	return h.ledgerRef.Release()
+}
 
 // ServeHTTP serves the account area and passes other paths on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {

@@ -19,7 +19,10 @@ var now = time.Now
 
 // appConfig is the Handler's configuration with every default and secret resolved.
 type appConfig struct {
-	store            ledger.Store
+	store ledger.Store
+	// limits keeps the throttles in Redis (nil: in memory), named by limitsName (the ledger).
+	limits           *ratelimit.Shared
+	limitsName       string
 	logger           *zap.Logger
 	prefix           string
 	sessionLifetime  time.Duration
@@ -108,10 +111,10 @@ func newApp(c appConfig) (*app, error) {
 		appConfig:         c,
 		packageBy:         map[string]Package{},
 		origin:            http.NewCrossOriginProtection(),
-		failByAccountAddr: ratelimit.New(loginLimitPerAccountAddress, throttleEntries),
-		failByIP:          ratelimit.New(loginLimitPerAddress, throttleEntries),
-		failByAccount:     ratelimit.New(loginLimitPerAccount, throttleEntries),
-		signupByIP:        ratelimit.New(signupLimitPerAddress, throttleEntries),
+		failByAccountAddr: ratelimit.NewShared(c.limits, c.limitsName+"|login-account-address", loginLimitPerAccountAddress, throttleEntries),
+		failByIP:          ratelimit.NewShared(c.limits, c.limitsName+"|login-address", loginLimitPerAddress, throttleEntries),
+		failByAccount:     ratelimit.NewShared(c.limits, c.limitsName+"|login-account", loginLimitPerAccount, throttleEntries),
+		signupByIP:        ratelimit.NewShared(c.limits, c.limitsName+"|signup-address", signupLimitPerAddress, throttleEntries),
 		hashSlots:         make(chan struct{}, hashSlots),
 	}
 	for _, p := range c.packages {

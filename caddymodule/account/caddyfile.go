@@ -31,6 +31,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	textgen_account [<matcher>] {
 //		ledger                <dir>
+//		limits_store          <redis-url>
 //		path_prefix           <path>
 //		session_lifetime      <duration>
 //		cookie_name           <name>
@@ -62,6 +63,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "ledger":
 			err = cfarg.String(d, &h.Ledger)
+		case "limits_store":
+			err = cfarg.String(d, &h.LimitsStore)
 		case "path_prefix":
 			err = cfarg.String(d, &h.PathPrefix)
 		case "session_lifetime":

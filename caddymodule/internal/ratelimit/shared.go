@@ -29,6 +29,7 @@ type Shared struct {
 	log     *zap.Logger
 
 	down      atomic.Bool
+	fails     atomic.Int32  // calls failed in a row while up
 	fallbacks atomic.Uint64 // calls answered from memory because the store was down
 
 	mu      sync.Mutex
@@ -49,8 +50,13 @@ type SharedOptions struct {
 }
 
 // DefaultTimeout is the longest a request waits for Redis before its limits are checked in
-// memory instead. Redis on the same network answers in well under a millisecond.
-const DefaultTimeout = 100 * time.Millisecond
+// memory instead. Redis on the same network answers in well under a millisecond; the margin is
+// for a busy machine.
+const DefaultTimeout = 200 * time.Millisecond
+
+// downAfter is how many calls in a row must fail before the store counts as down. A single
+// slow call (a busy moment) falls back alone; a Redis that is gone fails every call at once.
+const downAfter = 3
 
 // OpenShared prepares the Redis store at rawURL (redis://[user:password@]host:port/db, rediss://
 // for TLS, or unix://; go-redis's URL options such as dial_timeout or pool_size are accepted). It
@@ -82,6 +88,11 @@ func OpenShared(rawURL string, opts SharedOptions) (*Shared, error) {
 	}
 	if !q.Has("pool_timeout") {
 		o.PoolTimeout = timeout
+	}
+	if !q.Has("pool_size") {
+		// Every request waits for a connection within the timeout: enough of them for a
+		// burst of requests, each holding one for one round trip.
+		o.PoolSize = max(o.PoolSize, 128)
 	}
 	if !q.Has("max_retries") {
 		o.MaxRetries = 1 // one retry for a pooled connection Redis closed; the context bounds both
@@ -149,7 +160,11 @@ func (s *Shared) Close() error {
 func (s *Shared) call(ctx context.Context, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return f(ctx)
+	err := f(ctx)
+	if err == nil && s.fails.Load() != 0 {
+		s.fails.Store(0)
+	}
+	return err
 }
 
 // fellBack counts a call answered from memory. Safe on a nil store (memory only: not a
@@ -157,8 +172,16 @@ func (s *Shared) call(ctx context.Context, f func(ctx context.Context) error) er
 func (s *Shared) fellBack() {
 	if s != nil {
 		s.fallbacks.Add(1)
+		totalFallbacks.Add(1)
 	}
 }
+
+// totalFallbacks counts the fallbacks of every store of the process, closed ones included.
+var totalFallbacks atomic.Uint64
+
+// TotalFallbacks counts the calls of every store of this process that were answered from
+// memory because Redis was down (a counter: it never goes down).
+func TotalFallbacks() uint64 { return totalFallbacks.Load() }
 
 // failed takes note of a call that failed. A caller whose own context ended (a client that went
 // away) says nothing about Redis; any other failure marks the store down and starts the probe.
@@ -166,7 +189,10 @@ func (s *Shared) failed(ctx context.Context, err error) {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 		return
 	}
-	if !s.down.CompareAndSwap(false, true) {
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return // this instance has more calls under way than connections: not Redis's fault
+	}
+	if s.fails.Add(1) < downAfter || !s.down.CompareAndSwap(false, true) {
 		return
 	}
 	s.log.Warn("limits store is unavailable: limits are counted in this instance's memory until it answers again",
@@ -196,6 +222,7 @@ func (s *Shared) probeUntilUp() {
 		s.mu.Lock()
 		s.probing = false
 		s.mu.Unlock()
+		s.fails.Store(0)
 		s.down.Store(false)
 		s.log.Info("limits store is back: limits are shared again", zap.String("store", s.name))
 		return

@@ -198,18 +198,23 @@ func TestSharedFrozenRedisTimesOut(t *testing.T) {
 	if err := srv.Freeze(); err != nil {
 		t.Fatal(err)
 	}
+	// One slow call falls back alone; downAfter in a row mark the store down.
 	done := make(chan bool)
 	go func() {
-		_, ok, _ := bk.Take(ctx, "id", t0)
-		done <- ok
-	}()
-	select {
-	case ok := <-done:
-		if !ok || s.Up() || s.Fallbacks() != 1 {
-			t.Fatalf("frozen Redis: ok %v, up %v, fallbacks %d", ok, s.Up(), s.Fallbacks())
+		for range downAfter {
+			_, ok, _ := bk.Take(ctx, "id", t0)
+			done <- ok
 		}
-	case <-time.After(time.Minute): // a hang, not a speed check
-		t.Fatal("a call to a frozen Redis never returned")
+	}()
+	for i := range downAfter {
+		select {
+		case ok := <-done:
+			if !ok || s.Fallbacks() != uint64(i+1) || s.Up() != (i+1 < downAfter) {
+				t.Fatalf("frozen Redis, call %d: ok %v, up %v, fallbacks %d", i+1, ok, s.Up(), s.Fallbacks())
+			}
+		case <-time.After(time.Minute): // a hang, not a speed check
+			t.Fatal("a call to a frozen Redis never returned")
+		}
 	}
 	if err := srv.Thaw(); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,11 @@ func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
 		return nil, err
 	}
 	cfg.Logger = logger
-	return acquire(ollamas, string(keyJSON),
+	key := string(keyJSON)
+	if cfg.HostCounter != nil { // a backend counting in a shared store is another backend
+		key += "|hosts counted in " + cfg.HostCounter.String()
+	}
+	return acquire(ollamas, key,
 		func() (*backends.Ollama, error) {
 			o, err := backends.NewOllama(cfg)
 			if err != nil {
