@@ -16,6 +16,17 @@ type HostCounter interface {
 	String() string
 }
 
+// HeldAdmitter is an Admitter whose hosts are counted in a HostCounter: a caller that counts
+// its own limits in the same store takes the place on PreferredHost with them (one round trip)
+// and hands it over with AdmitHeld.
+type HeldAdmitter interface {
+	Admitter
+	PreferredHost() string
+	AdmitHeld(ctx context.Context, host string, release func()) (Admission, error)
+}
+
+var _ HeldAdmitter = (*Ollama)(nil)
+
 // sharedPoll is how often a request waiting for a host that is full across the instances looks
 // again: a place freed by another instance wakes nobody here.
 var sharedPoll = 50 * time.Millisecond
@@ -25,6 +36,47 @@ var sharedPoll = 50 * time.Millisecond
 // use is full across the instances, the request waits, polling, within QueueTimeout, and at
 // most QueueSize requests wait so; without a queue it fails at once.
 func (o *Ollama) sharedAdmit(ctx context.Context) (Admission, error) {
+	return o.sharedAdmitHeld(ctx, "", nil)
+}
+
+// PreferredHost is the host a request admitted now would most likely go to (the least busy
+// healthy one here), so that a caller counting its own limits in the HostCounter's store can
+// take the host's shared place in the same round trip and hand it to AdmitHeld. "" when no host
+// is free here.
+func (o *Ollama) PreferredHost() string {
+	var best *ollamaHost
+	for _, h := range o.hosts {
+		if !h.healthy.Load() && o.anyHealthy() {
+			continue
+		}
+		if o.cfg.MaxInFlight > 0 && h.inFlight.Load() >= int64(o.cfg.MaxInFlight) {
+			continue
+		}
+		if best == nil || h.inFlight.Load() < best.inFlight.Load() {
+			best = h
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.name
+}
+
+// AdmitHeld is Admit for a caller that already took a shared place on host (PreferredHost) in
+// the HostCounter, with release to give it back: the place is used when the local admission
+// lands on that host, else given back (and the host's place taken as Admit would). The
+// Admission owns release from then on, whatever the outcome.
+func (o *Ollama) AdmitHeld(ctx context.Context, host string, release func()) (Admission, error) {
+	if o.cfg.HostCounter == nil || o.cfg.MaxInFlight <= 0 {
+		release()
+		return o.Admit(ctx)
+	}
+	return o.sharedAdmitHeld(ctx, host, release)
+}
+
+// sharedAdmitHeld is sharedAdmit with a shared place already held on host (release: nil when
+// none).
+func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) (Admission, error) {
 	start := time.Now()
 	var timer *time.Timer
 	waiting := false
@@ -35,6 +87,9 @@ func (o *Ollama) sharedAdmit(ctx context.Context) (Admission, error) {
 		if waiting {
 			o.sharedWaiting.Add(-1)
 		}
+		if held != nil {
+			held()
+		}
 	}()
 	for {
 		adm, err := o.admitLocal(ctx)
@@ -42,6 +97,15 @@ func (o *Ollama) sharedAdmit(ctx context.Context) (Admission, error) {
 			return nil, err
 		}
 		s := adm.(*Slot)
+		if held != nil && s.h.name == host {
+			s.shared, held = held, nil
+			s.waited = time.Since(start)
+			return s, nil
+		}
+		if held != nil {
+			held()
+			held = nil
+		}
 		if o.shareSlot(ctx, s) {
 			s.waited = time.Since(start)
 			return s, nil

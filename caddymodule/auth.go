@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -20,28 +21,40 @@ type keyCheck struct {
 	balance, available int64
 	// authLimited: refused by the limit on failed authentications of the client address.
 	authLimited bool
+	// addr is the client address the limit on failed authentications counts ("" when off).
+	addr string
 }
 
 // checkKey authenticates a request by its X-API-Key for generate and balance: the key's format
-// and checksum first (garbage never reaches the store), the client address's limit on failed
-// authentications, then the key with its account and credits (one ledger call). It returns the
-// error to answer with, if any: an unavailable ledger is 503 ledger_unavailable, any other
-// ledger failure is logged and answered as an internal error, never as a missing credit.
-func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string) (keyCheck, *apiError) {
+// and checksum first (garbage never reaches the store), then the key with its account and
+// credits (one ledger call). A failed authentication is charged to the client address; past its
+// limit the answer is 429, whatever the key. With gate, an address past that limit is refused
+// before its key is looked up; without (generate), the caller checks it with its other limits
+// (admit), in the same round trip. It returns the error to answer with, if any: an unavailable
+// ledger is 503 ledger_unavailable, any other ledger failure is logged and answered as an
+// internal error, never as a missing credit.
+func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented := r.Header.Get("X-API-Key")
 	if presented == "" {
 		return kc, errMissingKey
 	}
-	addr, refused := h.authGate(w, r)
-	if refused != nil {
-		kc.authLimited = true
-		return kc, refused
+	if h.lim != nil && h.lim.auth != nil {
+		kc.addr = clientip.Key(r)
+	}
+	if gate {
+		if refused := h.authGate(w, r, kc.addr); refused != nil {
+			kc.authLimited = true
+			return kc, refused
+		}
 	}
 	key, acct, b, err := store.LookupKeyBalance(r.Context(), presented)
 	switch {
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
-		h.authFailed(r.Context(), addr)
+		if refused := h.authFailed(r.Context(), w, kc.addr); refused != nil {
+			kc.authLimited = true
+			return kc, refused
+		}
 		return kc, errInvalidKey
 	case errors.Is(err, ledger.ErrUnavailable):
 		return kc, errLedgerUnavailable
@@ -62,8 +75,8 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 
 // authenticate checks the X-API-Key header and the account (see Handler.checkKey).
 func (g *generation) authenticate() bool {
-	kc, e := g.h.checkKey(g.store, g.w, g.r, g.id)
-	g.key, g.acct, g.remaining = kc.key, kc.acct, kc.available
+	kc, e := g.h.checkKey(g.store, g.w, g.r, g.id, false)
+	g.key, g.acct, g.remaining, g.addr = kc.key, kc.acct, kc.available, kc.addr
 	if e != nil {
 		if kc.authLimited {
 			g.errKind = "auth_failures"
@@ -75,24 +88,31 @@ func (g *generation) authenticate() bool {
 }
 
 // authGate refuses a client address that has used up its failed authentications (429
-// rate_limited), before its key is looked up. addr is the address to charge a failure to.
-func (h *Handler) authGate(w http.ResponseWriter, r *http.Request) (addr string, refused *apiError) {
-	if h.lim == nil || h.lim.auth == nil {
-		return "", nil
+// rate_limited) before its key is looked up ("" addr: the limit is off). It charges nothing.
+func (h *Handler) authGate(w http.ResponseWriter, r *http.Request, addr string) (refused *apiError) {
+	if addr == "" {
+		return nil
 	}
-	addr = clientip.Key(r)
-	// Blocked charges nothing: only failures are charged (authFailed).
 	blocked, wait := h.lim.auth.buckets.Blocked(r.Context(), addr, limitNow())
 	if !blocked {
-		return addr, nil
+		return nil
 	}
-	return addr, rateLimited(w, h.lim.auth, wait,
-		"too many requests with an invalid API key from your address (the limit is %s); retry in %d s")
+	return authLimited(w, h.lim.auth, wait)
 }
 
-// authFailed charges a failed authentication to addr (from authGate; "" when the limit is off).
-func (h *Handler) authFailed(ctx context.Context, addr string) {
-	if addr != "" {
-		h.lim.auth.buckets.Charge(ctx, addr, limitNow())
+// authFailed charges a failed authentication to addr ("" when the limit is off). An address
+// that had none left is answered 429 rate_limited instead of 401 (and charged nothing more).
+func (h *Handler) authFailed(ctx context.Context, w http.ResponseWriter, addr string) (refused *apiError) {
+	if addr == "" {
+		return nil
 	}
+	if _, ok, wait := h.lim.auth.buckets.Take(ctx, addr, limitNow()); !ok {
+		return authLimited(w, h.lim.auth, wait)
+	}
+	return nil
+}
+
+// authLimited is the 429 of the limit on failed authentications p, with wait until the next.
+func authLimited(w http.ResponseWriter, p *policy, wait time.Duration) *apiError {
+	return rateLimited(w, p, wait, "too many requests with an invalid API key from your address (the limit is %s); retry in %d s")
 }

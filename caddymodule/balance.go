@@ -22,7 +22,7 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
 	}
-	kc, e := h.checkKey(store, w, r, reqID)
+	kc, e := h.checkKey(store, w, r, reqID, true)
 	if e != nil {
 		writeError(w, reqID, e, kc.available)
 		return

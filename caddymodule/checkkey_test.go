@@ -53,13 +53,13 @@ func TestCheckKeyLedgerFailure(t *testing.T) {
 	req.Header.Set("X-API-Key", full)
 
 	h := &Handler{logger: zap.NewNop()}
-	if kc, e := h.checkKey(store, httptest.NewRecorder(), req, "req_ok"); e != nil || kc.available != 3 || kc.acct.ID != acct.ID {
+	if kc, e := h.checkKey(store, httptest.NewRecorder(), req, "req_ok", true); e != nil || kc.available != 3 || kc.acct.ID != acct.ID {
 		t.Fatalf("healthy ledger: %+v %v, want 3 available", kc, e)
 	}
-	if _, e := h.checkKey(balanceFails{store}, httptest.NewRecorder(), req, "req_fail"); e != errInternal {
+	if _, e := h.checkKey(balanceFails{store}, httptest.NewRecorder(), req, "req_fail", true); e != errInternal {
 		t.Fatalf("failing ledger: %v, want %v", e, errInternal)
 	}
-	if _, e := h.checkKey(balanceUnavailable{store}, httptest.NewRecorder(), req, "req_down"); e != errLedgerUnavailable {
+	if _, e := h.checkKey(balanceUnavailable{store}, httptest.NewRecorder(), req, "req_down", true); e != errLedgerUnavailable {
 		t.Fatalf("unavailable ledger: %v, want %v", e, errLedgerUnavailable)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -46,7 +47,14 @@ func (g *generation) run() {
 		// (or waits) without holding a credit.
 		if admitter, ok := backend.(backends.Admitter); ok {
 			var err error
-			if adm, err = admitter.Admit(g.r.Context()); err != nil {
+			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
+				held := g.hostPlace
+				g.hostPlace = ratelimit.Slot{} // the backend owns it now
+				adm, err = ha.AdmitHeld(g.r.Context(), g.host, held.Release)
+			} else {
+				adm, err = admitter.Admit(g.r.Context())
+			}
+			if err != nil {
 				g.refuseAdmission(err)
 				return
 			}

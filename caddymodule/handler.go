@@ -100,6 +100,12 @@ type generation struct {
 	nstates int
 	// slot is the account's concurrent place the request holds (released at the end).
 	slot ratelimit.Slot
+	// hostPlace is the place on the model host g.host, taken across the instances with the
+	// limits (the zero Slot: none) until run hands it to the backend.
+	hostPlace ratelimit.Slot
+	host      string
+	// addr is the client address its failed authentications count against ("" when off).
+	addr string
 	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
 	holding bool
 	queued  time.Duration // time waited in the admission queue
@@ -139,7 +145,8 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 // end gives back the request's place among its account's generations, writes its log line and
 // metrics, and aborts the response if the generation broke after text went out.
 func (g *generation) end() {
-	g.slot.Release() // safe when none is held
+	g.slot.Release()      // safe when none is held
+	g.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
 	g.log()
 	g.observe()
 	if g.abort {

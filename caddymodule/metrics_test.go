@@ -23,7 +23,7 @@ func scrape(t *testing.T, e *env) map[string]float64 {
 }
 
 // parseMetrics reads the caddy_textgen_ series of a metrics answer.
-func parseMetrics(t *testing.T, resp *http.Response) map[string]float64 {
+func parseMetrics(t testing.TB, resp *http.Response) map[string]float64 {
 	t.Helper()
 	if resp.StatusCode != 200 {
 		t.Fatalf("metrics endpoint: %d", resp.StatusCode)

@@ -11,8 +11,10 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // RateLimit is a token bucket: Requests per Window on average, at most Burst at once. A request
@@ -370,30 +372,57 @@ func (h *Handler) validateRateLimits() error {
 func (g *generation) admit(valid bool) bool {
 	lm := g.h.lim
 	ps := lm.global
-	var place *ratelimit.Place
+	var places [ratelimit.MaxPlaces]ratelimit.Place
+	np := 0
 	if valid {
 		if tps := lm.tools[g.tool.Slug]; len(tps) > 0 {
 			ps = append(ps[:len(ps):len(ps)], tps...)
 		}
 		if lm.slots != nil {
-			place = &ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
+			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
+			np++
 		}
-	}
-	if len(ps) == 0 && place == nil {
-		return true
+		// The model host's place across the instances, in the same round trip: taken if free
+		// (else the backend's admission waits for one), handed to the backend in run.
+		if lm.hosts != nil && g.key.Mode == ledger.Live && g.remaining != 0 {
+			if ha, ok := g.backend.(backends.HeldAdmitter); ok {
+				if host := ha.PreferredHost(); host != "" {
+					places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: g.h.MaxInFlight, Optional: true}
+					np++
+					g.host = host
+				}
+			}
+		}
 	}
 	var reqs [ratelimit.MaxTakeAll]ratelimit.Request
 	var got [ratelimit.MaxTakeAll]ratelimit.State
+	var slots [ratelimit.MaxPlaces]ratelimit.Slot
 	for i, p := range ps {
 		reqs[i] = ratelimit.Request{Buckets: p.buckets, ID: g.key.ID}
 		if p.byAccount {
 			reqs[i].ID = g.acct.ID
 		}
 	}
-	denied, wait, slot := ratelimit.Admit(g.r.Context(), limitNow(), reqs[:len(ps)], place, got[:len(ps)])
+	nr := len(ps)
+	// The client address's failed authentications: a gate (charged nothing here, see
+	// Handler.authFailed), so an address that guessed too often is refused even a valid key.
+	if g.addr != "" {
+		reqs[nr] = ratelimit.Request{Buckets: lm.auth.buckets, ID: g.addr, Peek: true}
+		nr++
+	}
+	if nr == 0 && np == 0 {
+		return true
+	}
+	denied, wait := ratelimit.Admit(g.r.Context(), limitNow(), reqs[:nr], places[:np], got[:nr], slots[:np])
 	switch {
-	case denied == len(ps):
+	case denied >= nr: // the account's place (the host's is optional)
 		g.fail(g.tooManyConcurrent())
+		return false
+	case denied == len(ps):
+		// Answered as if the key had not been looked up: nothing tells a guesser whether it
+		// was valid.
+		g.errKind, g.remaining = lm.auth.reason, -1
+		g.fail(authLimited(g.w, lm.auth, wait))
 		return false
 	case denied >= 0:
 		p := ps[denied]
@@ -401,7 +430,13 @@ func (g *generation) admit(valid bool) bool {
 		g.fail(rateLimited(g.w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s"))
 		return false
 	}
-	g.slot = slot
+	for j := range np {
+		if places[j].Slots == lm.hosts {
+			g.hostPlace = slots[j]
+		} else {
+			g.slot = slots[j]
+		}
+	}
 	for i, p := range ps {
 		g.states[i] = limitState{p: p, State: got[i]}
 	}

@@ -213,7 +213,7 @@ func TestSharedConcurrencyCap(t *testing.T) {
 }
 
 // metric reads one caddy_textgen_ series from a server's metrics (its admin endpoint).
-func metric(t *testing.T, s *caddyproc.Server, series string) float64 {
+func metric(t testing.TB, s *caddyproc.Server, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + s.Admin + "/metrics")
 	if err != nil {

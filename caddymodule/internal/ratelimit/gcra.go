@@ -74,72 +74,104 @@ local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
 `
 
-// admitScript counts one request against each of the ARGV[1] buckets first in KEYS (ARGV:
-// burst, rate, period in seconds, for each) and, when KEYS has one more, takes one of its places
-// (then ARGV ends with the most places, their expiry in ms, the member), all or none. It answers
-// {-1, remaining...} (the requests left in each bucket afterwards, as strings), or {i, wait}: i is
-// the 0-based index of the bucket that refuses longest (ARGV[1]: the places are all taken), wait
-// in seconds.
+// admitScript counts one request against each of the ARGV[1] buckets first in KEYS (ARGV from
+// 3: burst, rate, period in seconds, and 1 for a gate (Request.Peek), for each) and takes a place in each of the ARGV[2] sorted
+// sets after them (ARGV then: the most places, their expiry in ms, the member, 1 if optional,
+// for each), all or none; an optional place that is full is left out. It answers
+// {-1, taken, remaining...} (taken: a bit per place taken; remaining: the requests left in each
+// bucket afterwards, as strings), or {i, wait}: i is the 0-based index of the bucket that refuses
+// longest, or the number of buckets plus the index of a required place that is full; wait in
+// seconds.
 var admitScript = redis.NewScript(gcraNow + `
-local n = tonumber(ARGV[1])
+local n, np = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tats, rems = {}, {}
 local denied, wait = -1, 0
 for i = 1, n do
-  local burst, rate, period = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  local a = 4 * i - 1
+  local burst, rate, period = tonumber(ARGV[a]), tonumber(ARGV[a+1]), tonumber(ARGV[a+2])
   local ei = period / rate
   local tat = tonumber(redis.call("GET", KEYS[i]) or now)
   tat = math.max(tat, now)
-  local new_tat = tat + ei
-  local diff = now - (new_tat - ei * burst)
-  if diff < 0 and -diff > wait then
-    denied, wait = i - 1, -diff
+  if ARGV[a+3] == "1" then
+    -- a gate: refuses when less than one request is left, charges nothing
+    local diff = now - (tat - ei * burst)
+    if diff < ei and ei - diff > wait then
+      denied, wait = i - 1, ei - diff
+    end
+    tats[i], rems[i] = false, 0
+  else
+    local new_tat = tat + ei
+    local diff = now - (new_tat - ei * burst)
+    if diff < 0 and -diff > wait then
+      denied, wait = i - 1, -diff
+    end
+    tats[i], rems[i] = new_tat, diff / ei
   end
-  tats[i], rems[i] = new_tat, diff / ei
 end
 if denied >= 0 then
   return {denied, tostring(wait)}
 end
-local place = KEYS[n + 1]
-if place then
-  local most, expiry, member = tonumber(ARGV[3*n+2]), tonumber(ARGV[3*n+3]), ARGV[3*n+4]
-  local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  redis.call("ZREMRANGEBYSCORE", place, "-inf", ms)
-  if redis.call("ZCARD", place) >= most then
-    return {n, "1"}
+local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local free = {}
+for j = 1, np do
+  local a = 4 * n + 4 * j - 1
+  local key, most = KEYS[n + j], tonumber(ARGV[a])
+  redis.call("ZREMRANGEBYSCORE", key, "-inf", ms)
+  free[j] = redis.call("ZCARD", key) < most
+  if not free[j] and ARGV[a + 3] ~= "1" then
+    return {n + j - 1, "1"}
   end
-  redis.call("ZADD", place, ms + expiry, member)
-  redis.call("PEXPIRE", place, expiry)
 end
-local out = {-1}
+local taken = 0
+for j = 1, np do
+  if free[j] then
+    local a = 4 * n + 4 * j - 1
+    local key, expiry = KEYS[n + j], tonumber(ARGV[a + 1])
+    redis.call("ZADD", key, ms + expiry, ARGV[a + 2])
+    redis.call("PEXPIRE", key, expiry)
+    taken = taken + 2 ^ (j - 1)
+  end
+end
+local out = {-1, taken}
 for i = 1, n do
-  redis.call("SET", KEYS[i], tats[i], "EX", math.ceil(tats[i] - now))
-  out[i + 1] = tostring(rems[i])
+  if tats[i] then
+    redis.call("SET", KEYS[i], tats[i], "EX", math.ceil(tats[i] - now))
+  end
+  out[i + 2] = tostring(rems[i])
 end
 return out
 `)
 
-// admit is Admit in Redis; sl is the place's Slots (nil: none), with its key and member.
-func (s *Shared) admit(ctx context.Context, reqs []Request, place *Place, placeKey, member string, states []State) (denied int, wait time.Duration, err error) {
-	var keys [MaxTakeAll + 1]string
-	var args [3*MaxTakeAll + 4]any
-	args[0] = len(reqs)
+// admit is Admit in Redis: placeKeys and members are the sorted set and new member of each place.
+func (s *Shared) admit(ctx context.Context, reqs []Request, places []Place, placeKeys, members []string, states []State, taken []bool) (denied int, wait time.Duration, err error) {
+	var keys [MaxTakeAll + MaxPlaces]string
+	var args [2 + 4*MaxTakeAll + 4*MaxPlaces]any
+	args[0], args[1] = len(reqs), len(places)
 	for i, rq := range reqs {
 		l := rq.Buckets.limit
 		keys[i] = redisRatePrefix + rq.Buckets.key(rq.ID)
-		args[3*i+1], args[3*i+2], args[3*i+3] = l.Burst, l.Requests, l.Window.Seconds()
+		peek := 0
+		if rq.Peek {
+			peek = 1
+		}
+		args[4*i+2], args[4*i+3], args[4*i+4], args[4*i+5] = l.Burst, l.Requests, l.Window.Seconds(), peek
 	}
-	nk, na := len(reqs), 3*len(reqs)+1
-	if place != nil {
-		keys[nk] = placeKey
-		args[na], args[na+1], args[na+2] = place.Max, place.Slots.expiry.Milliseconds(), member
-		nk, na = nk+1, na+3
+	nk, na := len(reqs), 4*len(reqs)+2
+	for j, p := range places {
+		opt := 0
+		if p.Optional {
+			opt = 1
+		}
+		keys[nk] = placeKeys[j]
+		args[na], args[na+1], args[na+2], args[na+3] = p.Max, p.Slots.expiry.Milliseconds(), members[j], opt
+		nk, na = nk+1, na+4
 	}
 	err = s.call(ctx, func(ctx context.Context) error {
 		v, err := admitScript.Run(ctx, s.rdb, keys[:nk], args[:na]...).Slice()
 		if err != nil {
 			return err
 		}
-		if len(v) < 1 {
+		if len(v) < 2 {
 			return fmt.Errorf("ratelimit: admit script answered %v", v)
 		}
 		d, _ := v[0].(int64)
@@ -151,11 +183,18 @@ func (s *Shared) admit(ctx context.Context, reqs []Request, place *Place, placeK
 			denied, wait = int(d), time.Duration(secs*float64(time.Second))
 			return nil
 		}
-		if len(v) != len(reqs)+1 {
+		if len(v) != len(reqs)+2 {
 			return fmt.Errorf("ratelimit: admit script answered %d values for %d buckets", len(v), len(reqs))
 		}
+		bits, _ := v[1].(int64)
+		for j := range places {
+			taken[j] = bits&(1<<j) != 0
+		}
 		for i, rq := range reqs {
-			rem, err := floatOf(v, i+1)
+			if rq.Peek {
+				continue
+			}
+			rem, err := floatOf(v, i+2)
 			if err != nil {
 				return err
 			}

@@ -136,9 +136,10 @@ func (b *memory) take(id string, t time.Time) (res *rate.Reservation, ok bool, w
 	return res, true, 0
 }
 
-// takeAllMemory is Admit's buckets in memory. place, when not nil, runs once every bucket has
-// allowed the request: if it fails, nothing is counted and denied is len(reqs).
-func takeAllMemory(t time.Time, reqs []Request, states []State, place func() bool) (denied int, wait time.Duration) {
+// takeAllMemory is Admit in memory. places, when not nil, runs once every bucket has allowed the
+// request and returns -1, or the index of a required place that is full: then nothing is
+// counted and denied is len(reqs) plus that index.
+func takeAllMemory(t time.Time, reqs []Request, states []State, places func() int) (denied int, wait time.Duration) {
 	var (
 		lims [MaxTakeAll]*rate.Limiter
 		resv [MaxTakeAll]*rate.Reservation
@@ -146,6 +147,12 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, place func() boo
 	denied = -1
 	for i, rq := range reqs {
 		m := rq.Buckets.mem
+		if rq.Peek {
+			if blocked, d := m.blocked(rq.ID, t); blocked && d > wait {
+				denied, wait = i, d
+			}
+			continue
+		}
 		sh := m.shard(rq.ID)
 		sh.mu.Lock()
 		lims[i] = m.get(sh, rq.ID, t)
@@ -155,11 +162,16 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, place func() boo
 			denied, wait = i, d
 		}
 	}
-	if denied < 0 && place != nil && !place() {
-		denied, wait = len(reqs), time.Second
+	if denied < 0 && places != nil {
+		if j := places(); j >= 0 {
+			denied, wait = len(reqs)+j, time.Second
+		}
 	}
 	if denied >= 0 {
 		for i, rq := range reqs {
+			if rq.Peek {
+				continue
+			}
 			sh := rq.Buckets.mem.shard(rq.ID)
 			sh.mu.Lock()
 			resv[i].CancelAt(t)
@@ -168,7 +180,9 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, place func() boo
 		return denied, wait
 	}
 	for i, rq := range reqs {
-		states[i] = stateOf(rq.Buckets.limit, math.Max(0, lims[i].TokensAt(t)))
+		if !rq.Peek {
+			states[i] = stateOf(rq.Buckets.limit, math.Max(0, lims[i].TokensAt(t)))
+		}
 	}
 	return -1, 0
 }

@@ -171,10 +171,13 @@ func (b *Buckets) Take(ctx context.Context, id string, t time.Time) (tk Taken, o
 	return Taken{b: b, id: id, res: res, t: t}, true, 0
 }
 
-// Request is one charge of TakeAll: one request of ID against Buckets.
+// Request is one charge of Admit: one request of ID against Buckets. A Peek request charges
+// nothing: it only refuses when ID has no request left (a gate, such as the limit on failed
+// authentications of a client address).
 type Request struct {
 	Buckets *Buckets
 	ID      string
+	Peek    bool
 }
 
 // State is a bucket's state after a request, for the RateLimit response headers.
@@ -195,66 +198,83 @@ func stateOf(l Limit, tokens float64) State {
 }
 
 // MaxTakeAll is the most buckets Admit counts a request against at once.
-const MaxTakeAll = 4
+const MaxTakeAll = 5
 
-// Place asks Admit for one of Max places of ID in Slots as well (a concurrent generation).
+// Place asks Admit for one of Max places of ID in Slots as well (a concurrent generation of an
+// account, a request on a model host). An Optional place is taken if free and otherwise left
+// out, without refusing the request.
 type Place struct {
-	Slots *Slots
-	ID    string
-	Max   int
+	Slots    *Slots
+	ID       string
+	Max      int
+	Optional bool
 }
 
-// Admit counts one request against each of reqs (at most MaxTakeAll) and, with place, takes one
-// of its places: all or none. If a bucket is empty, nothing is counted and denied is the index
-// of the one that refuses longest, with the wait; if the buckets allow but the places are all
-// taken, denied is len(reqs). Else denied is -1, states[i] is filled in for each bucket, and slot
-// is the place taken (release it when the request ends). With Redis it is one round trip (one
-// script), so instances sharing the limits never let more through together than the limits.
-// The buckets and the place must use the same store (one Shared or none).
-func Admit(ctx context.Context, t time.Time, reqs []Request, place *Place, states []State) (denied int, wait time.Duration, slot Slot) {
-	if len(reqs) > MaxTakeAll {
-		panic("ratelimit: Admit of more than MaxTakeAll requests")
+// MaxPlaces is the most places Admit takes at once.
+const MaxPlaces = 2
+
+// Admit counts one request against each of reqs (at most MaxTakeAll) and takes one of each of
+// places (at most MaxPlaces): all or none. If a bucket is empty, nothing is counted and denied
+// is the index of the one that refuses longest, with the wait; if the buckets allow but a
+// required place is full, denied is len(reqs) plus the place's index. Else denied is -1,
+// states[i] is filled in for each bucket, and slots[j] is the place taken for places[j] (the zero
+// Slot for an optional place that was full): release them when the request ends. With Redis it
+// is one round trip (one script), so instances sharing the limits never let more through
+// together than the limits. The buckets and places must use the same store (one Shared or none).
+func Admit(ctx context.Context, t time.Time, reqs []Request, places []Place, states []State, slots []Slot) (denied int, wait time.Duration) {
+	if len(reqs) > MaxTakeAll || len(places) > MaxPlaces {
+		panic("ratelimit: Admit of more than MaxTakeAll requests or MaxPlaces places")
 	}
 	var s *Shared
 	switch {
 	case len(reqs) > 0:
 		s = reqs[0].Buckets.shared
-	case place != nil:
-		s = place.Slots.shared
+	case len(places) > 0:
+		s = places[0].Slots.shared
 	default:
-		return -1, 0, Slot{}
+		return -1, 0
 	}
 	if s != nil && s.Up() {
-		var key, member string
-		if place != nil {
-			key, member = place.Slots.redisPlace(place.ID)
+		var keys, members [MaxPlaces]string
+		for j, p := range places {
+			keys[j], members[j] = p.Slots.redisPlace(p.ID)
 		}
-		denied, wait, err := s.admit(ctx, reqs, place, key, member, states)
+		var taken [MaxPlaces]bool
+		denied, wait, err := s.admit(ctx, reqs, places, keys[:len(places)], members[:len(places)], states, taken[:len(places)])
 		if err == nil {
-			if denied == -1 && place != nil {
-				slot = place.Slots.held(place.ID, key, member)
+			if denied == -1 {
+				for j, p := range places {
+					slots[j] = Slot{}
+					if taken[j] {
+						slots[j] = p.Slots.held(p.ID, keys[j], members[j])
+					}
+				}
 			}
-			return denied, wait, slot
+			return denied, wait
 		}
 		s.failed(ctx, err)
 	}
 	s.fellBack()
-	var takePlace func() bool
-	if place != nil {
-		takePlace = func() bool {
-			var ok bool
-			slot, ok = place.Slots.acquireMemory(place.ID, place.Max)
-			return ok
+	var takePlaces func() int
+	if len(places) > 0 {
+		takePlaces = func() int {
+			for j, p := range places {
+				sl, ok := p.Slots.acquireMemory(p.ID, p.Max)
+				if !ok && !p.Optional {
+					for _, got := range slots[:j] {
+						got.Release()
+					}
+					return j
+				}
+				slots[j] = sl
+			}
+			return -1
 		}
 	}
-	if denied, wait = takeAllMemory(t, reqs, states, takePlace); denied >= 0 {
-		return denied, wait, Slot{}
-	}
-	return -1, 0, slot
+	return takeAllMemory(t, reqs, states, takePlaces)
 }
 
-// TakeAll is Admit without a place.
+// TakeAll is Admit without places.
 func TakeAll(ctx context.Context, t time.Time, reqs []Request, states []State) (denied int, wait time.Duration) {
-	denied, wait, _ = Admit(ctx, t, reqs, nil, states)
-	return denied, wait
+	return Admit(ctx, t, reqs, nil, states, nil)
 }

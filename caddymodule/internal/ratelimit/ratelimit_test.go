@@ -114,7 +114,7 @@ func TestTakeConcurrent(t *testing.T) {
 func TestTakeAllIsAllOrNothing(t *testing.T) {
 	key := New(Limit{Requests: 60, Window: time.Minute, Burst: 20}, 0)
 	acct := New(Limit{Requests: 2, Window: time.Minute, Burst: 2}, 0)
-	reqs := []Request{{key, "k"}, {acct, "a"}}
+	reqs := []Request{{Buckets: key, ID: "k"}, {Buckets: acct, ID: "a"}}
 	states := make([]State, 2)
 	for i := range 2 {
 		if d, _ := TakeAll(ctx, t0, reqs, states); d != -1 {

@@ -47,7 +47,7 @@ func TestSharedTakeAllAcrossInstances(t *testing.T) {
 			defer wg.Done()
 			bk := inst[i%2]
 			states := make([]State, 2)
-			d, wait := TakeAll(ctx, t0, []Request{{bk[0], "k1"}, {bk[1], "acct1"}}, states)
+			d, wait := TakeAll(ctx, t0, []Request{{Buckets: bk[0], ID: "k1"}, {Buckets: bk[1], ID: "acct1"}}, states)
 			switch {
 			case d == -1:
 				allowed.Add(1)
@@ -67,7 +67,7 @@ func TestSharedTakeAllAcrossInstances(t *testing.T) {
 	}
 	// The account was charged only for the 20 that passed: 10 left, through either instance.
 	states := make([]State, 1)
-	if d, _ := TakeAll(ctx, t0, []Request{{inst[1][1], "acct1"}}, states); d != -1 || states[0].Remaining != 9 {
+	if d, _ := TakeAll(ctx, t0, []Request{{Buckets: inst[1][1], ID: "acct1"}}, states); d != -1 || states[0].Remaining != 9 {
 		t.Fatalf("account after the burst: denied %d, %+v; want 9 left after this one", d, states[0])
 	}
 	if states[0].Reset <= 0 || states[0].Reset > 2*time.Second {
@@ -240,7 +240,8 @@ func TestSlotsAcrossInstances(t *testing.T) {
 	if len(got) != 4 || sb.Running(ctx, "acct1") != 4 {
 		t.Fatalf("%d places taken (running %d), want 4 across both", len(got), sb.Running(ctx, "acct1"))
 	}
-	got[1].Release() // one of b's
+	got[1].Release() // one of b's: given back in the background, soon
+	waitFor(t, "the released place", func() bool { return sb.Running(ctx, "acct1") == 3 })
 	if _, ok := sb.Acquire(ctx, "acct1", 4); !ok {
 		t.Fatal("a released place is not free")
 	}

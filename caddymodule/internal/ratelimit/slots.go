@@ -29,7 +29,14 @@ type Slots struct {
 	hold map[string]map[string]struct{} // Redis key -> members this process holds
 	stop chan struct{}
 	done chan struct{}
+	// released carries the places given back in Redis to releaseLoop, which sends them in
+	// batches (one pipeline): a response never waits for its places to be given back.
+	released    chan place
+	releaseDone chan struct{}
 }
+
+// place is a member of a sorted set in Redis.
+type place struct{ key, member string }
 
 // DefaultSlotExpiry is how long a place in Redis outlives an instance that died holding it.
 const DefaultSlotExpiry = 30 * time.Second
@@ -47,7 +54,9 @@ func NewSlots(s *Shared, name string, expiry time.Duration) *Slots {
 	if s != nil {
 		sl.prefix = s.keyPrefix("slots", name)
 		sl.stop, sl.done = make(chan struct{}), make(chan struct{})
+		sl.released, sl.releaseDone = make(chan place, 4096), make(chan struct{})
 		go sl.renewLoop()
+		go sl.releaseLoop()
 	}
 	return sl
 }
@@ -57,6 +66,7 @@ func (sl *Slots) Close() {
 	if sl.stop != nil {
 		close(sl.stop)
 		<-sl.done
+		<-sl.releaseDone
 		sl.stop = nil
 	}
 }
@@ -158,9 +168,74 @@ func (s Slot) Release() {
 		}
 	}
 	sl.mu.Unlock()
-	// Given back at once when Redis answers; else the place expires by itself.
+	// Given back in the background, soon; if Redis does not answer, the place expires.
+	select {
+	case sl.released <- place{s.key, s.member}:
+	default: // the queue is full: give it back here
+		sl.remove([]place{{s.key, s.member}})
+	}
+}
+
+// releaseBatch is the most places releaseLoop gives back in one pipeline, releaseDelay the
+// longest a released place stays counted before it is sent (it is counted a little longer: never
+// fewer than run).
+const (
+	releaseBatch = 256
+	releaseDelay = 2 * time.Millisecond
+)
+
+// releaseLoop gives back the released places in batches.
+func (sl *Slots) releaseLoop() {
+	defer close(sl.releaseDone)
+	batch := make([]place, 0, releaseBatch)
+	for {
+		select {
+		case p := <-sl.released:
+			batch = append(batch[:0], p)
+		case <-sl.stop:
+			for { // give back what is queued, then stop
+				select {
+				case p := <-sl.released:
+					sl.remove([]place{p})
+				default:
+					return
+				}
+			}
+		}
+		// Gather what comes within releaseDelay: one pipeline for many places costs the
+		// requests being served far less than one round trip each.
+		timer := time.NewTimer(releaseDelay)
+	more:
+		for len(batch) < releaseBatch {
+			select {
+			case p := <-sl.released:
+				batch = append(batch, p)
+			case <-timer.C:
+				break more
+			case <-sl.stop:
+				break more
+			}
+		}
+		timer.Stop()
+		sl.remove(batch)
+	}
+}
+
+// remove deletes places from Redis in one pipeline.
+func (sl *Slots) remove(ps []place) {
+	if !sl.shared.Up() {
+		return // they expire
+	}
 	err := sl.shared.call(context.Background(), func(ctx context.Context) error {
-		return sl.shared.rdb.ZRem(ctx, s.key, s.member).Err()
+		if len(ps) == 1 {
+			return sl.shared.rdb.ZRem(ctx, ps[0].key, ps[0].member).Err()
+		}
+		pipe := sl.shared.rdb.Pipeline()
+		for _, p := range ps {
+			pipe.ZRem(ctx, p.key, p.member)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
 	})
 	if err != nil {
 		sl.shared.failed(context.Background(), err)
