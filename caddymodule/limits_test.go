@@ -595,6 +595,8 @@ func TestUnmarshalCaddyfileLimits(t *testing.T) {
 		queue_size off
 		queue_timeout 3s
 		body_read_timeout 5s
+		limits_store {env.TEXTGEN_REDIS_URL}
+		slot_expiry 10s
 		tool sql-generator {
 			rate_limit key 10/1m
 			rate_limit account 20/30s burst 5
@@ -613,6 +615,9 @@ func TestUnmarshalCaddyfileLimits(t *testing.T) {
 	if !h.AuthFailureLimit.Off || h.MaxConcurrentPerAccount != 2 || h.MaxInFlight != 4 || h.QueueSize != -1 ||
 		time.Duration(h.QueueTimeout) != 3*time.Second || time.Duration(h.BodyReadTimeout) != 5*time.Second {
 		t.Errorf("limits %+v", h)
+	}
+	if h.LimitsStore != "{env.TEXTGEN_REDIS_URL}" || time.Duration(h.SlotExpiry) != 10*time.Second {
+		t.Errorf("limits_store %q, slot_expiry %v", h.LimitsStore, time.Duration(h.SlotExpiry))
 	}
 	sql := h.Tools["sql-generator"].RateLimit
 	if sql.Key.Requests != 10 || sql.Account.Requests != 20 || time.Duration(sql.Account.Window) != 30*time.Second || sql.Account.Burst != 5 {
@@ -634,6 +639,8 @@ func TestUnmarshalCaddyfileLimits(t *testing.T) {
 		"textgen {\n queue_timeout soon\n}":                                          "queue_timeout",
 		"textgen {\n tool summarizer {\n rate_limit key off\n }\n}":                  "only allowed for the handler-wide",
 		"textgen {\n max_concurrent_per_account 1\n max_concurrent_per_account 2\n}": "more than once",
+		"textgen {\n limits_store\n}":                                                "wrong argument count",
+		"textgen {\n slot_expiry soon\n}":                                            "slot_expiry",
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
@@ -652,6 +659,7 @@ func TestValidateLimits(t *testing.T) {
 		"negative cap":      {Ledger: "x", MaxConcurrentPerAccount: -2},
 		"negative queue":    {Ledger: "x", QueueSize: -5},
 		"negative duration": {Ledger: "x", QueueTimeout: -1},
+		"short slot expiry": {Ledger: "x", SlotExpiry: caddy.Duration(100 * time.Millisecond)},
 	} {
 		if err := h.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
