@@ -1,12 +1,8 @@
 package caddymodule
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,32 +43,7 @@ func BenchmarkRedisLimits(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	body := genBody("summarizer", "x", "en", "")
 	const want = "tok tok tok tok tok tok tok tok "
-	one := func(i int) (time.Duration, error) {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+servers[i].HTTP+"/api/v1/generate", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-API-Key", keys[i])
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		first, err := br.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		ttfb := time.Since(start)
-		var rest strings.Builder
-		rest.WriteByte(first)
-		if _, err := br.WriteTo(&rest); err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != 200 || rest.String() != want {
-			return 0, fmt.Errorf("%d %q", resp.StatusCode, rest.String())
-		}
-		return ttfb, nil
-	}
+	one := func(i int) (time.Duration, error) { return timeGenerate(client, servers[i].HTTP, keys[i], body, want) }
 	for range 300 { // warm up
 		for i := range 2 {
 			if _, err := one(i); err != nil {
@@ -103,28 +74,10 @@ func BenchmarkRedisLimits(b *testing.B) {
 		mp50, mp99, rp50, rp99, rp50-mp50, rp99-mp99)
 
 	rate := func(i int) float64 {
-		const n, conc = 6000, 64
-		var next atomic.Int64
-		var failed atomic.Value
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range conc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= n {
-					if _, err := one(i); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		return n / time.Since(start).Seconds()
+		return genRate(b, 6000, 64, func(int64) error {
+			_, err := one(i)
+			return err
+		})
 	}
 	memRate, redisRate := rate(0), rate(1)
 	b.ReportMetric(memRate, "memory-gen/s")

@@ -51,32 +51,7 @@ func BenchmarkSharedLedger(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	body := genBody("summarizer", "x", "en", "")
 	const want = "tok tok tok tok tok tok tok tok "
-	one := func(addr, key string) (time.Duration, error) {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/generate", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-API-Key", key)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		first, err := br.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		ttfb := time.Since(start)
-		var rest strings.Builder
-		rest.WriteByte(first)
-		if _, err := br.WriteTo(&rest); err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != 200 || rest.String() != want {
-			return 0, fmt.Errorf("%s: %d %q", addr, resp.StatusCode, rest.String())
-		}
-		return ttfb, nil
-	}
+	one := func(addr, key string) (time.Duration, error) { return timeGenerate(client, addr, key, body, want) }
 	for range 200 { // warm up
 		for _, t := range [][2]string{{bdg.HTTP, badgerHot}, {pgA.HTTP, pgHot}, {pgB.HTTP, pgHot}} {
 			if _, err := one(t[0], t[1]); err != nil {
@@ -113,33 +88,11 @@ func BenchmarkSharedLedger(b *testing.B) {
 
 	// Generations per second at 64 clients.
 	rate := func(pick func(i int64) (string, string)) float64 {
-		const n, conc = 6000, 64
-		var next atomic.Int64
-		var failed atomic.Value
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range conc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := next.Add(1)
-					if i > n {
-						return
-					}
-					addr, key := pick(i)
-					if _, err := one(addr, key); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		return n / time.Since(start).Seconds()
+		return genRate(b, 6000, 64, func(i int64) error {
+			addr, key := pick(i)
+			_, err := one(addr, key)
+			return err
+		})
 	}
 	badgerRate := rate(func(int64) (string, string) { return bdg.HTTP, badgerHot })
 	hotRate := rate(func(i int64) (string, string) {
@@ -167,4 +120,63 @@ func BenchmarkSharedLedger(b *testing.B) {
 			b.Fatalf("verify: %v", v)
 		}
 	}
+}
+
+// timeGenerate sends one generate request and returns its time to the first byte, after reading
+// the whole answer and checking it is a 200 with want.
+func timeGenerate(client *http.Client, addr, key, body, want string) (time.Duration, error) {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/generate", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	ttfb := time.Since(start)
+	var rest strings.Builder
+	rest.WriteByte(first)
+	if _, err := br.WriteTo(&rest); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != 200 || rest.String() != want {
+		return 0, fmt.Errorf("%s: %d %q", addr, resp.StatusCode, rest.String())
+	}
+	return ttfb, nil
+}
+
+// genRate runs n calls of one (numbered from 1) from conc clients and returns the calls per
+// second; the first error fails the benchmark.
+func genRate(b *testing.B, n, conc int64, one func(i int64) error) float64 {
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > n {
+					return
+				}
+				if err := one(i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return float64(n) / time.Since(start).Seconds()
 }
