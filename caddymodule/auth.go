@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,9 +36,9 @@ type keyCheck struct {
 // internal error, never as a missing credit.
 func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
-	presented := r.Header.Get("X-API-Key")
-	if presented == "" {
-		return kc, errMissingKey
+	presented, e := presentedKey(r)
+	if e != nil {
+		return kc, e
 	}
 	if h.lim != nil && h.lim.auth != nil {
 		kc.addr = clientip.Key(r)
@@ -115,4 +116,31 @@ func (h *Handler) authFailed(ctx context.Context, w http.ResponseWriter, addr st
 // authLimited is the 429 of the limit on failed authentications p, with wait until the next.
 func authLimited(w http.ResponseWriter, p *policy, wait time.Duration) *apiError {
 	return rateLimited(w, p, wait, "too many requests with an invalid API key from your address (the limit is %s); retry in %d s")
+}
+
+// presentedKey is the API key of a request: its X-API-Key header, or its Authorization: Bearer
+// header (what OpenAI-style SDKs send). Both with different keys is a 400: which one to charge
+// would be a guess.
+func presentedKey(r *http.Request) (string, *apiError) {
+	key := r.Header.Get("X-API-Key")
+	bearer, hasBearer := bearerToken(r.Header.Get("Authorization"))
+	switch {
+	case hasBearer && key != "" && bearer != key:
+		return "", errConflictingKeys
+	case hasBearer && bearer != "":
+		return bearer, nil
+	case key != "":
+		return key, nil
+	}
+	return "", errMissingKey
+}
+
+// bearerToken is the token of an Authorization header of the Bearer scheme (RFC 6750; the
+// scheme's name is case-insensitive); ok is false for any other header.
+func bearerToken(h string) (token string, ok bool) {
+	const scheme = "bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(scheme):]), true
 }

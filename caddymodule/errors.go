@@ -82,7 +82,8 @@ var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
 	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
 	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET /api/v1/ready"}
-	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header"}
+	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header or as Authorization: Bearer <key>"}
+	errConflictingKeys      = &apiError{Status: http.StatusBadRequest, Code: "conflicting_api_keys", Message: "the X-API-Key and Authorization: Bearer headers name different keys; send one"}
 	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}
 	errAccountDisabled      = &apiError{Status: http.StatusForbidden, Code: "account_disabled", Message: "this account is disabled; contact the operator of this service"}
 	errUnsupportedMedia     = &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "send the request body as JSON with Content-Type: application/json"}
