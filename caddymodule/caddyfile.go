@@ -56,6 +56,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_concurrent_per_account <n> | off
 //		max_in_flight       <n> | off
 //		limits_store        <redis-url>
+//		cors_origins        <origin> [<origin>...] | *
 //		slot_expiry         <duration>
 //		queue_size          <n> | off
 //		queue_timeout       <duration>
@@ -160,6 +161,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = intOrOff(d, &h.MaxInFlight)
 		case "limits_store":
 			err = cfarg.String(d, &h.LimitsStore)
+		case "cors_origins":
+			h.CORSOrigins = d.RemainingArgs()
+			if len(h.CORSOrigins) == 0 {
+				return d.ArgErr()
+			}
 		case "slot_expiry":
 			err = cfarg.Duration(d, &h.SlotExpiry)
 		case "queue_size":

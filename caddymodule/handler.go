@@ -24,6 +24,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		return nil
 	}
 	defer h.inFlight.Exit()
+	if h.cors(w, r) {
+		return nil // a preflight
+	}
 	switch r.URL.Path {
 	case "/api/v1/tools":
 		h.serveTools(w, r, reqID)

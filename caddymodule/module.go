@@ -119,6 +119,10 @@ type Handler struct {
 	// MaxConcurrentPerAccount caps the generations one account runs at once (429
 	// too_many_concurrent_requests). Default: 4; -1: no cap.
 	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
+	// CORSOrigins are the origins of browser apps that may call the API (CORS, without
+	// credentials), or "*" for any. Default: none (browsers keep other origins' pages out).
+	CORSOrigins []string `json:"cors_origins,omitempty"`
+
 	// LimitsStore keeps the limits above (rate limits, failed authentications, concurrent
 	// generations) and max_in_flight in Redis, shared by every instance that names the same
 	// store and ledger: redis://[user:password@]host:port/db (rediss:// for TLS), placeholders
@@ -307,6 +311,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	if err := h.validateRateLimits(); err != nil {
+		return err
+	}
+	if err := validateCORSOrigins(h.CORSOrigins); err != nil {
 		return err
 	}
 	if h.SlotExpiry != 0 && time.Duration(h.SlotExpiry) < time.Second {
