@@ -24,7 +24,11 @@ import (
 // us buffer without end.
 const maxLine = 8 << 20
 
-var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+// readerBuf is the buffer of one stream's line reader. Ollama's lines are a few hundred bytes;
+// a longer one is assembled in lineReader.long. Every open stream holds one, so it stays small.
+const readerBuf = 4 << 10
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readerBuf) }}
 
 // lineReader splits a response body into lines with a pooled buffer.
 type lineReader struct {
