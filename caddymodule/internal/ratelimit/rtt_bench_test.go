@@ -34,3 +34,35 @@ func BenchmarkRedisRoundTrip(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRedisScriptParts: the Admit script with one bucket, with one place, and redis_rate's
+// own script for one bucket: on one machine they cost about the same, a script's fixed cost.
+func BenchmarkRedisScriptParts(b *testing.B) {
+	srv := redistest.New(b)
+	s, err := OpenShared(srv.URL(0), SharedOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	l := Limit{Requests: 1 << 30, Window: time.Minute, Burst: 1 << 30}
+	k := NewShared(s, "k", l, 0)
+	sl := NewSlots(s, "acct", 0)
+	defer sl.Close()
+	states := make([]State, 2)
+	slots := make([]Slot, 1)
+	b.Run("one-bucket", func(b *testing.B) {
+		for range b.N {
+			Admit(ctx, t0, []Request{{Buckets: k, ID: "key"}}, nil, states, nil)
+		}
+	})
+	b.Run("place-only", func(b *testing.B) {
+		for range b.N {
+			Admit(ctx, t0, nil, []Place{{Slots: sl, ID: "acct", Max: 1 << 20}}, states, slots)
+		}
+	})
+	b.Run("redis_rate-allow", func(b *testing.B) {
+		for range b.N {
+			k.Take(ctx, "key2", t0)
+		}
+	})
+}
