@@ -140,7 +140,10 @@ func (g *generation) run() {
 // keep ends the keeping of the generation's text: charged, it stays for the retention window
 // (completed or interrupted); not charged, it goes.
 func (g *generation) keep(k *keptText, gerr error) {
-	if g.credit == 0 {
+	k.mu.Lock()
+	overflow := k.overflow
+	k.mu.Unlock()
+	if g.credit == 0 || overflow {
 		k.discard()
 		return
 	}

@@ -36,7 +36,14 @@ const (
 	keptChunkBytes = 32 << 10
 	// keptWriteTimeout bounds one write of kept text to the ledger.
 	keptWriteTimeout = 30 * time.Second
+	// keptMaxBytes bounds the text kept of one generation (a model's answer within
+	// max_output_tokens is far shorter). A longer generation is not kept at all, and stops once
+	// its client has gone.
+	keptMaxBytes = 1 << 20
 )
+
+// errKeptFull stops a detached generation that outgrew keptMaxBytes.
+var errKeptFull = errors.New("the generation's text outgrew what is kept of one generation")
 
 // retention is the handler's keeping of generations.
 type retention struct {
@@ -108,15 +115,17 @@ type keptText struct {
 	state    ledger.GenerationState
 	tokens   int
 	finished time.Time
-	voided   bool          // ended without a charge: followers stop, nothing is kept
+	voided   bool          // ended without a charge, or too long: followers stop, nothing is kept
+	overflow bool          // outgrew keptMaxBytes: nothing is kept
 	changed  chan struct{} // made by a waiting follower, closed at the next change
 	started  bool          // the first piece came: the flusher runs
 	final    chan struct{} // closed when the generation has ended
 	stopped  chan struct{} // closed when the flusher has written its last
 	// The flusher's own: what the ledger has.
-	flushed int // pieces
-	chunks  int
-	wrote   bool
+	flushed      int // pieces
+	flushedBytes int64
+	chunks       int
+	wrote        bool
 }
 
 // newKept prepares the keeping of g's text; nil when the key is not loaded yet.
@@ -133,8 +142,17 @@ func (r *retention) newKept(g *generation) *keptText {
 
 // add keeps one piece; the first one makes the generation visible to followers here and starts
 // its flusher.
-func (k *keptText) add(piece string) {
+// It reports false once the text has outgrown keptMaxBytes: from then on nothing is kept.
+func (k *keptText) add(piece string) bool {
 	k.mu.Lock()
+	if k.overflow || k.bytes+int64(len(piece)) > keptMaxBytes {
+		if !k.overflow {
+			k.overflow, k.voided = true, true
+			k.notify()
+		}
+		k.mu.Unlock()
+		return false
+	}
 	k.pieces = append(k.pieces, piece)
 	k.bytes += int64(len(piece))
 	first := !k.started
@@ -152,6 +170,7 @@ func (k *keptText) add(piece string) {
 			go k.flusher()
 		}
 	}
+	return true
 }
 
 // notify wakes the followers waiting for a change. Called with k.mu held.
@@ -230,14 +249,15 @@ func (k *keptText) flusher() {
 	}
 }
 
-// flush writes the pieces the ledger does not have yet, with the record; at the end (final),
-// the record's final state even without new pieces.
+// flush writes the pieces the ledger does not have yet, with the record, in puts of at most
+// ledger.MaxGenerationPut; at the end (final), the record's final state even without new pieces.
+// Only the last put carries the final state, so that a reader never takes a record for ended
+// before it has every piece.
 func (k *keptText) flush(final bool) {
 	k.mu.Lock()
 	pieces := k.pieces[k.flushed:]
-	n := len(k.pieces)
 	rec := k.rec
-	rec.State, rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Finished = k.state, k.tokens, n, k.bytes, k.finished
+	rec.State, rec.OutputTokens, rec.Finished = k.state, k.tokens, k.finished
 	k.mu.Unlock()
 	if len(pieces) == 0 && !final {
 		return
@@ -246,38 +266,66 @@ func (k *keptText) flush(final bool) {
 		rec.Expires = rec.Finished.Add(k.r.window)
 	}
 	s := k.r.sealer.Load()
-	var sealed [][]byte
-	for _, plain := range encodePieces(pieces) {
-		sealed = append(sealed, s.seal(rec.AccountID, rec.RequestID, k.chunks+len(sealed), plain))
+	chunks := encodePieces(pieces)
+	for len(chunks) > 0 || final {
+		var sealed [][]byte
+		size, n, b := 0, 0, int64(0)
+		for len(chunks) > 0 {
+			c := chunks[0]
+			sc := s.seal(rec.AccountID, rec.RequestID, k.chunks+len(sealed), c.data)
+			if len(sealed) > 0 && size+len(sc) > ledger.MaxGenerationPut {
+				break
+			}
+			sealed, size, n, b = append(sealed, sc), size+len(sc), n+c.pieces, b+c.bytes
+			chunks = chunks[1:]
+		}
+		put := rec
+		put.Pieces, put.Bytes = k.flushed+n, k.flushedBytes+b
+		if len(chunks) > 0 {
+			put.State, put.Finished, put.Expires = ledger.GenerationRunning, time.Time{}, k.rec.Expires
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
+		err := k.store.PutGeneration(ctx, put, k.chunks, sealed)
+		cancel()
+		if err != nil {
+			// The next flush tries again with these pieces; a final one that fails loses the
+			// text (never the charge).
+			k.r.log.Error("keeping generated text", zap.String("request_id", rec.RequestID), zap.Bool("final", final), zap.Error(err))
+			return
+		}
+		k.wrote = true
+		k.chunks += len(sealed)
+		k.flushed += n
+		k.flushedBytes += b
+		if len(chunks) == 0 {
+			return
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
-	err := k.store.PutGeneration(ctx, rec, k.chunks, sealed)
-	cancel()
-	if err != nil {
-		// The next flush tries again with these pieces; a final one that fails loses the text
-		// (never the charge).
-		k.r.log.Error("keeping generated text", zap.String("request_id", rec.RequestID), zap.Bool("final", final), zap.Error(err))
-		return
-	}
-	k.wrote = true
-	k.chunks += len(sealed)
-	k.flushed = n
+}
+
+// keptChunk is the plain text of one stored chunk: framed pieces.
+type keptChunk struct {
+	data   []byte
+	pieces int
+	bytes  int64
 }
 
 // encodePieces frames pieces (a uvarint length before each) into chunks of about keptChunkBytes,
 // so that a reader gets the pieces back as they were streamed (an SSE event each).
-func encodePieces(pieces []string) [][]byte {
-	var out [][]byte
-	var cur []byte
+func encodePieces(pieces []string) []keptChunk {
+	var out []keptChunk
+	var cur keptChunk
 	for _, p := range pieces {
-		if len(cur) > 0 && len(cur)+len(p)+binary.MaxVarintLen64 > keptChunkBytes {
+		if cur.pieces > 0 && len(cur.data)+len(p)+binary.MaxVarintLen64 > keptChunkBytes {
 			out = append(out, cur)
-			cur = nil
+			cur = keptChunk{}
 		}
-		cur = binary.AppendUvarint(cur, uint64(len(p)))
-		cur = append(cur, p...)
+		cur.data = binary.AppendUvarint(cur.data, uint64(len(p)))
+		cur.data = append(cur.data, p...)
+		cur.pieces++
+		cur.bytes += int64(len(p))
 	}
-	if len(cur) > 0 {
+	if cur.pieces > 0 {
 		out = append(out, cur)
 	}
 	return out

@@ -112,9 +112,12 @@ func (s *streamer) emit(piece string) error {
 // emitKept keeps the piece, then sends it while the client is there. A piece that cannot be
 // delivered after others were stops nothing: the generation detaches and runs on.
 func (s *streamer) emitKept(piece string) error {
-	s.kept.add(piece)
+	kept := s.kept.add(piece)
 	s.n++
 	if s.detached {
+		if !kept {
+			return errKeptFull // nobody reads it any more
+		}
 		return nil
 	}
 	s.mu.Lock()

@@ -62,6 +62,15 @@ func testGenerations(t *testing.T, eng engine) {
 	wantErr(t, s.PutGeneration(bg, bad, 0, nil), ErrInvalidArgument)
 	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{{}}), ErrInvalidArgument)
 	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
+	var tooMany [][]byte
+	for range MaxGenerationPut/MaxGenerationChunk + 1 {
+		tooMany = append(tooMany, make([]byte, MaxGenerationChunk))
+	}
+	wantErr(t, s.PutGeneration(bg, rec, 3, tooMany), ErrInvalidArgument)
+	// The store still works after the refusals.
+	if _, _, err := s.GetGeneration(bg, a, "req_gen1", 0); err != nil {
+		t.Fatalf("after refused puts: %v", err)
+	}
 
 	// A second generation that lives longer, and one deleted at once (not charged).
 	long := GenerationRecord{AccountID: a, RequestID: "req_gen2", Mode: Test, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}

@@ -52,6 +52,9 @@ type GenerationRecord struct {
 const (
 	// MaxGenerationChunk bounds one chunk's size.
 	MaxGenerationChunk = 64 << 10
+	// MaxGenerationPut bounds the chunks of one PutGeneration together, so that one call stays
+	// one small commit (a Badger transaction has a size limit, and a failed commit stops it).
+	MaxGenerationPut = 256 << 10
 	maxGenerationLabel = 64
 )
 
@@ -80,10 +83,15 @@ func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t t
 	if first < 0 || rec.Pieces < 0 || rec.Bytes < 0 || rec.OutputTokens < 0 {
 		return fmt.Errorf("generation figures must not be negative: %w", ErrInvalidArgument)
 	}
+	total := 0
 	for _, c := range chunks {
 		if len(c) == 0 || len(c) > MaxGenerationChunk {
 			return fmt.Errorf("a generation chunk must have 1 to %d bytes: %w", MaxGenerationChunk, ErrInvalidArgument)
 		}
+		total += len(c)
+	}
+	if total > MaxGenerationPut {
+		return fmt.Errorf("the chunks of one put have %d bytes, more than %d: %w", total, MaxGenerationPut, ErrInvalidArgument)
 	}
 	return nil
 }

@@ -263,8 +263,8 @@ type Generations interface {
 	//
 	// Expected errors:
 	//   - ErrInvalidArgument: a bad request id, mode, state, tool or language (64 bytes), a
-	//     negative figure, an empty chunk or one over MaxGenerationChunk, or an expiry that is
-	//     not in the future.
+	//     negative figure, an empty chunk or one over MaxGenerationChunk, chunks over
+	//     MaxGenerationPut together, or an expiry that is not in the future.
 	//   - ErrNotFound: no account has rec.AccountID.
 	//   - ErrClosed.
 	PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error
