@@ -54,7 +54,7 @@ const (
 	MaxGenerationChunk = 64 << 10
 	// MaxGenerationPut bounds the chunks of one PutGeneration together, so that one call stays
 	// one small commit (a Badger transaction has a size limit, and a failed commit stops it).
-	MaxGenerationPut = 256 << 10
+	MaxGenerationPut   = 256 << 10
 	maxGenerationLabel = 64
 )
 
