@@ -310,6 +310,11 @@ func TestRetentionSSEResume(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 
+	// Another account's key gets 404 while the generation runs (kept in memory here).
+	_, otherKey := e.account(1)
+	ro, doc := e.getText(otherKey, "/api/v1/generations/"+rid, "Accept", "text/plain")
+	wantNotFound(t, "another account's key while it runs", ro, doc)
+
 	// Resume after event 5, while the generation still runs without its client.
 	r, err := e.getWith(context.Background(), key, "/api/v1/generations/"+rid, "Accept", "text/event-stream", "Last-Event-ID", "5")
 	if err != nil {
@@ -518,4 +523,27 @@ func TestStalledReaderWithRetention(t *testing.T) {
 		t.Fatalf("%d settles", s)
 	}
 	e.verify()
+}
+
+// TestRetentionAcrossReload: a generation cut before a config reload runs on in the old
+// config's handler, and the new config serves its whole text from the ledger (followed while it
+// still runs), charged once.
+func TestRetentionAcrossReload(t *testing.T) {
+	const pieces = 50
+	fsrv := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: pieces, Piece: "Osprey", Numbered: true, Delay: 20 * time.Millisecond})
+	extra := "retention_key " + testRetentionKey
+	e := newEnv(t, envOptions{ollama: fsrv.URL, extra: extra})
+	acct, key := e.account(2)
+	first, rid := e.cutAfter(key, genBody("summarizer", "x", "en", ""), 3)
+	// Reload: the same ledger, a config that differs (so that Caddy replaces the handler).
+	e2 := newEnv(t, envOptions{ollama: fsrv.URL, dir: e.dir, extra: extra + "\n\t\tbuy_url https://example.com/buy"})
+	r, rest := e2.getText(key, "/api/v1/generations/"+rid, "Accept", "text/plain", "Range", "bytes=3-")
+	if r.StatusCode != http.StatusPartialContent || first+rest != numbered("Osprey", pieces) {
+		t.Fatalf("after the reload: %d %q %q", r.StatusCode, first, rest)
+	}
+	waitFor(t, "the charge", func() bool { return e2.balance(acct.ID).Balance == 1 })
+	if s := e2.count(acct.ID, ledger.KindSettle); s != 1 {
+		t.Fatalf("%d settles", s)
+	}
+	e2.verify()
 }
