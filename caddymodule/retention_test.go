@@ -401,6 +401,29 @@ func TestRetentionWindowEnds(t *testing.T) {
 		t.Fatalf("within the window: %d %q", r.StatusCode, kept)
 	}
 	assertNotInDir(t, e.dir, secret, phrase)
+	// The first request has ended (its Idempotency-Key record says 200): a retry within the
+	// window gets the kept text, as SSE since it asks so, and no charge.
+	resp, err = e.post(context.Background(), key, body, "Idempotency-Key", "win-1", "Accept", "text/event-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := readSSE(resp.Body)
+	resp.Body.Close()
+	var replayed strings.Builder
+	for _, ev := range evs {
+		if ev.name == "delta" {
+			var d struct{ Text string }
+			json.Unmarshal([]byte(ev.data), &d)
+			replayed.WriteString(d.Text)
+		}
+	}
+	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Idempotent-Replayed") != "true" || resp.Header.Get("X-Generation-Id") != rid ||
+		replayed.String() != text || len(evs) != 7 || evs[6].name != "done" || !strings.Contains(evs[6].data, `"credits_used":0`) {
+		t.Fatalf("replay within the window: %d %v %+v %v", resp.StatusCode, resp.Header, evs, err)
+	}
+	if s, h := e.count(acct.ID, ledger.KindSettle), e.count(acct.ID, ledger.KindHold); s != 1 || h != 1 {
+		t.Fatalf("%d settles, %d holds after the replay; want 1, 1", s, h)
+	}
 
 	waitFor(t, "the window to end", func() bool {
 		r, _ := e.getText(key, "/api/v1/generations/"+rid)
