@@ -212,7 +212,11 @@ func (o *keptWriter) send(rc *http.ResponseController, b []byte) bool {
 	if _, err := o.w.Write(b); err != nil {
 		return false
 	}
-	return rc.Flush() == nil
+	ok := rc.Flush() == nil
+	// Cleared between writes: on HTTP/2 an armed deadline resets the stream when it fires, also
+	// while a follower waits for the next piece.
+	_ = rc.SetWriteDeadline(time.Time{})
+	return ok
 }
 
 // plain streams the text from the Range's first byte (206) or from the start (200), as it
@@ -251,7 +255,6 @@ func (o *keptWriter) plain() (abort bool) {
 	startedEnded := o.view.ended()
 	o.w.WriteHeader(status)
 	rc := http.NewResponseController(o.w)
-	defer rc.SetWriteDeadline(time.Time{})
 	pos, sent := int64(0), 0
 	var buf []byte
 	for {
@@ -300,7 +303,6 @@ func (o *keptWriter) sse() (abort bool) {
 	o.headers("text/event-stream")
 	o.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(o.w)
-	defer rc.SetWriteDeadline(time.Time{})
 	sent := after
 	var buf []byte
 	for {
