@@ -1,6 +1,6 @@
 // Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
-// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance,
-// GET /api/v1/ready) and its Caddyfile directive textgen. My Account is in caddymodule/account,
+// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/generations/{request_id},
+// GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready) and its Caddyfile directive textgen. My Account is in caddymodule/account,
 // the admin API and the caddy textgen commands in caddymodule/operator, the resources they share
 // in caddymodule/internal/textgenapp.
 package caddymodule
@@ -31,8 +31,9 @@ func init() {
 // Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
 // the prompt of the requested tool and streams the generated text from Ollama.
 //
-// It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
-// /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
+// It answers POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools,
+// GET /api/v1/balance and GET /api/v1/ready under whatever matcher routes requests to it; other
+// paths get a JSON 404.
 type Handler struct {
 	// Ledger is where accounts, keys and credits are kept: the directory of an embedded Badger
 	// database (one Caddy instance), or the URL of a PostgreSQL database (postgres://...,
