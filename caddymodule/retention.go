@@ -91,7 +91,7 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 		}
 		key, err := retentionKeyFile(path)
 		if err != nil {
-			return fmt.Errorf("textgen: retention: %w", err)
+			return fmt.Errorf("textgen: retention: %w (set retention_key, make Caddy's data directory writable, or set retention off)", err)
 		}
 		s, err := newSealer(key)
 		if err != nil {
