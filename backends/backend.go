@@ -17,6 +17,7 @@ type Request struct {
 	Temperature *float64 // nil: the model's default
 	MaxTokens   int      // maximum output tokens (num_predict); 0: backend default
 	NumCtx      int      // context size; 0: backend default
+	Seed        *int     // sampling seed (the same seed and request give the same text); nil: random
 	// FirstPieceTimeout bounds the wait for the first piece; 0: the backend's configured default.
 	FirstPieceTimeout time.Duration
 	// IdleTimeout bounds the wait between two pieces; 0: the backend's configured default.

@@ -65,6 +65,9 @@ func (o *Ollama) encodeChat(req Request) ([]byte, error) {
 	if req.NumCtx > 0 {
 		opts["num_ctx"] = req.NumCtx
 	}
+	if req.Seed != nil {
+		opts["seed"] = *req.Seed
+	}
 	msgs := make([]api.Message, 0, 2)
 	if req.System != "" {
 		msgs = append(msgs, api.Message{Role: "system", Content: req.System})

@@ -37,6 +37,9 @@ import (
 //
 //	go test ./caddymodule -run '^$' -bench BenchmarkGenerate -benchtime 1x
 //
+// With TEXTGEN_BENCH_RETENTION=off the textgen handlers run with retention off; by default they
+// keep every generation's text (the default, 15m), so the two runs give the cost of retention.
+//
 // Load generator, Caddy and backend share this process and the machine's cores, so compare the
 // figures as ratios from one run.
 func BenchmarkGenerate(b *testing.B) {
@@ -74,9 +77,10 @@ http://127.0.0.1:%d {
 		tool summarizer {
 			model slow
 		}
+		%s
 	}
 }
-`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL)
+`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL, benchRetention())
 	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {
@@ -256,7 +260,7 @@ http://127.0.0.1:%d {
 	// 256 concurrent streams of 50 pieces, 10 ms apart, through a separate caddy process (the
 	// built binary, so its memory is the server's alone): every text complete and in order.
 	procLedger := ledgerDir(b)
-	srv := caddyproc.Start(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t}", procLedger, fs.URL), procLedger)
+	srv := caddyproc.Start(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t\t%s\n\t}", procLedger, fs.URL, benchRetention()), procLedger)
 	acct := caddyproc.Str(b, srv.JSON("account", "create", "--email", "rss@example.com"), "id")
 	liveKey := caddyproc.Str(b, srv.JSON("key", "create", "--account", acct, "--name", "bench"), "key")
 	srv.JSON("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "bench")
@@ -352,4 +356,13 @@ func rssOf(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// benchRetention is the retention setting of BenchmarkGenerate's handlers: "retention off" with
+// TEXTGEN_BENCH_RETENTION=off, else the default (on).
+func benchRetention() string {
+	if os.Getenv("TEXTGEN_BENCH_RETENTION") == "off" {
+		return "retention off"
+	}
+	return ""
 }

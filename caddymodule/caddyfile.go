@@ -46,6 +46,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		idle_timeout        <duration>
 //		write_timeout       <duration>
 //		generation_timeout  <duration>
+//		seed                <n>
+//		retention           <duration> | off
+//		retention_key       <base64 of 32 bytes>
 //		keep_alive          <duration>
 //		hold_ttl            <duration>
 //		pull_models
@@ -120,6 +123,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.Int(d, &h.MaxOutputTokens)
 		case "temperature":
 			err = cfarg.Float(d, &h.Temperature)
+		case "seed":
+			var v string
+			if err = cfarg.String(d, &v); err == nil {
+				n, perr := strconv.Atoi(v)
+				if perr != nil {
+					return d.Errf("seed: %q is not a whole number", v)
+				}
+				h.Seed = &n
+			}
 		case "num_ctx":
 			err = cfarg.Int(d, &h.NumCtx)
 		case "connect_timeout":
@@ -132,6 +144,22 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.Duration(d, &h.WriteTimeout)
 		case "generation_timeout":
 			err = cfarg.Duration(d, &h.GenerationTimeout)
+		case "retention":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return d.ArgErr()
+			}
+			if args[0] == "off" {
+				h.Retention = -1
+				break
+			}
+			dur, perr := caddy.ParseDuration(args[0])
+			if perr != nil || dur <= 0 {
+				return d.Errf("retention: %q is neither a positive duration nor off", args[0])
+			}
+			h.Retention = caddy.Duration(dur)
+		case "retention_key":
+			err = cfarg.String(d, &h.RetentionKey)
 		case "keep_alive":
 			err = cfarg.Duration(d, &h.KeepAlive)
 		case "hold_ttl":

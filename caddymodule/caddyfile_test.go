@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"math"
 	"os"
@@ -241,6 +242,76 @@ func TestExampleCaddyfileListensOnLoopback(t *testing.T) {
 			if !strings.HasPrefix(l, "127.0.0.1:") && !strings.HasPrefix(l, "[::1]:") {
 				t.Errorf("server %s listens on %q, not only on the loopback address", name, l)
 			}
+		}
+	}
+}
+
+func TestUnmarshalCaddyfileRetention(t *testing.T) {
+	var h Handler
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("textgen {\n ledger x\n retention 30m\n retention_key {env.TEXTGEN_RETENTION_KEY}\n seed 7\n}"))
+	if err != nil || time.Duration(h.Retention) != 30*time.Minute || h.RetentionKey != "{env.TEXTGEN_RETENTION_KEY}" || h.Seed == nil || *h.Seed != 7 {
+		t.Fatalf("%+v %v", h, err)
+	}
+	h = Handler{}
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("textgen {\n retention off\n}")); err != nil || h.Retention >= 0 {
+		t.Fatalf("retention off: %d %v", h.Retention, err)
+	}
+	for input, want := range map[string]string{
+		"textgen {\n retention\n}":                    "wrong argument count",
+		"textgen {\n retention 1m 2m\n}":              "wrong argument count",
+		"textgen {\n retention 0s\n}":                 "neither a positive duration nor off",
+		"textgen {\n retention soon\n}":               "neither a positive duration nor off",
+		"textgen {\n retention_key\n}":                "wrong argument count",
+		"textgen {\n seed lucky\n}":                   "not a whole number",
+		"textgen {\n retention 1m\n retention off\n}": "more than once",
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want error containing %q", input, err, want)
+		}
+	}
+	for _, bad := range []string{"short", base64.StdEncoding.EncodeToString(make([]byte, 16)), "not base64!"} {
+		if _, err := parseRetentionKey(bad); err == nil {
+			t.Errorf("retention key %q accepted", bad)
+		}
+	}
+	if k, err := parseRetentionKey(testRetentionKey); err != nil || len(k) != 32 {
+		t.Errorf("the test key: %v", err)
+	}
+}
+
+// TestRetentionKeyFile: without retention_key, one key is made in Caddy's data directory with
+// mode 0600 and read back the same afterwards; it never goes into the ledger's directory.
+func TestRetentionKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "textgen", "retention.key")
+	k1, err := retentionKeyFile(path)
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("making the key: %v", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode: %v %v", st, err)
+	}
+	k2, err := retentionKeyFile(path)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Fatalf("the key changed on reading it again: %v", err)
+	}
+	if !within(filepath.Join(dir, "ledger", "x"), filepath.Join(dir, "ledger")) || within(path, filepath.Join(dir, "ledger")) {
+		t.Fatal("within")
+	}
+	s, _ := newSealer(k1)
+	sealed := s.seal("acct_a", "req_b", 3, []byte("hello"))
+	if bytes.Contains(sealed, []byte("hello")) {
+		t.Fatal("sealed text in clear")
+	}
+	if p, err := s.open("acct_a", "req_b", 3, sealed); err != nil || string(p) != "hello" {
+		t.Fatalf("open: %q %v", p, err)
+	}
+	for _, moved := range [][3]any{{"acct_x", "req_b", 3}, {"acct_a", "req_x", 3}, {"acct_a", "req_b", 4}} {
+		if _, err := s.open(moved[0].(string), moved[1].(string), moved[2].(int), sealed); err == nil {
+			t.Errorf("a chunk opened as %v", moved)
 		}
 	}
 }

@@ -70,7 +70,8 @@ func TestStalledReaderTimesOut(t *testing.T) {
 		rate_limit account off
 		tool email-writer {
 			model short
-		}`})
+		}
+		retention off`})
 	slow, slowKey := e.account(5)
 	other, otherKey := e.account(5)
 

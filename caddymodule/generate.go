@@ -91,11 +91,25 @@ func (g *generation) run() {
 	g.holding = true
 	metrics.holdsOpen.Inc()
 
-	genCtx, cancel := context.WithDeadline(g.r.Context(), g.start.Add(time.Duration(h.GenerationTimeout)))
-	defer cancel()
 	s := &streamer{g: g, rc: http.NewResponseController(g.w),
 		timeout: time.Duration(h.WriteTimeout), end: g.start.Add(time.Duration(h.GenerationTimeout))}
 	defer s.close()
+	// With retention on, the model call outlives the client once text was delivered (bounded by
+	// generation_timeout): its context is not the request's, and clientLeft cancels it only
+	// while nothing was delivered.
+	base := g.r.Context()
+	if h.retain != nil {
+		s.kept = h.retain.newKept(g)
+	}
+	if s.kept != nil {
+		base = context.WithoutCancel(base)
+	}
+	genCtx, cancel := context.WithDeadline(base, s.end)
+	defer cancel()
+	if s.kept != nil {
+		stop := context.AfterFunc(g.r.Context(), func() { s.clientLeft(cancel) })
+		defer stop()
+	}
 	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
@@ -108,6 +122,7 @@ func (g *generation) run() {
 		Temperature:       g.tool.temperature,
 		MaxTokens:         g.tool.maxOutputTokens,
 		NumCtx:            h.NumCtx,
+		Seed:              h.Seed,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		Admission:         adm,
@@ -121,6 +136,28 @@ func (g *generation) run() {
 		metrics.outputTokens.WithLabelValues(g.tool.Slug).Add(float64(stats.OutputTokens))
 	}
 	g.finish(s, gerr)
+	if s.kept != nil {
+		g.keep(s.kept, gerr)
+	}
+}
+
+// keep ends the keeping of the generation's text: charged, it stays for the retention window
+// (completed or interrupted); not charged, it goes.
+func (g *generation) keep(k *keptText, gerr error) {
+	k.mu.Lock()
+	overflow := k.overflow
+	k.mu.Unlock()
+	if g.credit == 0 || overflow {
+		k.discard()
+		return
+	}
+	state := ledger.GenerationCompleted
+	if gerr != nil {
+		state = ledger.GenerationInterrupted
+	}
+	// The response has ended already for a client that stayed; the handler waits for the last
+	// write only for an Idempotency-Key, whose record must not be finished before the text is.
+	k.end(state, g.stats.OutputTokens, g.idem != "")
 }
 
 // refuseAdmission answers a request the model hosts could not take: 503 overloaded (queue full
@@ -156,8 +193,9 @@ func (g *generation) finish(s *streamer, gerr error) {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
 	kind := backends.KindOf(gerr)
-	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged.
-	clientGone := gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
+	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged. A
+	// detached generation (retention) ran on after its client left.
+	clientGone := s.detached || gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
 	if gerr != nil && !clientGone {
 		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
 	}
@@ -168,7 +206,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		if g.resolve(bg, g.settleOp()) {
 			g.credit = 1
 		}
-		if gerr != nil {
+		if clientGone {
 			g.errKind = "client_gone"
 			g.status = 499
 			return

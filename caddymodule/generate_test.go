@@ -448,7 +448,9 @@ func TestGenerateErrorAfterPiecesAborts(t *testing.T) {
 // model server, and is charged because text was delivered.
 func TestGenerateClientDisconnect(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1000, Piece: "slow ", Delay: 20 * time.Millisecond})
-	e := newEnv(t, envOptions{ollama: fs.URL})
+	// With retention on (the default) the generation would run on for its followers
+	// (retention_test.go); off, the client's leaving stops it.
+	e := newEnv(t, envOptions{ollama: fs.URL, extra: "retention off"})
 	acct, key := e.account(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := e.post(ctx, key, genBody("summarizer", "x", "en", ""))
@@ -482,7 +484,8 @@ func TestGenerateDisconnectRealOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(relay.Close)
-	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 1000000"})
+	// Retention off: with it on, the generation would run on (TestRetentionCutStreamRealOllama).
+	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 1000000\n\t\tretention off"})
 	acct, key := e.account(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := e.post(ctx, key, genBody("summarizer", "x", "en", ""))

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"crypto/rand"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -33,8 +34,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		return nil
 	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready":
 	default:
-		writeError(w, reqID, errNotFound, -1)
-		return nil
+		if !strings.HasPrefix(r.URL.Path, generationsPath) {
+			writeError(w, reqID, errNotFound, -1)
+			return nil
+		}
 	}
 	store, backend := h.store(), h.backend()
 	if store == nil || backend == nil {
@@ -49,6 +52,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.serveBalance(w, r, reqID, store)
 	case "/api/v1/ready":
 		h.serveReady(w, r, reqID, store, backend)
+	default:
+		if h.serveGeneration(w, r, reqID, store) {
+			// The generation ended before its text did: no client may take the cut text for a
+			// whole one (as in generate).
+			panic(http.ErrAbortHandler)
+		}
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Caddy's data directory (where the in-process Caddy keeps the retention key it makes) is the
+	// test run's own, never the user's.
+	os.Setenv("XDG_DATA_HOME", filepath.Join(testRoot, "xdg-data"))
 	code := pgtest.Run(m) // stops the PostgreSQL server, if a test started it
 	_ = caddy.Stop()
 	if ollamaSrv != nil {

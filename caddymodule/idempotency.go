@@ -44,6 +44,8 @@ func (g *generation) beginIdempotent() bool {
 	case rec.Fingerprint != g.fingerprint:
 		g.fail(newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
 			"this Idempotency-Key was used with a different request body; use a new key for a new request"))
+	case (rec.Status == 0 || rec.Status == http.StatusOK) && g.replayKept(rec):
+		// The first request's text is kept (retention): sent again, as it runs or as it ended.
 	case rec.Status == 0:
 		e := newError(http.StatusConflict, "idempotency_in_progress", "Idempotency-Key",
 			"a request with this Idempotency-Key is still running; retry after it has finished")
@@ -82,6 +84,38 @@ func (g *generation) replay(rec ledger.IdempotencyRecord) {
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	g.w.WriteHeader(rec.Status)
 	_, _ = g.w.Write(body)
+}
+
+// replayKept answers a retry with the kept text of the first request, if there is one: the
+// first request's generation was charged (or runs and has delivered text), and its retention
+// window has not ended. It streams while that generation still runs, plain or as SSE as the
+// retry asks, with Idempotent-Replayed: true and no charge; the first request's outcome is in
+// X-Generation-State (running, completed, interrupted) and X-Generation-Id.
+func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
+	if g.h.retain == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(g.r.Context(), time.Duration(g.h.GenerationTimeout)+time.Duration(g.h.WriteTimeout))
+	defer cancel()
+	src, view, err := g.h.retain.find(ctx, g.store, g.acct.ID, g.key.Mode, rec.RequestID)
+	if err != nil || view.voided {
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			g.h.logger.Error("reading a kept generation for a replay", zap.String("request_id", g.id), zap.Error(err))
+		}
+		return false
+	}
+	g.status = http.StatusOK
+	g.errKind = "idempotent_replay"
+	out := &keptWriter{h: g.h, w: g.w, r: g.r, ctx: ctx, reqID: g.id, remaining: g.remaining, src: src, view: view, replayOf: rec.RequestID}
+	// A replay is the whole text: a Range or Last-Event-ID belongs to GET /api/v1/generations.
+	g.r.Header.Del("Range")
+	g.r.Header.Del("Last-Event-ID")
+	if g.sse {
+		g.abort = out.sse()
+	} else {
+		g.abort = out.plain()
+	}
+	return true
 }
 
 // finishIdempotent records the outcome: the status when the request was charged, else a

@@ -452,7 +452,9 @@ func backendOf(t *testing.T, url string) *backends.Ollama {
 // goes to the waiting request.
 func TestAdmissionQueue(t *testing.T) {
 	fs := fastBackend(t)
-	e := newEnv(t, envOptions{ollama: fs.URL, limits: "max_in_flight 1\n\t\tqueue_size 1\n\t\tqueue_timeout 500ms", extra: stallTool})
+	// Retention off: the place must free when the stalled stream's client leaves (with retention
+	// a generation that delivered text keeps its place until it ends).
+	e := newEnv(t, envOptions{ollama: fs.URL, limits: "max_in_flight 1\n\t\tqueue_size 1\n\t\tqueue_timeout 500ms", extra: stallTool + "\n\t\tretention off"})
 	o := backendOf(t, fs.URL)
 	full0 := counterValue(metrics.rejections.WithLabelValues("queue_full"))
 	timeout0 := counterValue(metrics.rejections.WithLabelValues("queue_timeout"))

@@ -1,6 +1,6 @@
 // Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
-// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance,
-// GET /api/v1/ready) and its Caddyfile directive textgen. My Account is in caddymodule/account,
+// http.handlers.textgen (POST /api/v1/generate, GET /api/v1/generations/{request_id},
+// GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready) and its Caddyfile directive textgen. My Account is in caddymodule/account,
 // the admin API and the caddy textgen commands in caddymodule/operator, the resources they share
 // in caddymodule/internal/textgenapp.
 package caddymodule
@@ -31,8 +31,9 @@ func init() {
 // Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
 // the prompt of the requested tool and streams the generated text from Ollama.
 //
-// It answers POST /api/v1/generate, GET /api/v1/tools, GET /api/v1/balance and GET
-// /api/v1/ready under whatever matcher routes requests to it; other paths get a JSON 404.
+// It answers POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools,
+// GET /api/v1/balance and GET /api/v1/ready under whatever matcher routes requests to it; other
+// paths get a JSON 404.
 type Handler struct {
 	// Ledger is where accounts, keys and credits are kept: the directory of an embedded Badger
 	// database (one Caddy instance), or the URL of a PostgreSQL database (postgres://...,
@@ -67,6 +68,11 @@ type Handler struct {
 
 	// NumCtx is the context size passed to Ollama. Default: the model's own.
 	NumCtx int `json:"num_ctx,omitempty"`
+
+	// Seed fixes the model's sampling seed (Ollama's seed option), so that the same request
+	// gives the same text (tests, reproducible output). Default: none (a random seed per
+	// generation).
+	Seed *int `json:"seed,omitempty"`
 
 	// Languages is the set of accepted output languages (BCP 47 base languages; regional
 	// variants such as pt-BR are accepted when their base is in the set). Default: the 24 official
@@ -145,6 +151,18 @@ type Handler struct {
 	// request_timeout. Default: 10s.
 	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
 
+	// Retention is how long the text of a charged generation is kept (encrypted, in the ledger)
+	// for GET /api/v1/generations/{request_id} and Idempotency-Key replays; while it is on, a
+	// generation that has delivered text runs to its end after its client left. Negative
+	// (Caddyfile: off): no generation is kept, and a client that leaves stops its generation.
+	// Default: 15m.
+	Retention caddy.Duration `json:"retention,omitempty"`
+	// RetentionKey is the AES-256 key of kept text: 32 bytes in base64, placeholders such as
+	// {env.TEXTGEN_RETENTION_KEY} resolved at load. Instances sharing a PostgreSQL ledger must set
+	// the same key. Default: a random key made once and kept in Caddy's data directory
+	// (textgen/retention.key, mode 0600), never in the ledger's directory.
+	RetentionKey string `json:"retention_key,omitempty"`
+
 	// inFlight keeps the shared ledger and backend until the last request of this config ends:
 	// Caddy cleans up the old config of a reload while its requests may still stream.
 	inFlight *inflight.Guard
@@ -156,6 +174,8 @@ type Handler struct {
 	languages *catalog.LanguageMatcher
 	toolsJSON []byte
 	lim       *limits
+	// retain keeps generations' text (retention.go); nil when Retention is off.
+	retain *retention
 }
 
 // ToolConfig overrides the settings of one tool.
@@ -200,6 +220,7 @@ const (
 	defaultQueueSize               = 32
 	defaultQueueTimeout            = 10 * time.Second
 	defaultBodyReadTimeout         = 10 * time.Second
+	defaultRetention               = 15 * time.Minute
 )
 
 // Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
@@ -247,6 +268,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
+	if err := h.setupRetention(app); err != nil {
+		return fmt.Errorf("textgen: %w", err)
+	}
 	app.OnStart(func() error {
 		h.checkModels()
 		return nil
@@ -272,6 +296,7 @@ func (h *Handler) setDefaults() {
 	h.QueueSize = cmp.Or(h.QueueSize, defaultQueueSize)
 	h.QueueTimeout = cmp.Or(h.QueueTimeout, caddy.Duration(defaultQueueTimeout))
 	h.BodyReadTimeout = cmp.Or(h.BodyReadTimeout, caddy.Duration(defaultBodyReadTimeout))
+	h.Retention = cmp.Or(h.Retention, caddy.Duration(defaultRetention))
 	if len(h.Ollama) == 0 {
 		if env := os.Getenv("OLLAMA_HOST"); env != "" {
 			h.Ollama = []string{env}

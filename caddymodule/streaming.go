@@ -1,11 +1,13 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -88,10 +90,65 @@ type streamer struct {
 	delivered bool
 	writeErr  error
 	buf       []byte
+
+	// With retention on (kept != nil), every piece is kept, and a client that leaves after text
+	// was delivered detaches the generation from the response: it runs to its end for the
+	// followers and the ledger. mu orders a piece's delivery with clientLeft.
+	kept     *keptText
+	mu       sync.Mutex
+	gone     bool // the request's context ended
+	detached bool // no more writes: the generation goes on for kept alone
+	n        int  // pieces emitted: the SSE id of the last one
 }
 
 // emit sends one piece. The first piece sends the 200 headers.
 func (s *streamer) emit(piece string) error {
+	if s.kept != nil {
+		return s.emitKept(piece)
+	}
+	return s.write(piece)
+}
+
+// emitKept keeps the piece, then sends it while the client is there. A piece that cannot be
+// delivered after others were stops nothing: the generation detaches and runs on.
+func (s *streamer) emitKept(piece string) error {
+	kept := s.kept.add(piece)
+	s.n++
+	if s.detached {
+		if !kept {
+			return errKeptFull // nobody reads it any more
+		}
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone && s.delivered {
+		s.detached = true
+		return nil
+	}
+	if err := s.write(piece); err != nil {
+		if s.delivered {
+			s.detached = true
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// clientLeft is called once the request's context ends: a generation that delivered nothing
+// yet is canceled (nothing is charged or kept), one that did runs on.
+func (s *streamer) clientLeft(cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gone = true
+	if !s.delivered {
+		cancel()
+	}
+}
+
+// write sends one piece to the client.
+func (s *streamer) write(piece string) error {
 	g := s.g
 	if !s.started {
 		hdr := g.w.Header()
@@ -115,7 +172,11 @@ func (s *streamer) emit(piece string) error {
 	s.deadline(s.end)
 	var err error
 	if g.sse {
-		s.buf = append(s.buf[:0], "event: delta\ndata: {\"text\":"...)
+		s.buf = s.buf[:0]
+		if s.kept != nil {
+			s.buf = append(strconv.AppendInt(append(s.buf, "id: "...), int64(s.n), 10), '\n')
+		}
+		s.buf = append(s.buf, "event: delta\ndata: {\"text\":"...)
 		s.buf = appendJSONString(s.buf, piece)
 		s.buf = append(s.buf, "}\n\n"...)
 		_, err = g.w.Write(s.buf)
@@ -173,7 +234,11 @@ func (s *streamer) close() {
 func (s *streamer) event(name string, v any) {
 	s.deadline(time.Time{})
 	data, _ := jsonMarshal(v)
-	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = s.buf[:0]
+	if s.kept != nil { // the end of a resumable stream has the id after its last piece's
+		s.buf = append(strconv.AppendInt(append(s.buf, "id: "...), int64(s.n+1), 10), '\n')
+	}
+	s.buf = append(s.buf, "event: "...)
 	s.buf = append(s.buf, name...)
 	s.buf = append(s.buf, "\ndata: "...)
 	s.buf = append(s.buf, data...)

@@ -151,11 +151,19 @@ func Open(dir string, opts Options) (*Badger, error) {
 			}
 		}
 	})
+	// Kept generations whose window ended while the store was closed go at once (Badger's TTL
+	// hides them already; this deletes them).
+	if !readOnly {
+		s.dropExpiredGenerations()
+	}
 	s.every(opts.SweepInterval, func() {
 		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.Error("hold expiry sweep failed", zap.Error(err))
 		} else if n > 0 {
 			s.log.Info("voided expired holds", zap.Int("holds", n))
+		}
+		if s.space.err() == nil && !s.readOnly.Load() {
+			s.dropExpiredGenerations()
 		}
 	})
 	if !opts.InMemory {
@@ -167,6 +175,15 @@ func Open(dir string, opts Options) (*Badger, error) {
 		}
 	})
 	return s, nil
+}
+
+// dropExpiredGenerations deletes the kept generations whose window has ended, and logs a failure.
+func (s *Badger) dropExpiredGenerations() {
+	if n, err := s.DeleteExpiredGenerations(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+		s.log.Error("deleting expired generations failed", zap.Error(err))
+	} else if n > 0 {
+		s.log.Debug("deleted expired generations", zap.Int("generations", n))
+	}
 }
 
 func (s *Badger) checkSchema(readOnly bool) error {

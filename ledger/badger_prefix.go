@@ -24,6 +24,9 @@ const (
 	prefixCredential  byte = 0x0C // acct id -> credentialRecord (JSON): argon2id hash of the password
 	prefixSession     byte = 0x0D // SHA-256 digest of a session token (32 bytes) -> sessionRecord (JSON), Badger TTL = expiry
 	prefixAcctSession byte = 0x0E // acct id + session digest -> empty, same TTL; finds an account's sessions
+	// Kept generations (badger_generations.go), Badger TTL = the end of their window.
+	prefixGeneration byte = 0x0F // acct id + request id -> GenerationRecord (JSON)
+	prefixGenChunk   byte = 0x10 // acct id + len(request id) (1 byte) + request id + n (uint32 BE) -> ciphertext
 )
 
 func key1(p byte, a string) []byte {
@@ -70,4 +73,18 @@ func sessionKey(d [32]byte) []byte { return append([]byte{prefixSession}, d[:]..
 func acctSessionKey(acct string, d [32]byte) []byte {
 	k := make([]byte, 0, 1+len(acct)+len(d))
 	return append(append(append(k, prefixAcctSession), acct...), d[:]...)
+}
+
+func generationKey(acct, rid string) []byte { return key2(prefixGeneration, acct, rid) }
+
+// genChunkPrefix is every chunk of one generation. The request id's length comes first, so
+// that one id's chunks never share a prefix with a longer id's.
+func genChunkPrefix(acct, rid string) []byte {
+	k := make([]byte, 0, 2+len(acct)+len(rid)+4)
+	k = append(append(k, prefixGenChunk), acct...)
+	return append(append(k, byte(len(rid))), rid...)
+}
+
+func genChunkKey(acct, rid string, n int) []byte {
+	return binary.BigEndian.AppendUint32(genChunkPrefix(acct, rid), uint32(n))
 }

@@ -51,9 +51,13 @@ var conformanceTests = []struct {
 	{"HoldOwnTTL", testHoldOwnTTL},
 	{"PurchasesIdempotentOnReference", testPurchasesIdempotentOnReference},
 	{"RefillTestCredits", testRefillTestCredits},
+	{"GetHold", testGetHold},
 	// Idempotency (conformance_idempotency_test.go).
 	{"IdempotencyRecords", testIdempotencyRecords},
 	{"IdempotencyReleaseAndTakeOver", testIdempotencyReleaseAndTakeOver},
+	// Generations (conformance_generations_test.go).
+	{"Generations", testGenerations},
+	{"GenerationsMany", testGenerationsMany},
 	// Credentials (conformance_credentials_test.go).
 	{"SignUpAndAuthenticate", testSignUpAndAuthenticate},
 	{"AuthenticateTiming", testAuthenticateTiming},

@@ -24,7 +24,8 @@ import (
 // The schema (postgres_migrations/00001_ledger.sql) has one table per record: accounts (with
 // their figures: balances, open holds, next entry number), entries (primary key account and
 // number), holds (primary key account and request id), api_keys (SHA-256 digests only),
-// credentials, sessions (token digests only) and idempotency. Money and counts are bigint,
+// credentials, sessions (token digests only) and idempotency; 00002_generations.sql adds the
+// kept generations (ciphertext only, postgres_generations.go). Money and counts are bigint,
 // times unix nanoseconds.
 //
 // # Exactly once across instances
@@ -134,6 +135,12 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		c:      newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
 		stopBg: make(chan struct{}),
 	}
+	// Kept generations whose window ended while no instance ran go at once.
+	dctx, cancel := context.WithTimeout(ctx, opts.QueryTimeout)
+	if _, err := s.deleteExpiredGenerations(dctx, now()); err != nil {
+		s.log.Warn("deleting expired generations at start", zap.Error(err))
+	}
+	cancel()
 	s.bg.Add(1)
 	go s.background()
 	return s, nil

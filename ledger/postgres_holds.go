@@ -235,13 +235,14 @@ func (s *Postgres) expiredHolds(ctx context.Context, t time.Time) ([][2]string, 
 	return due, pgErr(ctx, "listing expired holds", err)
 }
 
-// purge drops sessions and Idempotency-Key records that expired by t: they are ignored once
-// expired anyway, this only reclaims their space.
+// purge drops sessions and Idempotency-Key records that expired by t (they are ignored once
+// expired anyway, this only reclaims their space), and kept generations whose window ended.
 func (s *Postgres) purge(ctx context.Context, t time.Time) error {
 	qctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM sessions WHERE expires <= $1`, t.UnixNano())
 	b.Queue(`DELETE FROM idempotency WHERE created <= $1`, t.Add(-IdempotencyTTL).UnixNano())
-	return pgErr(ctx, "dropping expired sessions and Idempotency-Keys", s.pool.SendBatch(qctx, b).Close())
+	b.Queue(`DELETE FROM generations WHERE expires <= $1`, t.UnixNano())
+	return pgErr(ctx, "dropping expired sessions, Idempotency-Keys and generations", s.pool.SendBatch(qctx, b).Close())
 }

@@ -214,6 +214,15 @@ type Credits interface {
 	//   - ErrAccountDisabled: the account is disabled.
 	//   - ErrClosed.
 	RefillTestCredits(ctx context.Context, accountID string, upTo int64) (credited int64, b Balance, err error)
+
+	// GetHold returns the account's hold of requestID, open or resolved: what a request was
+	// charged (a receipt). Another account's request id is not found.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: the request id is empty, too long or not UTF-8.
+	//   - ErrNotFound: no account has accountID, or it never held requestID.
+	//   - ErrClosed.
+	GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error)
 }
 
 // Idempotency keeps the Idempotency-Key records of generate requests for IdempotencyTTL (24 h),
@@ -239,6 +248,48 @@ type Idempotency interface {
 	//   - ErrNotFound: no account has accountID, or it has no live record for key.
 	//   - ErrClosed.
 	FinishIdempotent(ctx context.Context, accountID, key string, status int) error
+}
+
+// Generations keep the text of charged generations for a short window (generations.go), so
+// that a client whose stream was cut can fetch or resume it. The caller encrypts every chunk:
+// the store keeps only ciphertext and the record's metadata. A record and its chunks are gone
+// for every reader once rec.Expires has passed, and deleted by the engine's sweep (at Open and
+// every SweepInterval) or by DeleteExpiredGenerations.
+type Generations interface {
+	// PutGeneration creates or replaces the record of (rec.AccountID, rec.RequestID) and stores
+	// chunks as its chunks number first, first+1, ... in one step; the record's Chunks becomes
+	// first+len(chunks). Chunks before first are kept; a generation has one writer, which
+	// numbers its chunks itself.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: a bad request id, mode, state, tool or language (64 bytes), a
+	//     negative figure, an empty chunk or one over MaxGenerationChunk, chunks over
+	//     MaxGenerationPut together, or an expiry that is not in the future.
+	//   - ErrNotFound: no account has rec.AccountID.
+	//   - ErrClosed.
+	PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error
+
+	// GetGeneration returns the record and its chunks from number from on (0: all).
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: from is negative.
+	//   - ErrNotFound: the account has no such generation, or its window has ended.
+	//   - ErrClosed; ctx's error.
+	GetGeneration(ctx context.Context, accountID, requestID string, from int) (GenerationRecord, [][]byte, error)
+
+	// DeleteGeneration deletes the record and its chunks at once (a generation that was not
+	// charged keeps nothing). Deleting one that does not exist is not an error.
+	//
+	// Expected errors:
+	//   - ErrClosed.
+	DeleteGeneration(ctx context.Context, accountID, requestID string) error
+
+	// DeleteExpiredGenerations deletes every generation whose window has ended and returns how
+	// many it deleted.
+	//
+	// Expected errors:
+	//   - ErrClosed; ctx's error.
+	DeleteExpiredGenerations(ctx context.Context) (int, error)
 }
 
 // Credentials are what the self-service account area logs in with: a password per account,
@@ -364,6 +415,7 @@ type Store interface {
 	Keys
 	Credits
 	Idempotency
+	Generations
 	Credentials
 	Reports
 	Maintenance

@@ -133,6 +133,19 @@ type HoldResult struct {
 	Repeated bool `json:"repeated,omitempty"`
 }
 
+// HoldInfo is one hold as GetHold reports it.
+type HoldInfo struct {
+	AccountID string    `json:"account_id"`
+	RequestID string    `json:"request_id"`
+	Mode      Mode      `json:"mode"`
+	State     HoldState `json:"state"`
+	KeyID     string    `json:"key_id,omitempty"`
+	Tool      string    `json:"tool,omitempty"`
+	Created   time.Time `json:"created"`
+	Resolved  time.Time `json:"resolved,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
 // GrantRequest adds (or, for adjustments, adds or removes) credits.
 type GrantRequest struct {
 	AccountID string

@@ -1,0 +1,483 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Kept generations (Handler.Retention): the text of a charged generation, kept for a window so
+// that a client whose stream was cut can fetch or resume it (generations.go) or get it again with
+// its Idempotency-Key (idempotency.go).
+//
+// A running generation keeps its pieces in memory (keptText), where followers on this instance
+// read them as they come, and a flusher writes the new ones to the ledger, sealed (sealer.go), at
+// most every keptFlushInterval and once at the end, never once per piece; followers on other
+// instances poll the ledger (storedSource). A generation that ends without a charge keeps
+// nothing: what was written is deleted.
+
+const (
+	// keptFlushInterval paces the writes of a running generation's text to the ledger.
+	keptFlushInterval = 250 * time.Millisecond
+	// keptPollInterval paces a follower that reads a generation from the ledger.
+	keptPollInterval = 250 * time.Millisecond
+	// keptChunkBytes bounds the plain text of one stored chunk (below ledger.MaxGenerationChunk).
+	keptChunkBytes = 32 << 10
+	// keptWriteTimeout bounds one write of kept text to the ledger.
+	keptWriteTimeout = 30 * time.Second
+	// keptMaxBytes bounds the text kept of one generation (a model's answer within
+	// max_output_tokens is far shorter). A longer generation is not kept at all, and stops once
+	// its client has gone.
+	keptMaxBytes = 1 << 20
+)
+
+// errKeptFull stops a detached generation that outgrew keptMaxBytes.
+var errKeptFull = errors.New("the generation's text outgrew what is kept of one generation")
+
+// retention is the handler's keeping of generations.
+type retention struct {
+	window     time.Duration
+	genTimeout time.Duration
+	sealer     atomic.Pointer[sealer] // nil until the key is loaded (the app's start)
+	live       sync.Map               // request id -> *keptText, while it runs on this instance
+	log        *zap.Logger
+	guard      interface {
+		Enter() bool
+		Exit()
+	}
+}
+
+// setupRetention prepares Retention and its key (Provision). A key from the config is read now;
+// a key file in Caddy's data directory is read or made when the app starts (never by caddy
+// validate).
+func (h *Handler) setupRetention(app *textgenapp.App) error {
+	if h.Retention < 0 {
+		return nil
+	}
+	r := &retention{window: time.Duration(h.Retention), genTimeout: time.Duration(h.GenerationTimeout),
+		log: h.logger.Named("retention"), guard: h.inFlight}
+	h.retain = r
+	if h.RetentionKey != "" {
+		key, err := parseRetentionKey(caddy.NewReplacer().ReplaceAll(h.RetentionKey, ""))
+		if err != nil {
+			return err
+		}
+		s, err := newSealer(key)
+		if err != nil {
+			return fmt.Errorf("retention_key: %w", err)
+		}
+		r.sealer.Store(s)
+		return nil
+	}
+	if textgenapp.IsDatabaseURL(h.Ledger) {
+		h.logger.Warn("retention without retention_key: this instance keeps its own key, so other instances sharing the PostgreSQL ledger cannot read the text it keeps; set the same retention_key on every instance")
+	}
+	ledgerKey := h.ledgerRef.Key()
+	app.OnStart(func() error {
+		path := filepath.Join(caddy.AppDataDir(), "textgen", "retention.key")
+		if !textgenapp.IsDatabaseURL(h.Ledger) && within(path, ledgerKey) {
+			return fmt.Errorf("textgen: retention: the key file %s would be inside the ledger directory %s; set retention_key or move the ledger", path, ledgerKey)
+		}
+		key, err := retentionKeyFile(path)
+		if err != nil {
+			return fmt.Errorf("textgen: retention: %w (set retention_key, make Caddy's data directory writable, or set retention off)", err)
+		}
+		s, err := newSealer(key)
+		if err != nil {
+			return fmt.Errorf("textgen: retention: %s: %w", path, err)
+		}
+		r.sealer.Store(s)
+		return nil
+	})
+	return nil
+}
+
+// keptText is one generation's text while it runs on this instance.
+type keptText struct {
+	r     *retention
+	store ledger.Store
+	rec   ledger.GenerationRecord // the fixed fields
+
+	mu       sync.Mutex
+	pieces   []string
+	bytes    int64
+	state    ledger.GenerationState
+	tokens   int
+	finished time.Time
+	voided   bool          // ended without a charge, or too long: followers stop, nothing is kept
+	overflow bool          // outgrew keptMaxBytes: nothing is kept
+	changed  chan struct{} // made by a waiting follower, closed at the next change
+	started  bool          // the first piece came: the flusher runs
+	final    chan struct{} // closed when the generation has ended
+	stopped  chan struct{} // closed when the flusher has written its last
+	// The flusher's own: what the ledger has.
+	flushed      int // pieces
+	flushedBytes int64
+	chunks       int
+	wrote        bool
+}
+
+// newKept prepares the keeping of g's text; nil when the key is not loaded yet.
+func (r *retention) newKept(g *generation) *keptText {
+	if r.sealer.Load() == nil {
+		return nil
+	}
+	t := now().UTC()
+	return &keptText{r: r, store: g.store, state: ledger.GenerationRunning,
+		final: make(chan struct{}), stopped: make(chan struct{}),
+		rec: ledger.GenerationRecord{AccountID: g.acct.ID, RequestID: g.id, Mode: g.key.Mode, Tool: g.tool.Slug,
+			Language: g.lang, Created: t, Expires: t.Add(r.genTimeout + r.window)}}
+}
+
+// add keeps one piece; the first one makes the generation visible to followers here and starts
+// its flusher.
+// It reports false once the text has outgrown keptMaxBytes: from then on nothing is kept.
+func (k *keptText) add(piece string) bool {
+	k.mu.Lock()
+	if k.overflow || k.bytes+int64(len(piece)) > keptMaxBytes {
+		if !k.overflow {
+			k.overflow, k.voided = true, true
+			k.notify()
+		}
+		k.mu.Unlock()
+		return false
+	}
+	k.pieces = append(k.pieces, piece)
+	k.bytes += int64(len(piece))
+	first := !k.started
+	k.started = true
+	k.notify()
+	k.mu.Unlock()
+	if first {
+		k.r.live.Store(k.rec.RequestID, k)
+		if k.r.guard.Enter() { // the store stays open for the flusher even after a reload
+			go func() {
+				defer k.r.guard.Exit()
+				k.flusher()
+			}()
+		} else {
+			go k.flusher()
+		}
+	}
+	return true
+}
+
+// notify wakes the followers waiting for a change. Called with k.mu held.
+func (k *keptText) notify() {
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+}
+
+// end records the end of a charged generation: its final state goes to the ledger, then it is
+// read from there. It waits for the last write when wait is set.
+func (k *keptText) end(state ledger.GenerationState, tokens int, wait bool) {
+	k.mu.Lock()
+	if !k.started {
+		k.mu.Unlock()
+		return
+	}
+	k.state, k.tokens, k.finished = state, tokens, now().UTC()
+	k.notify()
+	k.mu.Unlock()
+	close(k.final)
+	if wait {
+		<-k.stopped
+	}
+}
+
+// discard ends a generation that was not charged: followers stop, and whatever reached the
+// ledger is deleted.
+func (k *keptText) discard() {
+	k.mu.Lock()
+	if !k.started {
+		k.mu.Unlock()
+		return
+	}
+	k.voided = true
+	k.notify()
+	k.mu.Unlock()
+	close(k.final)
+	<-k.stopped
+}
+
+// flusher writes the new pieces to the ledger every keptFlushInterval and the final record at
+// the end, or deletes what it wrote when the generation was not charged.
+func (k *keptText) flusher() {
+	defer close(k.stopped)
+	defer k.r.live.Delete(k.rec.RequestID)
+	t := time.NewTimer(keptFlushInterval)
+	defer t.Stop()
+	for {
+		final := false
+		select {
+		case <-t.C:
+		case <-k.final:
+			final = true
+		}
+		k.mu.Lock()
+		voided := k.voided
+		k.mu.Unlock()
+		if voided {
+			if k.wrote {
+				ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
+				if err := k.store.DeleteGeneration(ctx, k.rec.AccountID, k.rec.RequestID); err != nil {
+					k.r.log.Error("deleting the kept text of a generation that was not charged; it goes at the end of its window",
+						zap.String("request_id", k.rec.RequestID), zap.Error(err))
+				}
+				cancel()
+			}
+			return
+		}
+		k.flush(final)
+		if final {
+			return
+		}
+		t.Reset(keptFlushInterval)
+	}
+}
+
+// flush writes the pieces the ledger does not have yet, with the record, in puts of at most
+// ledger.MaxGenerationPut; at the end (final), the record's final state even without new pieces.
+// Only the last put carries the final state, so that a reader never takes a record for ended
+// before it has every piece.
+func (k *keptText) flush(final bool) {
+	k.mu.Lock()
+	pieces := k.pieces[k.flushed:]
+	rec := k.rec
+	rec.State, rec.OutputTokens, rec.Finished = k.state, k.tokens, k.finished
+	k.mu.Unlock()
+	if len(pieces) == 0 && !final {
+		return
+	}
+	if final {
+		rec.Expires = rec.Finished.Add(k.r.window)
+	}
+	s := k.r.sealer.Load()
+	chunks := encodePieces(pieces)
+	for len(chunks) > 0 || final {
+		var sealed [][]byte
+		size, n, b := 0, 0, int64(0)
+		for len(chunks) > 0 {
+			c := chunks[0]
+			sc := s.seal(rec.AccountID, rec.RequestID, k.chunks+len(sealed), c.data)
+			if len(sealed) > 0 && size+len(sc) > ledger.MaxGenerationPut {
+				break
+			}
+			sealed, size, n, b = append(sealed, sc), size+len(sc), n+c.pieces, b+c.bytes
+			chunks = chunks[1:]
+		}
+		put := rec
+		put.Pieces, put.Bytes = k.flushed+n, k.flushedBytes+b
+		if len(chunks) > 0 {
+			put.State, put.Finished, put.Expires = ledger.GenerationRunning, time.Time{}, k.rec.Expires
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
+		err := k.store.PutGeneration(ctx, put, k.chunks, sealed)
+		cancel()
+		if err != nil {
+			// The next flush tries again with these pieces; a final one that fails loses the
+			// text (never the charge).
+			k.r.log.Error("keeping generated text", zap.String("request_id", rec.RequestID), zap.Bool("final", final), zap.Error(err))
+			return
+		}
+		k.wrote = true
+		k.chunks += len(sealed)
+		k.flushed += n
+		k.flushedBytes += b
+		if len(chunks) == 0 {
+			return
+		}
+	}
+}
+
+// keptChunk is the plain text of one stored chunk: framed pieces.
+type keptChunk struct {
+	data   []byte
+	pieces int
+	bytes  int64
+}
+
+// encodePieces frames pieces (a uvarint length before each) into chunks of about keptChunkBytes,
+// so that a reader gets the pieces back as they were streamed (an SSE event each).
+func encodePieces(pieces []string) []keptChunk {
+	var out []keptChunk
+	var cur keptChunk
+	for _, p := range pieces {
+		if cur.pieces > 0 && len(cur.data)+len(p)+binary.MaxVarintLen64 > keptChunkBytes {
+			out = append(out, cur)
+			cur = keptChunk{}
+		}
+		cur.data = binary.AppendUvarint(cur.data, uint64(len(p)))
+		cur.data = append(cur.data, p...)
+		cur.pieces++
+		cur.bytes += int64(len(p))
+	}
+	if cur.pieces > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// decodePieces reverses encodePieces for one chunk.
+func decodePieces(dst []string, chunk []byte) ([]string, error) {
+	for len(chunk) > 0 {
+		n, w := binary.Uvarint(chunk)
+		if w <= 0 || uint64(len(chunk)-w) < n {
+			return dst, errors.New("malformed kept chunk")
+		}
+		dst = append(dst, string(chunk[w:w+int(n)]))
+		chunk = chunk[w+int(n):]
+	}
+	return dst, nil
+}
+
+// keptView is one look at a kept generation: its record and every piece so far.
+type keptView struct {
+	rec    ledger.GenerationRecord
+	pieces []string
+	bytes  int64
+	voided bool // it ended without a charge (followers that attached while it ran see this)
+}
+
+func (v keptView) ended() bool { return v.voided || v.rec.State != ledger.GenerationRunning }
+
+// keptSource gives the views of one kept generation, as it runs and after.
+type keptSource interface {
+	// next returns a view with more than have pieces, or the generation's end, waiting for it.
+	next(ctx context.Context, have int) (keptView, error)
+}
+
+// next waits for the live generation to have more than have pieces or to end.
+func (k *keptText) next(ctx context.Context, have int) (keptView, error) {
+	for {
+		k.mu.Lock()
+		if len(k.pieces) > have || k.state != ledger.GenerationRunning || k.voided {
+			v := keptView{rec: k.rec, pieces: k.pieces[:len(k.pieces):len(k.pieces)], bytes: k.bytes, voided: k.voided}
+			v.rec.State, v.rec.OutputTokens, v.rec.Finished, v.rec.Pieces, v.rec.Bytes = k.state, k.tokens, k.finished, len(k.pieces), k.bytes
+			if !k.finished.IsZero() {
+				v.rec.Expires = k.finished.Add(k.r.window)
+			}
+			k.mu.Unlock()
+			return v, nil
+		}
+		if k.changed == nil {
+			k.changed = make(chan struct{})
+		}
+		ch := k.changed
+		k.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return keptView{}, ctx.Err()
+		}
+	}
+}
+
+// storedSource reads a generation from the ledger: one that ran on another instance (a shared
+// PostgreSQL ledger), or on this one before it ended or before a reload.
+type storedSource struct {
+	r            *retention
+	store        ledger.Store
+	acct, rid    string
+	chunks       int
+	pieces       []string
+	bytes        int64
+	seen         bool // the record was found once
+	waitForStart time.Time
+}
+
+// next polls the ledger until the generation has more than have pieces or has ended. A record
+// still "running" long after any generation could (its instance died) ends as interrupted.
+func (s *storedSource) next(ctx context.Context, have int) (keptView, error) {
+	sl := s.r.sealer.Load()
+	for {
+		rec, chunks, err := s.store.GetGeneration(ctx, s.acct, s.rid, s.chunks)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound) && s.seen:
+			// Deleted while followed: not charged after all, or its window ended.
+			return keptView{voided: true, pieces: s.pieces, bytes: s.bytes}, nil
+		case errors.Is(err, ledger.ErrNotFound) && now().Before(s.waitForStart):
+			// Held and running elsewhere, before its first write: wait for it.
+		case err != nil:
+			return keptView{}, err
+		default:
+			s.seen = true
+			for i, c := range chunks {
+				plain, err := sl.open(s.acct, s.rid, s.chunks+i, c)
+				if err != nil {
+					return keptView{}, fmt.Errorf("opening kept chunk %d of %s (is retention_key the same on every instance?): %w", s.chunks+i, s.rid, err)
+				}
+				if s.pieces, err = decodePieces(s.pieces, plain); err != nil {
+					return keptView{}, err
+				}
+			}
+			s.chunks += len(chunks)
+			s.bytes = 0
+			for _, p := range s.pieces {
+				s.bytes += int64(len(p))
+			}
+			if rec.State == ledger.GenerationRunning && now().After(rec.Created.Add(s.r.genTimeout+time.Minute)) {
+				rec.State = ledger.GenerationInterrupted
+			}
+			v := keptView{rec: rec, pieces: s.pieces[:len(s.pieces):len(s.pieces)], bytes: s.bytes}
+			if len(s.pieces) > have || v.ended() {
+				return v, nil
+			}
+		}
+		t := time.NewTimer(keptPollInterval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return keptView{}, ctx.Err()
+		}
+	}
+}
+
+// find returns the kept generation rid of the account and mode, and its first view:
+// ledger.ErrNotFound when there is none (never kept, another account's, or its window ended).
+// A generation whose hold is open but that has not reached the ledger yet (it runs on another
+// instance, in its first keptFlushInterval) is waited for.
+func (r *retention) find(ctx context.Context, store ledger.Store, acct string, mode ledger.Mode, rid string) (keptSource, keptView, error) {
+	if r.sealer.Load() == nil {
+		return nil, keptView{}, ledger.ErrNotFound
+	}
+	if v, ok := r.live.Load(rid); ok {
+		k := v.(*keptText)
+		if k.rec.AccountID != acct || k.rec.Mode != mode {
+			return nil, keptView{}, ledger.ErrNotFound
+		}
+		view, err := k.next(ctx, -1)
+		return k, view, err
+	}
+	src := &storedSource{r: r, store: store, acct: acct, rid: rid}
+	view, err := src.next(ctx, -1)
+	if errors.Is(err, ledger.ErrNotFound) {
+		h, herr := store.GetHold(ctx, acct, rid)
+		if herr != nil || h.State != ledger.HoldOpen || h.Mode != mode {
+			return nil, keptView{}, err
+		}
+		src.waitForStart = now().Add(4 * keptFlushInterval)
+		view, err = src.next(ctx, -1)
+	}
+	if err != nil {
+		return nil, keptView{}, err
+	}
+	if view.rec.Mode != mode {
+		return nil, keptView{}, ledger.ErrNotFound
+	}
+	return src, view, nil
+}

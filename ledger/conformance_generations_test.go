@@ -1,0 +1,185 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// testGenerations: a kept generation is stored chunk by chunk, read back from any chunk on,
+// scoped to its account, gone for readers at its expiry and deleted by the sweep, and the store
+// holds nothing of it afterwards.
+func testGenerations(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 4, 4, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "g@example.com").ID
+	b := mustAccount(t, s, "g2@example.com").ID
+	const marker = "ciphertext-marker-"
+
+	rec := GenerationRecord{AccountID: a, RequestID: "req_gen1", Mode: Live, Tool: "summarizer", Language: "de",
+		State: GenerationRunning, Created: t0, Expires: t0.Add(15 * time.Minute), Pieces: 2, Bytes: 10}
+	if err := s.PutGeneration(bg, rec, 0, [][]byte{[]byte(marker + "0")}); err != nil {
+		t.Fatal(err)
+	}
+	got, chunks, err := s.GetGeneration(bg, a, "req_gen1", 0)
+	if err != nil || got.Chunks != 1 || got.State != GenerationRunning || len(chunks) != 1 || string(chunks[0]) != marker+"0" {
+		t.Fatalf("after the first put: %+v %q %v", got, chunks, err)
+	}
+	if !got.Created.Equal(t0) || !got.Expires.Equal(t0.Add(15*time.Minute)) || got.Tool != "summarizer" || got.Language != "de" || got.Mode != Live || !got.Finished.IsZero() {
+		t.Fatalf("record read back: %+v", got)
+	}
+	// The one writer appends and finishes.
+	rec.State, rec.Finished, rec.OutputTokens, rec.Pieces, rec.Bytes = GenerationCompleted, t0.Add(time.Second), 24, 5, 40
+	if err := s.PutGeneration(bg, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
+		t.Fatal(err)
+	}
+	got, chunks, err = s.GetGeneration(bg, a, "req_gen1", 0)
+	if err != nil || got.Chunks != 3 || got.State != GenerationCompleted || got.OutputTokens != 24 || got.Pieces != 5 || got.Bytes != 40 ||
+		!got.Finished.Equal(t0.Add(time.Second)) || len(chunks) != 3 || !bytes.Equal(chunks[2], []byte(marker+"2")) {
+		t.Fatalf("after the final put: %+v %q %v", got, chunks, err)
+	}
+	if _, chunks, err = s.GetGeneration(bg, a, "req_gen1", 2); err != nil || len(chunks) != 1 || string(chunks[0]) != marker+"2" {
+		t.Fatalf("from chunk 2: %q %v", chunks, err)
+	}
+	if _, chunks, err = s.GetGeneration(bg, a, "req_gen1", 3); err != nil || len(chunks) != 0 {
+		t.Fatalf("from past the end: %q %v", chunks, err)
+	}
+	// Another account, an unknown id, a bad argument.
+	_, _, err = s.GetGeneration(bg, b, "req_gen1", 0)
+	wantErr(t, err, ErrNotFound)
+	_, _, err = s.GetGeneration(bg, a, "req_nope", 0)
+	wantErr(t, err, ErrNotFound)
+	_, _, err = s.GetGeneration(bg, a, "req_gen1", -1)
+	wantErr(t, err, ErrInvalidArgument)
+	wantErr(t, s.PutGeneration(bg, GenerationRecord{AccountID: "acct_missing", RequestID: "r", Mode: Live, State: GenerationRunning, Expires: t0.Add(time.Minute)}, 0, nil), ErrNotFound)
+	bad := rec
+	bad.Expires = t0
+	wantErr(t, s.PutGeneration(bg, bad, 0, nil), ErrInvalidArgument)
+	bad = rec
+	bad.State = "done"
+	wantErr(t, s.PutGeneration(bg, bad, 0, nil), ErrInvalidArgument)
+	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{{}}), ErrInvalidArgument)
+	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
+	var tooMany [][]byte
+	for range MaxGenerationPut/MaxGenerationChunk + 1 {
+		tooMany = append(tooMany, make([]byte, MaxGenerationChunk))
+	}
+	wantErr(t, s.PutGeneration(bg, rec, 3, tooMany), ErrInvalidArgument)
+	// The store still works after the refusals.
+	if _, _, err := s.GetGeneration(bg, a, "req_gen1", 0); err != nil {
+		t.Fatalf("after refused puts: %v", err)
+	}
+
+	// A second generation that lives longer, and one deleted at once (not charged).
+	long := GenerationRecord{AccountID: a, RequestID: "req_gen2", Mode: Test, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
+	if err := s.PutGeneration(bg, long, 0, [][]byte{[]byte(marker + "long")}); err != nil {
+		t.Fatal(err)
+	}
+	gone := GenerationRecord{AccountID: b, RequestID: "req_gen3", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
+	if err := s.PutGeneration(bg, gone, 0, [][]byte{[]byte(marker + "void")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteGeneration(bg, b, "req_gen3"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.GetGeneration(bg, b, "req_gen3", 0)
+	wantErr(t, err, ErrNotFound)
+	if err := s.DeleteGeneration(bg, b, "req_gen3"); err != nil {
+		t.Fatalf("deleting twice: %v", err)
+	}
+	assertNotStored(t, eng, s, marker+"void")
+
+	// At the end of its window the first is gone for readers, before any sweep.
+	t0 = t0.Add(15 * time.Minute)
+	_, _, err = s.GetGeneration(bg, a, "req_gen1", 0)
+	wantErr(t, err, ErrNotFound)
+	if _, _, err := s.GetGeneration(bg, a, "req_gen2", 0); err != nil {
+		t.Fatalf("the longer window ended early: %v", err)
+	}
+	n, err := s.DeleteExpiredGenerations(bg)
+	if err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	assertNotStored(t, eng, s, marker+"0", marker+"1", marker+"2", "req_gen1")
+	if _, _, err := s.GetGeneration(bg, a, "req_gen2", 0); err != nil {
+		t.Fatalf("the sweep took the longer window too: %v", err)
+	}
+	t0 = t0.Add(time.Hour)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 1 {
+		t.Fatalf("second sweep: %d %v", n, err)
+	}
+	assertNotStored(t, eng, s, marker)
+}
+
+// testGenerationsMany: many chunks of many generations, swept in one go.
+func testGenerationsMany(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 4, 5, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "gm@example.com").ID
+	for g := 0; g < 20; g++ {
+		rec := GenerationRecord{AccountID: a, RequestID: fmt.Sprintf("req_m%02d", g), Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Minute)}
+		for c := 0; c < 30; c += 10 {
+			var chunks [][]byte
+			for i := 0; i < 10; i++ {
+				chunks = append(chunks, []byte(fmt.Sprintf("chunk-%d-%d", g, c+i)))
+			}
+			if err := s.PutGeneration(bg, rec, c, chunks); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, chunks, err := s.GetGeneration(bg, a, "req_m07", 25)
+	if err != nil || len(chunks) != 5 || string(chunks[0]) != "chunk-7-25" || string(chunks[4]) != "chunk-7-29" {
+		t.Fatalf("chunks 25..29: %q %v", chunks, err)
+	}
+	t0 = t0.Add(time.Minute)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 20 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	assertNotStored(t, eng, s, "chunk-")
+}
+
+// testGetHold: a hold is found by its account and request id, open, settled or voided, and
+// never through another account.
+func testGetHold(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 4, 6, 0, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "h@example.com").ID
+	b := mustAccount(t, s, "h2@example.com").ID
+	mustGrant(t, s, a, Live, 2)
+	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_h1", KeyID: "k1", Tool: "summarizer"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.GetHold(bg, a, "req_h1")
+	if err != nil || h.State != HoldOpen || h.Tool != "summarizer" || h.KeyID != "k1" || h.Mode != Live || !h.Created.Equal(t0) || !h.Resolved.IsZero() {
+		t.Fatalf("open hold: %+v %v", h, err)
+	}
+	t0 = t0.Add(time.Second)
+	if _, err := s.Settle(bg, a, "req_h1"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = s.GetHold(bg, a, "req_h1"); err != nil || h.State != HoldSettled || !h.Resolved.Equal(t0) {
+		t.Fatalf("settled hold: %+v %v", h, err)
+	}
+	if _, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_h2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Void(bg, a, "req_h2", "backend down"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = s.GetHold(bg, a, "req_h2"); err != nil || h.State != HoldVoided || h.Reason != "backend down" {
+		t.Fatalf("voided hold: %+v %v", h, err)
+	}
+	_, err = s.GetHold(bg, b, "req_h1")
+	wantErr(t, err, ErrNotFound)
+	_, err = s.GetHold(bg, a, "req_none")
+	wantErr(t, err, ErrNotFound)
+	_, err = s.GetHold(bg, "acct_missing", "req_h1")
+	wantErr(t, err, ErrNotFound)
+	_, err = s.GetHold(bg, a, "")
+	wantErr(t, err, ErrInvalidArgument)
+}

@@ -1,0 +1,173 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Kept generations of the PostgreSQL engine (postgres_migrations/00002_generations.sql): a row
+// in generations and one per chunk in generation_chunks, deleted with it (ON DELETE CASCADE).
+// Every instance reads what any instance wrote, so a client may resume on another instance. The
+// sweep (every SweepInterval and at OpenPostgres) deletes the rows whose window has ended by the
+// ledger clock; reads check it too.
+
+const pgGenCols = "account_id, request_id, mode, tool, language, state, created, finished, expires, output_tokens, pieces, bytes, chunks"
+
+// PutGeneration upserts the record and stores chunks first, first+1, ... in one transaction.
+func (s *Postgres) PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error {
+	if err := checkGenerationRecord(rec, first, chunks, now()); err != nil {
+		return err
+	}
+	if err := pgStorable("generation", rec.RequestID, rec.Tool, rec.Language); err != nil {
+		return err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rec.Chunks = first + len(chunks)
+	var finished *int64
+	if !rec.Finished.IsZero() {
+		f := rec.Finished.UnixNano()
+		finished = &f
+	}
+	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO generations (`+pgGenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			ON CONFLICT (account_id, request_id) DO UPDATE SET mode = $3, tool = $4, language = $5, state = $6,
+			created = $7, finished = $8, expires = $9, output_tokens = $10, pieces = $11, bytes = $12, chunks = $13`,
+			rec.AccountID, rec.RequestID, string(rec.Mode), rec.Tool, rec.Language, string(rec.State),
+			rec.Created.UnixNano(), finished, rec.Expires.UnixNano(), rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Chunks)
+		for i, c := range chunks {
+			b.Queue(`INSERT INTO generation_chunks (account_id, request_id, n, data) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (account_id, request_id, n) DO UPDATE SET data = $4`, rec.AccountID, rec.RequestID, first+i, c)
+		}
+		return tx.SendBatch(wctx, b).Close()
+	})
+	if pgForeignKey(err) {
+		return fmt.Errorf("account %q: %w", rec.AccountID, ErrNotFound)
+	}
+	return pgErr(ctx, "storing generation", err)
+}
+
+// GetGeneration returns the record and its chunks from number from on, in one snapshot.
+func (s *Postgres) GetGeneration(ctx context.Context, accountID, requestID string, from int) (GenerationRecord, [][]byte, error) {
+	if from < 0 {
+		return GenerationRecord{}, nil, fmt.Errorf("chunk number %d: %w", from, ErrInvalidArgument)
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return GenerationRecord{}, nil, err
+	}
+	defer done()
+	var rec GenerationRecord
+	var chunks [][]byte
+	notFound := fmt.Errorf("generation %q of account %q: %w", requestID, accountID, ErrNotFound)
+	err = pgx.BeginTxFunc(qctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var mode, state string
+		var created, expires int64
+		var finished *int64
+		err := tx.QueryRow(qctx, `SELECT `+pgGenCols+` FROM generations WHERE account_id = $1 AND request_id = $2 AND expires > $3`,
+			accountID, requestID, now().UnixNano()).Scan(&rec.AccountID, &rec.RequestID, &mode, &rec.Tool, &rec.Language, &state,
+			&created, &finished, &expires, &rec.OutputTokens, &rec.Pieces, &rec.Bytes, &rec.Chunks)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound
+		}
+		if err != nil {
+			return err
+		}
+		rec.Mode, rec.State = Mode(mode), GenerationState(state)
+		rec.Created, rec.Expires, rec.Finished = pgTime(created), pgTime(expires), pgTimeOrZero(finished)
+		next := from
+		rows, _ := tx.Query(qctx, `SELECT n, data FROM generation_chunks WHERE account_id = $1 AND request_id = $2 AND n >= $3 AND n < $4 ORDER BY n`,
+			accountID, requestID, from, rec.Chunks)
+		type row struct {
+			N    int
+			Data []byte
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			if r.N != next {
+				return fmt.Errorf("generation %q: chunk %d of %d is missing", requestID, next, rec.Chunks)
+			}
+			chunks = append(chunks, r.Data)
+			next++
+		}
+		if next < rec.Chunks {
+			return fmt.Errorf("generation %q: chunk %d of %d is missing", requestID, next, rec.Chunks)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return GenerationRecord{}, nil, err
+	}
+	if err != nil {
+		return GenerationRecord{}, nil, pgErr(ctx, "reading generation", err)
+	}
+	return rec, chunks, nil
+}
+
+// DeleteGeneration deletes the record and (by cascade) its chunks.
+func (s *Postgres) DeleteGeneration(ctx context.Context, accountID, requestID string) error {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = s.pool.Exec(wctx, `DELETE FROM generations WHERE account_id = $1 AND request_id = $2`, accountID, requestID)
+	return pgErr(ctx, "deleting generation", err)
+}
+
+// DeleteExpiredGenerations deletes every generation whose window has ended by the ledger clock.
+func (s *Postgres) DeleteExpiredGenerations(ctx context.Context) (int, error) {
+	wctx, done, err := s.admit(ctx, s.opts.QueryTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return s.deleteExpiredGenerations(wctx, now())
+}
+
+// deleteExpiredGenerations is DeleteExpiredGenerations for a call admitted already.
+func (s *Postgres) deleteExpiredGenerations(ctx context.Context, t time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM generations WHERE expires <= $1`, t.UnixNano())
+	if err != nil {
+		return 0, pgErr(ctx, "deleting expired generations", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// GetHold returns the account's hold of requestID.
+func (s *Postgres) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
+	if err := checkResolve(requestID, ""); err != nil {
+		return HoldInfo{}, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return HoldInfo{}, err
+	}
+	defer done()
+	var h HoldInfo
+	var mode, state string
+	var created int64
+	var resolved *int64
+	err = s.pool.QueryRow(qctx, `SELECT account_id, request_id, mode, state, key_id, tool, created, resolved, reason
+		FROM holds WHERE account_id = $1 AND request_id = $2`, accountID, requestID).
+		Scan(&h.AccountID, &h.RequestID, &mode, &state, &h.KeyID, &h.Tool, &created, &resolved, &h.Reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
+	}
+	if err != nil {
+		return HoldInfo{}, pgErr(ctx, "reading hold", err)
+	}
+	h.Mode, h.State, h.Created, h.Resolved = Mode(mode), HoldState(state), pgTime(created), pgTimeOrZero(resolved)
+	return h, nil
+}
