@@ -181,7 +181,7 @@ func (s Slot) Release() {
 // fewer than run).
 const (
 	releaseBatch = 256
-	releaseDelay = 2 * time.Millisecond
+	releaseDelay = 20 * time.Millisecond
 )
 
 // releaseLoop gives back the released places in batches.
