@@ -54,14 +54,16 @@ dev() {
 	echo "starting the test Ollama with a tiny random model (first time: builds Ollama v0.6.8, a few minutes)" >&2
 	go build -o .xcaddy/tinyollama ./backends/cmd/tinyollama
 	.xcaddy/tinyollama -dir "$devdir/ollama" -num-predict 48 >"$devdir/ollama.out" 2>"$devdir/ollama.log" &
-	local ollama_pid=$!
-	local caddy_pid=""
-	trap 'kill $ollama_pid ${caddy_pid} 2>/dev/null; wait 2>/dev/null' EXIT INT TERM
+	# Globals, not locals: the EXIT trap runs after dev has returned (Caddy stopped by
+	# `./caddy stop`, or Ctrl-C), when its locals are gone.
+	dev_ollama_pid=$!
+	trap dev_cleanup EXIT
+	trap 'exit 130' INT TERM
 	local line=""
 	for _ in $(seq 1 600); do
 		line=$(grep -m1 '^OLLAMA_HOST=' "$devdir/ollama.out" 2>/dev/null || true)
 		[ -n "$line" ] && break
-		kill -0 $ollama_pid 2>/dev/null || { echo "the test Ollama failed to start; see $devdir/ollama.log" >&2; exit 1; }
+		kill -0 $dev_ollama_pid 2>/dev/null || { echo "the test Ollama failed to start; see $devdir/ollama.log" >&2; exit 1; }
 		sleep 1
 	done
 	[ -n "$line" ] || { echo "the test Ollama did not start in time; see $devdir/ollama.log" >&2; exit 1; }
@@ -69,10 +71,10 @@ dev() {
 	export TEXTGEN_MODEL=${line##*MODEL=}
 	export TEXTGEN_LEDGER=$devdir/ledger
 	"$out" run --config Caddyfile --adapter caddyfile >"$devdir/caddy.log" 2>&1 &
-	caddy_pid=$!
+	dev_caddy_pid=$!
 	for _ in $(seq 1 60); do
 		"$out" textgen ledger verify --json >/dev/null 2>&1 && break
-		kill -0 $caddy_pid 2>/dev/null || { echo "Caddy failed to start; see $devdir/caddy.log" >&2; exit 1; }
+		kill -0 $dev_caddy_pid 2>/dev/null || { echo "Caddy failed to start; see $devdir/caddy.log" >&2; exit 1; }
 		sleep 0.5
 	done
 	local acct key
@@ -93,7 +95,19 @@ Demo account $acct has 10 credits. Try:
 
 Press Ctrl-C to stop.
 MSG
-	wait $caddy_pid
+	wait $dev_caddy_pid || true
+}
+
+# dev_cleanup stops what dev started: Caddy, and the test Ollama (tinyollama stops its `ollama
+# serve` and the model runner on SIGTERM).
+dev_ollama_pid=""
+dev_caddy_pid=""
+dev_cleanup() {
+	trap - EXIT
+	for pid in $dev_caddy_pid $dev_ollama_pid; do
+		kill "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
 }
 
 case "${1:-build}" in
