@@ -59,6 +59,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_concurrent_per_account <n> | off
 //		max_in_flight       <n> | off
 //		limits_store        <redis-url>
+//		sse_keepalive       <duration> | off
 //		cors_origins        <origin> [<origin>...] | *
 //		slot_expiry         <duration>
 //		queue_size          <n> | off
@@ -144,6 +145,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.Duration(d, &h.WriteTimeout)
 		case "generation_timeout":
 			err = cfarg.Duration(d, &h.GenerationTimeout)
+		case "sse_keepalive":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return d.ArgErr()
+			}
+			if args[0] == "off" {
+				h.SSEKeepAlive = -1
+				break
+			}
+			dur, perr := caddy.ParseDuration(args[0])
+			if perr != nil || dur <= 0 {
+				return d.Errf("sse_keepalive: %q is neither a positive duration nor off", args[0])
+			}
+			h.SSEKeepAlive = caddy.Duration(dur)
 		case "retention":
 			args := d.RemainingArgs()
 			if len(args) != 1 {

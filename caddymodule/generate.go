@@ -115,6 +115,7 @@ func (g *generation) run() {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
 	}
 	genStart := time.Now()
+	stopKeepAlive := s.startKeepAlive(time.Duration(h.SSEKeepAlive))
 	stats, gerr := backend.Generate(genCtx, backends.Request{
 		Model:             g.tool.model,
 		System:            system,
@@ -127,8 +128,9 @@ func (g *generation) run() {
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		Admission:         adm,
 	}, s.emit)
+	stopKeepAlive()
 	g.stats = stats
-	if s.started {
+	if s.texted {
 		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
 		metrics.generation.Observe(time.Since(genStart).Seconds())
 	}
@@ -200,7 +202,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
 	}
 	switch {
-	case gerr == nil && s.started, clientGone && s.delivered:
+	case gerr == nil && s.texted, clientGone && s.delivered:
 		// Complete, or the client left after text was delivered: the charge stands (now, or
 		// later when the ledger cannot take it now).
 		if g.resolve(bg, g.settleOp()) {
@@ -218,8 +220,8 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case gerr == nil:
 		// The model finished without a single piece of text: nothing to charge for.
 		g.void(bg, "empty output")
-		g.fail(newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
-	case s.started && !clientGone:
+		g.failStream(s, newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
+	case s.texted && !clientGone:
 		// Text went out and the generation broke: return the credit and abort the response, so
 		// no client can take a truncated text for a complete one.
 		g.void(bg, "interrupted: "+kind.String())
@@ -240,8 +242,23 @@ func (g *generation) finish(s *streamer, gerr error) {
 			g.status = 499
 			return
 		}
-		g.fail(g.backendError(gerr))
+		g.failStream(s, g.backendError(gerr))
 	}
+}
+
+// failStream answers a generation that ends without text with e: as its JSON error, or, when
+// SSE keep-alives have already sent the 200 headers, as an SSE error event (the stream then
+// ends without a done event; nothing was charged).
+func (g *generation) failStream(s *streamer, e *apiError) {
+	if !s.started {
+		g.fail(e)
+		return
+	}
+	g.status = http.StatusOK
+	if g.errKind == "" {
+		g.errKind = e.Code
+	}
+	s.event("error", errorBody{Error: e})
 }
 
 func ctxDone(ctx context.Context) bool {

@@ -125,6 +125,11 @@ type Handler struct {
 	// MaxConcurrentPerAccount caps the generations one account runs at once (429
 	// too_many_concurrent_requests). Default: 4; -1: no cap.
 	MaxConcurrentPerAccount int `json:"max_concurrent_per_account,omitempty"`
+	// SSEKeepAlive is how often an SSE stream gets a comment line (": keep-alive") while the
+	// model has not sent its first piece, so that proxies that cut idle connections keep it.
+	// Default: 5s; -1 (off): none. Plain-text streams never get one.
+	SSEKeepAlive caddy.Duration `json:"sse_keepalive,omitempty"`
+
 	// CORSOrigins are the origins of browser apps that may call the API (CORS, without
 	// credentials), or "*" for any. Default: none (browsers keep other origins' pages out).
 	CORSOrigins []string `json:"cors_origins,omitempty"`
@@ -221,6 +226,7 @@ const (
 	defaultQueueTimeout            = 10 * time.Second
 	defaultBodyReadTimeout         = 10 * time.Second
 	defaultRetention               = 15 * time.Minute
+	defaultSSEKeepAlive            = 5 * time.Second
 )
 
 // Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
@@ -297,6 +303,7 @@ func (h *Handler) setDefaults() {
 	h.QueueTimeout = cmp.Or(h.QueueTimeout, caddy.Duration(defaultQueueTimeout))
 	h.BodyReadTimeout = cmp.Or(h.BodyReadTimeout, caddy.Duration(defaultBodyReadTimeout))
 	h.Retention = cmp.Or(h.Retention, caddy.Duration(defaultRetention))
+	h.SSEKeepAlive = cmp.Or(h.SSEKeepAlive, caddy.Duration(defaultSSEKeepAlive))
 	if len(h.Ollama) == 0 {
 		if env := os.Getenv("OLLAMA_HOST"); env != "" {
 			h.Ollama = []string{env}

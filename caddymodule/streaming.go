@@ -85,6 +85,7 @@ type streamer struct {
 	timeout time.Duration // per write (WriteTimeout)
 	end     time.Time     // the generation's deadline: no write outlives it
 	started bool          // the 200 headers were written
+	texted  bool          // a piece of text was written (started may be true before: keep-alives)
 	// delivered: a piece reached the client's connection (a write and its flush succeeded);
 	// only then may a client that leaves be charged.
 	delivered bool
@@ -99,6 +100,11 @@ type streamer struct {
 	gone     bool // the request's context ended
 	detached bool // no more writes: the generation goes on for kept alone
 	n        int  // pieces emitted: the SSE id of the last one
+
+	// keepAlive: SSE comments are sent until the first piece (startKeepAlive); mu then orders
+	// them with the pieces.
+	keepAlive bool
+	kaStopped bool
 }
 
 // emit sends one piece. The first piece sends the 200 headers.
@@ -106,7 +112,77 @@ func (s *streamer) emit(piece string) error {
 	if s.kept != nil {
 		return s.emitKept(piece)
 	}
+	if s.keepAlive {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
 	return s.write(piece)
+}
+
+// keepAliveComment is an SSE comment: clients ignore it, proxies see traffic.
+var keepAliveComment = []byte(": keep-alive\n\n")
+
+// startKeepAlive sends an SSE comment every interval until the first piece (sse_keepalive),
+// the 200 headers with the first one: a model that takes long to load would otherwise leave the
+// connection silent for up to first_piece_timeout, and proxies in between may cut it. Call the
+// returned stop before the generation's last writes.
+func (s *streamer) startKeepAlive(every time.Duration) (stop func()) {
+	if !s.g.sse || every <= 0 {
+		return func() {}
+	}
+	s.keepAlive = true
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.texted || s.kaStopped || s.gone || s.writeErr != nil {
+			return
+		}
+		s.writeHeader()
+		s.deadline(s.end)
+		_, err := s.g.w.Write(keepAliveComment)
+		if err == nil {
+			err = s.rc.Flush()
+		}
+		if err != nil {
+			return // the client is gone: the request's context ends the generation
+		}
+		if s.g.r.ProtoMajor >= 2 {
+			s.rearm()
+		}
+		t.Reset(every)
+	})
+	return func() {
+		s.mu.Lock()
+		s.kaStopped = true
+		s.mu.Unlock()
+		t.Stop()
+	}
+}
+
+// writeHeader writes the 200 headers of the stream, once.
+func (s *streamer) writeHeader() {
+	if s.started {
+		return
+	}
+	g := s.g
+	hdr := g.w.Header()
+	if g.sse {
+		hdr.Set("Content-Type", "text/event-stream")
+	} else {
+		hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	hdr.Set("X-Credits-Used", "1")
+	hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
+	hdr.Set("X-Request-Id", g.id)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
+	// at once instead of buffering.
+	hdr.Set("X-Accel-Buffering", "no")
+	hdr.Set("Incremental", "?1")
+	g.w.WriteHeader(http.StatusOK)
+	s.started = true
 }
 
 // emitKept keeps the piece, then sends it while the client is there. A piece that cannot be
@@ -150,25 +226,8 @@ func (s *streamer) clientLeft(cancel context.CancelFunc) {
 // write sends one piece to the client.
 func (s *streamer) write(piece string) error {
 	g := s.g
-	if !s.started {
-		hdr := g.w.Header()
-		if g.sse {
-			hdr.Set("Content-Type", "text/event-stream")
-		} else {
-			hdr.Set("Content-Type", "text/plain; charset=utf-8")
-		}
-		hdr.Set("X-Credits-Used", "1")
-		hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
-		hdr.Set("X-Request-Id", g.id)
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("X-Content-Type-Options", "nosniff")
-		// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
-		// at once instead of buffering.
-		hdr.Set("X-Accel-Buffering", "no")
-		hdr.Set("Incremental", "?1")
-		g.w.WriteHeader(http.StatusOK)
-		s.started = true
-	}
+	s.writeHeader()
+	s.texted = true
 	s.deadline(s.end)
 	var err error
 	if g.sse {
