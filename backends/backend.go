@@ -27,6 +27,12 @@ type Request struct {
 	// Admission is a place taken beforehand with the same backend's Admit (see Admitter);
 	// Generate starts there and releases it. Nil: Generate admits the request itself.
 	Admission Admission
+	// Flush, when set, lets the backend hand over pieces in batches: emit then need not send a
+	// piece on at once, and the backend calls Flush as soon as it holds no further piece (before
+	// it waits for the model server, and before Generate returns), so no piece is held back
+	// longer than it takes to hand over the pieces that arrived with it. An error from Flush
+	// stops the generation as an error from emit does.
+	Flush func() error
 }
 
 // Stats describe a finished generation.

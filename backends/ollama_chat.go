@@ -161,13 +161,36 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 
 	lines := newLineReader(resp.Body)
 	defer lines.release()
+	// pending: pieces were emitted that req.Flush has not sent on yet. They go before any wait
+	// for the server and before every return.
+	pending := false
+	flush := func() error {
+		if !pending {
+			return nil
+		}
+		pending = false
+		state.Store(emitting)
+		err := req.Flush()
+		if stats.Pieces > 0 {
+			watchdog.Reset(idleTimeout)
+			state.Store(waitNext)
+		}
+		return err
+	}
 	var chunk chatChunk
 	for {
+		if pending && !lines.hasLine() {
+			if err := flush(); err != nil {
+				cancel(errEmitStopped)
+				return fail(KindCanceled, err)
+			}
+		}
 		line, err := lines.next()
 		if err == nil {
 			err = decodeChunk(line, &chunk)
 		}
 		if err != nil {
+			_ = flush() // what came before the failure
 			if k, cause, ok := stopped(ctx, inner, stats.Pieces); ok {
 				return fail(k, cause)
 			}
@@ -182,6 +205,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 			return fail(KindUpstream, err)
 		}
 		if chunk.Error != "" {
+			_ = flush()
 			err := fmt.Errorf("ollama: %s", chunk.Error)
 			if stats.Pieces > 0 {
 				return fail(KindInterrupted, err)
@@ -198,8 +222,13 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 				cancel(errEmitStopped)
 				return fail(KindCanceled, err)
 			}
+			pending = req.Flush != nil
 		}
 		if chunk.Done {
+			if err := flush(); err != nil {
+				cancel(errEmitStopped)
+				return fail(KindCanceled, err)
+			}
 			stats.PromptTokens = chunk.PromptEvalCount
 			stats.OutputTokens = chunk.EvalCount
 			stats.DoneReason = chunk.DoneReason

@@ -42,6 +42,12 @@ func newLineReader(r io.Reader) *lineReader {
 	return &lineReader{br: br}
 }
 
+// hasLine reports whether a whole next line is buffered already, so reading it will not wait.
+func (l *lineReader) hasLine() bool {
+	b, _ := l.br.Peek(l.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 func (l *lineReader) release() {
 	l.br.Reset(nil)
 	readerPool.Put(l.br)

@@ -12,7 +12,7 @@ type Sample struct {
 }
 
 // Generate emits the pieces in order. It fails with KindCanceled when ctx ends or emit fails.
-func (s Sample) Generate(ctx context.Context, _ Request, emit Emit) (Stats, error) {
+func (s Sample) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
 	st := Stats{Host: "test-mode", DoneReason: "stop"}
 	for i, p := range s.Pieces {
@@ -27,6 +27,11 @@ func (s Sample) Generate(ctx context.Context, _ Request, emit Emit) (Stats, erro
 		}
 		st.Pieces++
 		st.OutputTokens++
+	}
+	if req.Flush != nil { // every piece was there at once
+		if err := req.Flush(); err != nil {
+			return st, &Error{Kind: KindCanceled, Pieces: st.Pieces, Err: err}
+		}
 	}
 	st.Total = time.Since(start)
 	return st, nil

@@ -127,6 +127,7 @@ func (g *generation) run() {
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		Admission:         adm,
+		Flush:             s.flush,
 	}, s.emit)
 	stopKeepAlive()
 	g.stats = stats

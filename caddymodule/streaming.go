@@ -105,6 +105,9 @@ type streamer struct {
 	// them with the pieces.
 	keepAlive bool
 	kaStopped bool
+	// pending: pieces were written but not flushed; the backend calls flush once it holds no
+	// further piece (backends.Request.Flush), so pieces that arrive together go out together.
+	pending bool
 }
 
 // emit sends one piece. The first piece sends the 200 headers.
@@ -243,15 +246,34 @@ func (s *streamer) write(piece string) error {
 		s.buf = append(s.buf[:0], piece...)
 		_, err = g.w.Write(s.buf)
 	}
-	if err == nil {
-		err = s.rc.Flush()
-	}
 	if err != nil {
 		s.writeErr = err
 		return err
 	}
+	s.pending = true
+	return nil
+}
+
+// flush sends the written pieces on to the client (backends.Request.Flush).
+func (s *streamer) flush() error {
+	if s.kept != nil || s.keepAlive {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	if !s.pending || s.detached {
+		return nil
+	}
+	s.pending = false
+	if err := s.rc.Flush(); err != nil {
+		s.writeErr = err
+		if s.kept != nil && s.delivered {
+			s.detached = true // the generation runs on for the kept text
+			return nil
+		}
+		return err
+	}
 	s.delivered = true
-	if g.r.ProtoMajor >= 2 {
+	if s.g.r.ProtoMajor >= 2 {
 		// On HTTP/2 an armed deadline resets the stream when it fires, even while no write is
 		// in flight: between pieces only the whole response's deadline stays armed. (On
 		// HTTP/1.1 a deadline only bounds the next write, which sets its own.)
