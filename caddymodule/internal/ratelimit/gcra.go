@@ -12,10 +12,11 @@ import (
 
 // The buckets in Redis. A bucket is one key holding its "theoretical arrival time" (GCRA), the
 // token bucket's state in one number, with Redis's own clock (TIME) so that the instances' clocks
-// never matter. One identity's requests go through github.com/go-redis/redis_rate (Take, Charge,
-// Blocked, Reset). What it does not have is below, in the same key format and arithmetic: all or
-// none over several buckets in one round trip (TakeAll: a request counts against its key's, its
-// account's and its tool's limits together, or against none), and a refund.
+// never matter. One identity's request goes through github.com/go-redis/redis_rate (Take,
+// Reset). What it does not have is below, in the same key format and arithmetic: all or none over
+// several buckets and places in one round trip (Admit: a request counts against its key's, its
+// account's and its tool's limits together, or against none; a gate is looked at without being
+// charged), and a refund.
 
 // rrLimit is l as redis_rate takes it.
 func rrLimit(l Limit) redis_rate.Limit {
@@ -35,32 +36,6 @@ func (s *Shared) take(ctx context.Context, key string, l Limit) (ok bool, wait t
 		return nil
 	})
 	return ok, wait, err
-}
-
-func (s *Shared) charge(ctx context.Context, key string, l Limit) error {
-	return s.call(ctx, func(ctx context.Context) error {
-		_, err := s.rl.Allow(ctx, key, rrLimit(l))
-		return err
-	})
-}
-
-// blocked asks for 0 requests: redis_rate then reports the bucket without counting. The bucket
-// is empty when fewer than 1 request is left; from ResetAfter (the time until it is full) the
-// wait for one request is ResetAfter less the time of the other Burst-1.
-func (s *Shared) blocked(ctx context.Context, key string, l Limit) (blocked bool, wait time.Duration, err error) {
-	err = s.call(ctx, func(ctx context.Context) error {
-		res, err := s.rl.AllowN(ctx, key, rrLimit(l), 0)
-		if err != nil {
-			return err
-		}
-		if res.Remaining >= 1 {
-			return nil
-		}
-		blocked = true
-		wait = max(res.ResetAfter-time.Duration(l.Burst-1)*l.Every(), time.Millisecond)
-		return nil
-	})
-	return blocked, wait, err
 }
 
 func (s *Shared) reset(ctx context.Context, key string) error {

@@ -103,13 +103,6 @@ func (b *memory) blocked(id string, t time.Time) (bool, time.Duration) {
 	return true, untilTokens(b.r, tokens, 1)
 }
 
-func (b *memory) charge(id string, t time.Time) {
-	sh := b.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	b.get(sh, id, t).AllowN(t, 1)
-}
-
 func (b *memory) reset(id string) {
 	sh := b.shard(id)
 	sh.mu.Lock()

@@ -82,38 +82,14 @@ func (b *Buckets) Limit() Limit { return b.limit }
 // Len is the number of buckets held in this process's memory.
 func (b *Buckets) Len() int { return b.mem.len() }
 
-// Shared is the Redis store of the buckets; nil when they are in memory only.
-func (b *Buckets) Shared() *Shared { return b.shared }
-
 // useRedis tells whether a call should go to Redis now.
 func (b *Buckets) useRedis() bool { return b.shared != nil && b.shared.Up() }
 
 // Blocked reports whether id has no request left at t, and how long until it has one. It
-// charges nothing.
+// charges nothing: it is Admit's gate (Request.Peek) alone.
 func (b *Buckets) Blocked(ctx context.Context, id string, t time.Time) (bool, time.Duration) {
-	if b.useRedis() {
-		blocked, wait, err := b.shared.blocked(ctx, b.key(id), b.limit)
-		if err == nil {
-			return blocked, wait
-		}
-		b.shared.failed(ctx, err)
-	}
-	b.shared.fellBack()
-	return b.mem.blocked(id, t)
-}
-
-// Charge counts one request of id at t if it has one left (a failure that has happened
-// already: past the limit it changes nothing, and the identity stays blocked).
-func (b *Buckets) Charge(ctx context.Context, id string, t time.Time) {
-	if b.useRedis() {
-		err := b.shared.charge(ctx, b.key(id), b.limit)
-		if err == nil {
-			return
-		}
-		b.shared.failed(ctx, err)
-	}
-	b.shared.fellBack()
-	b.mem.charge(id, t)
+	denied, wait := Admit(ctx, t, []Request{{Buckets: b, ID: id, Peek: true}}, nil, nil, nil)
+	return denied == 0, wait
 }
 
 // Reset forgets id: its bucket is full again (in Redis and in this process's memory).

@@ -18,7 +18,7 @@ var (
 func TestForgetsRefilledBuckets(t *testing.T) {
 	b := New(Limit{Requests: 60, Window: time.Minute, Burst: 60}, 0)
 	for i := 0; i < 1000; i++ {
-		b.Charge(ctx, "client-"+strconv.Itoa(i), t0)
+		b.Take(ctx, "client-"+strconv.Itoa(i), t0)
 	}
 	if n := b.Len(); n != 1000 {
 		t.Fatalf("%d buckets", n)

@@ -135,9 +135,6 @@ func (s *Shared) Fallbacks() uint64 {
 	return s.fallbacks.Load()
 }
 
-// Client is the go-redis client of the store.
-func (s *Shared) Client() *redis.Client { return s.rdb }
-
 // Ping checks that Redis answers, within the store's timeout.
 func (s *Shared) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -75,7 +75,7 @@ func TestSharedTakeAllAcrossInstances(t *testing.T) {
 	}
 }
 
-// TestSharedSingleBuckets: Take, Refund, Blocked, Charge and Reset on one identity, through two
+// TestSharedSingleBuckets: Take, Refund, Blocked and Reset on one identity, through two
 // instances.
 func TestSharedSingleBuckets(t *testing.T) {
 	srv := redistest.New(t)
@@ -103,7 +103,7 @@ func TestSharedSingleBuckets(t *testing.T) {
 	if _, ok, _ := bb.Take(ctx, "x", t0); !ok {
 		t.Fatal("a refunded request still counts")
 	}
-	bb.Charge(ctx, "x", t0) // past the limit: changes nothing
+	bb.Take(ctx, "x", t0) // past the limit: changes nothing
 	if blocked, _ := ba.Blocked(ctx, "x", t0); !blocked {
 		t.Fatal("not blocked at the limit")
 	}
@@ -112,7 +112,7 @@ func TestSharedSingleBuckets(t *testing.T) {
 		t.Fatal("blocked after Reset")
 	}
 	for range 3 {
-		ba.Charge(ctx, "y", t0)
+		ba.Take(ctx, "y", t0)
 	}
 	if blocked, _ := bb.Blocked(ctx, "y", t0); !blocked {
 		t.Fatal("three charges through one instance do not block the other")

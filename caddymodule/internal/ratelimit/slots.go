@@ -79,40 +79,14 @@ type Slot struct {
 	member string
 }
 
-// acquireScript takes one of ARGV[1] places of KEYS[1] for member ARGV[3], expiring in ARGV[2]
-// ms, after dropping the expired ones: 1 if taken, else 0.
-var acquireScript = redis.NewScript(`
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call("ZADD", KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call("PEXPIRE", KEYS[1], ARGV[2])
-return 1
-`)
-
-// Acquire takes one of max places of id; false when all are taken.
+// Acquire takes one of max places of id; false when all are taken. It is Admit with this one
+// place.
 func (sl *Slots) Acquire(ctx context.Context, id string, max int) (Slot, bool) {
-	if sl.shared != nil && sl.shared.Up() {
-		key, member := sl.redisPlace(id)
-		var got int64
-		err := sl.shared.call(ctx, func(ctx context.Context) error {
-			var err error
-			got, err = acquireScript.Run(ctx, sl.shared.rdb, []string{key}, max, sl.expiry.Milliseconds(), member).Int64()
-			return err
-		})
-		if err == nil {
-			if got != 1 {
-				return Slot{}, false
-			}
-			return sl.held(id, key, member), true
-		}
-		sl.shared.failed(ctx, err)
+	var got [1]Slot
+	if denied, _ := Admit(ctx, time.Time{}, nil, []Place{{Slots: sl, ID: id, Max: max}}, nil, got[:]); denied >= 0 {
+		return Slot{}, false
 	}
-	sl.shared.fellBack()
-	return sl.acquireMemory(id, max)
+	return got[0], true
 }
 
 // redisPlace is the Redis key of id's places and a new member for one of them.
