@@ -308,10 +308,7 @@ func (o *keptWriter) sse() (abort bool) {
 	for {
 		buf = buf[:0]
 		for i := sent; i < len(o.view.pieces); i++ {
-			buf = append(strconv.AppendInt(append(buf, "id: "...), int64(i+1), 10), '\n')
-			buf = append(buf, "event: delta\ndata: {\"text\":"...)
-			buf = appendJSONString(buf, o.view.pieces[i])
-			buf = append(buf, "}\n\n"...)
+			buf = appendDelta(buf, i+1, o.view.pieces[i])
 		}
 		sent = max(sent, len(o.view.pieces))
 		if len(buf) > 0 && !o.send(rc, buf) {
@@ -327,7 +324,7 @@ func (o *keptWriter) sse() (abort bool) {
 	if after == len(o.view.pieces)+1 {
 		return false // the client has every event
 	}
-	buf = append(strconv.AppendInt(append(buf[:0], "id: "...), int64(len(o.view.pieces)+1), 10), '\n')
+	buf = appendEventID(buf[:0], len(o.view.pieces)+1)
 	var data []byte
 	if o.view.rec.State == ledger.GenerationCompleted && !o.view.voided {
 		data, _ = jsonMarshal(keptDoneEvent{CreditsUsed: 0, CreditsRemaining: o.remaining, RequestID: o.view.rec.RequestID,

@@ -26,6 +26,21 @@ func wantsSSE(r *http.Request) bool {
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
+// appendEventID appends an SSE event's id line.
+func appendEventID(dst []byte, id int) []byte {
+	return append(strconv.AppendInt(append(dst, "id: "...), int64(id), 10), '\n')
+}
+
+// appendDelta appends the SSE event of one piece of text, with its id unless id is 0.
+func appendDelta(dst []byte, id int, piece string) []byte {
+	if id > 0 {
+		dst = appendEventID(dst, id)
+	}
+	dst = append(dst, "event: delta\ndata: {\"text\":"...)
+	dst = appendJSONString(dst, piece)
+	return append(dst, "}\n\n"...)
+}
+
 // appendJSONString appends s as a JSON string literal, escaping what JSON and SSE framing need.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
@@ -234,13 +249,11 @@ func (s *streamer) write(piece string) error {
 	s.deadline(s.end)
 	var err error
 	if g.sse {
-		s.buf = s.buf[:0]
+		id := 0 // SSE ids only where a stream can be resumed
 		if s.kept != nil {
-			s.buf = append(strconv.AppendInt(append(s.buf, "id: "...), int64(s.n), 10), '\n')
+			id = s.n
 		}
-		s.buf = append(s.buf, "event: delta\ndata: {\"text\":"...)
-		s.buf = appendJSONString(s.buf, piece)
-		s.buf = append(s.buf, "}\n\n"...)
+		s.buf = appendDelta(s.buf[:0], id, piece)
 		_, err = g.w.Write(s.buf)
 	} else {
 		s.buf = append(s.buf[:0], piece...)
@@ -317,7 +330,7 @@ func (s *streamer) event(name string, v any) {
 	data, _ := jsonMarshal(v)
 	s.buf = s.buf[:0]
 	if s.kept != nil { // the end of a resumable stream has the id after its last piece's
-		s.buf = append(strconv.AppendInt(append(s.buf, "id: "...), int64(s.n+1), 10), '\n')
+		s.buf = appendEventID(s.buf, s.n+1)
 	}
 	s.buf = append(s.buf, "event: "...)
 	s.buf = append(s.buf, name...)
