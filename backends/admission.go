@@ -82,7 +82,7 @@ type admission struct {
 // HostCounter the place must also be free across the instances that share it (sharedAdmit).
 func (o *Ollama) Admit(ctx context.Context) (Admission, error) {
 	if o.cfg.HostCounter != nil && o.cfg.MaxInFlight > 0 {
-		return o.sharedAdmit(ctx)
+		return o.sharedAdmitHeld(ctx, "", nil)
 	}
 	return o.admitLocal(ctx)
 }

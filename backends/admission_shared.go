@@ -31,14 +31,6 @@ var _ HeldAdmitter = (*Ollama)(nil)
 // again: a place freed by another instance wakes nobody here.
 var sharedPoll = 50 * time.Millisecond
 
-// sharedAdmit is Admit with a HostCounter: a place on a host that is free in this process (the
-// local admission and its queue) and across the instances. While every host this process could
-// use is full across the instances, the request waits, polling, within QueueTimeout, and at
-// most QueueSize requests wait so; without a queue it fails at once.
-func (o *Ollama) sharedAdmit(ctx context.Context) (Admission, error) {
-	return o.sharedAdmitHeld(ctx, "", nil)
-}
-
 // PreferredHost is the host a request admitted now would most likely go to (the least busy
 // healthy one here), so that a caller counting its own limits in the HostCounter's store can
 // take the host's shared place in the same round trip and hand it to AdmitHeld. "" when no host
@@ -74,8 +66,11 @@ func (o *Ollama) AdmitHeld(ctx context.Context, host string, release func()) (Ad
 	return o.sharedAdmitHeld(ctx, host, release)
 }
 
-// sharedAdmitHeld is sharedAdmit with a shared place already held on host (release: nil when
-// none).
+// sharedAdmitHeld is Admit with a HostCounter: a place on a host that is free in this process
+// (the local admission and its queue) and across the instances. While every host this process
+// could use is full across the instances, the request waits, polling, within QueueTimeout, and
+// at most QueueSize requests wait so; without a queue it fails at once. held, when not nil, gives
+// back a shared place already taken on host, used if the local admission lands there.
 func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) (Admission, error) {
 	start := time.Now()
 	var timer *time.Timer

@@ -371,13 +371,12 @@ func (h *Handler) validateRateLimits() error {
 // go on the response.
 func (g *generation) admit(valid bool) bool {
 	lm := g.h.lim
-	ps := lm.global
+	var pol [ratelimit.MaxTakeAll]*policy // the key's and account's, then the tool's
+	ps := append(pol[:0], lm.global...)
 	var places [ratelimit.MaxPlaces]ratelimit.Place
 	np := 0
 	if valid {
-		if tps := lm.tools[g.tool.Slug]; len(tps) > 0 {
-			ps = append(ps[:len(ps):len(ps)], tps...)
-		}
+		ps = append(ps, lm.tools[g.tool.Slug]...)
 		if lm.slots != nil {
 			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
 			np++
