@@ -168,30 +168,3 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
-
-// GetHold returns the account's hold of requestID.
-func (s *Badger) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
-	if err := checkResolve(requestID, ""); err != nil {
-		return HoldInfo{}, err
-	}
-	if err := s.begin(); err != nil {
-		return HoldInfo{}, err
-	}
-	defer s.end()
-	a, err := s.account(accountID)
-	if err != nil {
-		return HoldInfo{}, err
-	}
-	a.mu.Lock()
-	h, err := s.findHold(a, requestID)
-	a.mu.Unlock()
-	if err == ErrNotFound {
-		return HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
-	}
-	if err != nil {
-		return HoldInfo{}, err
-	}
-	r := h.rec
-	return HoldInfo{AccountID: r.AccountID, RequestID: r.RequestID, Mode: r.Mode, State: r.State, KeyID: r.KeyID,
-		Tool: r.Tool, Created: r.Created, Resolved: r.Resolved, Reason: r.Reason}, nil
-}

@@ -144,30 +144,3 @@ func (s *Postgres) deleteExpiredGenerations(ctx context.Context, t time.Time) (i
 	}
 	return int(tag.RowsAffected()), nil
 }
-
-// GetHold returns the account's hold of requestID.
-func (s *Postgres) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
-	if err := checkResolve(requestID, ""); err != nil {
-		return HoldInfo{}, err
-	}
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return HoldInfo{}, err
-	}
-	defer done()
-	var h HoldInfo
-	var mode, state string
-	var created int64
-	var resolved *int64
-	err = s.pool.QueryRow(qctx, `SELECT account_id, request_id, mode, state, key_id, tool, created, resolved, reason
-		FROM holds WHERE account_id = $1 AND request_id = $2`, accountID, requestID).
-		Scan(&h.AccountID, &h.RequestID, &mode, &state, &h.KeyID, &h.Tool, &created, &resolved, &h.Reason)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
-	}
-	if err != nil {
-		return HoldInfo{}, pgErr(ctx, "reading hold", err)
-	}
-	h.Mode, h.State, h.Created, h.Resolved = Mode(mode), HoldState(state), pgTime(created), pgTimeOrZero(resolved)
-	return h, nil
-}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -245,4 +246,31 @@ func (s *Postgres) purge(ctx context.Context, t time.Time) error {
 	b.Queue(`DELETE FROM idempotency WHERE created <= $1`, t.Add(-IdempotencyTTL).UnixNano())
 	b.Queue(`DELETE FROM generations WHERE expires <= $1`, t.UnixNano())
 	return pgErr(ctx, "dropping expired sessions, Idempotency-Keys and generations", s.pool.SendBatch(qctx, b).Close())
+}
+
+// GetHold returns the account's hold of requestID.
+func (s *Postgres) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
+	if err := checkResolve(requestID, ""); err != nil {
+		return HoldInfo{}, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return HoldInfo{}, err
+	}
+	defer done()
+	var h HoldInfo
+	var mode, state string
+	var created int64
+	var resolved *int64
+	err = s.pool.QueryRow(qctx, `SELECT account_id, request_id, mode, state, key_id, tool, created, resolved, reason
+		FROM holds WHERE account_id = $1 AND request_id = $2`, accountID, requestID).
+		Scan(&h.AccountID, &h.RequestID, &mode, &state, &h.KeyID, &h.Tool, &created, &resolved, &h.Reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ErrNotFound)
+	}
+	if err != nil {
+		return HoldInfo{}, pgErr(ctx, "reading hold", err)
+	}
+	h.Mode, h.State, h.Created, h.Resolved = Mode(mode), HoldState(state), pgTime(created), pgTimeOrZero(resolved)
+	return h, nil
 }
