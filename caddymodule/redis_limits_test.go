@@ -78,26 +78,34 @@ func burst(t *testing.T, servers []*caddyproc.Server, n int, key, body string) m
 	return got
 }
 
-// TestSharedLimitsAcrossInstances: two instances sharing a Redis. A key limit of 20 a minute
-// lets exactly 20 through from a burst of 100 sent to both (and exactly 20 are charged); the
-// failed-authentication limit of 5 holds across both; a restart of an instance keeps the counts.
+// TestSharedLimitsAcrossInstances: two instances sharing a Redis. The RateLimit header of each
+// reports the shared count; a key limit of 20 an hour lets exactly 20 through in all from a burst
+// of 100 sent to both (and exactly 20 are charged); the failed-authentication limit of 5 holds
+// across both; a restart of an instance keeps the counts. (An hour's window: no request comes
+// back while the test runs.)
 func TestSharedLimitsAcrossInstances(t *testing.T) {
 	s := newSharedSetup(t)
-	limits := "\t\trate_limit key 20/1m\n\t\trate_limit account off\n\t\tauth_failure_limit 5/1h\n\t\tmax_concurrent_per_account 1000\n"
+	limits := "\t\trate_limit key 20/1h\n\t\trate_limit account off\n\t\tauth_failure_limit 5/1h\n\t\tmax_concurrent_per_account 1000\n"
 	a, b := s.start(t, limits), s.start(t, limits)
 	acct, key := newKey(t, a, "shared@example.com", 1000)
 
+	client := &http.Client{}
+	for i, srv := range []*caddyproc.Server{a, b} {
+		status, _, h, err := postTo(client, srv.HTTP, key, genBody("summarizer", "x", "en", ""))
+		if err != nil || status != 200 || !strings.HasPrefix(h.Get("RateLimit"), fmt.Sprintf(`"key";r=%d;`, 19-i)) {
+			t.Fatalf("request %d: %d %v, RateLimit %q", i+1, status, err, h.Get("RateLimit"))
+		}
+	}
 	got := burst(t, []*caddyproc.Server{a, b}, 100, key, genBody("summarizer", "x", "en", ""))
-	if got[200] != 20 || got[429] != 80 {
-		t.Fatalf("a burst of 100 over two instances with a key limit of 20: %v, want 20 x 200 and 80 x 429", got)
+	if got[200] != 18 || got[429] != 82 {
+		t.Fatalf("a burst of 100 over two instances with a key limit of 20, 2 used: %v, want 18 x 200 and 82 x 429", got)
 	}
 	if v := caddyproc.Num(t, b.JSON("balance", "--account", acct), "balance"); v != 1000-20 {
 		t.Fatalf("balance %d, want %d: exactly the 20 served are charged", v, 1000-20)
 	}
 
 	// Failed authentications from one address, alternately to both: 5 are answered 401, then
-	// the address is refused 429 by both before any key is looked up.
-	client := &http.Client{}
+	// the address is refused 429 by both, whatever key it sends.
 	var statuses []int
 	for i := range 12 {
 		status, _, _, err := postTo(client, []*caddyproc.Server{a, b}[i%2].HTTP, "tg_live_not-a-key", genBody("summarizer", "x", "en", ""))
