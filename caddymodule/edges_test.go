@@ -54,47 +54,9 @@ func stalledReader(t *testing.T, key, body string) (int, func()) {
 // (max_in_flight 1), their account's place (max_concurrent_per_account 1) and their hold. The
 // text they were sent is charged once; the other account is served meanwhile.
 func TestStalledReaderTimesOut(t *testing.T) {
-	// 40 MB of text at once: more than the sockets of both sides can buffer on loopback.
-	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 40_000, Piece: strings.Repeat("x", 1024)})
-	fs.Set(ollamatest.FaultConfig{Model: "short", Pieces: 3, Piece: "tok "})
-	// Caddy's own write_idle timeout (1 minute by default) is switched off, so that only the
-	// handler's write_timeout can end the stalled response.
-	e := newEnv(t, envOptions{ollama: fs.URL, limits: "default", global: "servers {\n\t\ttimeouts {\n\t\t\twrite_idle -1s\n\t\t}\n\t}", extra: `write_timeout 1s
-		generation_timeout 10m
-		hold_ttl 20m
-		max_in_flight 1
-		max_concurrent_per_account 1
-		queue_size 8
-		queue_timeout 2m
-		rate_limit key off
-		rate_limit account off
-		tool email-writer {
-			model short
-		}
-		retention off`})
-	slow, slowKey := e.account(5)
-	other, otherKey := e.account(5)
-
-	status, closeConn := stalledReader(t, slowKey, genBody("summarizer", "x", "en", ""))
-	defer closeConn()
-	if status != http.StatusOK {
-		t.Fatalf("status %d", status)
-	}
-	// The stalled generation ends when its write times out, and its hold is settled: text went
-	// out. (Without the write deadline it would run for generation_timeout, 10 minutes.)
-	waitFor(t, "the stalled generation's hold to be settled", func() bool { return e.balance(slow.ID).Balance == 4 })
-	// The model's only place is free: the other account is served.
-	resp, err := e.post(context.Background(), otherKey, genBody("email-writer", "x", "en", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(text) != "tok tok tok " {
-		t.Fatalf("the other account: %d %q, want 200 and its text", resp.StatusCode, text)
-	}
+	e, slow, slowKey, other := stalledGeneration(t, "max_concurrent_per_account 1\n\t\tretention off")
 	// The stalled account's place is free: its next request is served at once.
-	resp, err = e.post(context.Background(), slowKey, genBody("email-writer", "x", "en", ""))
+	resp, err := e.post(context.Background(), slowKey, genBody("email-writer", "x", "en", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +75,53 @@ func TestStalledReaderTimesOut(t *testing.T) {
 		t.Errorf("%d settles on the stalled account, want 2", settles)
 	}
 	e.verify()
+}
+
+// stalledGeneration starts a generation of 40 MB of text (more than the sockets of both sides
+// can buffer on loopback) for a client that never reads, on a handler with one model place and
+// extra settings, and checks that the write deadline ends it: its hold is settled (text went
+// out), and the model's only place is free for another account. It returns the env, the stalled
+// account and its key, and the other account.
+func stalledGeneration(t *testing.T, extra string) (e *env, slow ledger.Account, slowKey string, other ledger.Account) {
+	t.Helper()
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 40_000, Piece: strings.Repeat("x", 1024)})
+	fs.Set(ollamatest.FaultConfig{Model: "short", Pieces: 3, Piece: "tok "})
+	// Caddy's own write_idle timeout (1 minute by default) is switched off, so that only the
+	// handler's write_timeout can end the stalled response.
+	e = newEnv(t, envOptions{ollama: fs.URL, limits: "default", global: "servers {\n\t\ttimeouts {\n\t\t\twrite_idle -1s\n\t\t}\n\t}", extra: `write_timeout 1s
+		generation_timeout 10m
+		hold_ttl 20m
+		max_in_flight 1
+		queue_size 8
+		queue_timeout 2m
+		rate_limit key off
+		rate_limit account off
+		tool email-writer {
+			model short
+		}
+		` + extra})
+	slow, slowKey = e.account(5)
+	other, otherKey := e.account(5)
+
+	status, closeConn := stalledReader(t, slowKey, genBody("summarizer", "x", "en", ""))
+	t.Cleanup(closeConn)
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	// The stalled generation ends when its write times out, and its hold is settled: text went
+	// out. (Without the write deadline it would run for generation_timeout, 10 minutes.)
+	waitFor(t, "the stalled generation's hold to be settled", func() bool { return e.balance(slow.ID).Balance == 4 })
+	// The model's only place is free: the other account is served.
+	resp, err := e.post(context.Background(), otherKey, genBody("email-writer", "x", "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(text) != "tok tok tok " {
+		t.Fatalf("the other account: %d %q, want 200 and its text", resp.StatusCode, text)
+	}
+	return e, slow, slowKey, other
 }
 
 // TestLeftBeforeFirstPiece: a client whose credit was reserved but who left before any text

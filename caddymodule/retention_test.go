@@ -503,37 +503,7 @@ func TestRetentionOff(t *testing.T) {
 // of one (1 MiB; here 40 MB at once) then stops, is charged once and keeps nothing, and the
 // model's only place is free again.
 func TestStalledReaderWithRetention(t *testing.T) {
-	fsrv := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 40_000, Piece: strings.Repeat("y", 1024)})
-	fsrv.Set(ollamatest.FaultConfig{Model: "short", Pieces: 3, Piece: "tok "})
-	e := newEnv(t, envOptions{ollama: fsrv.URL, limits: "default", global: "servers {\n\t\ttimeouts {\n\t\t\twrite_idle -1s\n\t\t}\n\t}", extra: `write_timeout 1s
-		generation_timeout 10m
-		hold_ttl 20m
-		max_in_flight 1
-		queue_size 8
-		queue_timeout 2m
-		rate_limit key off
-		rate_limit account off
-		retention_key ` + testRetentionKey + `
-		tool email-writer {
-			model short
-		}`})
-	slow, slowKey := e.account(5)
-	_, otherKey := e.account(5)
-	status, closeConn := stalledReader(t, slowKey, genBody("summarizer", "x", "en", ""))
-	defer closeConn()
-	if status != http.StatusOK {
-		t.Fatalf("status %d", status)
-	}
-	waitFor(t, "the stalled generation's hold to be settled", func() bool { return e.balance(slow.ID).Balance == 4 })
-	resp, err := e.post(context.Background(), otherKey, genBody("email-writer", "x", "en", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(text) != "tok tok tok " {
-		t.Fatalf("the other account: %d %q", resp.StatusCode, text)
-	}
+	e, slow, slowKey, _ := stalledGeneration(t, "retention_key "+testRetentionKey)
 	var rid string
 	for _, en := range e.entries(slow.ID) {
 		if en.Kind == ledger.KindSettle {
