@@ -39,6 +39,7 @@ type Badger struct {
 	// then belong to a process that is gone (restart.go's rules).
 	opened time.Time
 	c      *committer
+	kept   *keptStore // the kept generations (badger_kept.go)
 
 	// closeMu is held shared by every call that writes or reads Badger and exclusively by
 	// Close, so Close waits for calls in flight.
@@ -115,6 +116,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		keyIDs:   map[string]*keyEntry{},
 	}
 	s.c = newCommitter(db, opts.Logger, space)
+	s.kept = newKeptStore(dir, opts, locked)
 	s.readOnly.Store(readOnly)
 	fail := func(err error) (*Badger, error) {
 		s.c.close()
@@ -155,6 +157,9 @@ func Open(dir string, opts Options) (*Badger, error) {
 	// hides them already; this deletes them).
 	if !readOnly {
 		s.dropExpiredGenerations()
+		if err := s.dropLegacyGenerations(context.Background()); err != nil {
+			s.log.Warn("deleting generations an earlier version kept in the ledger's directory (they expire anyway)", zap.Error(err))
+		}
 	}
 	s.every(opts.SweepInterval, func() {
 		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {
@@ -235,6 +240,7 @@ func (s *Badger) runGC() {
 		return
 	}
 	defer s.end()
+	s.kept.runGC()
 	for {
 		select {
 		case <-s.stopBg:
@@ -464,6 +470,9 @@ func (s *Badger) Close() error {
 			}
 		}
 		s.c.close()
+		if err := s.kept.close(s.space.err()); err != nil {
+			errs = append(errs, fmt.Errorf("closing the kept generations: %w", err))
+		}
 		if err := s.space.err(); err != nil && !s.readOnly.Load() {
 			// Badger's Close writes its memtable out as a table through a memory map, which a
 			// full disk answers with SIGBUS. Every commit is synced already, so the directory

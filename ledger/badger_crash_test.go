@@ -20,7 +20,8 @@ const crashEmail = "crash@example.com"
 
 // TestCrashChild is the process TestCrash kills. It holds, settles, voids and grants in a
 // loop from several goroutines, and prints "GRANT <reference>" only after Grant has returned,
-// so every printed reference is an acknowledged grant.
+// so every printed reference is an acknowledged grant. Beside them it keeps generations, whose
+// store does not sync its writes, and prints "KEPT <request id>" once PutGeneration returned.
 func TestCrashChild(t *testing.T) {
 	dir := os.Getenv("LEDGER_CRASH_DIR")
 	if dir == "" {
@@ -59,6 +60,18 @@ func TestCrashChild(t *testing.T) {
 		}
 		fmt.Fprintln(os.Stdout, "GRANT", ref)
 	}
+	go func() {
+		for i := 0; ; i++ {
+			rid := fmt.Sprintf("k-%s-%d", round, i)
+			t0 := time.Now()
+			rec := GenerationRecord{AccountID: a.ID, RequestID: rid, Mode: Live, State: GenerationCompleted,
+				Created: t0, Finished: t0, Expires: t0.Add(24 * time.Hour), Pieces: 1, Bytes: int64(len(rid))}
+			if err := s.PutGeneration(bg, rec, 0, [][]byte{crashKeptChunk(rid)}); err != nil {
+				die("put generation: %v", err)
+			}
+			fmt.Fprintln(os.Stdout, "KEPT", rid)
+		}
+	}()
 	for w := range 4 {
 		go func() {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
@@ -110,6 +123,7 @@ func TestCrash(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	acked := map[string]bool{}
+	kept := map[string]bool{}
 	killedBeforeReady := 0
 	for round := range 20 {
 		ttl, sweep := "1h", "30s"
@@ -131,7 +145,7 @@ func TestCrash(t *testing.T) {
 		ready := make(chan struct{})
 		done := make(chan struct{})
 		var mu sync.Mutex
-		var refs, errs []string
+		var refs, keptIDs, errs []string
 		go func() {
 			defer close(done)
 			sc := bufio.NewScanner(out)
@@ -143,6 +157,8 @@ func TestCrash(t *testing.T) {
 					close(ready)
 				case strings.HasPrefix(line, "GRANT "):
 					refs = append(refs, strings.TrimPrefix(line, "GRANT "))
+				case strings.HasPrefix(line, "KEPT "):
+					keptIDs = append(keptIDs, strings.TrimPrefix(line, "KEPT "))
 				case strings.HasPrefix(line, "ERROR "):
 					errs = append(errs, line)
 				}
@@ -175,22 +191,27 @@ func TestCrash(t *testing.T) {
 		for _, r := range refs {
 			acked[r] = true
 		}
+		for _, r := range keptIDs {
+			kept[r] = true
+		}
 		mu.Unlock()
 
-		_, last := crashCheck(t, round, dir, acked, -1, 0)
+		_, last := crashCheck(t, round, dir, acked, kept, -1, 0)
 		if round%2 == 0 {
-			crashCheck(t, round, dir, acked, 0, last)
+			crashCheck(t, round, dir, acked, kept, 0, last)
 		}
 	}
-	t.Logf("%d rounds (%d killed before READY), %d acknowledged grants all present", 20, killedBeforeReady, len(acked))
+	t.Logf("%d rounds (%d killed before READY), %d acknowledged grants and %d kept generations all present",
+		20, killedBeforeReady, len(acked), len(kept))
 }
 
 // crashCheck opens dir, checks it, and returns the number of holds that Open voided because
 // the killed process had left them open ("restart"), and the last entry's seq. Every hold is
 // resolved once Open returns: none of the killed process's holds may stay open. With
 // wantRestartVoids >= 0 it checks that Open voided exactly that many, in the entries after seq
-// after (a second Open voids nothing more).
-func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, wantRestartVoids int, after uint64) (int, uint64) {
+// after (a second Open voids nothing more). Every generation in kept must read back whole: the
+// kept store's writes are not synced, but a killed process's writes are in the page cache.
+func crashCheck(t *testing.T, round int, dir string, acked, kept map[string]bool, wantRestartVoids int, after uint64) (int, uint64) {
 	t.Helper()
 	s, err := Open(dir, quiet)
 	if err != nil {
@@ -206,6 +227,12 @@ func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, want
 	}
 	if err != nil {
 		t.Fatalf("round %d: %v", round, err)
+	}
+	for rid := range kept {
+		rec, chunks, err := s.GetGeneration(bg, a.ID, rid, 0)
+		if err != nil || len(chunks) != 1 || !bytes.Equal(chunks[0], crashKeptChunk(rid)) || rec.State != GenerationCompleted {
+			t.Fatalf("round %d: kept generation %s after the kill: %+v %q %v", round, rid, rec, chunks, err)
+		}
 	}
 	seen := map[string]int{}
 	restartVoids := 0
@@ -271,3 +298,6 @@ func crashCheck(t *testing.T, round int, dir string, acked map[string]bool, want
 	}
 	return restartVoids, last
 }
+
+// crashKeptChunk is the chunk TestCrashChild keeps for request id rid.
+func crashKeptChunk(rid string) []byte { return []byte("the kept text of " + rid) }

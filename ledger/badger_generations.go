@@ -9,9 +9,10 @@ import (
 )
 
 // Kept generations of the Badger engine: a record and its chunks under prefixGeneration and
-// prefixGenChunk, every key with Badger's TTL at the end of the window, so that Badger drops
-// them even if no sweep runs; the sweep (at Open and every SweepInterval) deletes them by the
-// ledger clock, and reads check it too. The values are what the caller gave: ciphertext.
+// prefixGenChunk in the kept store (badger_kept.go: a directory of their own, without synced
+// writes), every key with Badger's TTL at the end of the window, so that Badger drops them even
+// if no sweep runs; the sweep (at Open and every SweepInterval) deletes them by the ledger
+// clock, and reads check it too. The values are what the caller gave: ciphertext.
 
 // PutGeneration stores the record and chunks first, first+1, ... in one commit.
 func (s *Badger) PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error {
@@ -28,21 +29,35 @@ func (s *Badger) PutGeneration(ctx context.Context, rec GenerationRecord, first 
 	if _, err := s.account(rec.AccountID); err != nil {
 		return err
 	}
+	db, err := s.kept.get()
+	if err != nil {
+		return err
+	}
 	rec.Chunks = first + len(chunks)
 	rec.Created, rec.Expires = rec.Created.UTC(), rec.Expires.UTC()
 	if !rec.Finished.IsZero() {
 		rec.Finished = rec.Finished.UTC()
 	}
 	exp := uint64(rec.Expires.Unix()) + 1
-	ws := make([]write, 0, 1+len(chunks))
-	for i, c := range chunks {
-		w := set(genChunkKey(rec.AccountID, rec.RequestID, first+i), c)
-		w.expiresAt = exp
-		ws = append(ws, w)
-	}
-	w := set(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
-	w.expiresAt = exp
-	return s.c.enqueue(append(ws, w)).wait()
+	return db.Update(func(txn *badger.Txn) error {
+		for i, c := range chunks {
+			e := badger.NewEntry(genChunkKey(rec.AccountID, rec.RequestID, first+i), c)
+			e.ExpiresAt = exp
+			if err := txn.SetEntry(e); err != nil {
+				return err
+			}
+		}
+		// The index of the sweep: a put that moves the expiry (the final one) adds a key; the
+		// sweep deletes the record at the first that is due and the others as it meets them.
+		e := badger.NewEntry(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil)
+		e.ExpiresAt = exp
+		if err := txn.SetEntry(e); err != nil {
+			return err
+		}
+		e = badger.NewEntry(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
+		e.ExpiresAt = exp
+		return txn.SetEntry(e)
+	})
 }
 
 // GetGeneration returns the record and its chunks from number from on.
@@ -54,9 +69,17 @@ func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string,
 		return GenerationRecord{}, nil, err
 	}
 	defer s.end()
+	notFound := fmt.Errorf("generation %q of account %q: %w", requestID, accountID, ErrNotFound)
+	db := s.kept.opened()
+	if db == nil && s.space.err() == nil {
+		db, _ = s.kept.get() // kept text from before a restart is in its directory
+	}
+	if db == nil {
+		return GenerationRecord{}, nil, notFound
+	}
 	var rec GenerationRecord
 	var chunks [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *badger.Txn) error {
 		v, ok, err := getValue(txn, generationKey(accountID, requestID))
 		if err != nil {
 			return err
@@ -86,7 +109,7 @@ func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string,
 		return nil
 	})
 	if err == ErrNotFound {
-		return GenerationRecord{}, nil, fmt.Errorf("generation %q of account %q: %w", requestID, accountID, ErrNotFound)
+		return GenerationRecord{}, nil, notFound
 	}
 	if err != nil {
 		return GenerationRecord{}, nil, err
@@ -100,71 +123,105 @@ func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID stri
 		return err
 	}
 	defer s.end()
-	var ws []write
-	err := s.db.View(func(txn *badger.Txn) error {
-		ws = generationDeletes(txn, accountID, requestID)
+	db := s.kept.opened()
+	if db == nil {
+		return nil // nothing was written since the store opened; older text is the sweep's
+	}
+	var keys [][]byte
+	if err := db.View(func(txn *badger.Txn) error {
+		keys = generationKeys(txn, accountID, requestID)
 		return nil
-	})
-	if err != nil || len(ws) == 0 {
+	}); err != nil {
 		return err
 	}
-	return s.c.enqueue(ws).wait()
+	return deleteKeys(db, keys)
 }
 
-// generationDeletes lists the deletes of a generation's record and every chunk it has.
-func generationDeletes(txn *badger.Txn, acct, rid string) []write {
-	var ws []write
+// generationKeys lists the keys of a generation's record and every chunk it has.
+func generationKeys(txn *badger.Txn, acct, rid string) [][]byte {
+	var keys [][]byte
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: genChunkPrefix(acct, rid)})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
-		ws = append(ws, del(it.Item().KeyCopy(nil)))
+		keys = append(keys, it.Item().KeyCopy(nil))
 	}
-	if _, err := txn.Get(generationKey(acct, rid)); err == nil || len(ws) > 0 {
-		ws = append(ws, del(generationKey(acct, rid)))
+	if _, err := txn.Get(generationKey(acct, rid)); err == nil || len(keys) > 0 {
+		keys = append(keys, generationKey(acct, rid))
 	}
-	return ws
+	return keys
+}
+
+// deleteKeys deletes keys from the kept store in transactions Badger takes whole.
+func deleteKeys(db *badger.DB, keys [][]byte) error {
+	for len(keys) > 0 {
+		k := min(len(keys), maxBatchOps)
+		if err := db.Update(func(txn *badger.Txn) error {
+			for _, key := range keys[:k] {
+				if err := txn.Delete(key); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		keys = keys[k:]
+	}
+	return nil
 }
 
 // DeleteExpiredGenerations deletes every generation whose window has ended by the ledger clock.
+// It reads the expiry index up to now, not every record.
 func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 	if err := s.beginChange(); err != nil {
 		return 0, err
 	}
 	defer s.end()
-	t := now()
-	var ws []write
-	n := 0
-	err := s.db.View(func(txn *badger.Txn) error {
-		var due []GenerationRecord
-		err := iterate(txn, []byte{prefixGeneration}, func(k, v []byte) error {
-			var rec GenerationRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("generation %x: %w", k, err)
-			}
-			if generationExpired(rec, t) {
-				due = append(due, rec)
-			}
-			return ctx.Err()
-		})
-		if err != nil {
-			return err
-		}
-		for _, rec := range due {
-			ws = append(ws, generationDeletes(txn, rec.AccountID, rec.RequestID)...)
-		}
-		n = len(due)
-		return nil
-	})
-	if err != nil || len(ws) == 0 {
+	db, err := s.kept.get()
+	if err != nil {
 		return 0, err
 	}
-	// In batches the committer takes whole.
-	for len(ws) > 0 {
-		k := min(len(ws), maxBatchOps)
-		if err := s.c.enqueue(ws[:k]).wait(); err != nil {
-			return 0, err
+	t := now()
+	var keys [][]byte
+	n := 0
+	err = db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixGenExpiry}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := it.Item().KeyCopy(nil)
+			exp, acct, rid, ok := parseGenExpiryKey(k)
+			if ok && exp > t.Unix() {
+				break // the index is in expiry order: the rest is not due
+			}
+			keys = append(keys, k)
+			if !ok {
+				continue
+			}
+			v, found, err := getValue(txn, generationKey(acct, rid))
+			if err != nil {
+				return err
+			}
+			var rec GenerationRecord
+			if found {
+				if err := json.Unmarshal(v, &rec); err != nil {
+					return fmt.Errorf("generation %q: %w", rid, err)
+				}
+			}
+			if found && generationExpired(rec, t) {
+				keys = append(keys, generationKeys(txn, acct, rid)...)
+				n++
+			}
 		}
-		ws = ws[k:]
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(db, keys); err != nil {
+		return 0, err
 	}
 	return n, nil
 }

@@ -27,6 +27,9 @@ const (
 	// Kept generations (badger_generations.go), Badger TTL = the end of their window.
 	prefixGeneration byte = 0x0F // acct id + request id -> GenerationRecord (JSON)
 	prefixGenChunk   byte = 0x10 // acct id + len(request id) (1 byte) + request id + n (uint32 BE) -> ciphertext
+	// In the kept generations' own directory only (badger_kept.go); a code far from the
+	// ledger's, whose codes grow from 0x10.
+	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty
 )
 
 func key1(p byte, a string) []byte {
@@ -87,4 +90,26 @@ func genChunkPrefix(acct, rid string) []byte {
 
 func genChunkKey(acct, rid string, n int) []byte {
 	return binary.BigEndian.AppendUint32(genChunkPrefix(acct, rid), uint32(n))
+}
+
+// genExpiryKey indexes a generation by the end of its window, so that the sweep reads only what
+// is due.
+func genExpiryKey(exp int64, acct, rid string) []byte {
+	k := make([]byte, 0, 1+8+len(acct)+1+len(rid))
+	k = binary.BigEndian.AppendUint64(append(k, prefixGenExpiry), uint64(exp))
+	return append(append(append(k, acct...), byte(len(rid))), rid...)
+}
+
+// parseGenExpiryKey is genExpiryKey's inverse; ok is false for a malformed key.
+func parseGenExpiryKey(k []byte) (exp int64, acct, rid string, ok bool) {
+	if len(k) < 1+8+accountIDLen+1 || k[0] != prefixGenExpiry {
+		return 0, "", "", false
+	}
+	exp = int64(binary.BigEndian.Uint64(k[1:9]))
+	acct = string(k[9 : 9+accountIDLen])
+	n := int(k[9+accountIDLen])
+	if len(k) != 9+accountIDLen+1+n {
+		return 0, "", "", false
+	}
+	return exp, acct, string(k[10+accountIDLen:]), true
 }

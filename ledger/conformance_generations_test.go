@@ -140,6 +140,28 @@ func testGenerationsMany(t *testing.T, eng engine) {
 		t.Fatalf("sweep: %d %v", n, err)
 	}
 	assertNotStored(t, eng, s, "chunk-")
+
+	// The final put moves the window's end earlier than the running one's: the sweep goes by
+	// the last put, and counts the generation once.
+	rec := GenerationRecord{AccountID: a, RequestID: "req_moved", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
+	if err := s.PutGeneration(bg, rec, 0, [][]byte{[]byte("moved-0")}); err != nil {
+		t.Fatal(err)
+	}
+	rec.State, rec.Finished, rec.Expires = GenerationCompleted, t0, t0.Add(time.Minute)
+	if err := s.PutGeneration(bg, rec, 1, [][]byte{[]byte("moved-1")}); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Minute)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 1 {
+		t.Fatalf("sweep at the moved end: %d %v", n, err)
+	}
+	_, _, err = s.GetGeneration(bg, a, "req_moved", 0)
+	wantErr(t, err, ErrNotFound)
+	assertNotStored(t, eng, s, "moved-")
+	t0 = t0.Add(time.Hour)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 0 {
+		t.Fatalf("sweep at the first end: %d %v, want nothing left", n, err)
+	}
 }
 
 // testGetHold: a hold is found by its account and request id, open, settled or voided, and
