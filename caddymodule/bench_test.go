@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,15 +31,14 @@ import (
 //	direct   the client straight to the backend's /api/chat
 //	proxy    through a plain Caddy reverse_proxy (flush_interval -1) to the backend
 //	textgen  through Caddy and this plugin: key check, durable charging (hold + settle with
-//	         synced writes), prompt building, streaming
+//	         synced writes), prompt building, streaming, the text kept (retention, the default)
+//	textgen-retention-off  the same handler on the same ledger with retention off, so the
+//	         ratio of the two is the cost of kept generations
 //
 // and 256 concurrent streams through textgen (no piece lost, doubled or out of order) with the
 // process's peak RSS. Run it with
 //
 //	go test ./caddymodule -run '^$' -bench BenchmarkGenerate -benchtime 1x
-//
-// With TEXTGEN_BENCH_RETENTION=off the textgen handlers run with retention off; by default they
-// keep every generation's text (the default, 15m), so the two runs give the cost of retention.
 //
 // Load generator, Caddy and backend share this process and the machine's cores, so compare the
 // figures as ratios from one run.
@@ -49,6 +49,17 @@ func BenchmarkGenerate(b *testing.B) {
 	// Caddy's log (one line per request) goes to a file: its cost stays in the figures, its
 	// lines stay out of the benchmark's output.
 	logFile := filepath.Join(testRoot, "bench-caddy.log")
+	handlerCfg := fmt.Sprintf(`		ledger %s
+		ollama %s
+		model tiny
+		# The limits are on (their code runs on every request) but out of the load's reach.
+		rate_limit key 100000000/1m
+		rate_limit account 100000000/1m
+		max_concurrent_per_account 10000
+		max_in_flight 10000
+		tool summarizer {
+			model slow
+		}`, dir, fs.URL)
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
@@ -66,21 +77,17 @@ http://127.0.0.1:%d {
 		}
 	}
 	textgen /api/* {
-		ledger %s
-		ollama %s
-		model tiny
-		# The limits are on (their code runs on every request) but out of the load's reach.
-		rate_limit key 100000000/1m
-		rate_limit account 100000000/1m
-		max_concurrent_per_account 10000
-		max_in_flight 10000
-		tool summarizer {
-			model slow
+%s
+	}
+	# The same handler with retention off, on the same ledger: the cost of kept generations.
+	handle_path /kept-off/* {
+		textgen {
+%s
+			retention off
 		}
-		%s
 	}
 }
-`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL, benchRetention())
+`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), handlerCfg, handlerCfg)
 	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {
@@ -102,6 +109,20 @@ http://127.0.0.1:%d {
 	}
 	wantText := want(8, "p")
 
+	textgenReq := func(url string) func() *http.Request {
+		return func() *http.Request {
+			r, _ := http.NewRequest("POST", url, bytes.NewReader(genReq))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("X-API-Key", key)
+			return r
+		}
+	}
+	checkText := func(body []byte) error {
+		if string(body) != wantText {
+			return fmt.Errorf("body %q, want %q", body, wantText)
+		}
+		return nil
+	}
 	type target struct {
 		name string
 		req  func() *http.Request
@@ -125,17 +146,8 @@ http://127.0.0.1:%d {
 			r.Header.Set("Content-Type", "application/json")
 			return r
 		}, checkNDJSON},
-		{"textgen", func() *http.Request {
-			r, _ := http.NewRequest("POST", baseURL+"/api/v1/generate", bytes.NewReader(genReq))
-			r.Header.Set("Content-Type", "application/json")
-			r.Header.Set("X-API-Key", key)
-			return r
-		}, func(body []byte) error {
-			if string(body) != wantText {
-				return fmt.Errorf("body %q, want %q", body, wantText)
-			}
-			return nil
-		}},
+		{"textgen", textgenReq(baseURL + "/api/v1/generate"), checkText},
+		{"textgen-retention-off", textgenReq(baseURL + "/kept-off/api/v1/generate"), checkText},
 	}
 
 	// one request: time to the first body byte, and the whole body checked.
@@ -219,14 +231,18 @@ http://127.0.0.1:%d {
 		b.ReportMetric(p[2][1]-p[1][1], fmt.Sprintf("plugin-added-vs-proxy-p99-us/c%d", conc))
 		b.ReportMetric(p[2][0]-p[0][0], fmt.Sprintf("added-vs-direct-p50-us/c%d", conc))
 		b.ReportMetric(p[2][1]-p[0][1], fmt.Sprintf("added-vs-direct-p99-us/c%d", conc))
-		b.Logf("clients %d, time to first byte p50/p99 (us): direct %.0f/%.0f, reverse_proxy %.0f/%.0f, textgen %.0f/%.0f (%d requests each)",
-			conc, p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], len(lat[0]))
+		b.Logf("clients %d, time to first byte p50/p99 (us): direct %.0f/%.0f, reverse_proxy %.0f/%.0f, textgen %.0f/%.0f, retention off %.0f/%.0f (%d requests each)",
+			conc, p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], p[3][0], p[3][1], len(lat[0]))
 	}
 
 	// Throughput at 64 clients, each path alone, in the order A B C C B A.
+	// The process's CPU time per request too (load generator, Caddy and backend alike), which
+	// other load on the machine disturbs less than requests per second.
 	rps := make([]float64, len(targets))
-	for _, i := range []int{0, 1, 2, 2, 1, 0} {
+	cpu := make([]float64, len(targets))
+	for _, i := range []int{0, 1, 2, 3, 3, 2, 1, 0} {
 		const n, conc = 4000, 64
+		cpu0 := processCPU(b)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		var failed atomic.Value
@@ -248,19 +264,28 @@ http://127.0.0.1:%d {
 			b.Fatal(err)
 		}
 		rps[i] += n / time.Since(start).Seconds() / 2
+		cpu[i] += float64((processCPU(b) - cpu0).Microseconds()) / n / 2
 	}
 	for i, t := range targets {
 		b.ReportMetric(rps[i], t.name+"-req/s")
 	}
 	b.ReportMetric(rps[2]/rps[1], "textgen/proxy-throughput")
-	b.Logf("requests/s at 64 clients: direct %.0f, reverse_proxy %.0f, textgen %.0f", rps[0], rps[1], rps[2])
+	for i, t := range targets {
+		b.ReportMetric(cpu[i], t.name+"-cpu-us/req")
+	}
+	b.ReportMetric(rps[2]/rps[3], "retention-on/off-throughput")
+	b.ReportMetric(cpu[2]/cpu[3], "retention-on/off-cpu")
+	b.Logf("requests/s at 64 clients: direct %.0f, reverse_proxy %.0f, textgen %.0f, textgen with retention off %.0f (on/off %.2f)",
+		rps[0], rps[1], rps[2], rps[3], rps[2]/rps[3])
+	b.Logf("CPU per request at 64 clients (us, the whole process): direct %.0f, reverse_proxy %.0f, textgen %.0f, textgen with retention off %.0f (on/off %.2f)",
+		cpu[0], cpu[1], cpu[2], cpu[3], cpu[2]/cpu[3])
 
 	e.verify()
 
 	// 256 concurrent streams of 50 pieces, 10 ms apart, through a separate caddy process (the
 	// built binary, so its memory is the server's alone): every text complete and in order.
 	procLedger := ledgerDir(b)
-	srv := caddyproc.Start(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t\t%s\n\t}", procLedger, fs.URL, benchRetention()), procLedger)
+	srv := caddyproc.Start(b, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel slow\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\trate_limit key 100000/1m\n\t\trate_limit account 100000/1m\n\t}", procLedger, fs.URL), procLedger)
 	acct := caddyproc.Str(b, srv.JSON("account", "create", "--email", "rss@example.com"), "id")
 	liveKey := caddyproc.Str(b, srv.JSON("key", "create", "--account", acct, "--name", "bench"), "key")
 	srv.JSON("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "bench")
@@ -358,11 +383,11 @@ func rssOf(pid int) int64 {
 	return 0
 }
 
-// benchRetention is the retention setting of BenchmarkGenerate's handlers: "retention off" with
-// TEXTGEN_BENCH_RETENTION=off, else the default (on).
-func benchRetention() string {
-	if os.Getenv("TEXTGEN_BENCH_RETENTION") == "off" {
-		return "retention off"
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
 	}
-	return ""
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
