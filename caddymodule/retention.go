@@ -22,8 +22,10 @@ import (
 // its Idempotency-Key (idempotency.go).
 //
 // A running generation keeps its pieces in memory (keptText), where followers on this instance
-// read them as they come, and a flusher writes the new ones to the ledger, sealed (sealer.go), at
-// most every keptFlushInterval and once at the end, never once per piece; followers on other
+// read them as they come, and the retention's one flusher (keptFlusher) writes the new pieces of
+// every running generation to the ledger, sealed (sealer.go), at most every keptFlushInterval,
+// and each generation's end as soon as it comes, never once per piece: all that is due goes in
+// one ledger call, so generations that end together share one write. Followers on other
 // instances poll the ledger (storedSource). A generation that ends without a charge keeps
 // nothing: what was written is deleted.
 
@@ -51,6 +53,7 @@ type retention struct {
 	genTimeout time.Duration
 	sealer     atomic.Pointer[sealer] // nil until the key is loaded (the app's start)
 	live       sync.Map               // request id -> *keptText, while it runs on this instance
+	flusher    keptFlusher
 	log        *zap.Logger
 	guard      interface {
 		Enter() bool
@@ -67,6 +70,7 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 	}
 	r := &retention{window: time.Duration(h.Retention), genTimeout: time.Duration(h.GenerationTimeout),
 		log: h.logger.Named("retention"), guard: h.inFlight}
+	r.flusher.kept, r.flusher.wake = map[*keptText]struct{}{}, make(chan struct{}, 1)
 	h.retain = r
 	if h.RetentionKey != "" {
 		key, err := parseRetentionKey(caddy.NewReplacer().ReplaceAll(h.RetentionKey, ""))
@@ -118,14 +122,14 @@ type keptText struct {
 	voided   bool          // ended without a charge, or too long: followers stop, nothing is kept
 	overflow bool          // outgrew keptMaxBytes: nothing is kept
 	changed  chan struct{} // made by a waiting follower, closed at the next change
-	started  bool          // the first piece came: the flusher runs
-	final    chan struct{} // closed when the generation has ended
+	started  bool          // the first piece came: the flusher has it
+	ended    bool          // the generation has ended: its last write is due
 	stopped  chan struct{} // closed when the flusher has written its last
 	// The flusher's own: what the ledger has.
 	flushed      int // pieces
 	flushedBytes int64
 	chunks       int
-	wrote        bool
+	written      bool
 }
 
 // newKept prepares the keeping of g's text; nil when the key is not loaded yet.
@@ -134,14 +138,13 @@ func (r *retention) newKept(g *generation) *keptText {
 		return nil
 	}
 	t := now().UTC()
-	return &keptText{r: r, store: g.store, state: ledger.GenerationRunning,
-		final: make(chan struct{}), stopped: make(chan struct{}),
+	return &keptText{r: r, store: g.store, state: ledger.GenerationRunning, stopped: make(chan struct{}),
 		rec: ledger.GenerationRecord{AccountID: g.acct.ID, RequestID: g.id, Mode: g.key.Mode, Tool: g.tool.Slug,
 			Language: g.lang, Created: t, Expires: t.Add(r.genTimeout + r.window)}}
 }
 
-// add keeps one piece; the first one makes the generation visible to followers here and starts
-// its flusher.
+// add keeps one piece; the first one makes the generation visible to followers here and hands
+// it to the flusher.
 // It reports false once the text has outgrown keptMaxBytes: from then on nothing is kept.
 func (k *keptText) add(piece string) bool {
 	k.mu.Lock()
@@ -161,14 +164,7 @@ func (k *keptText) add(piece string) bool {
 	k.mu.Unlock()
 	if first {
 		k.r.live.Store(k.rec.RequestID, k)
-		if k.r.guard.Enter() { // the store stays open for the flusher even after a reload
-			go func() {
-				defer k.r.guard.Exit()
-				k.flusher()
-			}()
-		} else {
-			go k.flusher()
-		}
+		k.r.flusher.add(k.r, k)
 	}
 	return true
 }
@@ -189,10 +185,10 @@ func (k *keptText) end(state ledger.GenerationState, tokens int, wait bool) {
 		k.mu.Unlock()
 		return
 	}
-	k.state, k.tokens, k.finished = state, tokens, now().UTC()
+	k.state, k.tokens, k.finished, k.ended = state, tokens, now().UTC(), true
 	k.notify()
 	k.mu.Unlock()
-	close(k.final)
+	k.r.flusher.due()
 	if wait {
 		<-k.stopped
 	}
@@ -206,73 +202,193 @@ func (k *keptText) discard() {
 		k.mu.Unlock()
 		return
 	}
-	k.voided = true
+	k.voided, k.ended = true, true
 	k.notify()
 	k.mu.Unlock()
-	close(k.final)
+	k.r.flusher.due()
 	<-k.stopped
 }
 
-// flusher writes the new pieces to the ledger every keptFlushInterval and the final record at
-// the end, or deletes what it wrote when the generation was not charged.
-func (k *keptText) flusher() {
-	defer close(k.stopped)
-	defer k.r.live.Delete(k.rec.RequestID)
-	t := time.NewTimer(keptFlushInterval)
-	defer t.Stop()
-	for {
-		final := false
-		select {
-		case <-t.C:
-		case <-k.final:
-			final = true
-		}
-		k.mu.Lock()
-		voided := k.voided
-		k.mu.Unlock()
-		if voided {
-			if k.wrote {
-				ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
-				if err := k.store.DeleteGeneration(ctx, k.rec.AccountID, k.rec.RequestID); err != nil {
-					k.r.log.Error("deleting the kept text of a generation that was not charged; it goes at the end of its window",
-						zap.String("request_id", k.rec.RequestID), zap.Error(err))
-				}
-				cancel()
-			}
-			return
-		}
-		k.flush(final)
-		if final {
-			return
-		}
-		t.Reset(keptFlushInterval)
+// keptFlusher writes the kept text of a retention's running generations: one goroutine, while
+// any runs on this instance. Every keptFlushInterval it writes the new pieces of all of them,
+// and at once whatever has ended, in one ledger call per ledger; ends that come while it writes
+// go together in its next call.
+type keptFlusher struct {
+	mu      sync.Mutex
+	kept    map[*keptText]struct{} // started and not yet written to their end
+	running bool
+	wake    chan struct{} // one buffered signal: something has ended
+}
+
+// add hands a generation that has text to the flusher, starting the flusher if it is idle.
+func (w *keptFlusher) add(r *retention, k *keptText) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.kept[k] = struct{}{}
+	if w.running {
+		return
+	}
+	w.running = true
+	if r.guard.Enter() { // the ledger stays open for the flusher even after a reload
+		go func() {
+			defer r.guard.Exit()
+			w.run(r)
+		}()
+	} else {
+		go w.run(r)
 	}
 }
 
-// flush writes the pieces the ledger does not have yet, with the record, in puts of at most
-// ledger.MaxGenerationPut; at the end (final), the record's final state even without new pieces.
-// Only the last put carries the final state, so that a reader never takes a record for ended
-// before it has every piece.
-func (k *keptText) flush(final bool) {
+// due wakes the flusher for a generation that has ended.
+func (w *keptFlusher) due() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the flusher's loop; it returns once no generation is left.
+func (w *keptFlusher) run(r *retention) {
+	t := time.NewTicker(keptFlushInterval)
+	defer t.Stop()
+	for {
+		tick := false
+		select {
+		case <-t.C:
+			tick = true
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		var batch []*keptText
+		for k := range w.kept {
+			k.mu.Lock()
+			ended := k.ended
+			k.mu.Unlock()
+			if tick || ended {
+				batch = append(batch, k)
+			}
+		}
+		w.mu.Unlock()
+		r.write(batch)
+		w.mu.Lock()
+		if len(w.kept) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+	}
+}
+
+// write writes what the ledger lacks of the generations in batch: one PutGenerations per
+// ledger, and deletes what was written of those that ended without a charge. A generation whose
+// end was written (or failed to be) leaves the flusher.
+func (r *retention) write(batch []*keptText) {
+	type pending struct {
+		k     *keptText
+		final bool
+		step  keptStep
+	}
+	var todo []pending
+	var puts map[ledger.Store][]ledger.GenerationPut
+	for _, k := range batch {
+		k.mu.Lock()
+		ended, voided := k.ended, k.voided
+		k.mu.Unlock()
+		if voided {
+			k.deleteWritten()
+			r.done(k)
+			continue
+		}
+		step, kp := k.prepare(ended)
+		if len(kp) == 0 {
+			if ended {
+				r.done(k)
+			}
+			continue
+		}
+		if puts == nil {
+			puts = map[ledger.Store][]ledger.GenerationPut{}
+		}
+		puts[k.store] = append(puts[k.store], kp...)
+		todo = append(todo, pending{k, ended, step})
+	}
+	failed := map[ledger.Store]bool{}
+	for store, p := range puts {
+		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
+		err := store.PutGenerations(ctx, p...)
+		cancel()
+		if err != nil {
+			// Running generations try again with these pieces at the next tick; the end of
+			// one that ended is lost (its text, never its charge).
+			r.log.Error("keeping generated text", zap.Int("generations", len(p)), zap.Error(err))
+			failed[store] = true
+		}
+	}
+	for _, t := range todo {
+		if !failed[t.k.store] {
+			t.k.wrote(t.step)
+		}
+		if t.final {
+			r.done(t.k)
+		}
+	}
+}
+
+// done takes an ended generation out of the flusher and lets its waiters go.
+func (r *retention) done(k *keptText) {
+	r.flusher.mu.Lock()
+	delete(r.flusher.kept, k)
+	r.flusher.mu.Unlock()
+	r.live.Delete(k.rec.RequestID)
+	close(k.stopped)
+}
+
+// deleteWritten deletes what reached the ledger of a generation that was not charged.
+func (k *keptText) deleteWritten() {
+	if !k.written {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
+	defer cancel()
+	if err := k.store.DeleteGeneration(ctx, k.rec.AccountID, k.rec.RequestID); err != nil {
+		k.r.log.Error("deleting the kept text of a generation that was not charged; it goes at the end of its window",
+			zap.String("request_id", k.rec.RequestID), zap.Error(err))
+	}
+}
+
+// keptStep is what one write adds to what the ledger has of a generation.
+type keptStep struct {
+	pieces, chunks int
+	bytes          int64
+}
+
+// prepare returns the puts that bring the ledger up to date with the pieces kept so far, each
+// within ledger.MaxGenerationPut; at the end (final), the record's final state even without new
+// pieces. Only the last put carries the final state, so that a reader never takes a record for
+// ended before it has every piece. The flusher alone calls it.
+func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 	k.mu.Lock()
 	pieces := k.pieces[k.flushed:]
 	rec := k.rec
 	rec.State, rec.OutputTokens, rec.Finished = k.state, k.tokens, k.finished
 	k.mu.Unlock()
 	if len(pieces) == 0 && !final {
-		return
+		return keptStep{}, nil
 	}
 	if final {
 		rec.Expires = rec.Finished.Add(k.r.window)
 	}
 	s := k.r.sealer.Load()
 	chunks := encodePieces(pieces)
-	for len(chunks) > 0 || final {
+	var step keptStep
+	var puts []ledger.GenerationPut
+	for len(chunks) > 0 || len(puts) == 0 {
 		var sealed [][]byte
 		size, n, b := 0, 0, int64(0)
 		for len(chunks) > 0 {
 			c := chunks[0]
-			sc := s.seal(rec.AccountID, rec.RequestID, k.chunks+len(sealed), c.data)
+			sc := s.seal(rec.AccountID, rec.RequestID, k.chunks+step.chunks+len(sealed), c.data)
 			if len(sealed) > 0 && size+len(sc) > ledger.MaxGenerationPut {
 				break
 			}
@@ -280,27 +396,22 @@ func (k *keptText) flush(final bool) {
 			chunks = chunks[1:]
 		}
 		put := rec
-		put.Pieces, put.Bytes = k.flushed+n, k.flushedBytes+b
-		if len(chunks) > 0 {
+		put.Pieces, put.Bytes = k.flushed+step.pieces+n, k.flushedBytes+step.bytes+b
+		if len(chunks) > 0 || !final {
 			put.State, put.Finished, put.Expires = ledger.GenerationRunning, time.Time{}, k.rec.Expires
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
-		err := k.store.PutGeneration(ctx, put, k.chunks, sealed)
-		cancel()
-		if err != nil {
-			// The next flush tries again with these pieces; a final one that fails loses the
-			// text (never the charge).
-			k.r.log.Error("keeping generated text", zap.String("request_id", rec.RequestID), zap.Bool("final", final), zap.Error(err))
-			return
-		}
-		k.wrote = true
-		k.chunks += len(sealed)
-		k.flushed += n
-		k.flushedBytes += b
-		if len(chunks) == 0 {
-			return
-		}
+		puts = append(puts, ledger.GenerationPut{Record: put, First: k.chunks + step.chunks, Chunks: sealed})
+		step.pieces, step.bytes, step.chunks = step.pieces+n, step.bytes+b, step.chunks+len(sealed)
 	}
+	return step, puts
+}
+
+// wrote records that the ledger took step.
+func (k *keptText) wrote(step keptStep) {
+	k.written = true
+	k.chunks += step.chunks
+	k.flushed += step.pieces
+	k.flushedBytes += step.bytes
 }
 
 // keptChunk is the plain text of one stored chunk: framed pieces.

@@ -21,7 +21,7 @@ const crashEmail = "crash@example.com"
 // TestCrashChild is the process TestCrash kills. It holds, settles, voids and grants in a
 // loop from several goroutines, and prints "GRANT <reference>" only after Grant has returned,
 // so every printed reference is an acknowledged grant. Beside them it keeps generations, whose
-// store does not sync its writes, and prints "KEPT <request id>" once PutGeneration returned.
+// store does not sync its writes, and prints "KEPT <request id>" once PutGenerations returned.
 func TestCrashChild(t *testing.T) {
 	dir := os.Getenv("LEDGER_CRASH_DIR")
 	if dir == "" {
@@ -66,7 +66,7 @@ func TestCrashChild(t *testing.T) {
 			t0 := time.Now()
 			rec := GenerationRecord{AccountID: a.ID, RequestID: rid, Mode: Live, State: GenerationCompleted,
 				Created: t0, Finished: t0, Expires: t0.Add(24 * time.Hour), Pieces: 1, Bytes: int64(len(rid))}
-			if err := s.PutGeneration(bg, rec, 0, [][]byte{crashKeptChunk(rid)}); err != nil {
+			if err := putGeneration(s, rec, 0, [][]byte{crashKeptChunk(rid)}); err != nil {
 				die("put generation: %v", err)
 			}
 			fmt.Fprintln(os.Stdout, "KEPT", rid)

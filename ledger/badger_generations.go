@@ -14,50 +14,65 @@ import (
 // if no sweep runs; the sweep (at Open and every SweepInterval) deletes them by the ledger
 // clock, and reads check it too. The values are what the caller gave: ciphertext.
 
-// PutGeneration stores the record and chunks first, first+1, ... in one commit.
-func (s *Badger) PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error {
-	if err := checkGenerationRecord(rec, first, chunks, now()); err != nil {
+// PutGenerations stores the puts with one write batch of the kept store (Badger splits it
+// into transactions it takes whole, committed in order).
+func (s *Badger) PutGenerations(ctx context.Context, puts ...GenerationPut) error {
+	if err := checkGenerationPuts(puts, now()); err != nil {
 		return err
 	}
-	if len(rec.RequestID) > 255 {
-		return fmt.Errorf("request id: %w", ErrInvalidArgument)
+	for _, p := range puts {
+		if len(p.Record.RequestID) > 255 {
+			return fmt.Errorf("request id: %w", ErrInvalidArgument)
+		}
 	}
 	if err := s.beginWrite(); err != nil {
 		return err
 	}
 	defer s.end()
-	if _, err := s.account(rec.AccountID); err != nil {
-		return err
+	for _, p := range puts {
+		if _, err := s.account(p.Record.AccountID); err != nil {
+			return err
+		}
 	}
 	db, err := s.kept.get()
 	if err != nil {
 		return err
 	}
-	rec.Chunks = first + len(chunks)
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, p := range puts {
+		if err := writeGeneration(wb, p); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+// writeGeneration adds one put's entries to wb, every key with Badger's TTL at the window's end.
+func writeGeneration(wb *badger.WriteBatch, p GenerationPut) error {
+	rec := p.Record
+	rec.Chunks = p.First + len(p.Chunks)
 	rec.Created, rec.Expires = rec.Created.UTC(), rec.Expires.UTC()
 	if !rec.Finished.IsZero() {
 		rec.Finished = rec.Finished.UTC()
 	}
 	exp := uint64(rec.Expires.Unix()) + 1
-	return db.Update(func(txn *badger.Txn) error {
-		for i, c := range chunks {
-			e := badger.NewEntry(genChunkKey(rec.AccountID, rec.RequestID, first+i), c)
-			e.ExpiresAt = exp
-			if err := txn.SetEntry(e); err != nil {
-				return err
-			}
-		}
-		// The index of the sweep: a put that moves the expiry (the final one) adds a key; the
-		// sweep deletes the record at the first that is due and the others as it meets them.
-		e := badger.NewEntry(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil)
+	set := func(k, v []byte) error {
+		e := badger.NewEntry(k, v)
 		e.ExpiresAt = exp
-		if err := txn.SetEntry(e); err != nil {
+		return wb.SetEntry(e)
+	}
+	for i, c := range p.Chunks {
+		if err := set(genChunkKey(rec.AccountID, rec.RequestID, p.First+i), c); err != nil {
 			return err
 		}
-		e = badger.NewEntry(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
-		e.ExpiresAt = exp
-		return txn.SetEntry(e)
-	})
+	}
+	// The index of the sweep: a put that moves the expiry (the final one) adds a key; the sweep
+	// deletes the record at the first that is due and the others as it meets them.
+	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil); err != nil {
+		return err
+	}
+	return set(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
 }
 
 // GetGeneration returns the record and its chunks from number from on.

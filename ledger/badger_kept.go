@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"go.uber.org/zap"
 )
 
@@ -52,6 +53,8 @@ func newKeptStore(dir string, o Options, bypassLock bool) *keptStore {
 		WithNumGoroutines(1).
 		WithValueLogFileSize(16 << 20).
 		WithMetricsEnabled(false).
+		// Ciphertext does not compress: compressing its tables would only cost CPU.
+		WithCompression(options.None).
 		WithCompactL0OnClose(false).
 		WithBypassLockGuard(bypassLock)
 	return &keptStore{opts: bo, log: o.Logger, locked: bypassLock}

@@ -20,7 +20,7 @@ func testGenerations(t *testing.T, eng engine) {
 
 	rec := GenerationRecord{AccountID: a, RequestID: "req_gen1", Mode: Live, Tool: "summarizer", Language: "de",
 		State: GenerationRunning, Created: t0, Expires: t0.Add(15 * time.Minute), Pieces: 2, Bytes: 10}
-	if err := s.PutGeneration(bg, rec, 0, [][]byte{[]byte(marker + "0")}); err != nil {
+	if err := putGeneration(s, rec, 0, [][]byte{[]byte(marker + "0")}); err != nil {
 		t.Fatal(err)
 	}
 	got, chunks, err := s.GetGeneration(bg, a, "req_gen1", 0)
@@ -32,7 +32,7 @@ func testGenerations(t *testing.T, eng engine) {
 	}
 	// The one writer appends and finishes.
 	rec.State, rec.Finished, rec.OutputTokens, rec.Pieces, rec.Bytes = GenerationCompleted, t0.Add(time.Second), 24, 5, 40
-	if err := s.PutGeneration(bg, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
+	if err := putGeneration(s, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
 		t.Fatal(err)
 	}
 	got, chunks, err = s.GetGeneration(bg, a, "req_gen1", 0)
@@ -53,20 +53,20 @@ func testGenerations(t *testing.T, eng engine) {
 	wantErr(t, err, ErrNotFound)
 	_, _, err = s.GetGeneration(bg, a, "req_gen1", -1)
 	wantErr(t, err, ErrInvalidArgument)
-	wantErr(t, s.PutGeneration(bg, GenerationRecord{AccountID: "acct_missing", RequestID: "r", Mode: Live, State: GenerationRunning, Expires: t0.Add(time.Minute)}, 0, nil), ErrNotFound)
+	wantErr(t, putGeneration(s, GenerationRecord{AccountID: "acct_missing", RequestID: "r", Mode: Live, State: GenerationRunning, Expires: t0.Add(time.Minute)}, 0, nil), ErrNotFound)
 	bad := rec
 	bad.Expires = t0
-	wantErr(t, s.PutGeneration(bg, bad, 0, nil), ErrInvalidArgument)
+	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
 	bad = rec
 	bad.State = "done"
-	wantErr(t, s.PutGeneration(bg, bad, 0, nil), ErrInvalidArgument)
-	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{{}}), ErrInvalidArgument)
-	wantErr(t, s.PutGeneration(bg, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
+	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
+	wantErr(t, putGeneration(s, rec, 3, [][]byte{{}}), ErrInvalidArgument)
+	wantErr(t, putGeneration(s, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
 	var tooMany [][]byte
 	for range MaxGenerationPut/MaxGenerationChunk + 1 {
 		tooMany = append(tooMany, make([]byte, MaxGenerationChunk))
 	}
-	wantErr(t, s.PutGeneration(bg, rec, 3, tooMany), ErrInvalidArgument)
+	wantErr(t, putGeneration(s, rec, 3, tooMany), ErrInvalidArgument)
 	// The store still works after the refusals.
 	if _, _, err := s.GetGeneration(bg, a, "req_gen1", 0); err != nil {
 		t.Fatalf("after refused puts: %v", err)
@@ -74,11 +74,11 @@ func testGenerations(t *testing.T, eng engine) {
 
 	// A second generation that lives longer, and one deleted at once (not charged).
 	long := GenerationRecord{AccountID: a, RequestID: "req_gen2", Mode: Test, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := s.PutGeneration(bg, long, 0, [][]byte{[]byte(marker + "long")}); err != nil {
+	if err := putGeneration(s, long, 0, [][]byte{[]byte(marker + "long")}); err != nil {
 		t.Fatal(err)
 	}
 	gone := GenerationRecord{AccountID: b, RequestID: "req_gen3", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := s.PutGeneration(bg, gone, 0, [][]byte{[]byte(marker + "void")}); err != nil {
+	if err := putGeneration(s, gone, 0, [][]byte{[]byte(marker + "void")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteGeneration(bg, b, "req_gen3"); err != nil {
@@ -126,7 +126,7 @@ func testGenerationsMany(t *testing.T, eng engine) {
 			for i := 0; i < 10; i++ {
 				chunks = append(chunks, []byte(fmt.Sprintf("chunk-%d-%d", g, c+i)))
 			}
-			if err := s.PutGeneration(bg, rec, c, chunks); err != nil {
+			if err := putGeneration(s, rec, c, chunks); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -141,19 +141,49 @@ func testGenerationsMany(t *testing.T, eng engine) {
 	}
 	assertNotStored(t, eng, s, "chunk-")
 
+	// Several generations in one call: all stored, in order; one bad put stores none of them.
+	batch := func(ids ...string) []GenerationPut {
+		var puts []GenerationPut
+		for _, id := range ids {
+			rec := GenerationRecord{AccountID: a, RequestID: id, Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Minute)}
+			puts = append(puts, GenerationPut{Record: rec, Chunks: [][]byte{[]byte("batch-" + id + "-0")}},
+				GenerationPut{Record: rec, First: 1, Chunks: [][]byte{[]byte("batch-" + id + "-1")}})
+		}
+		return puts
+	}
+	bad := batch("req_b3", "req_b4")
+	bad[3].Record.Expires = t0 // not in the future
+	wantErr(t, s.PutGenerations(bg, bad...), ErrInvalidArgument)
+	unknown := batch("req_b5")
+	unknown[1].Record.AccountID = "acct_nosuchaccount000"
+	wantErr(t, s.PutGenerations(bg, unknown...), ErrNotFound)
+	for _, id := range []string{"req_b3", "req_b4", "req_b5"} {
+		_, _, err := s.GetGeneration(bg, a, id, 0)
+		wantErr(t, err, ErrNotFound)
+	}
+	if err := s.PutGenerations(bg, batch("req_b1", "req_b2")...); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"req_b1", "req_b2"} {
+		rec, chunks, err := s.GetGeneration(bg, a, id, 0)
+		if err != nil || rec.Chunks != 2 || len(chunks) != 2 || string(chunks[1]) != "batch-"+id+"-1" {
+			t.Fatalf("%s from one call: %+v %q %v", id, rec, chunks, err)
+		}
+	}
+
 	// The final put moves the window's end earlier than the running one's: the sweep goes by
 	// the last put, and counts the generation once.
 	rec := GenerationRecord{AccountID: a, RequestID: "req_moved", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := s.PutGeneration(bg, rec, 0, [][]byte{[]byte("moved-0")}); err != nil {
+	if err := putGeneration(s, rec, 0, [][]byte{[]byte("moved-0")}); err != nil {
 		t.Fatal(err)
 	}
 	rec.State, rec.Finished, rec.Expires = GenerationCompleted, t0, t0.Add(time.Minute)
-	if err := s.PutGeneration(bg, rec, 1, [][]byte{[]byte("moved-1")}); err != nil {
+	if err := putGeneration(s, rec, 1, [][]byte{[]byte("moved-1")}); err != nil {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Minute)
-	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 1 {
-		t.Fatalf("sweep at the moved end: %d %v", n, err)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 3 {
+		t.Fatalf("sweep at the moved end: %d %v, want it and the two of one call", n, err)
 	}
 	_, _, err = s.GetGeneration(bg, a, "req_moved", 0)
 	wantErr(t, err, ErrNotFound)
@@ -204,4 +234,9 @@ func testGetHold(t *testing.T, eng engine) {
 	wantErr(t, err, ErrNotFound)
 	_, err = s.GetHold(bg, a, "")
 	wantErr(t, err, ErrInvalidArgument)
+}
+
+// putGeneration is one put of PutGenerations.
+func putGeneration(s Store, rec GenerationRecord, first int, chunks [][]byte) error {
+	return s.PutGenerations(bg, GenerationPut{Record: rec, First: first, Chunks: chunks})
 }

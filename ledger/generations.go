@@ -48,17 +48,35 @@ type GenerationRecord struct {
 	Chunks int `json:"chunks"`
 }
 
+// GenerationPut is one step of a generation's keeping: its record as it now is, and its chunks
+// from number First on (Generations.PutGenerations).
+type GenerationPut struct {
+	Record GenerationRecord
+	First  int
+	Chunks [][]byte
+}
+
 // Bounds of kept generations.
 const (
 	// MaxGenerationChunk bounds one chunk's size.
 	MaxGenerationChunk = 64 << 10
-	// MaxGenerationPut bounds the chunks of one PutGeneration together, so that one call stays
-	// one small commit (a Badger transaction has a size limit, and a failed commit stops it).
+	// MaxGenerationPut bounds the chunks of one put together, so that one put stays within one
+	// small commit (a Badger transaction has a size limit).
 	MaxGenerationPut   = 256 << 10
 	maxGenerationLabel = 64
 )
 
-// checkGenerationRecord checks what PutGeneration is given at time t.
+// checkGenerationPuts checks what PutGenerations is given at time t.
+func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
+	for _, p := range puts {
+		if err := checkGenerationRecord(p.Record, p.First, p.Chunks, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkGenerationRecord checks one put at time t.
 func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t time.Time) error {
 	if err := checkString("request id", rec.RequestID, maxRequestIDLen, true); err != nil {
 		return err

@@ -17,42 +17,52 @@ import (
 
 const pgGenCols = "account_id, request_id, mode, tool, language, state, created, finished, expires, output_tokens, pieces, bytes, chunks"
 
-// PutGeneration upserts the record and stores chunks first, first+1, ... in one transaction.
-func (s *Postgres) PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error {
-	if err := checkGenerationRecord(rec, first, chunks, now()); err != nil {
+// PutGenerations upserts the records and stores the chunks in one transaction, one batch.
+func (s *Postgres) PutGenerations(ctx context.Context, puts ...GenerationPut) error {
+	if err := checkGenerationPuts(puts, now()); err != nil {
 		return err
 	}
-	if err := pgStorable("generation", rec.RequestID, rec.Tool, rec.Language); err != nil {
-		return err
+	for _, p := range puts {
+		if err := pgStorable("generation", p.Record.RequestID, p.Record.Tool, p.Record.Language); err != nil {
+			return err
+		}
 	}
 	wctx, done, err := s.write(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	rec.Chunks = first + len(chunks)
+	b := &pgx.Batch{}
+	for _, p := range puts {
+		queueGeneration(b, p)
+	}
+	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
+		return tx.SendBatch(wctx, b).Close()
+	})
+	if pgForeignKey(err) {
+		return fmt.Errorf("an account of the generations: %w", ErrNotFound)
+	}
+	return pgErr(ctx, "storing generations", err)
+}
+
+// queueGeneration queues one put's upserts.
+func queueGeneration(b *pgx.Batch, p GenerationPut) {
+	rec := p.Record
+	rec.Chunks = p.First + len(p.Chunks)
 	var finished *int64
 	if !rec.Finished.IsZero() {
 		f := rec.Finished.UnixNano()
 		finished = &f
 	}
-	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`INSERT INTO generations (`+pgGenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-			ON CONFLICT (account_id, request_id) DO UPDATE SET mode = $3, tool = $4, language = $5, state = $6,
-			created = $7, finished = $8, expires = $9, output_tokens = $10, pieces = $11, bytes = $12, chunks = $13`,
-			rec.AccountID, rec.RequestID, string(rec.Mode), rec.Tool, rec.Language, string(rec.State),
-			rec.Created.UnixNano(), finished, rec.Expires.UnixNano(), rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Chunks)
-		for i, c := range chunks {
-			b.Queue(`INSERT INTO generation_chunks (account_id, request_id, n, data) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (account_id, request_id, n) DO UPDATE SET data = $4`, rec.AccountID, rec.RequestID, first+i, c)
-		}
-		return tx.SendBatch(wctx, b).Close()
-	})
-	if pgForeignKey(err) {
-		return fmt.Errorf("account %q: %w", rec.AccountID, ErrNotFound)
+	b.Queue(`INSERT INTO generations (`+pgGenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (account_id, request_id) DO UPDATE SET mode = $3, tool = $4, language = $5, state = $6,
+		created = $7, finished = $8, expires = $9, output_tokens = $10, pieces = $11, bytes = $12, chunks = $13`,
+		rec.AccountID, rec.RequestID, string(rec.Mode), rec.Tool, rec.Language, string(rec.State),
+		rec.Created.UnixNano(), finished, rec.Expires.UnixNano(), rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Chunks)
+	for i, c := range p.Chunks {
+		b.Queue(`INSERT INTO generation_chunks (account_id, request_id, n, data) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (account_id, request_id, n) DO UPDATE SET data = $4`, rec.AccountID, rec.RequestID, p.First+i, c)
 	}
-	return pgErr(ctx, "storing generation", err)
 }
 
 // GetGeneration returns the record and its chunks from number from on, in one snapshot.

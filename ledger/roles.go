@@ -256,18 +256,20 @@ type Idempotency interface {
 // for every reader once rec.Expires has passed, and deleted by the engine's sweep (at Open and
 // every SweepInterval) or by DeleteExpiredGenerations.
 type Generations interface {
-	// PutGeneration creates or replaces the record of (rec.AccountID, rec.RequestID) and stores
-	// chunks as its chunks number first, first+1, ... in one step; the record's Chunks becomes
-	// first+len(chunks). Chunks before first are kept; a generation has one writer, which
-	// numbers its chunks itself.
+	// PutGenerations applies puts in order. A put creates or replaces the record of
+	// (Record.AccountID, Record.RequestID) and stores Chunks as its chunks number First,
+	// First+1, ...; the record's Chunks becomes First+len(Chunks). Chunks before First are kept;
+	// a generation has one writer, which numbers its chunks itself. Puts of many generations go
+	// in one call so that they share a commit; a reader never sees a put before the ones before
+	// it. Every put is checked before any is stored.
 	//
 	// Expected errors:
 	//   - ErrInvalidArgument: a bad request id, mode, state, tool or language (64 bytes), a
 	//     negative figure, an empty chunk or one over MaxGenerationChunk, chunks over
-	//     MaxGenerationPut together, or an expiry that is not in the future.
-	//   - ErrNotFound: no account has rec.AccountID.
+	//     MaxGenerationPut in one put, or an expiry that is not in the future.
+	//   - ErrNotFound: no account has a put's AccountID (nothing is stored).
 	//   - ErrClosed.
-	PutGeneration(ctx context.Context, rec GenerationRecord, first int, chunks [][]byte) error
+	PutGenerations(ctx context.Context, puts ...GenerationPut) error
 
 	// GetGeneration returns the record and its chunks from number from on (0: all).
 	//
