@@ -22,15 +22,18 @@ import (
 // its Idempotency-Key (idempotency.go).
 //
 // A running generation keeps its pieces in memory (keptText), where followers on this instance
-// read them as they come, and the retention's one flusher (keptFlusher) writes the new pieces of
-// every running generation to the ledger, sealed (sealer.go), at most every keptFlushInterval,
-// and each generation's end as soon as it comes, never once per piece: all that is due goes in
-// one ledger call, so generations that end together share one write. Followers on other
-// instances poll the ledger (storedSource). A generation that ends without a charge keeps
+// read them as they come (liveKept, across config reloads too), and the retention's one flusher
+// (keptFlusher) writes each generation to the ledger, sealed (sealer.go), once it has ended: all
+// that ended together goes in one ledger call. With a ledger that other instances share
+// (PostgreSQL), it also writes the new pieces of every running generation every
+// keptFlushInterval, never once per piece, so that followers there (storedSource, polling the
+// ledger) see them as they come. With Badger no other process can follow, and a generation
+// whose process dies before its end is never charged (its hold is voided at the restart), so
+// its running text is not worth a write. A generation that ends without a charge keeps
 // nothing: what was written is deleted.
 
 const (
-	// keptFlushInterval paces the writes of a running generation's text to the ledger.
+	// keptFlushInterval paces the writes of a running generation's text to a shared ledger.
 	keptFlushInterval = 250 * time.Millisecond
 	// keptPollInterval paces a follower that reads a generation from the ledger.
 	keptPollInterval = 250 * time.Millisecond
@@ -47,12 +50,22 @@ const (
 // errKeptFull stops a detached generation that outgrew keptMaxBytes.
 var errKeptFull = errors.New("the generation's text outgrew what is kept of one generation")
 
+// liveKept has every generation that runs on this instance, with text, under its ledger and
+// request id: a package's, so that a follower under a new config (a reload) finds a generation
+// that began under the old one.
+var liveKept sync.Map // liveKey -> *keptText
+
+type liveKey struct {
+	store ledger.Store
+	rid   string
+}
+
 // retention is the handler's keeping of generations.
 type retention struct {
 	window     time.Duration
 	genTimeout time.Duration
 	sealer     atomic.Pointer[sealer] // nil until the key is loaded (the app's start)
-	live       sync.Map               // request id -> *keptText, while it runs on this instance
+	shared     bool                   // the ledger is PostgreSQL: other instances may follow
 	flusher    keptFlusher
 	log        *zap.Logger
 	guard      interface {
@@ -71,6 +84,7 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 	r := &retention{window: time.Duration(h.Retention), genTimeout: time.Duration(h.GenerationTimeout),
 		log: h.logger.Named("retention"), guard: h.inFlight}
 	r.flusher.kept, r.flusher.wake = map[*keptText]struct{}{}, make(chan struct{}, 1)
+	r.shared = textgenapp.IsDatabaseURL(h.Ledger)
 	h.retain = r
 	if h.RetentionKey != "" {
 		key, err := parseRetentionKey(caddy.NewReplacer().ReplaceAll(h.RetentionKey, ""))
@@ -163,7 +177,7 @@ func (k *keptText) add(piece string) bool {
 	k.notify()
 	k.mu.Unlock()
 	if first {
-		k.r.live.Store(k.rec.RequestID, k)
+		liveKept.Store(liveKey{k.store, k.rec.RequestID}, k)
 		k.r.flusher.add(k.r, k)
 	}
 	return true
@@ -209,10 +223,10 @@ func (k *keptText) discard() {
 	<-k.stopped
 }
 
-// keptFlusher writes the kept text of a retention's running generations: one goroutine, while
-// any runs on this instance. Every keptFlushInterval it writes the new pieces of all of them,
-// and at once whatever has ended, in one ledger call per ledger; ends that come while it writes
-// go together in its next call.
+// keptFlusher writes the kept text of a retention's generations: one goroutine, while any runs
+// on this instance. It writes whatever has ended at once, in one ledger call per ledger (ends
+// that come while it writes go together in its next call), and with a shared ledger every
+// keptFlushInterval the new pieces of all that run.
 type keptFlusher struct {
 	mu      sync.Mutex
 	kept    map[*keptText]struct{} // started and not yet written to their end
@@ -249,12 +263,16 @@ func (w *keptFlusher) due() {
 
 // run is the flusher's loop; it returns once no generation is left.
 func (w *keptFlusher) run(r *retention) {
-	t := time.NewTicker(keptFlushInterval)
-	defer t.Stop()
+	var ticks <-chan time.Time
+	if r.shared {
+		t := time.NewTicker(keptFlushInterval)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		tick := false
 		select {
-		case <-t.C:
+		case <-ticks:
 			tick = true
 		case <-w.wake:
 		}
@@ -340,7 +358,7 @@ func (r *retention) done(k *keptText) {
 	r.flusher.mu.Lock()
 	delete(r.flusher.kept, k)
 	r.flusher.mu.Unlock()
-	r.live.Delete(k.rec.RequestID)
+	liveKept.Delete(liveKey{k.store, k.rec.RequestID})
 	close(k.stopped)
 }
 
@@ -566,7 +584,7 @@ func (r *retention) find(ctx context.Context, store ledger.Store, acct string, m
 	if r.sealer.Load() == nil {
 		return nil, keptView{}, ledger.ErrNotFound
 	}
-	if v, ok := r.live.Load(rid); ok {
+	if v, ok := liveKept.Load(liveKey{store, rid}); ok {
 		k := v.(*keptText)
 		if k.rec.AccountID != acct || k.rec.Mode != mode {
 			return nil, keptView{}, ledger.ErrNotFound
