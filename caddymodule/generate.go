@@ -296,11 +296,18 @@ func (g *generation) ledgerUnavailable(err error) {
 func (g *generation) insufficient() *apiError {
 	where := g.h.BuyURL
 	if where == "" {
-		where = "in the My Account area of this service"
+		where = g.h.app.AccountArea(g.h.ledgerRef.Key())
 	}
-	msg := "no credits left; buy a credit package (10 credits = 2.00 EUR) " + where
-	if g.key.Mode == ledger.Test {
-		msg = "no test credits left; refill the test balance in the My Account area of this service"
+	msg := "no credits left; "
+	switch {
+	case g.key.Mode == ledger.Test && where != "":
+		msg = "no test credits left; refill the test balance at " + where
+	case g.key.Mode == ledger.Test:
+		msg = "no test credits left; ask the operator of this service to refill them"
+	case where != "":
+		msg += "buy a credit package (10 credits = 2.00 EUR) at " + where
+	default:
+		msg += "ask the operator of this service for credits"
 	}
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }

@@ -273,6 +273,11 @@ func TestGenerateClientErrors(t *testing.T) {
 			if b.Error.Code != c.code || b.Error.Param != c.param || b.Error.Message == "" || b.Error.RequestID != h.Get("X-Request-Id") {
 				t.Errorf("body %+v, want code %s param %q", b.Error, c.code, c.param)
 			}
+			// Without buy_url and without My Account in the config, the 402 says whom to ask
+			// (account/browser_test.go checks that it names the account area when there is one).
+			if c.code == "insufficient_credits" && !strings.Contains(b.Error.Message, "ask the operator of this service") {
+				t.Errorf("the 402 message %q does not say to ask the operator", b.Error.Message)
+			}
 			if c.key == key && strings.Contains(b.Error.Message, key) {
 				t.Errorf("the error message echoes the key")
 			}

@@ -106,8 +106,9 @@ type Handler struct {
 	// Default: off; missing models are reported in the log with the command to get them.
 	PullModels bool `json:"pull_models,omitempty"`
 
-	// BuyURL is where the 402 message tells clients to buy credits. Default: "the My Account
-	// area of this service".
+	// BuyURL is where the 402 message tells clients to buy credits. Default: the address of the
+	// config's textgen_account on the same ledger (its public_url and path), else the message
+	// tells them to ask the operator.
 	BuyURL string `json:"buy_url,omitempty"`
 
 	// LogPrompts logs the prompts and the generated text at debug level. Default: off. Never
@@ -174,6 +175,7 @@ type Handler struct {
 
 	logger    *zap.Logger
 	ledgerRef *textgenapp.LedgerRef // opened by the textgen app's Start
+	app       *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
 	ollamaRef *textgenapp.OllamaRef
 	tools     map[string]*toolRuntime
 	languages *catalog.LanguageMatcher
@@ -262,6 +264,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
+	h.app = app
 	if h.ledgerRef, err = app.Ledger(h.Ledger, ledger.Options{
 		HoldTTL: time.Duration(h.HoldTTL),
 		Logger:  h.logger.Named("ledger"),

@@ -173,6 +173,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
+	// The API's 402 names this area (textgen_account's own address when it has public_url,
+	// else its path on the site).
+	tg.SetAccountArea(h.ledgerRef.Key(), strings.TrimRight(h.PublicURL, "/")+h.PathPrefix+"/")
 	cfg := appConfig{
 		limitsName:       h.ledgerRef.Key(),
 		logger:           h.logger,

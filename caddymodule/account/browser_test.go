@@ -293,6 +293,10 @@ http://127.0.0.1:%d {
 	if res.status != http.StatusPaymentRequired {
 		t.Fatalf("generate without credits: %d %s", res.status, res.body)
 	}
+	// Its message names where to buy: this account area, found without a buy_url.
+	if !strings.Contains(res.body, "buy a credit package (10 credits = 2.00 EUR) at /account/") {
+		t.Fatalf("the 402 does not name the account area: %s", res.body)
+	}
 
 	// Buy a package: the browser goes to Stripe Checkout.
 	do("buy page", chromedp.Navigate(caddyBase+"/account/buy"), chromedp.WaitVisible(chromedp.CSS(".package")))

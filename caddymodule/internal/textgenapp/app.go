@@ -30,6 +30,7 @@ type App struct {
 	logger *zap.Logger
 	// openers open the resources asked for by this config's modules, in the order asked.
 	openers []func() error
+	areas   *accountAreas // account.go; made in Provision
 }
 
 // CaddyModule returns the Caddy module information.
@@ -43,6 +44,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // Provision sets up the app's logger.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	a.areas = &accountAreas{where: map[string]string{}}
 	return nil
 }
 
