@@ -22,12 +22,24 @@ func (adminAPI) createAccount(w http.ResponseWriter, r *http.Request, store ledg
 	if email == "" {
 		return badRequest("email is required")
 	}
+	testCredits := int64(defaultTestCredits)
+	if req.TestCredits != nil {
+		testCredits = *req.TestCredits
+	}
+	if testCredits < 0 || testCredits > 10_000 {
+		return badRequest("test_credits must be between 0 and 10000")
+	}
 	acct, err := store.CreateAccount(r.Context(), email)
 	if err != nil {
 		if errors.Is(err, ledger.ErrDuplicateEmail) {
 			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("an account with email %s exists already", email)}
 		}
 		return ledgerError(err, "creating account for %s", email)
+	}
+	if testCredits > 0 {
+		if _, _, err := store.RefillTestCredits(r.Context(), acct.ID, testCredits); err != nil {
+			return ledgerError(err, "granting the first test credits of account %s (it was created; grant them with caddy textgen credits grant --test)", acct.ID)
+		}
 	}
 	return writeAdminJSON(w, http.StatusCreated, acct)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -216,7 +217,7 @@ func TestAdminNoLedger(t *testing.T) {
 
 func TestAdminGrantAndBackup(t *testing.T) {
 	dir := adminLedger(t)
-	_, acct := adminDo(t, dir, "POST", "/textgen/accounts", `{"email":"g@example.com"}`)
+	_, acct := adminDo(t, dir, "POST", "/textgen/accounts", `{"email":"g@example.com","test_credits":0}`)
 	id := acct["id"].(string)
 	_, g := adminDo(t, dir, "POST", "/textgen/accounts/"+id+"/credits", `{"credits":10,"reference":"inv-9"}`)
 	if g["available"] != 10.0 || g["repeated"] != false || g["credited"] != 10.0 {
@@ -314,5 +315,36 @@ func TestParseExpiryAndUsageTime(t *testing.T) {
 	}
 	if _, err := parseUsageTime("31.01.2025", false); err == nil {
 		t.Error("parseUsageTime accepted 31.01.2025")
+	}
+}
+
+// TestAdminAccountsStartWithTestCredits: an account the operator creates starts with free test
+// credits (50 unless the request says), so that its test keys work at once, as a sign-up's do.
+func TestAdminAccountsStartWithTestCredits(t *testing.T) {
+	dir := adminLedger(t)
+	for _, c := range []struct {
+		body string
+		want float64
+	}{
+		{`{"email":"default@example.com"}`, 50},
+		{`{"email":"none@example.com","test_credits":0}`, 0},
+		{`{"email":"seven@example.com","test_credits":7}`, 7},
+	} {
+		w, acct := adminDo(t, dir, "POST", "/textgen/accounts", c.body)
+		wantStatus(t, w, http.StatusCreated, "")
+		_, detail := adminDo(t, dir, "GET", "/textgen/accounts/"+acct["id"].(string), "")
+		credits, _ := detail["credits"].(map[string]any)
+		if credits["test_available"] != c.want || credits["available"] != float64(0) {
+			t.Errorf("%s: credits %v, want %v test credits and no live ones", c.body, credits, c.want)
+		}
+	}
+	for _, body := range []string{`{"email":"neg@example.com","test_credits":-1}`, `{"email":"big@example.com","test_credits":10001}`} {
+		w, _ := adminDo(t, dir, "POST", "/textgen/accounts", body)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "test_credits must be between 0 and 10000") {
+			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
+		}
+		if _, acct := adminDo(t, dir, "GET", "/textgen/accounts?limit=100", ""); strings.Contains(fmt.Sprint(acct), "neg@") || strings.Contains(fmt.Sprint(acct), "big@") {
+			t.Errorf("%s: the account was created anyway", body)
+		}
 	}
 }

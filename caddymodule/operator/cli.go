@@ -179,6 +179,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable",
 			cliLeaf("create", "Creates an account", cmdAccountCreate, func(c *cobra.Command) {
 				c.Flags().String("email", "", "Email address of the account holder (required, unique)")
+				c.Flags().Int("test-credits", defaultTestCredits, "Free test credits the account starts with (test keys draw on them)")
 			}),
 			cliLeaf("list", "Lists accounts (all of them unless --limit is given)", cmdAccountList, func(c *cobra.Command) {
 				c.Flags().Int("limit", 0, "Page size: list one page of at most this many accounts")

@@ -17,8 +17,13 @@ func cmdAccountCreate(c *cliContext) error {
 	if err != nil {
 		return err
 	}
+	req := createAccountRequest{Email: email}
+	if c.fl.Changed("test-credits") {
+		n := int64(c.fl.Int("test-credits"))
+		req.TestCredits = &n
+	}
 	var acct ledger.Account
-	raw, err := c.call(http.MethodPost, "/textgen/accounts", nil, createAccountRequest{Email: email}, &acct)
+	raw, err := c.call(http.MethodPost, "/textgen/accounts", nil, req, &acct)
 	if err != nil {
 		return err
 	}

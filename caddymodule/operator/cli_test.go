@@ -28,7 +28,8 @@ func TestCLICommands(t *testing.T) {
 	s := startCLIServer(t, filepath.Join(t.TempDir(), "ledger"))
 
 	// account create, duplicate email
-	acct := s.JSON("account", "create", "--email", "Alice@Example.com")
+	// (no free test credits, so that the grants below are the whole test balance)
+	acct := s.JSON("account", "create", "--email", "Alice@Example.com", "--test-credits", "0")
 	id := caddyproc.Str(t, acct, "id")
 	if caddyproc.Str(t, acct, "email") != "alice@example.com" || caddyproc.Str(t, acct, "status") != "active" {
 		t.Errorf("account create: %v", acct)
@@ -36,7 +37,7 @@ func TestCLICommands(t *testing.T) {
 	caddyproc.MustFail(t, s.Textgen("account", "create", "--email", "alice@example.com", "--json"), 1, "alice@example.com", "exists")
 	caddyproc.MustFail(t, s.Textgen("account", "create", "--email", "not an email", "--json"), 1, "not a valid address")
 	caddyproc.MustFail(t, s.Textgen("account", "create", "--json"), 2, "--email is required")
-	other := caddyproc.Str(t, s.JSON("account", "create", "--email", "bob@example.com"), "id")
+	other := caddyproc.Str(t, s.JSON("account", "create", "--email", "bob@example.com", "--test-credits", "0"), "id")
 
 	// account list, get, disable, enable
 	accts := caddyproc.List(t, s.JSON("account", "list"), "accounts")

@@ -11,7 +11,14 @@ import (
 
 type createAccountRequest struct {
 	Email string `json:"email"`
+	// TestCredits are the free test credits the account starts with (what test keys draw on).
+	// Default (absent): defaultTestCredits, as a sign-up in My Account gets by default.
+	TestCredits *int64 `json:"test_credits,omitempty"`
 }
+
+// defaultTestCredits is what an account the operator creates starts with: the default of My
+// Account's test_credits, so that its test keys work at once, whichever way it was made.
+const defaultTestCredits = 50
 
 type accountList struct {
 	Accounts   []ledger.Account `json:"accounts"`
