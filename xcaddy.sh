@@ -5,6 +5,7 @@
 #   ./xcaddy.sh run     build, then run it with ./Caddyfile (needs Ollama and a model)
 #   ./xcaddy.sh dev     build, start a local test Ollama with a tiny random model, run Caddy with
 #                       ./Caddyfile against it, create a demo account and key, print a curl line
+#                       and My Account's address
 #
 # Environment: CADDY_OUT (output binary, default ./caddy).
 set -euo pipefail
@@ -86,6 +87,9 @@ dev() {
 caddy-textgen dev mode is running on http://localhost:8080 (Caddy log: $devdir/caddy.log).
 The model is a tiny model with random weights: it writes random text, not answers. It exists so you
 can try the whole API flow (keys, credits, streaming, errors) without a real model.
+
+My Account: http://localhost:8080/account/ (sign up with any address for an account of your own,
+with free test credits; buying needs Stripe, see the README).
 
 Demo account $acct has 10 credits. Try:
 

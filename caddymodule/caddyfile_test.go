@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 
+	// textgen_account, which the example Caddyfile uses.
+	_ "github.com/caddy-textgen/textgen/caddymodule/account"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 )
 
@@ -208,8 +210,9 @@ func TestToolSettingPrecedence(t *testing.T) {
 }
 
 // TestExampleCaddyfileListensOnLoopback: the repository's example Caddyfile (what `./xcaddy.sh
-// run` serves) adapts, and its API listens only on the loopback address: a key seen on the
-// network must not be usable from it by default.
+// run` serves) adapts, with My Account (so this test registers textgen_account), and its API
+// listens only on the loopback address: a key seen on the network must not be usable from it
+// by default.
 func TestExampleCaddyfileListensOnLoopback(t *testing.T) {
 	body, err := os.ReadFile(filepath.Join("..", "Caddyfile"))
 	if err != nil {
