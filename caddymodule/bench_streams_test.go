@@ -55,16 +55,7 @@ func BenchmarkLongStreams(b *testing.B) {
 	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: pieces, Piece: "s", Numbered: true, Delay: gap})
 	// Each path in a caddy process of its own, so that each one's memory is its own.
 	ledger := ledgerDir(b)
-	tg := caddyproc.Start(b, fmt.Sprintf(`textgen /api/* {
-		ledger %s
-		ollama %s
-		model tiny
-		max_concurrent_per_account off
-		max_in_flight off
-		rate_limit key off
-		rate_limit account off
-		generation_timeout 10m
-	}`, ledger, fs.URL), ledger)
+	tg := caddyproc.Start(b, longStreamsSite(ledger, fs.URL), ledger)
 	proxy := caddyproc.Start(b, fmt.Sprintf(`reverse_proxy %s {
 		flush_interval -1
 	}`, strings.TrimPrefix(fs.URL, "http://")), "")
@@ -170,6 +161,21 @@ func BenchmarkLongStreams(b *testing.B) {
 	}
 }
 
+// longStreamsSite is the textgen site of the long-stream benchmarks: every limit that would
+// refuse thousands of generations of one account at once is off.
+func longStreamsSite(ledger, backend string) string {
+	return fmt.Sprintf(`textgen /api/* {
+		ledger %s
+		ollama %s
+		model tiny
+		max_concurrent_per_account off
+		max_in_flight off
+		rate_limit key off
+		rate_limit account off
+		generation_timeout 10m
+	}`, ledger, backend)
+}
+
 // longStreamsResult is what runLongStreams measured of one path.
 type longStreamsResult struct {
 	failed                 int
@@ -184,24 +190,7 @@ type longStreamsResult struct {
 func runLongStreams(b *testing.B, pid, n int, stream func() ([]time.Duration, error)) longStreamsResult {
 	res := longStreamsResult{baseRSS: rssOf(pid)}
 	cpu0 := procCPU(b, pid)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	var peak atomic.Int64
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if rss := rssOf(pid); rss > peak.Load() {
-					peak.Store(rss)
-				}
-			}
-		}
-	}()
+	peakRSS := samplePeakRSS(pid, 100*time.Millisecond)
 	var mu sync.Mutex
 	var gaps []time.Duration
 	var wg sync.WaitGroup
@@ -226,9 +215,7 @@ func runLongStreams(b *testing.B, pid, n int, stream func() ([]time.Duration, er
 	pace.Stop()
 	wg.Wait()
 	res.cpu = procCPU(b, pid) - cpu0
-	close(stop)
-	<-sampled
-	res.peakRSS = peak.Load()
+	res.peakRSS = peakRSS()
 	if len(gaps) > 0 {
 		slices.Sort(gaps)
 		res.gapP50, res.gapP99, res.gapMax = gaps[len(gaps)/2], gaps[len(gaps)*99/100], gaps[len(gaps)-1]
@@ -279,4 +266,142 @@ func envInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return i
+}
+
+// BenchmarkStreamsSteady holds the long-stream load for a long time (issue 15: memory stays
+// flat): TEXTGEN_BENCH_STREAMS clients (default 2,000) each run one generation of 60 pieces
+// 500 ms apart after another, for TEXTGEN_BENCH_STEADY (default 10m), through one caddy process
+// with textgen (retention on, durable charging). Every 10 s it samples the process's RSS and
+// Go heap in use (the admin endpoint's /debug/pprof/heap); it reports the highest of each in
+// the second and in the last fifth of the run and their ratio (1.0: flat), after the first
+// fifth has warmed every pool up.
+//
+//	go test ./caddymodule -run '^$' -bench BenchmarkStreamsSteady -benchtime 1x -timeout 30m
+func BenchmarkStreamsSteady(b *testing.B) {
+	n := envInt(b, "TEXTGEN_BENCH_STREAMS", 2000)
+	steady := 10 * time.Minute
+	if v := os.Getenv("TEXTGEN_BENCH_STEADY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("TEXTGEN_BENCH_STEADY: %v", err)
+		}
+		steady = d
+	}
+	const pieces, gap = 60, 500 * time.Millisecond
+	if limit := raiseFileLimit(b); uint64(2*n+300) > limit {
+		b.Fatalf("the open-file limit %d is too low for %d streams", limit, n)
+	}
+	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: pieces, Piece: "s", Numbered: true, Delay: gap})
+	ledger := ledgerDir(b)
+	srv := caddyproc.Start(b, longStreamsSite(ledger, fs.URL), ledger)
+	acct := caddyproc.Str(b, srv.JSON("account", "create", "--email", "steady@example.com"), "id")
+	key := caddyproc.Str(b, srv.JSON("key", "create", "--account", acct, "--name", "bench"), "key")
+	srv.JSON("credits", "grant", "--account", acct, "--credits", "100000000", "--reference", "bench")
+	var want strings.Builder
+	for i := 0; i < pieces; i++ {
+		want.WriteString("s" + strconv.Itoa(i) + " ")
+	}
+	body := []byte(genBody("email-writer", "Write it.", "en", ""))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxIdleConns: n, DisableCompression: true}}
+	one := func() error {
+		r, _ := http.NewRequest("POST", "http://"+srv.HTTP+"/api/v1/generate", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-API-Key", key)
+		resp, err := client.Do(r)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || string(got) != want.String() {
+			return fmt.Errorf("status %d, %d bytes, %v", resp.StatusCode, len(got), err)
+		}
+		return nil
+	}
+
+	type sample struct {
+		at        time.Duration
+		rss, heap int64
+	}
+	var samples []sample
+	start := time.Now()
+	end := start.Add(steady)
+	var done, failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * time.Millisecond) // a ramp, as a listen backlog takes it
+			for time.Now().Before(end) {
+				if err := one(); err != nil {
+					failed.Add(1)
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	go func() { wg.Wait(); close(stop) }()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-stop:
+			running = false
+		case <-tick.C:
+			samples = append(samples, sample{at: time.Since(start), rss: rssOf(srv.Pid()), heap: heapInUse(srv.Admin)})
+		}
+	}
+	if failed.Load() > 0 {
+		b.Errorf("%d of %d generations failed", failed.Load(), done.Load())
+	}
+	peak := func(from, to float64) (rss, heap int64) {
+		for _, s := range samples {
+			if f := float64(s.at) / float64(steady); f >= from && f < to {
+				rss, heap = max(rss, s.rss), max(heap, s.heap)
+			}
+		}
+		return
+	}
+	r2, h2 := peak(0.2, 0.4)
+	r5, h5 := peak(0.8, 1.01)
+	if r2 == 0 || h2 == 0 {
+		b.Fatalf("too few samples (%d) for a run of %v", len(samples), steady)
+	}
+	b.ReportMetric(float64(done.Load()), "generations")
+	b.ReportMetric(float64(r5)/float64(r2), "rss-last/second-fifth")
+	b.ReportMetric(float64(h5)/float64(h2), "heap-last/second-fifth")
+	b.Logf("%d generations by %d clients over %v, %d failed; peak RSS %.0f MB in the second fifth, %.0f MB in the last (%.2f); Go heap in use %.0f / %.0f MB (%.2f)",
+		done.Load(), n, steady, failed.Load(), float64(r2)/(1<<20), float64(r5)/(1<<20), float64(r5)/float64(r2),
+		float64(h2)/(1<<20), float64(h5)/(1<<20), float64(h5)/float64(h2))
+	// One line (benchmark logs are cut after a few lines): RSS/heap in MB, a sample a minute.
+	var line strings.Builder
+	for i, s := range samples {
+		if i%6 == 5 {
+			fmt.Fprintf(&line, " %v %.0f/%.0f", s.at.Round(time.Minute), float64(s.rss)/(1<<20), float64(s.heap)/(1<<20))
+		}
+	}
+	b.Logf("RSS/heap in use (MB) over the run:%s", line.String())
+	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(b, v, "ok") {
+		b.Errorf("ledger verify: %v", v)
+	}
+}
+
+// heapInUse reads the Go heap in use of the caddy process whose admin endpoint is admin.
+func heapInUse(admin string) int64 {
+	resp, err := http.Get("http://" + admin + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -293,24 +293,7 @@ http://127.0.0.1:%d {
 	baseRSS := rssOf(pid)
 	slowBody := []byte(genBody("summarizer", "Summarize this.", "en", ""))
 	wantSlow := want(50, "s")
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if rss := rssOf(pid); rss > peak.Load() {
-					peak.Store(rss)
-				}
-			}
-		}
-	}()
+	peakRSS := samplePeakRSS(pid, 5*time.Millisecond)
 	var wg sync.WaitGroup
 	var bad atomic.Int64
 	var open, maxOpen atomic.Int64
@@ -338,8 +321,7 @@ http://127.0.0.1:%d {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	<-sampled
+	peak := peakRSS()
 	if bad.Load() != 0 {
 		b.Fatalf("%d of 256 streams lost, doubled or reordered pieces", bad.Load())
 	}
@@ -350,9 +332,9 @@ http://127.0.0.1:%d {
 		b.Fatalf("balance after 256 streams: %v", bal)
 	}
 	b.ReportMetric(float64(maxOpen.Load()), "streams-open-at-once")
-	b.ReportMetric(float64(peak.Load())/(1<<20), "server-peak-rss-MB/256-streams")
+	b.ReportMetric(float64(peak)/(1<<20), "server-peak-rss-MB/256-streams")
 	b.Logf("256 streams: all complete and in order, 256 credits settled, ledger verified; %d open at once; caddy process RSS %.0f MB idle, %.0f MB peak",
-		maxOpen.Load(), float64(baseRSS)/(1<<20), float64(peak.Load())/(1<<20))
+		maxOpen.Load(), float64(baseRSS)/(1<<20), float64(peak)/(1<<20))
 }
 
 func percentileUS(ds []time.Duration, p float64) float64 {
@@ -366,6 +348,34 @@ func percentileUS(ds []time.Duration, p float64) float64 {
 }
 
 // rssOf reads the resident set size of process pid.
+// samplePeakRSS samples process pid's RSS every interval until the returned function is called,
+// which returns the highest sample.
+func samplePeakRSS(pid int, every time.Duration) (stop func() int64) {
+	var peak atomic.Int64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if rss := rssOf(pid); rss > peak.Load() {
+					peak.Store(rss)
+				}
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		<-sampled
+		return peak.Load()
+	}
+}
+
 func rssOf(pid int) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -37,25 +37,18 @@ type keptStore struct {
 }
 
 func newKeptStore(dir string, o Options, bypassLock bool) *keptStore {
-	var bo badger.Options
-	if o.InMemory {
-		bo = badger.DefaultOptions("").WithInMemory(true)
-	} else {
-		bo = badger.DefaultOptions(filepath.Join(dir, keptDirName)).WithSyncWrites(false)
+	o.Logger = o.Logger.Named("generations")
+	bo := badgerOptions(filepath.Join(dir, keptDirName), o)
+	if !o.InMemory {
+		bo = bo.WithSyncWrites(false)
 	}
 	bo = bo.
-		WithLogger(zapBadgerLogger{o.Logger.Named("badger.generations")}).
-		WithDetectConflicts(false).
-		WithMemTableSize(memTableSize).
 		WithNumMemtables(2).
 		WithBlockCacheSize(1 << 20).
-		WithNumCompactors(2).
 		WithNumGoroutines(1).
 		WithValueLogFileSize(16 << 20).
-		WithMetricsEnabled(false).
 		// Ciphertext does not compress: compressing its tables would only cost CPU.
 		WithCompression(options.None).
-		WithCompactL0OnClose(false).
 		WithBypassLockGuard(bypassLock)
 	return &keptStore{opts: bo, log: o.Logger, locked: bypassLock}
 }
