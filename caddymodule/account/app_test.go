@@ -473,7 +473,7 @@ func TestKeys(t *testing.T) {
 	if tk := fullKeyRe.FindString(r.body); !strings.HasPrefix(tk, "tg_test_") {
 		t.Fatalf("test key %q", tk)
 	}
-	mustContain(t, "key list", b.get("/account/keys").body, "<td>never</td>") // the test key, never used
+	mustContain(t, "key list", b.get("/account/keys").body, `<td data-label="Last used (UTC)">never</td>`) // the test key, never used
 
 	// Form errors.
 	for _, c := range []struct {
