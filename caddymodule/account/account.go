@@ -86,6 +86,14 @@ type Handler struct {
 	// MaxKeys is the most unrevoked API keys an account may have. Default: 20.
 	MaxKeys int `json:"max_keys,omitempty"`
 
+	// InvoiceCreation has Stripe Checkout create a Stripe invoice for every paid purchase
+	// (Stripe's invoice_creation; Stripe charges for it). Default: off.
+	InvoiceCreation bool `json:"invoice_creation,omitempty"`
+
+	// TaxIDCollection lets customers enter a tax ID (VAT number) in Stripe Checkout, which
+	// Stripe puts on the invoice (Stripe's tax_id_collection). Default: off.
+	TaxIDCollection bool `json:"tax_id_collection,omitempty"`
+
 	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
 
 	logger    *zap.Logger
@@ -191,6 +199,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		testCredits:      h.TestCredits,
 		siteName:         h.SiteName,
 		maxKeys:          h.MaxKeys,
+		invoiceCreation:  h.InvoiceCreation,
+		taxIDCollection:  h.TaxIDCollection,
 	}
 	if h.LimitsStore != "" {
 		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {

@@ -36,6 +36,8 @@ type appConfig struct {
 	testCredits      int64
 	siteName         string
 	maxKeys          int
+	invoiceCreation  bool // Stripe Checkout's invoice_creation (buy.go)
+	taxIDCollection  bool // Stripe Checkout's tax_id_collection (buy.go)
 	// httpClient is the client for the Stripe API. Default: one with a 30 s timeout.
 	httpClient *http.Client
 }

@@ -66,6 +66,12 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 			"account_id":  sc.acct.ID,
 		},
 	}
+	if a.invoiceCreation {
+		params.InvoiceCreation = &stripe.CheckoutSessionCreateInvoiceCreationParams{Enabled: stripe.Bool(true)}
+	}
+	if a.taxIDCollection {
+		params.TaxIDCollection = &stripe.CheckoutSessionCreateTaxIDCollectionParams{Enabled: stripe.Bool(true)}
+	}
 	cs, err := a.stripe.V1CheckoutSessions.Create(r.Context(), params)
 	if err != nil || cs.URL == "" {
 		a.logger.Error("creating a Stripe Checkout Session", zap.String("account", sc.acct.ID), zap.String("package", pkg.ID), zap.Error(err))

@@ -44,6 +44,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		test_credits          <n>
 //		site_name             <name>
 //		max_keys              <n>
+//		invoice_creation                 # Stripe invoices for purchases
+//		tax_id_collection                # customers may enter a tax ID
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -99,6 +101,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("max_keys: %q is not a whole number", s)
 				}
 			}
+		case "invoice_creation":
+			err = flag(d, name, &h.InvoiceCreation)
+		case "tax_id_collection":
+			err = flag(d, name, &h.TaxIDCollection)
 		case "package":
 			args := d.RemainingArgs()
 			if len(args) != 3 {
@@ -119,6 +125,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// flag sets a subdirective that takes no argument.
+func flag(d *caddyfile.Dispenser, name string, dst *bool) error {
+	if d.NextArg() {
+		return d.Errf("%s takes no argument", name)
+	}
+	*dst = true
 	return nil
 }
 

@@ -31,6 +31,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		test_credits 20
 		site_name "Example API"
 		max_keys 5
+		invoice_creation
+		tax_id_collection
 	}`)
 	var h Handler
 	if err := h.UnmarshalCaddyfile(d); err != nil {
@@ -42,6 +44,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		StripeAPIURL: "http://127.0.0.1:12111", WebhookTolerance: caddy.Duration(10 * time.Minute),
 		Packages:  []Package{{ID: "small", Credits: 10, PriceCents: 200}, {ID: "big", Credits: 100, PriceCents: 1500}},
 		PublicURL: "https://api.example.com", TestCredits: 20, SiteName: "Example API", MaxKeys: 5,
+		InvoiceCreation: true, TaxIDCollection: true,
 	}
 	gotJSON, _ := json.Marshal(h)
 	wantJSON, _ := json.Marshal(want)
@@ -56,6 +59,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		`textgen_account { ledger a
 			ledger b }`,
 		`textgen_account { nonsense 1 }`,
+		`textgen_account { invoice_creation yes }`,
 		`textgen_account { session_lifetime soon }`,
 		`textgen_account { package p10 10 }`,
 		`textgen_account { package p10 ten 200 }`,

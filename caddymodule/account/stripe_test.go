@@ -53,6 +53,12 @@ func TestCheckoutAgainstStripeMock(t *testing.T) {
 		}
 		ids = append(ids, cs.ID)
 	}
+	// Invoices and tax IDs are the operator's choice, off by default.
+	for _, k := range []string{"invoice_creation[enabled]", "tax_id_collection[enabled]"} {
+		if v, ok := rec.created()[0].Form[k]; ok {
+			t.Errorf("checkout session parameter %s = %q without the setting", k, v)
+		}
+	}
 	if ids[0] == ids[1] || ids[1] == ids[2] {
 		t.Fatalf("stripe-mock gave equal session ids: %v", ids)
 	}
@@ -79,6 +85,29 @@ func TestCheckoutAgainstStripeMock(t *testing.T) {
 	mustContain(t, "success page after the webhook", r.body, "Your payment of €2.00 is confirmed", "10 credits", `id="live-credits">60<`)
 	r = b.get("/account/")
 	mustContain(t, "dashboard", r.body, `aria-labelledby="live-label">60<`, ids[0], ids[1], "€9.00")
+}
+
+// TestCheckoutInvoicesAndTaxIDs: with invoice_creation and tax_id_collection, the Checkout
+// Session asks Stripe (stripe-mock, which checks the request against Stripe's API) to create an
+// invoice and collect tax IDs.
+func TestCheckoutInvoicesAndTaxIDs(t *testing.T) {
+	sm := realStripeMock(t)
+	rec := newStripeRecorder(t, sm.URL)
+	e := newTestEnv(t, withStripe(rec.srv.URL, testWebhookSecret), func(c *appConfig) {
+		c.invoiceCreation, c.taxIDCollection = true, true
+	})
+	b := e.browser()
+	b.signup("invoice@example.com")
+	r := b.post("/account/buy", "csrf_token", b.csrf("/account/buy"), "package", "10")
+	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.location(), "https://checkout.stripe.com/") {
+		t.Fatalf("buy: %d %q\n%s", r.status, r.location(), r.body)
+	}
+	form := rec.created()[0].Form
+	for _, k := range []string{"invoice_creation[enabled]", "tax_id_collection[enabled]"} {
+		if form.Get(k) != "true" {
+			t.Errorf("checkout session parameter %s = %q, want true", k, form.Get(k))
+		}
+	}
 }
 
 // TestCheckoutStripeDown shows a 502 page and charges nothing when Stripe cannot be reached.
