@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -64,6 +65,10 @@ func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry
 	return out, next, nil
 }
 
+// usageClockSlack is how far back in time an account's entry may be written after a later one
+// (a clock stepped back) and still be counted by Usage from a time on.
+const usageClockSlack = time.Hour
+
 // Usage counts holds, settles and voids per UTC day, tool and mode, for one account or all,
 // with entry times in [From, To). It scans the entries it covers.
 func (s *Badger) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
@@ -82,22 +87,37 @@ func (s *Badger) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	}
 	rows := map[rowKey]*UsageRow{}
 	n := 0
+	// One account's entries are in time order (their seq and time are taken together under
+	// the account's lock), so a summary from q.From reads them newest first and stops at the
+	// first entry older than From by more than usageClockSlack: My Account's 30 days cost those
+	// days, not the account's whole history.
+	reverse := q.AccountID != "" && !q.From.IsZero()
 	err := s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, entryPrefix(q.AccountID), func(k, v []byte) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: entryPrefix(q.AccountID), Reverse: reverse, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		if reverse {
+			it.Seek(entryKey(q.AccountID, ^uint64(0)))
+		} else {
+			it.Rewind()
+		}
+		for ; it.Valid(); it.Next() {
 			if n++; n%4096 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
 			var e Entry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("entry %x: %w", k, err)
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("entry %x: %w", it.Item().Key(), err)
+			}
+			if reverse && e.Time.Before(q.From.Add(-usageClockSlack)) {
+				return nil
 			}
 			if e.Kind != KindHold && e.Kind != KindSettle && e.Kind != KindVoid {
-				return nil
+				continue
 			}
 			if (!q.From.IsZero() && e.Time.Before(q.From)) || (!q.To.IsZero() && !e.Time.Before(q.To)) {
-				return nil
+				continue
 			}
 			rk := rowKey{e.Time.UTC().Format("2006-01-02"), e.Tool, e.Mode}
 			r := rows[rk]
@@ -113,8 +133,8 @@ func (s *Badger) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 			case KindVoid:
 				r.Voided++
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -122,6 +122,12 @@ func testUsage(t *testing.T, eng engine) {
 	if err != nil || !reflect.DeepEqual(rows, []UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: Live, Requests: 1, Settled: 1}}) {
 		t.Fatalf("usage of a on day 2: %+v %v", rows, err)
 	}
+	// From alone (My Account's last 30 days): Badger reads a's entries newest first and stops
+	// before day 1's.
+	rows, err = s.Usage(bg, UsageQuery{AccountID: a, From: day1.Add(time.Hour)})
+	if err != nil || !reflect.DeepEqual(rows, []UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: Live, Requests: 1, Settled: 1}}) {
+		t.Fatalf("usage of a from day 2: %+v %v", rows, err)
+	}
 	_, err = s.Usage(bg, UsageQuery{AccountID: "acct_missing"})
 	wantErr(t, err, ErrNotFound)
 }
