@@ -17,6 +17,7 @@ const (
 
 // requestRow is one generate request as the dashboard lists it.
 type requestRow struct {
+	ID      string // the request id (X-Request-Id), to match the customer's own logs
 	Time    time.Time
 	Tool    string
 	Mode    ledger.Mode
@@ -29,6 +30,7 @@ type dashboardData struct {
 	Balance    ledger.Balance
 	Requests   []requestRow
 	Purchases  []ledger.Entry
+	Usage      usageSummary
 	TestTarget int64
 	CanBuy     bool
 }
@@ -50,6 +52,12 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		a.internalError(w, r, sc, "reading purchases", err)
 		return
 	}
+	first := now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-chartDays)
+	usage, err := a.store.Usage(ctx, ledger.UsageQuery{AccountID: sc.acct.ID, From: first})
+	if err != nil {
+		a.internalError(w, r, sc, "reading usage", err)
+		return
+	}
 	p := sc.page("Dashboard", "dashboard")
 	q := r.URL.Query()
 	if n, err := strconv.Atoi(q.Get("refilled")); err == nil && q.Has("refilled") {
@@ -60,7 +68,7 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		}
 	}
 	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
-		TestTarget: a.testCredits, CanBuy: a.stripe != nil}
+		Usage: summarizeUsage(usage, first), TestTarget: a.testCredits, CanBuy: a.stripe != nil}
 	a.render(w, r, http.StatusOK, "dashboard", p)
 }
 
@@ -74,7 +82,7 @@ func latestRequests(entries []ledger.Entry, n int) []requestRow {
 		}
 		row := rows[e.RequestID]
 		if row == nil {
-			row = &requestRow{Time: e.Time, Tool: e.Tool, Mode: e.Mode, Status: "in progress"}
+			row = &requestRow{ID: e.RequestID, Time: e.Time, Tool: e.Tool, Mode: e.Mode, Status: "in progress"}
 			rows[e.RequestID] = row
 		}
 		switch e.Kind {
