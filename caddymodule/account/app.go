@@ -155,6 +155,8 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/keys/revoke", a.authed(a.revokeConfirm))
 	m.HandleFunc("POST "+p+"/keys/revoke", a.authedPost(a.revokeKey))
 	m.HandleFunc("POST "+p+"/test-credits", a.authedPost(a.refillTestCredits))
+	m.HandleFunc("GET "+p+"/usage.csv", a.authed(a.exportCSV))
+	m.HandleFunc("GET "+p+"/receipts/{reference}", a.authed(a.receipt))
 	m.HandleFunc("GET "+p+"/buy", a.authed(a.buyPage))
 	m.HandleFunc("POST "+p+"/buy", a.authedPost(a.buy))
 	m.HandleFunc("GET "+p+"/buy/success", a.authed(a.buySuccess))

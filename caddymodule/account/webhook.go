@@ -113,7 +113,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		Kind:        ledger.KindPurchase,
 		Credits:     pkg.Credits,
 		Reference:   cs.ID,
-		Reason:      "Stripe Checkout, package " + pkg.ID,
+		Reason:      checkoutReason + pkg.ID,
 		AmountCents: cs.AmountTotal,
 		Currency:    strings.ToUpper(cs.Currency),
 	})
