@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|backup|restore> [flags]",
+		Usage: "<account|key|credits|balance|history|usage|ledger|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -241,6 +241,17 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
 			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")
 		}),
+		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",
+			cliLeaf("webhook", "Sends the webhook a signed checkout.session.completed of a paid session (a local purchase with stripe-mock; it credits the account)", cmdStripeWebhook, func(c *cobra.Command) {
+				c.Flags().String("account", "", "Account id the session was paid for (required; see 'caddy textgen account list')")
+				c.Flags().String("url", defaultWebhookURL, "Address of My Account's webhook (its prefix + /stripe/webhook)")
+				c.Flags().String("secret", "", "The webhook signing secret (stripe_webhook_secret); default $"+webhookSecretEnv)
+				c.Flags().String("session", "", "Checkout Session id (default: a new cs_test_local_...; the same id never credits twice)")
+				c.Flags().String("package", defaultPackage, "Package id, as the session's metadata names it")
+				c.Flags().Int64("credits", defaultPackage10Credits, "Credits of the package")
+				c.Flags().Int64("amount-cents", defaultPackageCents, "Amount paid in euro cents (the webhook credits only the package's price)")
+			}),
+		),
 	)
 }
 
