@@ -82,6 +82,11 @@ dev() {
 	acct=$("$out" textgen account create --email "demo-$(date +%s)@example.com" --json | sed -n 's/.*"id": *"\([^"]*\)".*/\1/p')
 	key=$("$out" textgen key create --account "$acct" --name demo --json | sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
 	"$out" textgen credits grant --account "$acct" --credits 10 --reference "dev-$acct" --json >/dev/null
+	local buying="buying is off: set the Stripe variables, README \"Try a purchase locally\""
+	if [ -n "${TEXTGEN_STRIPE_SECRET_KEY:-}" ]; then
+		buying="buying goes to ${TEXTGEN_STRIPE_API_URL:-https://api.stripe.com}; complete a local purchase with
+./caddy textgen stripe webhook --account <id> --session <cs_...>, both from the 'checkout session created' line of the log"
+	fi
 	cat <<MSG
 
 caddy-textgen dev mode is running on http://localhost:8080 (Caddy log: $devdir/caddy.log).
@@ -89,7 +94,7 @@ The model is a tiny model with random weights: it writes random text, not answer
 can try the whole API flow (keys, credits, streaming, errors) without a real model.
 
 My Account: http://localhost:8080/account/ (sign up with any address for an account of your own,
-with free test credits; buying needs Stripe, see the README).
+with free test credits; $buying).
 
 Demo account $acct has 10 credits. Try:
 
