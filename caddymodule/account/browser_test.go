@@ -27,6 +27,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
@@ -111,6 +112,9 @@ func (s *shooter) shot(name string) {
 	}
 	abs, _ := filepath.Abs(path)
 	s.t.Logf("screenshot: %s", abs)
+	if !strings.HasPrefix(name, "stripe-") { // Stripe's page is not ours to check
+		checkAccessibility(s.t, s.ctx, name)
+	}
 }
 
 func TestBrowserSignUpKeyGenerateBuy(t *testing.T) {
@@ -358,33 +362,56 @@ http://127.0.0.1:%d {
 	if !strings.Contains(purchases, "€2.00") || !strings.Contains(purchases, cs.ID) {
 		t.Fatalf("purchases: %q", purchases)
 	}
+	// The latest request shows its id, the one the API answered with.
+	if rid := res.header.Get("X-Request-Id"); rid == "" || !strings.Contains(requests, rid) {
+		t.Fatalf("latest requests %q lack the request id %q", requests, rid)
+	}
+	// The charts of the last 30 days, drawn on the server: today's bar of the summarizer, one
+	// request and one credit, as tall as the scale's half (a scale to 2), on screen.
+	charts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.chart svg[role="img"]')].map(s =>
+		s.getAttribute("aria-label") + " | " + [...s.querySelectorAll("rect")].map(r => r.textContent + " h=" + r.getAttribute("height")).join(";") +
+		" | " + Math.round(s.getBoundingClientRect().height))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC().Format("2006-01-02")
+	if len(charts) != 2 || !strings.Contains(charts[0], "1 request in all") || !strings.Contains(charts[0], today+", summarizer: 1 request h=") ||
+		!strings.Contains(charts[1], "1 credit in all") || !strings.Contains(charts[1], today+", summarizer: 1 credit h=") {
+		t.Fatalf("charts: %q", charts)
+	}
+	for _, c := range charts {
+		if strings.HasSuffix(c, " | 0") {
+			t.Fatalf("a chart is not drawn: %q", c)
+		}
+	}
+	// The CSV export, downloaded by clicking its link: the purchase and the charge of the
+	// request.
+	csvText := download(t, ctx, "#export-csv", "history-*.csv")
+	if !strings.HasPrefix(csvText, "time,kind,mode,credits,") || !strings.Contains(csvText, ",purchase,live,10,") || !strings.Contains(csvText, cs.ID+",2.00,EUR,") ||
+		!strings.Contains(csvText, ",settle,live,-1,") || !strings.Contains(csvText, res.header.Get("X-Request-Id")) {
+		t.Fatalf("CSV export:\n%s", csvText)
+	}
 	shots.shot("dashboard")
+
+	// The purchase's receipt, from its link on the dashboard.
+	do("receipt", chromedp.Click(chromedp.CSS(`a[href="/account/receipts/`+cs.ID+`"]`)), chromedp.WaitVisible(chromedp.CSS("#receipt-credits")))
+	if credits, amount, ref := text("#receipt-credits"), text("#receipt-amount"), text("#receipt-reference"); credits != "10" || amount != "€2.00 (EUR)" || ref != cs.ID {
+		t.Fatalf("receipt: %q %q %q", credits, amount, ref)
+	}
+	shots.shot("receipt")
 
 	// Phone size: the same pages must be usable on a 360 px screen, tables included.
 	for _, p := range []struct{ path, wait, name string }{
 		{"/account/", "#live-credits", "phone-dashboard"},
 		{"/account/keys", "#key-name", "phone-keys"},
 		{"/account/buy", ".package", "phone-buy"},
+		{"/account/receipts/" + cs.ID, "#receipt-credits", "phone-receipt"},
+		{"/account/buy/success?session_id=" + cs.ID, "#live-credits", "phone-buy-success"},
+		{"/account/keys/revoke?id=" + keyIDOf(t, store, acct.ID), "button.danger", "phone-revoke-confirm"},
+		{"/account/nowhere", "h1", "phone-not-found"},
 	} {
 		do(p.name, phone, chromedp.Navigate(caddyBase+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
-		width, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if width > 360 {
-			t.Errorf("%s: the page is %d px wide on a 360 px screen (scrolls sideways)", p.path, width)
-		}
-		// Every cell of every table, and every link and button, is on screen, not behind a
-		// table's own sideways scroll.
-		off, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("td, main a, main button")]
-			.filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && (r.right > innerWidth + 0.5 || r.left < -0.5); })
-			.map(e => e.textContent.trim().slice(0, 40))`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(off) > 0 {
-			t.Errorf("%s: off a 360 px screen: %q", p.path, off)
-		}
+		checkPhoneFit(t, ctx, p.path)
 		shots.shot(p.name)
 	}
 	do("desktop again", desktop)
@@ -413,6 +440,16 @@ http://127.0.0.1:%d {
 	if !strings.HasSuffix(loc, "/account/login") {
 		t.Fatalf("after log-out the dashboard leads to %q", loc)
 	}
+	// The logged-out pages on a phone.
+	for _, p := range []struct{ path, wait, name string }{
+		{"/account/login", "#password", "phone-login"},
+		{"/account/signup", "#password", "phone-signup"},
+	} {
+		do(p.name, phone, chromedp.Navigate(caddyBase+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+		checkPhoneFit(t, ctx, p.path)
+		shots.shot(p.name)
+	}
+	do("desktop for the log-in", desktop, chromedp.Navigate(caddyBase+"/account/login"), chromedp.WaitVisible(chromedp.CSS("#password")))
 	// And back in with a wrong password: the error shows; then the right one.
 	do("wrong password", chromedp.SendKeys(chromedp.CSS("#email"), email), chromedp.SendKeys(chromedp.CSS("#password"), "wrong password!"),
 		chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#form-error")))
@@ -455,3 +492,62 @@ func generate(t *testing.T, key string) genResult {
 }
 
 var _ = strconv.Itoa
+
+// keyIDOf is the id of the account's first key.
+func keyIDOf(t *testing.T, store ledger.Store, acctID string) string {
+	t.Helper()
+	keys, err := store.ListKeys(bg, acctID)
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of %s: %v %v", acctID, keys, err)
+	}
+	return keys[0].ID
+}
+
+// checkPhoneFit fails the test when the page shown on a 360 px screen scrolls sideways, or when
+// a table cell, link, button or chart is off the screen (behind a table's own sideways scroll).
+func checkPhoneFit(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	width, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if width > 360 {
+		t.Errorf("%s: the page is %d px wide on a 360 px screen (scrolls sideways)", path, width)
+	}
+	off, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("td, tfoot th, main a, main button, main input, .chart svg")]
+		.filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && (r.right > innerWidth + 0.5 || r.left < -0.5); })
+		.map(e => (e.textContent || e.tagName).trim().slice(0, 40))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(off) > 0 {
+		t.Errorf("%s: off a 360 px screen: %q", path, off)
+	}
+}
+
+// download clicks the link sel and returns the file the browser saved, named like pattern.
+func download(t *testing.T, ctx context.Context, sel, pattern string) string {
+	t.Helper()
+	dir := t.TempDir()
+	err := chromedp.Do(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
+		return chromedp.Void{}, err
+	}, chromedp.Click(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("downloading %s: %v", sel, err)
+	}
+	for range 400 { // the browser writes NAME.crdownload, then renames it
+		if got, _ := filepath.Glob(filepath.Join(dir, pattern)); len(got) == 1 {
+			b, err := os.ReadFile(got[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	entries, _ := os.ReadDir(dir)
+	t.Fatalf("clicking %s downloaded no %s (the folder has %v)", sel, pattern, entries)
+	return ""
+}

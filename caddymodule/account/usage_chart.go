@@ -21,12 +21,12 @@ const (
 
 	// The drawing's coordinates (its viewBox); CSS scales it to the page's width.
 	chartW, chartH              = 400, 180
-	chartLeft, chartTop         = 30, 8
+	chartLeft, chartTop         = 36, 8
 	chartBottom                 = 22 // room for the day labels
 	chartPlotW                  = chartW - chartLeft - 4
 	chartPlotH                  = chartH - chartTop - chartBottom
 	chartOther                  = "other tools"
-	chartLabelEvery             = 7 // a day label every week
+	chartLabelEvery             = 7 // a day label every week, counted back from today
 	chartBarGap         float64 = 0.2
 )
 
@@ -76,8 +76,9 @@ type chartTick struct {
 }
 
 type chartDay struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string // SVG text-anchor: the last day's label ends at its bar, inside the drawing
 }
 
 // summarizeUsage turns the ledger's rows (days in [first, first+chartDays)) into the two charts
@@ -198,8 +199,11 @@ func drawChart(title, unit string, days, names []string, counts [][]int64) chart
 				Color: chartColors[min(g, chartTools)], Title: fmt.Sprintf("%s, %s: %s", days[d], names[g], count(n, unit))})
 			below += n
 		}
-		if d%chartLabelEvery == 0 || d == len(days)-1 {
-			c.Days = append(c.Days, chartDay{X: round1(x + barW/2), Label: days[d][5:]})
+		switch {
+		case d == len(days)-1:
+			c.Days = append(c.Days, chartDay{X: round1(x + barW), Label: days[d][5:], Anchor: "end"})
+		case (len(days)-1-d)%chartLabelEvery == 0:
+			c.Days = append(c.Days, chartDay{X: round1(x + barW/2), Label: days[d][5:], Anchor: "middle"})
 		}
 	}
 	return c

@@ -129,12 +129,12 @@ func TestSummarizeUsage(t *testing.T) {
 	if got := s.Credits.Bars[0]; got.Title != "2030-01-01, a: 2 credits" {
 		t.Fatalf("first credit bar %+v", got)
 	}
-	// A label under the first day of every week and the last.
+	// A label under today and every seventh day before it.
 	var labels []string
 	for _, d := range c.Days {
 		labels = append(labels, d.Label)
 	}
-	if got := strings.Join(labels, " "); got != "01-01 01-08 01-15 01-22 01-29 01-30" {
+	if got := strings.Join(labels, " "); got != "01-02 01-09 01-16 01-23 01-30" {
 		t.Fatalf("day labels %q", got)
 	}
 }
