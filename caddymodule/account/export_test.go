@@ -14,15 +14,11 @@ func TestExportCSV(t *testing.T) {
 	e := newTestEnv(t)
 	b := e.browser()
 	acct := b.signup("export@example.com")
-	if _, err := e.store.Grant(bg, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
-		Credits: 600, Reference: "cs_test_export", Reason: checkoutReason + "600", AmountCents: 9950, Currency: "EUR"}); err != nil {
-		t.Fatal(err)
-	}
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
+		Credits: 600, Reference: "cs_test_export", Reason: checkoutReason + "600", AmountCents: 9950, Currency: "EUR"})
 	// An operator's reason that a spreadsheet would run as a formula.
-	if _, err := e.store.Grant(bg, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant,
-		Credits: 1, Reference: "grant_1", Reason: "=HYPERLINK(\"http://evil\")"}); err != nil {
-		t.Fatal(err)
-	}
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant,
+		Credits: 1, Reference: "grant_1", Reason: "=HYPERLINK(\"http://evil\")"})
 	// 520 requests: 1,040 entries, more than one page of the ledger's history.
 	for i := range 520 {
 		requestOn(t, e.store, acct.ID, fmt.Sprint("req_", i), "summarizer", ledger.Live, i%2 == 0)

@@ -228,3 +228,29 @@ func expectStatus(t *testing.T, what string, r resp, status int) {
 func uniqueEmail(prefix string) string {
 	return fmt.Sprintf("%s-%d@example.com", prefix, time.Now().UnixNano())
 }
+
+// requestOn runs one request through the ledger as the generate handler does: a hold, then a
+// charge or a release.
+func requestOn(t *testing.T, store ledger.Store, acct, rid, tool string, m ledger.Mode, charge bool) {
+	t.Helper()
+	if _, err := store.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_x", Tool: tool}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if charge {
+		_, err = store.Settle(bg, acct, rid)
+	} else {
+		_, err = store.Void(bg, acct, rid, "backend_error")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustGrant books a grant or purchase for the test.
+func mustGrant(t *testing.T, store ledger.Store, req ledger.GrantRequest) {
+	t.Helper()
+	if _, err := store.Grant(bg, req); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -11,14 +11,10 @@ func TestReceipt(t *testing.T) {
 	e := newTestEnv(t, func(c *appConfig) { c.invoiceCreation = true })
 	b := e.browser()
 	acct := b.signup("receipt@example.com")
-	if _, err := e.store.Grant(bg, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
-		Credits: 50, Reference: "cs_test_receipt", Reason: checkoutReason + "50", AmountCents: 900, Currency: "EUR"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.store.Grant(bg, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant,
-		Credits: 5, Reference: "goodwill_1", Reason: "goodwill"}); err != nil {
-		t.Fatal(err)
-	}
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
+		Credits: 50, Reference: "cs_test_receipt", Reason: checkoutReason + "50", AmountCents: 900, Currency: "EUR"})
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant,
+		Credits: 5, Reference: "goodwill_1", Reason: "goodwill"})
 
 	// The dashboard links each purchase to its receipt.
 	mustContain(t, "dashboard", b.get("/account/").body, `href="/account/receipts/cs_test_receipt"`)

@@ -10,32 +10,12 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// requestOn runs one request through the ledger as the generate handler does: a hold, then a
-// charge or a release.
-func requestOn(t *testing.T, store ledger.Store, acct, rid, tool string, m ledger.Mode, charge bool) {
-	t.Helper()
-	if _, err := store.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_x", Tool: tool}); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if charge {
-		_, err = store.Settle(bg, acct, rid)
-	} else {
-		_, err = store.Void(bg, acct, rid, "backend_error")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestDashboardChartOfTheLast30Days(t *testing.T) {
 	e := newTestEnv(t)
 	b := e.browser()
 	acct := b.signup("chart@example.com")
-	if _, err := e.store.Grant(bg, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
-		Credits: 10, Reference: "cs_test_chart", AmountCents: 200, Currency: "EUR"}); err != nil {
-		t.Fatal(err)
-	}
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
+		Credits: 10, Reference: "cs_test_chart", AmountCents: 200, Currency: "EUR"})
 	for i := range 3 {
 		requestOn(t, e.store, acct.ID, fmt.Sprint("req_sum", i), "summarizer", ledger.Live, true)
 	}
