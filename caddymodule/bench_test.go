@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,7 +100,6 @@ http://127.0.0.1:%d {
 	_, key := e.account(10_000_000)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024, DisableCompression: true}}
-	chatBody := []byte(`{"model":"tiny","stream":true,"messages":[{"role":"user","content":"Summarize this."}]}`)
 	genReq := []byte(genBody("email-writer", "Summarize this.", "en", ""))
 	want := func(n int, prefix string) string {
 		var sb strings.Builder
@@ -116,6 +117,18 @@ http://127.0.0.1:%d {
 			r.Header.Set("X-API-Key", key)
 			return r
 		}
+	}
+	// direct and proxy send the backend the very chat request textgen builds (the tool's system
+	// prompt and the input), so that the backend does the same work on every path.
+	resp, err := client.Do(textgenReq(baseURL + "/api/v1/generate")())
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	chatBody, err := json.Marshal(fs.LastRequest())
+	if err != nil {
+		b.Fatal(err)
 	}
 	checkText := func(body []byte) error {
 		if string(body) != wantText {
@@ -242,6 +255,7 @@ http://127.0.0.1:%d {
 	cpu := make([]float64, len(targets))
 	for _, i := range []int{0, 1, 2, 3, 3, 2, 1, 0} {
 		const n, conc = 4000, 64
+		stopProfile := phaseProfile(b, targets[i].name)
 		cpu0 := processCPU(b)
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -265,6 +279,7 @@ http://127.0.0.1:%d {
 		}
 		rps[i] += n / time.Since(start).Seconds() / 2
 		cpu[i] += float64((processCPU(b) - cpu0).Microseconds()) / n / 2
+		stopProfile()
 	}
 	for i, t := range targets {
 		b.ReportMetric(rps[i], t.name+"-req/s")
@@ -394,6 +409,32 @@ func rssOf(pid int) int64 {
 }
 
 // processCPU is the CPU time this process has used, user and system.
+// phaseProfile records a CPU profile of one throughput phase when TEXTGEN_BENCH_PROFILE names a
+// directory: <dir>/<target>.cpu, the two phases of a target in one file, so that the profiles
+// of textgen and reverse_proxy can be compared with pprof's -diff_base (the whole process, load
+// generator and backend included in both). It returns the function that stops it.
+func phaseProfile(b *testing.B, name string) (stop func()) {
+	dir := os.Getenv("TEXTGEN_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	path := filepath.Join(dir, name+".cpu")
+	if _, err := os.Stat(path); err == nil {
+		path = filepath.Join(dir, name+"-2.cpu")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
 func processCPU(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
