@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
@@ -27,6 +28,8 @@ import (
 const (
 	maxBatchOps   = 256
 	maxBatchBytes = 512 << 10 // well under Badger's 15% of memTableSize per transaction
+	// lazyDelay is how long a lazy operation (enqueueLazy) may wait for a batch to ride in.
+	lazyDelay = 20 * time.Millisecond
 )
 
 // write is one blind write of an operation.
@@ -68,10 +71,15 @@ type committer struct {
 	failed error // sticky: after a failed commit memory may be ahead of disk
 
 	durable atomic.Uint64 // id of the last operation known to be committed
-	snap    atomic.Pointer[snapshot]
-	wake    chan struct{}
-	stop    chan struct{}
-	stopped chan struct{}
+	commits atomic.Uint64 // Badger transactions committed (for tests)
+	lazy    *time.Timer   // wakes the committer for lazy operations; armed while one waits (mu)
+	lazyOn  bool
+	// lazyWait is how long a lazy operation may wait for a batch (lazyDelay; tests change it).
+	lazyWait time.Duration
+	snap     atomic.Pointer[snapshot]
+	wake     chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
 }
 
 func newCommitter(db *badger.DB, log *zap.Logger, space *spaceGuard) *committer {
@@ -82,6 +90,8 @@ func newCommitter(db *badger.DB, log *zap.Logger, space *spaceGuard) *committer 
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
+
+		lazyWait: lazyDelay,
 	}
 	c.publish(0)
 	go c.run()
@@ -151,23 +161,54 @@ func (c *committer) err() error {
 // account's mutex held. An operation with no writes is a barrier: when it is done, every
 // operation queued before it is durable.
 func (c *committer) enqueue(ws []write) *pendingOp {
+	op := c.queueOp(ws, false)
+	c.wakeUp()
+	return op
+}
+
+// enqueueLazy queues an operation that nobody waits for yet (a Reserve's hold): it is committed
+// with the next batch some other operation starts, or lazyDelay after it was queued, whichever
+// comes first. Queue order, and so every guarantee of enqueue, is unchanged; only the sync is
+// shared. A generation faster than lazyDelay so costs one commit (its hold rides with its
+// settle) instead of two, and its hold's sync never runs beside the call to the model.
+func (c *committer) enqueueLazy(ws []write) *pendingOp {
+	return c.queueOp(ws, true)
+}
+
+func (c *committer) queueOp(ws []write, lazy bool) *pendingOp {
 	op := &pendingOp{writes: ws, done: make(chan error, 1)}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.failed != nil {
-		err := c.failed
-		c.mu.Unlock()
-		op.done <- err
+		op.done <- c.failed
 		return op
 	}
 	c.nextID++
 	op.id = c.nextID
 	c.queue = append(c.queue, op)
+	if lazy && !c.lazyOn {
+		c.lazyOn = true
+		if c.lazy == nil {
+			c.lazy = time.AfterFunc(c.lazyWait, c.lazyFired)
+		} else {
+			c.lazy.Reset(c.lazyWait)
+		}
+	}
+	return op
+}
+
+func (c *committer) lazyFired() {
+	c.mu.Lock()
+	c.lazyOn = false
 	c.mu.Unlock()
+	c.wakeUp()
+}
+
+func (c *committer) wakeUp() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return op
 }
 
 // barrier waits until every operation queued so far is durable.
@@ -200,6 +241,11 @@ func (c *committer) run() {
 func (c *committer) close() {
 	close(c.stop)
 	<-c.stopped
+	c.mu.Lock()
+	if c.lazy != nil {
+		c.lazy.Stop()
+	}
+	c.mu.Unlock()
 	if s := c.snap.Swap(nil); s != nil {
 		c.release(s)
 	}
@@ -303,6 +349,7 @@ func (c *committer) write(batch []*pendingOp) error {
 		return nil
 	}
 	err := txn.Commit()
+	c.commits.Add(1)
 	if errors.Is(err, badger.ErrConflict) {
 		// Cannot happen with DetectConflicts off; say so loudly if it ever does.
 		return fmt.Errorf("unexpected conflict on a blind write: %w", err)

@@ -59,6 +59,9 @@ func (s *Badger) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) 
 // Settle or Void of the request is durable only with the hold before it; a crash before the
 // hold's commit loses the hold, which charges nothing. The generate handler reserves this way
 // so that a model faster than a disk sync never waits for one before its first piece of text.
+// The hold's write is lazy (committer.enqueueLazy): it rides in the commit of the request's
+// settle or void, or any other, and waits at most lazyDelay for one, so that a fast generation
+// costs one sync, not two.
 func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	return s.hold(req, false)
 }
@@ -106,10 +109,16 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
 		HoldSeq:   ent.Seq,
 	}
-	op := s.c.enqueue(append(ws,
+	ws = append(ws,
 		set(holdKey(a.id, req.RequestID), mustJSON(rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
-	))
+	)
+	var op *pendingOp
+	if wait {
+		op = s.c.enqueue(ws)
+	} else {
+		op = s.c.enqueueLazy(ws) // committed with the settle, or soon
+	}
 	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
 	a.mu.Unlock()
 	// A Reserve returns before the commit, except when the committer refused the write (it

@@ -206,6 +206,9 @@ func TestReserve(t *testing.T) {
 	s := openDir(t, dir, Options{})
 	a := mustAccount(t, s, "reserve@example.com").ID
 	mustGrant(t, s, a, Live, 1)
+	// The hold's write waits for the settle's commit (no timer fires within the test).
+	setLazyWait(s, time.Hour)
+	commits := s.c.commits.Load()
 
 	r, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r1", Tool: "summarizer"})
 	if err != nil || r.State != HoldOpen || r.Available != 0 {
@@ -214,8 +217,17 @@ func TestReserve(t *testing.T) {
 	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_r2"}); err != ErrInsufficientCredits {
 		t.Fatalf("second reserve on a balance of 1: %v", err)
 	}
+	// Given time, an eager write would have been committed by now; a lazy one waits. (A slow
+	// machine can only make this pass wrongly, never fail wrongly.)
+	time.Sleep(50 * time.Millisecond)
+	if n := s.c.commits.Load() - commits; n != 0 {
+		t.Fatalf("the reservation was committed on its own (%d commits) before its settle", n)
+	}
 	if res, err := s.Settle(bg, a, "req_r1"); err != nil || res.State != HoldSettled {
 		t.Fatalf("settle: %+v %v", res, err)
+	}
+	if n := s.c.commits.Load() - commits; n != 1 {
+		t.Fatalf("reserve and settle took %d commits, want 1 (the hold rides with its settle)", n)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -306,4 +318,49 @@ func TestOpenVoidsLeftOverHolds(t *testing.T) {
 		t.Fatalf("a second retry while the first runs: %+v fresh=%v %v; want the running record", got, fresh, err)
 	}
 	verifyClean(t, s)
+}
+
+// TestReserveAlone: a reservation that no settle follows still reaches the disk, lazyDelay
+// after it was made, without anything else committing.
+func TestReserveAlone(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, Options{})
+	a := mustAccount(t, s, "alone@example.com").ID
+	mustGrant(t, s, a, Live, 1)
+	setLazyWait(s, time.Millisecond)
+	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_alone"}); err != nil {
+		t.Fatal(err)
+	}
+	a0, err := s.account(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a0.mu.Lock()
+	id := a0.holds["req_alone"].op
+	a0.mu.Unlock()
+	// A liveness bound, not a speed assertion: lazyWait is 1 ms.
+	for give := time.Now().Add(time.Minute); s.c.durable.Load() < id; time.Sleep(time.Millisecond) {
+		if time.Now().After(give) {
+			t.Fatal("the lazy hold was not committed within a minute")
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The reopened ledger voids the previous process's open hold: it was on disk.
+	s = openDir(t, dir, Options{})
+	var kinds []EntryKind
+	es, _, _ := s.History(bg, a, Page{})
+	for _, e := range es {
+		kinds = append(kinds, e.Kind)
+	}
+	if !reflect.DeepEqual(kinds, []EntryKind{KindVoid, KindHold, KindGrant}) {
+		t.Fatalf("history after reopen, newest first: %v", kinds)
+	}
+}
+
+func setLazyWait(s *Badger, d time.Duration) {
+	s.c.mu.Lock()
+	s.c.lazyWait = d
+	s.c.mu.Unlock()
 }
