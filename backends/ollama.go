@@ -72,6 +72,18 @@ type OllamaConfig struct {
 	// with MaxInFlight > 0. Default nil: this process counts its own.
 	HostCounter HostCounter `json:"-"`
 
+	// API is the wire the hosts speak: "ollama" (Ollama's own /api/chat, the default) or
+	// "openai" (/v1/chat/completions with server-sent events: vLLM, llama.cpp's server, hosted
+	// OpenAI-compatible services, and Ollama too). With "openai" Hosts are URLs with a scheme,
+	// the base URL an OpenAI client is given ("https://api.example.com/v1") or a server's address
+	// (to which /v1 is added); the readiness probe and the model check use GET /v1/models, and
+	// models cannot be pulled.
+	API string `json:"api,omitempty"`
+
+	// APIKey is sent as "Authorization: Bearer <key>" to OpenAI-compatible hosts that need one.
+	// Default: none.
+	APIKey string `json:"-"`
+
 	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
 	Logger *zap.Logger `json:"-"`
 }
@@ -135,6 +147,13 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		return nil, fmt.Errorf("ollama queue_size: must not be negative")
 	case cfg.QueueTimeout < 0:
 		return nil, fmt.Errorf("ollama queue_timeout: must not be negative")
+	case cfg.API != "" && cfg.API != APIOllama && cfg.API != APIOpenAI:
+		return nil, fmt.Errorf("backend api: %q is neither %q nor %q", cfg.API, APIOllama, APIOpenAI)
+	case cfg.APIKey != "" && cfg.API != APIOpenAI:
+		return nil, fmt.Errorf("backend api_key: only OpenAI-compatible hosts take a key")
+	}
+	if cfg.API == "" {
+		cfg.API = APIOllama
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -170,8 +189,11 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	seen := make(map[string]bool)
 	for _, raw := range cfg.Hosts {
 		u, err := ParseOllamaHost(raw)
+		if err == nil && cfg.API == APIOpenAI && !strings.Contains(raw, "://") {
+			err = fmt.Errorf("host %q: an OpenAI-compatible host is a URL with http:// or https://", raw)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("ollama hosts: %w", err)
+			return nil, fmt.Errorf("%s hosts: %w", cfg.API, err)
 		}
 		name := u.String()
 		if seen[name] {
@@ -182,6 +204,9 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 			name:    name,
 			chatURL: u.JoinPath("/api/chat").String(),
 			api:     api.NewClient(u, o.client),
+		}
+		if cfg.API == APIOpenAI {
+			h.chatURL, h.modelsURL = openaiURL(u, "chat/completions"), openaiURL(u, "models")
 		}
 		h.healthy.Store(true) // until proven otherwise
 		o.hosts = append(o.hosts, h)

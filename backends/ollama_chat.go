@@ -54,6 +54,9 @@ const (
 )
 
 func (o *Ollama) encodeChat(req Request) ([]byte, error) {
+	if o.cfg.API == APIOpenAI {
+		return encodeOpenAIChat(req)
+	}
 	stream := true
 	opts := make(map[string]any, 3)
 	if req.MaxTokens > 0 {
@@ -131,7 +134,12 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return fail(KindInternal, err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/x-ndjson")
+	if o.cfg.API == APIOpenAI {
+		hreq.Header.Set("Accept", "text/event-stream")
+		o.authorize(hreq)
+	} else {
+		hreq.Header.Set("Accept", "application/x-ndjson")
+	}
 	hreq.Header.Set("User-Agent", "caddy-textgen")
 	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
 	// the server before it read anything (net/http then retries instead of failing); a nil
@@ -178,6 +186,10 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return err
 	}
 	var chunk chatChunk
+	var sse *openaiStream // the OpenAI wire's state
+	if o.cfg.API == APIOpenAI {
+		sse = &openaiStream{}
+	}
 	for {
 		if pending && !lines.hasLine() {
 			if err := flush(); err != nil {
@@ -186,8 +198,16 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 			}
 		}
 		line, err := lines.next()
-		if err == nil {
+		switch {
+		case err == nil && sse != nil:
+			err = decodeOpenAILine(line, &chunk, sse)
+		case err == nil:
 			err = decodeChunk(line, &chunk)
+		case errors.Is(err, io.EOF) && sse != nil && sse.finish != "":
+			// Some servers end the body after the finish reason without "[DONE]": complete.
+			// Without either, the stream was cut.
+			sse.end(&chunk)
+			err = nil
 		}
 		if err != nil {
 			_ = flush() // what came before the failure
@@ -197,7 +217,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 			if errors.Is(err, io.EOF) {
 				err = errNoDone
 			} else {
-				err = fmt.Errorf("reading ollama stream: %w", err)
+				err = fmt.Errorf("reading the model server's stream: %w", err)
 			}
 			if stats.Pieces > 0 {
 				return fail(KindInterrupted, err)
@@ -206,7 +226,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		}
 		if chunk.Error != "" {
 			_ = flush()
-			err := fmt.Errorf("ollama: %s", chunk.Error)
+			err := fmt.Errorf("%s: %s", o.cfg.API, chunk.Error)
 			if stats.Pieces > 0 {
 				return fail(KindInterrupted, err)
 			}
@@ -285,15 +305,20 @@ func stopped(ctx, inner context.Context, pieces int) (Kind, error, bool) {
 func statusError(resp *http.Response) (Kind, time.Duration, error) {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	se := api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status}
+	// Ollama: {"error": "..."}; OpenAI-compatible servers: {"error": {"message": "...", ...}}.
 	var body struct {
-		Error string `json:"error"`
+		Error json.RawMessage `json:"error"`
 	}
-	if json.Unmarshal(raw, &body) == nil && body.Error != "" {
-		se.ErrorMessage = body.Error
+	msg := ""
+	if json.Unmarshal(raw, &body) == nil && len(body.Error) > 0 {
+		msg = openaiErrorMessage(body.Error)
+	}
+	if msg != "" {
+		se.ErrorMessage = msg
 	} else {
 		se.ErrorMessage = strings.TrimSpace(string(raw))
 	}
-	msg := strings.ToLower(body.Error)
+	msg = strings.ToLower(msg)
 	switch {
 	case resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusTooManyRequests:
 		retry := time.Second
@@ -301,9 +326,10 @@ func statusError(resp *http.Response) (Kind, time.Duration, error) {
 			retry = time.Duration(s) * time.Second
 		}
 		return KindOverloaded, retry, se
-	// Ollama: 404 {"error":"model \"x\" not found, try pulling it first"}. A 404 without that
-	// JSON error is a wrong URL, not a missing model.
-	case strings.Contains(msg, "model") && strings.Contains(msg, "not found"):
+	// Ollama: 404 {"error":"model \"x\" not found, try pulling it first"}; vLLM: 404 "The model
+	// `x` does not exist."; OpenAI: 404 code model_not_found. A 404 without such a JSON error
+	// is a wrong URL, not a missing model.
+	case strings.Contains(msg, "model") && (strings.Contains(msg, "not found") || strings.Contains(msg, "does not exist")):
 		return KindModelMissing, 0, se
 	default:
 		return KindUpstream, 0, se

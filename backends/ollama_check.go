@@ -21,6 +21,9 @@ var pullLogInterval = 5 * time.Second
 // nil when every host answers and has every model, else an error listing what is wrong;
 // whether that stops the start-up is the caller's choice (a host may come up later).
 func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) error {
+	if o.cfg.API == APIOpenAI {
+		return o.checkOpenAIModels(ctx, models)
+	}
 	var errs []error
 	for _, h := range o.hosts {
 		version, err := h.api.Version(ctx)
@@ -45,16 +48,7 @@ func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) er
 			have[NormalizeModel(m.Name)] = true
 			have[NormalizeModel(m.Model)] = true
 		}
-		var missing []string
-		seen := make(map[string]bool, len(models))
-		for _, m := range models {
-			n := NormalizeModel(m)
-			if m == "" || seen[n] || have[n] {
-				continue
-			}
-			seen[n] = true
-			missing = append(missing, m)
-		}
+		missing := missingModels(models, have)
 		o.log.Info("ollama host answers",
 			zap.String("host", h.name), zap.String("version", version),
 			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
@@ -113,6 +107,53 @@ func pullCommand(h *ollamaHost, model string) string {
 		return "ollama pull " + model
 	}
 	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
+}
+
+// missingModels lists the models (each once, in order) that have lacks; have is keyed by
+// NormalizeModel.
+func missingModels(models []string, have map[string]bool) []string {
+	var missing []string
+	seen := make(map[string]bool, len(models))
+	for _, m := range models {
+		n := NormalizeModel(m)
+		if m == "" || seen[n] || have[n] {
+			continue
+		}
+		seen[n] = true
+		missing = append(missing, m)
+	}
+	return missing
+}
+
+// checkOpenAIModels is CheckModels for OpenAI-compatible hosts: GET /v1/models on each, every
+// model looked for among the ids. Such hosts cannot pull models: a missing one is reported.
+func (o *Ollama) checkOpenAIModels(ctx context.Context, models []string) error {
+	var errs []error
+	for _, h := range o.hosts {
+		ids, err := o.openaiModels(ctx, h)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.down(o.log, err)
+			}
+			o.log.Error("model server does not answer its model list; check the host and the api_key in the config",
+				zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("openai host %s: %w", h.name, err))
+			continue
+		}
+		h.up(o.log)
+		have := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			have[NormalizeModel(id)] = true
+		}
+		missing := missingModels(models, have)
+		o.log.Info("model server answers", zap.String("host", h.name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
+		for _, m := range missing {
+			o.log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
+				zap.String("host", h.name), zap.String("model", m))
+			errs = append(errs, fmt.Errorf("model %q is not served by openai host %s", m, h.name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // NormalizeModel gives every spelling of one model the same key (modelname.Normalize).

@@ -17,6 +17,8 @@ type ollamaHost struct {
 	name    string // url.String(), as reported in errors, stats and logs
 	chatURL string
 	api     *api.Client
+	// modelsURL is GET /v1/models of an OpenAI-compatible host: its model list and its probe.
+	modelsURL string
 
 	inFlight atomic.Int64
 	healthy  atomic.Bool
@@ -124,7 +126,11 @@ func (o *Ollama) probeAll(ctx context.Context) []error {
 			// A probe is one small round trip; allow a connection plus as much again.
 			pctx, cancel := context.WithTimeout(ctx, 2*o.cfg.ConnectTimeout)
 			defer cancel()
-			if err := h.api.Heartbeat(pctx); err != nil {
+			probe := h.api.Heartbeat
+			if o.cfg.API == APIOpenAI {
+				probe = func(ctx context.Context) error { return o.openaiProbe(ctx, h) }
+			}
+			if err := probe(pctx); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", h.name, err)
 				if ctx.Err() == nil { // else we are shutting down: no verdict on the host
 					h.down(o.log, err)

@@ -1,7 +1,6 @@
 package ollamatest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -95,20 +94,26 @@ type FaultConfig struct {
 	Status int
 	// Message is the error text of FaultErrorAfter and FaultStatus. Default "fault injected".
 	Message string
+	// RetryAfter, when set, is sent as the Retry-After header (seconds) of FaultBusy and
+	// FaultStatus answers (a 429 or 503 of an OpenAI-compatible server).
+	RetryAfter int
 }
 
 // FaultServer is a fake Ollama that injects faults the real server cannot produce on demand.
 // It speaks /api/chat (NDJSON streaming), /api/version, /api/tags, /api/show, /api/ps,
-// /api/pull (instant, with progress lines) and HEAD /. Use the real server (Start) for
+// /api/pull (instant, with progress lines) and HEAD /, and, like Ollama, the OpenAI-compatible
+// wire: POST /v1/chat/completions (server-sent events, usage before "data: [DONE]") and GET
+// /v1/models, with the same faults in that wire's form. Use the real server (Start) for
 // everything else.
 type FaultServer struct {
 	URL string // http://127.0.0.1:PORT
 
 	srv *httptest.Server
 
-	mu     sync.RWMutex
-	models map[string]*faultModel
-	last   api.ChatRequest
+	mu       sync.RWMutex
+	models   map[string]*faultModel
+	last     api.ChatRequest
+	lastAuth string
 
 	requests   atomic.Int64
 	conns      atomic.Int64
@@ -118,12 +123,21 @@ type FaultServer struct {
 }
 
 type faultModel struct {
-	cfg       FaultConfig
-	pieceLine []byte
-	// pieceLines are the numbered pieces (FaultConfig.Numbered).
-	pieceLines [][]byte
-	doneLine   []byte
-	fastBody   []byte // FaultNone without delay: the whole response, rendered once
+	cfg FaultConfig
+	nd  faultLines // Ollama's NDJSON wire
+	sse faultLines // the OpenAI-compatible wire
+}
+
+// faultLines are one model's answers in one wire, rendered once.
+type faultLines struct {
+	piece []byte
+	// pieces are the numbered pieces (FaultConfig.Numbered).
+	pieces    [][]byte
+	done      []byte
+	fast      []byte // FaultNone without delay: the whole response
+	errLine   []byte // FaultErrorAfter's line
+	malformed []byte // FaultMalformed's line
+	mediaType string
 }
 
 // NewFaultServer starts a FaultServer on a free loopback port with cfg's behaviour for
@@ -155,6 +169,8 @@ func newFaultServer(cfg FaultConfig) *FaultServer {
 	f.Set(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/chat", f.chat)
+	mux.HandleFunc("POST /v1/chat/completions", f.chatOpenAI)
+	mux.HandleFunc("GET /v1/models", f.openaiModels)
 	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": "0.6.8-fault"})
 	})
@@ -193,39 +209,7 @@ func (f *FaultServer) Set(cfg FaultConfig) {
 	if cfg.Message == "" {
 		cfg.Message = "fault injected"
 	}
-	m := &faultModel{cfg: cfg}
-	created := time.Date(2025, 5, 1, 12, 0, 0, 0, time.UTC)
-	m.pieceLine = mustLine(api.ChatResponse{
-		Model: cfg.Model, CreatedAt: created,
-		Message: api.Message{Role: "assistant", Content: cfg.Piece},
-	})
-	m.doneLine = mustLine(api.ChatResponse{
-		Model: cfg.Model, CreatedAt: created,
-		Message:    api.Message{Role: "assistant"},
-		Done:       true,
-		DoneReason: "stop",
-		Metrics: api.Metrics{
-			TotalDuration: time.Millisecond, LoadDuration: time.Microsecond,
-			PromptEvalCount: 7, PromptEvalDuration: 100 * time.Microsecond,
-			EvalCount: cfg.Pieces, EvalDuration: 900 * time.Microsecond,
-		},
-	})
-	if cfg.Numbered {
-		m.pieceLines = make([][]byte, cfg.Pieces)
-		for i := range m.pieceLines {
-			m.pieceLines[i] = mustLine(api.ChatResponse{
-				Model: cfg.Model, CreatedAt: created,
-				Message: api.Message{Role: "assistant", Content: cfg.Piece + strconv.Itoa(i) + " "},
-			})
-		}
-	}
-	if cfg.Mode == FaultNone && cfg.Delay == 0 {
-		if cfg.Numbered {
-			m.fastBody = append(bytes.Join(m.pieceLines, nil), m.doneLine...)
-		} else {
-			m.fastBody = append(bytes.Repeat(m.pieceLine, cfg.Pieces), m.doneLine...)
-		}
-	}
+	m := &faultModel{cfg: cfg, nd: ndjsonLines(cfg), sse: openaiLines(cfg)}
 	f.mu.Lock()
 	f.models[modelname.Normalize(cfg.Model)] = m
 	f.mu.Unlock()
@@ -269,35 +253,44 @@ func (f *FaultServer) lookup(name string) *faultModel {
 }
 
 func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
-	f.requests.Add(1)
-	f.inFlight.Add(1)
-	defer f.inFlight.Add(-1)
-
 	var req api.ChatRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
+	f.serve(w, r, req, func(m *faultModel) *faultLines { return &m.nd }, func(msg string) any { return map[string]string{"error": msg} })
+}
+
+// serve answers one chat request in a wire: lines picks the wire's rendering of a model, errBody
+// the wire's error body for answers before any model is found.
+func (f *FaultServer) serve(w http.ResponseWriter, r *http.Request, req api.ChatRequest, lines func(*faultModel) *faultLines, errBody func(string) any) {
+	f.requests.Add(1)
+	f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
 	f.mu.Lock()
 	f.last = req
 	f.mu.Unlock()
 
 	m := f.lookup(req.Model)
 	if m == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("model %q not found, try pulling it first", req.Model)})
+		writeJSON(w, http.StatusNotFound, errBody(fmt.Sprintf("model %q not found, try pulling it first", req.Model)))
 		return
 	}
 	cfg := m.cfg
+	wl := lines(m)
+	if cfg.RetryAfter > 0 && (cfg.Mode == FaultBusy || cfg.Mode == FaultStatus) {
+		w.Header().Set("Retry-After", strconv.Itoa(cfg.RetryAfter))
+	}
 	switch cfg.Mode {
 	case FaultBusy:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": BusyMessage})
+		writeJSON(w, http.StatusServiceUnavailable, errBody(BusyMessage))
 		return
 	case FaultStatus:
-		writeJSON(w, cfg.Status, map[string]string{"error": cfg.Message})
+		writeJSON(w, cfg.Status, errBody(cfg.Message))
 		return
 	}
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Content-Type", wl.mediaType)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	ctx := r.Context()
@@ -307,8 +300,8 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	if m.fastBody != nil {
-		_, err := w.Write(m.fastBody)
+	if wl.fast != nil {
+		_, err := w.Write(wl.fast)
 		gone(err)
 		return
 	}
@@ -319,9 +312,9 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 			gone(ctx.Err())
 			return
 		}
-		line := m.pieceLine
-		if m.pieceLines != nil {
-			line = m.pieceLines[i]
+		line := wl.piece
+		if wl.pieces != nil {
+			line = wl.pieces[i]
 		}
 		if _, err := w.Write(line); err != nil {
 			gone(err)
@@ -337,9 +330,9 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 	var tailLine []byte
 	switch cfg.Mode {
 	case FaultNone:
-		tailLine = m.doneLine
+		tailLine = wl.done
 	case FaultErrorAfter:
-		tailLine = mustLine(map[string]string{"error": cfg.Message})
+		tailLine = wl.errLine
 	case FaultStall:
 		if cfg.Stall == 0 {
 			<-ctx.Done()
@@ -350,9 +343,9 @@ func (f *FaultServer) chat(w http.ResponseWriter, r *http.Request) {
 			gone(ctx.Err())
 			return
 		}
-		tailLine = m.doneLine
+		tailLine = wl.done
 	case FaultMalformed:
-		tailLine = []byte("{\"model\":\"" + cfg.Model + "\",\"message\":{\"content\":\"trunc\n")
+		tailLine = wl.malformed
 	case FaultDrop:
 		// Aborting the handler closes the connection without ending the chunked body.
 		panic(http.ErrAbortHandler)

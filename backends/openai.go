@@ -1,0 +1,214 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// The OpenAI-compatible wire: POST /v1/chat/completions with "stream": true, answered with
+// server-sent events ("data: {chunk}" lines, "data: [DONE]" at the end). vLLM, llama.cpp's
+// server, LM Studio, hosted services and Ollama itself speak it. Everything around the wire
+// (hosts and failover, admission, the watchdog, typed errors, batching pieces into flushes) is
+// the backend's own and the same for both wires (ollama.go, ollama_chat.go).
+
+// The wires a backend can speak (OllamaConfig.API).
+const (
+	APIOllama = "ollama" // Ollama's own /api/chat (NDJSON)
+	APIOpenAI = "openai" // /v1/chat/completions (SSE), OpenAI-compatible servers
+)
+
+// openaiURL is the address of path ("chat/completions", "models") under the base URL u. An
+// OpenAI client's base URL usually ends in /v1 ("https://api.openai.com/v1"); a server's bare
+// address ("http://10.0.0.5:8000") gets /v1 added.
+func openaiURL(u *url.URL, path string) string {
+	if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
+		return u.JoinPath(path).String()
+	}
+	return u.JoinPath("v1", path).String()
+}
+
+// openaiChatRequest is the body of a streamed chat completion.
+type openaiChatRequest struct {
+	Model         string          `json:"model"`
+	Messages      []openaiMessage `json:"messages"`
+	Stream        bool            `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Seed        *int     `json:"seed,omitempty"`
+}
+
+type openaiMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func encodeOpenAIChat(req Request) ([]byte, error) {
+	body := openaiChatRequest{Model: req.Model, Stream: true, Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
+	// Usage in a last chunk before [DONE], so that token counts are the server's own.
+	body.StreamOptions.IncludeUsage = true
+	if req.System != "" {
+		body.Messages = append(body.Messages, openaiMessage{Role: "system", Content: req.System})
+	}
+	body.Messages = append(body.Messages, openaiMessage{Role: "user", Content: req.Prompt})
+	return json.Marshal(&body)
+}
+
+// openaiChunk is the part of a chat.completion.chunk that matters here, and the error object
+// some servers send in the stream instead of a chunk.
+type openaiChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// openaiStream is what one stream has told so far: the finish reason arrives in one chunk, the
+// usage in a later one, and the end is "[DONE]" (or, from some servers, the body's end after a
+// finish reason).
+type openaiStream struct {
+	finish       string
+	promptTokens int
+	outputTokens int
+}
+
+var sseDone = []byte("[DONE]")
+
+// decodeOpenAILine reads one line of the event stream into c, which it zeroes first, the way
+// decodeChunk reads one of Ollama's lines: the piece in c.Message.Content, the end in c.Done
+// with the counts and reason, a server's error in c.Error. Lines that are not data (comments,
+// "event:", "id:", "retry:") leave c empty.
+func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
+	*c = chatChunk{}
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return nil
+	}
+	data = trimSpace(data)
+	if bytes.Equal(data, sseDone) {
+		st.end(c)
+		return nil
+	}
+	var ch openaiChunk
+	if err := json.Unmarshal(data, &ch); err != nil {
+		return fmt.Errorf("malformed event %q: %w", clip(line), err)
+	}
+	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
+		c.Error = openaiErrorMessage(ch.Error)
+		return nil
+	}
+	for _, choice := range ch.Choices {
+		c.Message.Content += choice.Delta.Content
+		if choice.FinishReason != nil && *choice.FinishReason != "" {
+			st.finish = *choice.FinishReason
+		}
+	}
+	if ch.Usage != nil {
+		st.promptTokens, st.outputTokens = ch.Usage.PromptTokens, ch.Usage.CompletionTokens
+	}
+	return nil
+}
+
+// end makes c the stream's last chunk.
+func (st *openaiStream) end(c *chatChunk) {
+	c.Done = true
+	c.DoneReason = st.finish
+	c.PromptEvalCount = st.promptTokens
+	c.EvalCount = st.outputTokens
+}
+
+// openaiErrorMessage reads an OpenAI error: {"message": "...", "type": ..., "code": ...}, or a
+// plain string as some servers send.
+func openaiErrorMessage(raw json.RawMessage) string {
+	var obj struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Message != "" {
+		return obj.Message
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil && s != "" {
+		return s
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// openaiModels lists the models of an OpenAI-compatible host (GET /v1/models).
+func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	o.authorize(req)
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", h.modelsURL, resp.Status, clip(bytes.TrimSpace(raw)))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", h.modelsURL, err)
+	}
+	ids := make([]string, len(list.Data))
+	for i, m := range list.Data {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}
+
+// errProbeStatus marks a host that answers its probe with a server error.
+var errProbeStatus = errors.New("server error")
+
+// openaiProbe checks that an OpenAI-compatible host answers: any answer to GET /v1/models below
+// 500 shows a server (a 401 is a wrong key, which the first generation reports).
+func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
+	if err != nil {
+		return err
+	}
+	o.authorize(req)
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode >= http.StatusInternalServerError {
+		return fmt.Errorf("%w: %s", errProbeStatus, resp.Status)
+	}
+	return nil
+}
+
+// authorize adds the bearer key of an OpenAI-compatible backend, if it has one.
+func (o *Ollama) authorize(req *http.Request) {
+	if o.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+o.cfg.APIKey)
+	}
+}
