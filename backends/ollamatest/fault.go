@@ -1,6 +1,7 @@
 package ollamatest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,6 +45,10 @@ const (
 	FaultBusy
 	// FaultStatus answers Status with {"error": Message} before any piece.
 	FaultStatus
+	// FaultNoEndMarker streams Pieces pieces and the finish, but not the OpenAI wire's end
+	// marker ("data: [DONE]"), as some OpenAI-compatible servers end; on Ollama's wire it is
+	// FaultNone (its done line is the finish).
+	FaultNoEndMarker
 )
 
 func (m FaultMode) String() string {
@@ -64,6 +69,8 @@ func (m FaultMode) String() string {
 		return "busy"
 	case FaultStatus:
 		return "status"
+	case FaultNoEndMarker:
+		return "no_end_marker"
 	default:
 		return fmt.Sprintf("FaultMode(%d)", int(m))
 	}
@@ -331,6 +338,8 @@ func (f *FaultServer) serve(w http.ResponseWriter, r *http.Request, req api.Chat
 	switch cfg.Mode {
 	case FaultNone:
 		tailLine = wl.done
+	case FaultNoEndMarker:
+		tailLine = bytes.TrimSuffix(wl.done, []byte("data: [DONE]\n\n"))
 	case FaultErrorAfter:
 		tailLine = wl.errLine
 	case FaultStall:
