@@ -21,6 +21,7 @@ import (
 // emitting a piece. The fake server runs in the same process; its cost per request is a few
 // allocations, shared by all pieces.
 //
+// "openai" relays the same pieces from the same server's OpenAI-compatible endpoint.
 // "official-client" relays the same stream through api.Client.Chat for comparison; the
 // backend reads the stream itself (see ollama_chat.go for why).
 func BenchmarkOllamaRelay(b *testing.B) {
@@ -30,6 +31,24 @@ func BenchmarkOllamaRelay(b *testing.B) {
 
 		b.Run("backend/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
 			o, err := backends.NewOllama(backends.OllamaConfig{Hosts: []string{fs.URL}, Logger: zap.NewNop()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			req := backends.Request{Model: ollamatest.DefaultModel, System: "sys", Prompt: "hello"}
+			var n int
+			emit := func(p string) error { n += len(p); return nil }
+			ctx := context.Background()
+			runRelay(b, pieces, func() error {
+				_, err := o.Generate(ctx, req, emit)
+				return err
+			})
+		})
+
+		// The OpenAI wire from the same server: server-sent events, each piece a
+		// chat.completion.chunk decoded with encoding/json.
+		b.Run("openai/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
+			o, err := backends.NewOllama(backends.OllamaConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -63,22 +63,6 @@ func encodeOpenAIChat(req Request) ([]byte, error) {
 	return json.Marshal(&body)
 }
 
-// openaiChunk is the part of a chat.completion.chunk that matters here, and the error object
-// some servers send in the stream instead of a chunk.
-type openaiChunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
-}
-
 // openaiStream is what one stream has told so far: the finish reason arrives in one chunk, the
 // usage in a later one, and the end is "[DONE]" (or, from some servers, the body's end after a
 // finish reason).
@@ -105,24 +89,150 @@ func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
 		st.end(c)
 		return nil
 	}
-	var ch openaiChunk
-	if err := json.Unmarshal(data, &ch); err != nil {
+	sc := scan{b: data}
+	if err := sc.openaiChunk(c, st); err != nil {
 		return fmt.Errorf("malformed event %q: %w", clip(line), err)
 	}
-	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
-		c.Error = openaiErrorMessage(ch.Error)
-		return nil
-	}
-	for _, choice := range ch.Choices {
-		c.Message.Content += choice.Delta.Content
-		if choice.FinishReason != nil && *choice.FinishReason != "" {
-			st.finish = *choice.FinishReason
-		}
-	}
-	if ch.Usage != nil {
-		st.promptTokens, st.outputTokens = ch.Usage.PromptTokens, ch.Usage.CompletionTokens
-	}
 	return nil
+}
+
+// openaiChunk walks one chat.completion.chunk the way chunk walks an Ollama line (see
+// ollama_decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
+// error ({"message": ...} or a string). Other members are skipped without allocating.
+func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
+	switch s.peek() {
+	case '{':
+	case 'n': // null, as encoding/json reads it into a struct: nothing
+		if err := s.literal("null"); err != nil {
+			return err
+		}
+		return s.end()
+	default:
+		return errSyntax
+	}
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "choices":
+			return s.array(func() error { return s.openaiChoice(c, st) })
+		case "usage":
+			return s.nullOr('{', func() error {
+				return s.object(func(key []byte) error {
+					var err error
+					switch string(key) {
+					case "prompt_tokens":
+						st.promptTokens, err = s.integer(st.promptTokens)
+					case "completion_tokens":
+						st.outputTokens, err = s.integer(st.outputTokens)
+					default:
+						err = s.skip()
+					}
+					return err
+				})
+			})
+		case "error":
+			if s.peek() == '"' {
+				var err error
+				c.Error, err = s.str(c.Error)
+				return err
+			}
+			return s.nullOr('{', func() error {
+				start := s.i
+				err := s.object(func(key []byte) error {
+					if string(key) == "message" {
+						var err error
+						c.Error, err = s.str(c.Error)
+						return err
+					}
+					return s.skip()
+				})
+				if err == nil && c.Error == "" { // an error without a message is still one
+					c.Error = string(s.b[start:s.i])
+				}
+				return err
+			})
+		default:
+			return s.skip()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return s.end()
+}
+
+// openaiChoice reads one element of "choices": its delta's content and its finish reason.
+func (s *scan) openaiChoice(c *chatChunk, st *openaiStream) error {
+	return s.nullOr('{', func() error {
+		return s.object(func(key []byte) error {
+			switch string(key) {
+			case "delta":
+				return s.nullOr('{', func() error {
+					return s.object(func(key []byte) error {
+						if string(key) != "content" {
+							return s.skip()
+						}
+						piece, err := s.str("")
+						c.Message.Content += piece
+						return err
+					})
+				})
+			case "finish_reason":
+				reason, err := s.str("")
+				if reason != "" {
+					st.finish = reason
+				}
+				return err
+			default:
+				return s.skip()
+			}
+		})
+	})
+}
+
+// nullOr reads null (nothing) or, when the value starts with open, calls read.
+func (s *scan) nullOr(open byte, read func() error) error {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case open:
+		return read()
+	default:
+		if err := s.skip(); err != nil {
+			return err
+		}
+		return errType
+	}
+}
+
+// array walks [value, ...] or null; elem reads the value at s.i.
+func (s *scan) array(elem func() error) error {
+	return s.nullOr('[', func() error {
+		s.depth++
+		if s.depth > maxDepth {
+			return errors.New("nested too deep")
+		}
+		defer func() { s.depth-- }()
+		s.i++ // '['
+		if s.peek() == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			s.ws()
+			if err := elem(); err != nil {
+				return err
+			}
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return nil
+			default:
+				return errSyntax
+			}
+		}
+	})
 }
 
 // end makes c the stream's last chunk.
@@ -134,7 +244,7 @@ func (st *openaiStream) end(c *chatChunk) {
 }
 
 // openaiErrorMessage reads an OpenAI error: {"message": "...", "type": ..., "code": ...}, or a
-// plain string as some servers send.
+// plain string as some servers send; an object without a message is given as it is.
 func openaiErrorMessage(raw json.RawMessage) string {
 	var obj struct {
 		Message string `json:"message"`
@@ -143,7 +253,7 @@ func openaiErrorMessage(raw json.RawMessage) string {
 		return obj.Message
 	}
 	var s string
-	if json.Unmarshal(raw, &s) == nil && s != "" {
+	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
 	return strings.TrimSpace(string(raw))
