@@ -42,10 +42,21 @@ func newLineReader(r io.Reader) *lineReader {
 	return &lineReader{br: br}
 }
 
-// hasLine reports whether a whole next line is buffered already, so reading it will not wait.
+// hasLine reports whether a whole next non-blank line is buffered already, so reading it (next,
+// which skips blank lines) will not wait. The blank line that ends every server-sent event
+// does not count: the piece before it must be flushed before next waits for the following one.
 func (l *lineReader) hasLine() bool {
 	b, _ := l.br.Peek(l.br.Buffered())
-	return bytes.IndexByte(b, '\n') >= 0
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		if len(trimSpace(b[:i])) > 0 {
+			return true
+		}
+		b = b[i+1:]
+	}
 }
 
 func (l *lineReader) release() {

@@ -34,6 +34,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	textgen [<matcher>] {
 //		ledger              <dir>
 //		ollama              <url> [<url>...]
+//		openai              <url> [<url>...]
+//		api_key             <key, e.g. {env.OPENAI_API_KEY}>
 //		model               <name>
 //		languages           <tag> [<tag>...]
 //		max_input_chars     <n>
@@ -102,6 +104,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(h.Ollama) == 0 {
 				return d.ArgErr()
 			}
+		case "openai":
+			h.OpenAI = d.RemainingArgs()
+			if len(h.OpenAI) == 0 {
+				return d.ArgErr()
+			}
+		case "api_key":
+			err = cfarg.String(d, &h.APIKey)
 		case "model":
 			err = cfarg.String(d, &h.Model)
 		case "languages":

@@ -104,6 +104,7 @@ type env struct {
 
 type envOptions struct {
 	ollama string // base URL of the model server
+	wire   string // how the handler speaks to it: "ollama" (default) or "openai" (and api_key)
 	model  string // default "tiny"
 	encode bool   // put encode in front of the handler
 	extra  string // more textgen subdirectives
@@ -137,6 +138,10 @@ func caddyfileFor(o envOptions, dir string) string {
 	if o.encode {
 		enc = "encode gzip"
 	}
+	wire := o.wire
+	if wire == "" {
+		wire = "ollama"
+	}
 	firstPiece := o.firstPiece
 	if firstPiece == "" {
 		firstPiece = "150s"
@@ -161,7 +166,7 @@ http://127.0.0.1:%d {
 	%s
 	textgen /api/* {
 		ledger %s
-		ollama %s
+		%s %s
 		model %s
 		# The tiny test model has random weights: at a low temperature it repeats one token, and
 		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
@@ -172,7 +177,7 @@ http://127.0.0.1:%d {
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, o.ollama, model, firstPiece, limits, o.extra)
+`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, wire, o.ollama, model, firstPiece, limits, o.extra)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.

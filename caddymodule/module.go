@@ -42,9 +42,19 @@ type Handler struct {
 	// share one open database.
 	Ledger string `json:"ledger,omitempty"`
 
-	// Ollama lists the base URLs of the Ollama hosts. Default: $OLLAMA_HOST, else
-	// http://127.0.0.1:11434.
+	// Ollama lists the base URLs of the Ollama hosts. Default (without OpenAI): $OLLAMA_HOST,
+	// else http://127.0.0.1:11434.
 	Ollama []string `json:"ollama,omitempty"`
+
+	// OpenAI lists the base URLs of OpenAI-compatible model servers instead (vLLM, llama.cpp's
+	// server, a hosted API; "https://api.example.com/v1", or a server's address, to which /v1
+	// is added): generations go to their /v1/chat/completions. Not together with Ollama.
+	// Default: none.
+	OpenAI []string `json:"openai,omitempty"`
+
+	// APIKey is the bearer key of the OpenAI-compatible hosts, usually a placeholder such as
+	// {env.OPENAI_API_KEY} (resolved at start, so the key is not in the config). Default: none.
+	APIKey string `json:"api_key,omitempty"`
 
 	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
 	Model string `json:"model,omitempty"`
@@ -307,7 +317,7 @@ func (h *Handler) setDefaults() {
 	h.BodyReadTimeout = cmp.Or(h.BodyReadTimeout, caddy.Duration(defaultBodyReadTimeout))
 	h.Retention = cmp.Or(h.Retention, caddy.Duration(defaultRetention))
 	h.SSEKeepAlive = cmp.Or(h.SSEKeepAlive, caddy.Duration(defaultSSEKeepAlive))
-	if len(h.Ollama) == 0 {
+	if len(h.Ollama) == 0 && len(h.OpenAI) == 0 {
 		if env := os.Getenv("OLLAMA_HOST"); env != "" {
 			h.Ollama = []string{env}
 		} else {
@@ -335,10 +345,8 @@ func (h *Handler) Validate() error {
 			return fmt.Errorf("textgen: %w", err)
 		}
 	}
-	for _, u := range h.Ollama {
-		if strings.TrimSpace(u) == "" {
-			return fmt.Errorf("textgen: ollama: empty host")
-		}
+	if err := h.validateBackend(); err != nil {
+		return err
 	}
 	if len(h.Languages) > 0 {
 		if _, err := catalog.NewLanguageMatcher(h.Languages); err != nil {
@@ -425,11 +433,16 @@ var (
 func (h *Handler) ollamaConfig() backends.OllamaConfig {
 	cfg := backends.OllamaConfig{
 		Hosts:             h.Ollama,
+		API:               backends.APIOllama,
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		QueueTimeout:      time.Duration(h.QueueTimeout),
 		Logger:            h.logger.Named("ollama"),
+	}
+	if len(h.OpenAI) > 0 {
+		cfg.Hosts, cfg.API, cfg.Logger = h.OpenAI, backends.APIOpenAI, h.logger.Named("openai")
+		cfg.APIKey = caddy.NewReplacer().ReplaceAll(h.APIKey, "")
 	}
 	// -1 (off) in the handler is 0 (none) in the backend.
 	if h.MaxInFlight > 0 {

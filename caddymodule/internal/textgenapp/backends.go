@@ -1,6 +1,8 @@
 package textgenapp
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -28,6 +30,10 @@ func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
 	key := string(keyJSON)
 	if cfg.HostCounter != nil { // a backend counting in a shared store is another backend
 		key += "|hosts counted in " + cfg.HostCounter.String()
+	}
+	if cfg.APIKey != "" { // another key is another backend; the key itself is kept out
+		sum := sha256.Sum256([]byte(cfg.APIKey))
+		key += "|key " + hex.EncodeToString(sum[:8])
 	}
 	return acquire(ollamas, key,
 		func() (*backends.Ollama, error) {

@@ -1,0 +1,113 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// A handler configured with "openai" streams from an OpenAI-compatible server (the real Ollama's
+// /v1/chat/completions) through the real Caddy, charges one credit, and reports the server's
+// token count in the SSE done event; readiness probes the server's /v1/models.
+func TestOpenAIBackendThroughCaddy(t *testing.T) {
+	o := realOllama(t)
+	e := newEnv(t, envOptions{ollama: o.URL + "/v1", wire: "openai"})
+	acct, key := e.account(3)
+
+	resp, err := e.post(context.Background(), key, genBody("email-writer", "Ask my landlord to fix the heating.", "en", "friendly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, chunks := checkStreamed(t, resp, "2")
+	if strings.TrimSpace(text) == "" {
+		t.Fatal("empty text")
+	}
+	assertPiecesOverTime(t, chunks)
+	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
+		t.Errorf("balance after one request: %+v, want 2/2", b)
+	}
+	var settles int
+	for _, en := range e.entries(acct.ID) {
+		if en.Kind == ledger.KindSettle {
+			settles++
+		}
+	}
+	if settles != 1 {
+		t.Errorf("%d settles, want 1", settles)
+	}
+
+	// SSE: the done event carries the server's usage (stream_options.include_usage).
+	req, _ := http.NewRequest("POST", baseURL+"/api/v1/generate", strings.NewReader(genBody("summarizer", "Caddy is a web server.", "en", "")))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(raw)
+	// The tiny model's every token is one piece: the server's count is the number of deltas.
+	deltas := strings.Count(body, "event: delta\n")
+	if err != nil || resp.StatusCode != 200 || deltas == 0 || !strings.Contains(body, fmt.Sprintf(`"output_tokens":%d}`, deltas)) {
+		t.Fatalf("SSE answer %d (%v):\n%s", resp.StatusCode, err, body)
+	}
+
+	// The readiness check asks the OpenAI-compatible server.
+	r, err := e.client.Get(baseURL + "/api/v1/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := readAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		t.Fatalf("ready: %d %s", r.StatusCode, rb)
+	}
+	e.verify()
+}
+
+// The key reaches the server as a bearer token, resolved from the environment at start and
+// never written to the log; a refused key is a 502 that costs nothing.
+func TestOpenAIBackendKey(t *testing.T) {
+	t.Setenv("TEXTGEN_TEST_OPENAI_KEY", "sk-test-secret-4711")
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Piece: "w"})
+	pluginLog := filepath.Join(t.TempDir(), "caddy.log")
+	e := newEnv(t, envOptions{ollama: fs.URL, wire: "openai", extra: "api_key {env.TEXTGEN_TEST_OPENAI_KEY}",
+		global: "log {\n\t\toutput file " + pluginLog + "\n\t\tlevel DEBUG\n\t}"})
+	acct, key := e.account(2)
+	resp, err := e.post(context.Background(), key, genBody("summarizer", "Text.", "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := checkStreamed(t, resp, "1"); text != "www" {
+		t.Fatalf("text %q", text)
+	}
+	if a := fs.LastAuthorization(); a != "Bearer sk-test-secret-4711" {
+		t.Errorf("authorization %q", a)
+	}
+
+	fs.Set(ollamatest.FaultConfig{Mode: ollamatest.FaultStatus, Status: 401, Message: "invalid api key"})
+	resp, err = e.post(context.Background(), key, genBody("summarizer", "Text.", "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(body, "backend_error") {
+		t.Errorf("refused key: %d %s", resp.StatusCode, body)
+	}
+	if b := e.balance(acct.ID); b.Balance != 1 {
+		t.Errorf("balance %+v after a refused key, want 1", b)
+	}
+	if logs := readFile(t, pluginLog); logs == "" || strings.Contains(logs, "sk-test-secret-4711") {
+		t.Errorf("the log is empty or holds the key:\n%s", logs)
+	}
+}
