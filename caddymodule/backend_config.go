@@ -1,34 +1,35 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
-// validateBackend checks the model servers' settings: Ollama hosts or OpenAI-compatible ones,
-// and the settings only one kind takes.
+// validateBackend checks the model servers' settings, the handler's and each tool's: Ollama
+// hosts or OpenAI-compatible ones, and the settings only one kind takes.
 func (h *Handler) validateBackend() error {
-	if len(h.Ollama) > 0 && len(h.OpenAI) > 0 {
-		return fmt.Errorf("textgen: ollama and openai: a handler streams from one kind of model server; use another textgen handler (route) for the other")
+	if err := validateServers("textgen: ", h.Ollama, h.OpenAI, h.APIKey); err != nil {
+		return err
 	}
-	for _, u := range h.Ollama {
-		if strings.TrimSpace(u) == "" {
-			return fmt.Errorf("textgen: ollama: empty host")
+	anyOpenAI := len(h.OpenAI) > 0
+	for slug, tc := range h.Tools {
+		if tc == nil {
+			continue
 		}
+		if err := validateServers("textgen: tool "+slug+": ", tc.Ollama, tc.OpenAI, tc.APIKey); err != nil {
+			return err
+		}
+		anyOpenAI = anyOpenAI || len(tc.OpenAI) > 0
 	}
-	for _, u := range h.OpenAI {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return fmt.Errorf("textgen: openai: host %q is not an http:// or https:// URL", u)
-		}
-	}
-	if len(h.OpenAI) == 0 {
-		if h.APIKey != "" {
-			return fmt.Errorf("textgen: api_key: only OpenAI-compatible hosts (openai) take a key")
-		}
+	if !anyOpenAI {
 		return nil
 	}
 	switch {
-	case h.PullModels:
+	case h.PullModels && len(h.OpenAI) > 0:
 		return fmt.Errorf("textgen: pull_models: models cannot be pulled through the OpenAI API; serve them on the model server")
 	case h.KeepAlive != 0:
 		return fmt.Errorf("textgen: keep_alive: an Ollama setting; OpenAI-compatible servers keep their models loaded themselves")
@@ -36,4 +37,62 @@ func (h *Handler) validateBackend() error {
 		return fmt.Errorf("textgen: num_ctx: an Ollama setting; set the context size on the OpenAI-compatible server")
 	}
 	return nil
+}
+
+// validateServers checks one set of model servers: one kind, real URLs, a key only for OpenAI.
+func validateServers(where string, ollama, openai []string, apiKey string) error {
+	if len(ollama) > 0 && len(openai) > 0 {
+		return fmt.Errorf("%sollama and openai: one kind of model server per handler or tool", where)
+	}
+	for _, u := range ollama {
+		if strings.TrimSpace(u) == "" {
+			return fmt.Errorf("%sollama: empty host", where)
+		}
+	}
+	for _, u := range openai {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("%sopenai: host %q is not an http:// or https:// URL", where, u)
+		}
+	}
+	if apiKey != "" && len(openai) == 0 {
+		return fmt.Errorf("%sapi_key: only OpenAI-compatible hosts (openai) take a key", where)
+	}
+	return nil
+}
+
+// openToolBackends acquires the model servers of the tools that have their own (Provision).
+func (h *Handler) openToolBackends(app *textgenapp.App) error {
+	for slug, tc := range h.Tools {
+		if tc == nil || len(tc.Ollama)+len(tc.OpenAI) == 0 {
+			continue
+		}
+		ref, err := app.Ollama(h.backendConfig(tc.Ollama, tc.OpenAI, tc.APIKey))
+		if err != nil {
+			return fmt.Errorf("textgen: tool %s: %w", slug, err)
+		}
+		h.tools[slug].backendRef = ref
+	}
+	return nil
+}
+
+func (h *Handler) releaseToolBackends() error {
+	var errs []error
+	for _, rt := range h.tools {
+		if rt.backendRef != nil {
+			errs = append(errs, rt.backendRef.Release())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// toolBackend is the backend of a tool with model servers of its own, else def.
+func (rt *toolRuntime) toolBackend(def backends.Backend) backends.Backend {
+	if rt.backendRef == nil {
+		return def
+	}
+	o, err := rt.backendRef.Get()
+	if err != nil {
+		return def
+	}
+	return o
 }

@@ -69,6 +69,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		body_read_timeout   <duration>
 //		tool <slug> {
 //			model             <name>
+//			ollama|openai     <url> [<url>...]
+//			api_key           <key>
 //			prompt_file       <path>
 //			max_input_chars   <n>
 //			max_output_tokens <n>
@@ -269,6 +271,18 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 			err = cfarg.String(d, &tc.Model)
 		case "prompt_file":
 			err = cfarg.String(d, &tc.PromptFile)
+		case "ollama", "openai":
+			hosts := d.RemainingArgs()
+			if len(hosts) == 0 {
+				return d.ArgErr()
+			}
+			if name == "ollama" {
+				tc.Ollama = hosts
+			} else {
+				tc.OpenAI = hosts
+			}
+		case "api_key":
+			err = cfarg.String(d, &tc.APIKey)
 		case "max_input_chars":
 			err = cfarg.Int(d, &tc.MaxInputChars)
 		case "max_output_tokens":

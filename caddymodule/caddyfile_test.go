@@ -120,6 +120,13 @@ func TestValidate(t *testing.T) {
 			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)},
 		"hold_ttl just the generation and queue": {Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),
 			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)},
+		"ollama and openai":           {Ledger: "x", Ollama: []string{"http://a:11434"}, OpenAI: []string{"http://b:8000"}},
+		"openai without a scheme":     {Ledger: "x", OpenAI: []string{"b:8000"}},
+		"api_key without openai":      {Ledger: "x", Ollama: []string{"http://a:11434"}, APIKey: "k"},
+		"pull_models with openai":     {Ledger: "x", OpenAI: []string{"http://b:8000"}, PullModels: true},
+		"keep_alive with openai":      {Ledger: "x", OpenAI: []string{"http://b:8000"}, KeepAlive: caddy.Duration(time.Minute)},
+		"tool with both kinds":        {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, OpenAI: []string{"http://b"}}}},
+		"tool api_key without openai": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, APIKey: "k"}}},
 	} {
 		if err := h.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -129,6 +136,11 @@ func TestValidate(t *testing.T) {
 		GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)}
 	if err := h.Validate(); err != nil {
 		t.Errorf("valid config rejected: %v", err)
+	}
+	h = Handler{Ledger: "x", OpenAI: []string{"https://api.example.com/v1"}, APIKey: "{env.KEY}",
+		Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"gpu:11434"}}}}
+	if err := h.Validate(); err != nil {
+		t.Errorf("valid OpenAI config rejected: %v", err)
 	}
 }
 

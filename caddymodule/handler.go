@@ -141,6 +141,9 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		return
 	}
 	bad := g.readRequest()
+	if bad == nil {
+		g.backend = g.tool.toolBackend(g.backend) // a tool may have model servers of its own
+	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's
 	// concurrent places: all in one step (one round trip to a Redis limits store).

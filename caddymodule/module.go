@@ -211,6 +211,12 @@ type ToolConfig struct {
 	// RateLimit adds limits per key and per account for the requests of this tool alone; the
 	// handler-wide limits still count them too. Default: none.
 	RateLimit *RateLimits `json:"rate_limit,omitempty"`
+	// Ollama or OpenAI give this tool model servers of its own (as the handler's ollama and
+	// openai), with APIKey for OpenAI-compatible ones; the handler's timeouts and admission
+	// settings apply. Default: the handler's.
+	Ollama []string `json:"ollama,omitempty"`
+	OpenAI []string `json:"openai,omitempty"`
+	APIKey string   `json:"api_key,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -286,6 +292,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
 		return fmt.Errorf("textgen: %w", err)
+	}
+	if err := h.openToolBackends(app); err != nil {
+		return err
 	}
 	if err := h.setupRetention(app); err != nil {
 		return fmt.Errorf("textgen: %w", err)
@@ -399,7 +408,7 @@ func (h *Handler) Cleanup() error {
 
 // release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
-	err := errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release())
+	err := errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release(), h.releaseToolBackends())
 	h.lim.release() // after the backend, whose host counter it holds
 	return err
 }
@@ -431,8 +440,14 @@ var (
 )
 
 func (h *Handler) ollamaConfig() backends.OllamaConfig {
+	return h.backendConfig(h.Ollama, h.OpenAI, h.APIKey)
+}
+
+// backendConfig is the backend of the handler's settings with these model servers: Ollama
+// hosts, or OpenAI-compatible ones and their key.
+func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.OllamaConfig {
 	cfg := backends.OllamaConfig{
-		Hosts:             h.Ollama,
+		Hosts:             ollama,
 		API:               backends.APIOllama,
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
@@ -440,9 +455,9 @@ func (h *Handler) ollamaConfig() backends.OllamaConfig {
 		QueueTimeout:      time.Duration(h.QueueTimeout),
 		Logger:            h.logger.Named("ollama"),
 	}
-	if len(h.OpenAI) > 0 {
-		cfg.Hosts, cfg.API, cfg.Logger = h.OpenAI, backends.APIOpenAI, h.logger.Named("openai")
-		cfg.APIKey = caddy.NewReplacer().ReplaceAll(h.APIKey, "")
+	if len(openai) > 0 {
+		cfg.Hosts, cfg.API, cfg.Logger = openai, backends.APIOpenAI, h.logger.Named("openai")
+		cfg.APIKey = caddy.NewReplacer().ReplaceAll(apiKey, "")
 	}
 	// -1 (off) in the handler is 0 (none) in the backend.
 	if h.MaxInFlight > 0 {

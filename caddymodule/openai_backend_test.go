@@ -111,3 +111,41 @@ func TestOpenAIBackendKey(t *testing.T) {
 		t.Errorf("the log is empty or holds the key:\n%s", logs)
 	}
 }
+
+// A tool can name model servers of its own: here the summarizer goes to an OpenAI-compatible
+// server (the fault server, with a key) while every other tool stays on the handler's Ollama.
+func TestToolOwnBackend(t *testing.T) {
+	o := realOllama(t)
+	t.Setenv("TEXTGEN_TEST_TOOL_KEY", "sk-tool-key")
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Model: "hosted-model", Pieces: 4, Piece: "s"})
+	e := newEnv(t, envOptions{ollama: o.URL, extra: fmt.Sprintf(`tool summarizer {
+			openai %s/v1
+			api_key {env.TEXTGEN_TEST_TOOL_KEY}
+			model hosted-model
+		}`, fs.URL)})
+	acct, key := e.account(3)
+	resp, err := e.post(context.Background(), key, genBody("summarizer", "Text.", "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := checkStreamed(t, resp, "2"); text != "ssss" {
+		t.Fatalf("summarizer text %q, want the OpenAI server's", text)
+	}
+	if fs.Requests() != 1 || fs.LastAuthorization() != "Bearer sk-tool-key" || fs.LastRequest().Model != "hosted-model" {
+		t.Errorf("the tool's server got %d requests, authorization %q, model %q", fs.Requests(), fs.LastAuthorization(), fs.LastRequest().Model)
+	}
+	resp, err = e.post(context.Background(), key, genBody("email-writer", "Ask for a day off.", "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := checkStreamed(t, resp, "1"); strings.TrimSpace(text) == "" {
+		t.Fatal("email-writer: empty text")
+	}
+	if fs.Requests() != 1 {
+		t.Errorf("another tool's request went to the summarizer's server")
+	}
+	if b := e.balance(acct.ID); b.Balance != 1 {
+		t.Errorf("balance %+v after two requests, want 1", b)
+	}
+	e.verify()
+}

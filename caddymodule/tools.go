@@ -11,7 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 )
 
 // toolRuntime is a tool with every default resolved.
@@ -21,6 +23,9 @@ type toolRuntime struct {
 	maxInputChars   int
 	maxOutputTokens int
 	temperature     *float64
+	// backendRef is the tool's own model servers (tool { ollama|openai ... }); nil: the
+	// handler's.
+	backendRef *textgenapp.OllamaRef
 }
 
 // toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
@@ -97,6 +102,9 @@ func (h *Handler) models() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, slug := range catalog.Default().Slugs() {
+		if h.tools[slug].backendRef != nil {
+			continue // checked on the tool's own backend
+		}
 		if m := h.tools[slug].model; !seen[m] {
 			seen[m] = true
 			out = append(out, m)
@@ -109,11 +117,20 @@ func (h *Handler) models() []string {
 // logging what is missing and how to get it (or pulling it when PullModels is set). It never
 // blocks the start of the server: the model server may come up after Caddy.
 func (h *Handler) checkModels() {
-	o := h.backend()
-	if o == nil {
-		return
+	if o := h.backend(); o != nil {
+		h.checkModelsOn(o, h.models())
 	}
-	models := h.models()
+	for _, rt := range h.tools {
+		if rt.backendRef == nil {
+			continue
+		}
+		if o, err := rt.backendRef.Get(); err == nil {
+			h.checkModelsOn(o, []string{rt.model})
+		}
+	}
+}
+
+func (h *Handler) checkModelsOn(o *backends.Ollama, models []string) {
 	pull := h.PullModels
 	logger := h.logger
 	go func() {
