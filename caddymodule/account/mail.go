@@ -82,6 +82,9 @@ func (s *SMTP) Validate() error {
 	if (s.Username == "") != (s.Password == "") {
 		return errors.New("textgen_account: smtp: username and password go together")
 	}
+	if s.Username != "" && s.Security == "none" {
+		return errors.New("textgen_account: smtp: username and password need security starttls or tls: with none the password would cross the network in clear")
+	}
 	return nil
 }
 
