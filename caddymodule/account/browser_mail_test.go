@@ -10,14 +10,12 @@ package account
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,29 +23,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/mailtest"
-	_ "github.com/caddy-textgen/textgen/caddymodule/operator" // the admin API, for the invitation
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	_ "github.com/caddy-textgen/textgen/caddymodule/operator" // the admin API, for the invitation
 	"github.com/caddy-textgen/textgen/ledger"
 )
-
-// newChromium starts a headless Chromium with a fresh profile; it ends with the test.
-func newChromium(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting Chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // httpBrowser is a second client of the in-process Caddy, with its own session.
 func httpBrowser(t *testing.T) *browser {
@@ -109,21 +88,9 @@ http://127.0.0.1:%d {
 }
 `, caddyAdminPort, caddyHTTPPort, caddyHTTPSPort, caddyHTTPPort, dir, caddyBase, mp.Host(), mp.SMTPPort())
 	loadCaddyfile(t, config)
-	abs, _ := filepath.Abs(dir)
-	ref, err := textgenapp.AcquireLedger(abs, ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Release()
-	store, err := ref.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	artifacts := filepath.Join("testdata", "artifacts", "browser-mail")
-	os.RemoveAll(artifacts)
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	store, release := openLedger(t, dir)
+	defer release()
+	artifacts := artifactsDir(t, "browser-mail")
 	shots := &shooter{t: t, ctx: ctx, dir: artifacts}
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -279,7 +246,7 @@ http://127.0.0.1:%d {
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("sign-up with SMTP down: %d\n%s", r.status, r.body)
 	}
-	ref.Release()
+	release()
 	loadCaddyfile(t, fmt.Sprintf("{\n\tadmin localhost:%d\n\thttp_port %d\n\thttps_port %d\n\tskip_install_trust\n}\nhttp://127.0.0.1:%d {\n\trespond \"restarting\" 503\n}\n",
 		caddyAdminPort, caddyHTTPPort, caddyHTTPSPort, caddyHTTPPort))
 	if n := len(textgenapp.OpenLedgers()); n != 0 {

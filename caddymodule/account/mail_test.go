@@ -51,6 +51,16 @@ func withMail(t *testing.T, mp *mailtest.Server) envOpt {
 	}
 }
 
+// newMailTest is a test's mailpit, Badger ledger on disk and account area with e-mail through
+// that mailpit; all end with the test.
+func newMailTest(t *testing.T) (*mailtest.Server, ledger.Store, *testEnv) {
+	fastMail(t)
+	mp := mailtest.New(t)
+	store := diskLedger(t, t.TempDir())
+	t.Cleanup(func() { store.Close() })
+	return mp, store, newMailEnv(t, store, mp)
+}
+
 // newMailEnv is the account area with e-mail through mp on store; its sender stops when the
 // test ends.
 func newMailEnv(t *testing.T, store ledger.Store, mp *mailtest.Server) *testEnv {
@@ -87,11 +97,7 @@ func countMail(t *testing.T, mp *mailtest.Server, addr, subject string) int {
 }
 
 func TestVerificationMail(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	mp, store, e := newMailTest(t)
 	b := e.browser()
 	email := uniqueEmail("verify")
 	acct := b.signup(email)
@@ -123,11 +129,7 @@ func TestVerificationMail(t *testing.T) {
 }
 
 func TestResetPassword(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	mp, _, e := newMailTest(t)
 	email := uniqueEmail("reset")
 	e.browser().signup(email)
 	laptop := e.browser() // a session that the reset must end
@@ -180,11 +182,7 @@ func TestResetPassword(t *testing.T) {
 
 // A guessed token gets nothing, and guessing is throttled per client address.
 func TestGuessedTokensThrottled(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	_, _, e := newMailTest(t)
 	b := e.browser()
 	guess := func(path string) resp {
 		var tok [43]byte
@@ -209,11 +207,7 @@ func TestGuessedTokensThrottled(t *testing.T) {
 }
 
 func TestChangePassword(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	_, _, e := newMailTest(t)
 	email := uniqueEmail("change")
 	b := e.browser()
 	b.signup(email)
@@ -237,11 +231,7 @@ func TestChangePassword(t *testing.T) {
 }
 
 func TestInviteOperatorAccount(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	mp, store, e := newMailTest(t)
 	email := uniqueEmail("invite")
 	acct, err := store.CreateAccount(bg, email)
 	if err != nil {
@@ -323,11 +313,7 @@ func TestSMTPDownMailWaitsAndGoesOutOnce(t *testing.T) {
 }
 
 func TestLowBalanceMail(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	e := newMailEnv(t, store, mp)
+	mp, store, e := newMailTest(t)
 	email := uniqueEmail("low")
 	b := e.browser()
 	acct := b.signup(email)
