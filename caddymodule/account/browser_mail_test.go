@@ -235,6 +235,23 @@ http://127.0.0.1:%d {
 	do("first password", chromedp.SendKeys(chromedp.CSS("#password"), testPassword), submit, chromedp.WaitVisible(chromedp.CSS("#live-credits")))
 	expectStatus(t, "invited log-in", httpBrowser(t).login(invited, testPassword), http.StatusSeeOther)
 
+	// The new pages on a 360 px phone screen.
+	do("phone", chromedp.EmulateViewport(360, 800, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	for _, p := range []struct{ path, wait, name string }{
+		{"/account/settings", "#current-password", "phone-settings"},
+		{"/account/settings", `form[action="/account/logout"] button`, ""}, // then log out
+		{"/account/forgot", "#email", "phone-forgot"},
+	} {
+		do(p.path, chromedp.Navigate(caddyBase+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+		if p.name == "" {
+			do("log out", chromedp.Click(chromedp.CSS(p.wait)), chromedp.WaitVisible(chromedp.CSS("#email")))
+			continue
+		}
+		checkPhoneFit(t, ctx, p.path)
+		shots.shot(p.name)
+	}
+	do("desktop", chromedp.EmulateViewport(1280, 900))
+
 	// SMTP down: a sign-up still succeeds; its e-mail waits in the ledger through a restart
 	// (another config without the account area, then this one again) and goes out once.
 	if err := mp.Stop(); err != nil {
