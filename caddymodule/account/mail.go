@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/x509"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -179,10 +180,12 @@ type mailer struct {
 	store     ledger.Store
 	sealer    *sealing.Sealer
 	templates *mailTemplates
-	smtp      SMTP          // defaults set, secrets resolved
-	wake      chan struct{} // tells the sender a message is queued
-	stop      chan struct{}
-	done      chan struct{}
+	smtp      SMTP // defaults set, secrets resolved
+	// tlsRoots checks the SMTP server's certificate; nil: the system's roots (tests set it).
+	tlsRoots *x509.CertPool
+	wake     chan struct{} // tells the sender a message is queued
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // newMailer prepares the e-mail of an account area whose config has smtp (defaults set,

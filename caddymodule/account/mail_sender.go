@@ -2,6 +2,7 @@ package account
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -92,6 +93,9 @@ func (a *app) smtpClient() (*gomail.Client, error) {
 		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
 	default:
 		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
+	}
+	if s.Security != "none" {
+		opts = append(opts, gomail.WithTLSConfig(&tls.Config{ServerName: s.Host, RootCAs: a.mail.tlsRoots, MinVersion: tls.VersionTLS12}))
 	}
 	if s.Username != "" {
 		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthAutoDiscover),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/mailtest"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -355,5 +358,53 @@ func TestLowBalanceMail(t *testing.T) {
 			t.Fatal("no second low-balance message after a second crossing")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The production path: STARTTLS (the server's certificate checked) and a login. A wrong
+// password keeps the message queued; the password reaches no log line, also not in the error.
+func TestSMTPStartTLSLogin(t *testing.T) {
+	fastMail(t)
+	const password = "smtp-secret-password"
+	mp := mailtest.NewTLS(t, "textgen", password)
+	store := diskLedger(t, t.TempDir())
+	defer store.Close()
+	core, logs := observer.New(zap.DebugLevel)
+	withTLSMail := func(pw string) envOpt {
+		return func(c *appConfig) {
+			m, err := newMailer(SMTP{Host: mp.Host(), Port: mp.SMTPPort(), Security: "starttls", Username: "textgen", Password: pw,
+				From: "no-reply@example.com", Timeout: caddy.Duration(5 * time.Second)}, testMailKey, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.tlsRoots = mp.CertPool()
+			c.mail, c.logger = m, zap.New(core)
+		}
+	}
+	e := newTestEnvOn(t, store, withTLSMail("not the password"))
+	email := uniqueEmail("tls")
+	e.browser().signup(email)
+	for deadline := time.Now().Add(20 * time.Second); logs.FilterMessage("e-mail not sent; retrying later").Len() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed attempt with a wrong password")
+		}
+	}
+	e.app.close()
+	e.srv.Close()
+	if n := countMail(t, mp, email, ""); n != 0 {
+		t.Fatalf("%d messages with a wrong password", n)
+	}
+	e = newTestEnvOn(t, store, withTLSMail(password))
+	t.Cleanup(e.app.close)
+	mailLink(t, mp, email, "Confirm your email address")
+	e.app.close()
+	for _, entry := range logs.All() {
+		line := entry.Message
+		for k, v := range entry.ContextMap() {
+			line += fmt.Sprintf(" %s=%v", k, v)
+		}
+		if strings.Contains(line, password) || strings.Contains(line, "not the password") {
+			t.Fatalf("a log line holds the SMTP password: %s", line)
+		}
 	}
 }

@@ -4,7 +4,8 @@
 // throwaway module that requires it, because `go install` of it is refused by the module proxy.
 // Each Server listens on free loopback ports of its own, so two test runs never meet; Stop and
 // Start take the SMTP server away and bring it back on the same ports with what it had received
-// (its database is a file in the test's directory).
+// (its database is a file in the test's directory). NewTLS requires STARTTLS, with a
+// certificate made for the test, and a login.
 //
 // It imports nothing of caddy-textgen but the binary cache, so any package's tests can use it.
 package mailtest
@@ -12,9 +13,16 @@ package mailtest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +34,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest/gobin"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
@@ -50,6 +60,9 @@ type Server struct {
 	smtpPort int
 	httpPort int
 
+	extra []string       // more flags (NewTLS: STARTTLS and a login)
+	pool  *x509.CertPool // trusts the STARTTLS certificate (NewTLS)
+
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	logMu sync.Mutex
@@ -68,8 +81,71 @@ func New(t testing.TB) *Server {
 	return s
 }
 
+// NewTLS is New with STARTTLS required (a certificate for 127.0.0.1 made for the test, which
+// CertPool trusts) and a login required: user with password, nothing else.
+func NewTLS(t testing.TB, user, password string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	pool, err := writeCert(dir)
+	if err != nil {
+		t.Fatalf("mailtest: %v", err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "auth"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := start(dir, pool, "--smtp-tls-cert", filepath.Join(dir, "cert.pem"), "--smtp-tls-key", filepath.Join(dir, "key.pem"),
+		"--smtp-require-starttls", "--smtp-auth-file", filepath.Join(dir, "auth"))
+	if err != nil {
+		t.Fatalf("mailtest: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+// CertPool trusts the server's STARTTLS certificate (NewTLS; nil otherwise).
+func (s *Server) CertPool() *x509.CertPool { return s.pool }
+
+// writeCert makes a self-signed certificate for 127.0.0.1 in dir (cert.pem, key.pem).
+func writeCert(dir string) (*x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mailtest"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool, nil
+}
+
 // Start builds mailpit if needed and starts it with its database in dir.
-func Start(dir string) (*Server, error) {
+func Start(dir string) (*Server, error) { return start(dir, nil) }
+
+func start(dir string, pool *x509.CertPool, extra ...string) (*Server, error) {
 	bin, err := EnsureBinary()
 	if err != nil {
 		return nil, err
@@ -80,7 +156,7 @@ func Start(dir string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{bin: bin, dir: dir, smtpPort: ports[0], httpPort: ports[1]}
+		s := &Server{bin: bin, dir: dir, smtpPort: ports[0], httpPort: ports[1], extra: extra, pool: pool}
 		if lastErr = s.Start(); lastErr == nil {
 			return s, nil
 		}
@@ -104,14 +180,12 @@ func (s *Server) Start() error {
 	if s.cmd != nil {
 		return nil
 	}
-	cmd := exec.Command(s.bin,
-		"--smtp", "127.0.0.1:"+strconv.Itoa(s.smtpPort),
-		"--listen", "127.0.0.1:"+strconv.Itoa(s.httpPort),
+	args := append([]string{
+		"--smtp", "127.0.0.1:" + strconv.Itoa(s.smtpPort),
+		"--listen", "127.0.0.1:" + strconv.Itoa(s.httpPort),
 		"--database", filepath.Join(s.dir, "mailpit.db"),
-		// Any user and password are accepted, over plain SMTP too, so that a test can
-		// configure authentication without certificates.
-		"--smtp-auth-accept-any", "--smtp-auth-allow-insecure",
-		"--disable-version-check", "--quiet")
+		"--disable-version-check", "--quiet"}, s.extra...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = &syncWriter{mu: &s.logMu, w: &s.log}, &syncWriter{mu: &s.logMu, w: &s.log}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
