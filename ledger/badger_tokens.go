@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // Single-use tokens of the Badger engine: the SHA-256 digest of the token is the key, so the
@@ -92,6 +94,31 @@ func (s *Badger) useToken(purpose TokenPurpose, token string, consume bool) (Acc
 		}
 	}
 	return *a.rec.Load(), nil
+}
+
+// DeleteTokens deletes the account's tokens of purpose. Tokens are keyed by digest alone, so it
+// reads them all; they live an hour to a few days, so there are few.
+func (s *Badger) DeleteTokens(ctx context.Context, accountID string, purpose TokenPurpose) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	var ws []write
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixToken}, func(k, v []byte) error {
+			var r tokenRecord
+			if json.Unmarshal(v, &r) == nil && r.AccountID == accountID && r.Purpose == purpose {
+				ws = append(ws, del(k))
+			}
+			return nil
+		})
+	})
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	return s.c.enqueue(ws).wait()
 }
 
 // SetEmailVerified clears Unverified.

@@ -188,6 +188,32 @@ func testTokens(t *testing.T, eng engine) {
 	if _, err := s.ConsumeToken(bg, TokenVerify, old); !errors.Is(err, ErrInvalidToken) {
 		t.Fatalf("expired token: %v", err)
 	}
+	// Deleting the account's reset tokens ends every reset link, and no other kind.
+	r1, err := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
+	v1, _ := s.CreateToken(bg, a.ID, TokenVerify, time.Hour)
+	b := mustAccount(t, s, "tok-other@example.com")
+	o1, _ := s.CreateToken(bg, b.ID, TokenReset, time.Hour)
+	if err := s.DeleteTokens(bg, a.ID, TokenReset); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{r1, r2} {
+		if _, err := s.PeekToken(bg, TokenReset, tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("a deleted reset token: %v", err)
+		}
+	}
+	if _, err := s.PeekToken(bg, TokenVerify, v1); err != nil {
+		t.Fatalf("a verify token went with the reset tokens: %v", err)
+	}
+	if _, err := s.PeekToken(bg, TokenReset, o1); err != nil {
+		t.Fatalf("another account's token went too: %v", err)
+	}
+	if err := s.DeleteTokens(bg, a.ID, TokenInvite); err != nil {
+		t.Fatalf("deleting none: %v", err)
+	}
 	// Racing consumers: exactly one wins.
 	tok, err = s.CreateToken(bg, a.ID, TokenInvite, time.Hour)
 	if err != nil {

@@ -70,6 +70,14 @@ type Mail interface {
 	// Expected errors: those of PeekToken.
 	ConsumeToken(ctx context.Context, purpose TokenPurpose, token string) (Account, error)
 
+	// DeleteTokens deletes the account's live tokens of purpose, so that links sent before no
+	// longer work (a password change ends the reset links sent before it). Deleting none is
+	// not an error.
+	//
+	// Expected errors:
+	//   - ErrClosed.
+	DeleteTokens(ctx context.Context, accountID string, purpose TokenPurpose) error
+
 	// SetEmailVerified clears the account's Unverified flag and returns the account.
 	//
 	// Expected errors:

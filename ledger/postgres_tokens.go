@@ -71,6 +71,17 @@ func (s *Postgres) useToken(ctx context.Context, find string, purpose TokenPurpo
 	return a, nil
 }
 
+// DeleteTokens deletes the account's tokens of purpose.
+func (s *Postgres) DeleteTokens(ctx context.Context, accountID string, purpose TokenPurpose) error {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = s.pool.Exec(wctx, `DELETE FROM account_tokens WHERE account_id = $1 AND purpose = $2`, accountID, string(purpose))
+	return pgErr(ctx, "deleting tokens", err)
+}
+
 // SetEmailVerified clears Unverified.
 func (s *Postgres) SetEmailVerified(ctx context.Context, accountID string) (Account, error) {
 	return s.updateAccount(ctx, "verifying email", `unverified = false`, accountID)

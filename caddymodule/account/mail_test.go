@@ -153,6 +153,18 @@ func TestResetPassword(t *testing.T) {
 	}
 	link := mailLink(t, mp, email, "Reset your password")
 	e.app.background.Wait()
+	// A second link, asked for from another device; using the first ends it.
+	expectStatus(t, "forgot again", forgot(e.browser(), email), http.StatusOK)
+	e.app.background.Wait()
+	var second string
+	for deadline := time.Now().Add(30 * time.Second); second == "" || second == link; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no second reset e-mail")
+		}
+		if ms, _ := mp.To(context.Background(), email, "Reset your password"); len(ms) == 2 {
+			second = linkRe.FindString(ms[0].Text)
+		}
+	}
 	if n := countMail(t, mp, "nobody-"+email, ""); n != 0 {
 		t.Fatalf("%d messages to an address without account", n)
 	}
@@ -179,8 +191,9 @@ func TestResetPassword(t *testing.T) {
 	}
 	expectStatus(t, "old password", e.browser().login(email, testPassword), http.StatusUnauthorized)
 	expectStatus(t, "new password", e.browser().login(email, newPassword), http.StatusSeeOther)
-	// Used up.
+	// Used up, and the second link with it.
 	expectStatus(t, "link again", e.browser().get(link), http.StatusBadRequest)
+	expectStatus(t, "the second link", e.browser().get(second), http.StatusBadRequest)
 }
 
 // A guessed token gets nothing, and guessing is throttled per client address.
@@ -210,12 +223,16 @@ func TestGuessedTokensThrottled(t *testing.T) {
 }
 
 func TestChangePassword(t *testing.T) {
-	_, _, e := newMailTest(t)
+	mp, _, e := newMailTest(t)
 	email := uniqueEmail("change")
 	b := e.browser()
 	b.signup(email)
 	other := e.browser()
 	expectStatus(t, "other log-in", other.login(email, testPassword), http.StatusSeeOther)
+	// A reset link asked for before the change stops working with it.
+	fb := e.browser()
+	expectStatus(t, "forgot", fb.post("/account/forgot", "csrf_token", fb.csrf("/account/forgot"), "email", email), http.StatusOK)
+	resetLink := mailLink(t, mp, email, "Reset your password")
 	csrf := b.csrf("/account/settings")
 	wrong := b.post("/account/password", "csrf_token", csrf, "current_password", "not my password", "new_password", "another good passphrase")
 	expectStatus(t, "wrong current password", wrong, http.StatusUnauthorized)
@@ -231,6 +248,7 @@ func TestChangePassword(t *testing.T) {
 	}
 	expectStatus(t, "old password", e.browser().login(email, testPassword), http.StatusUnauthorized)
 	expectStatus(t, "new password", e.browser().login(email, "another good passphrase"), http.StatusSeeOther)
+	expectStatus(t, "reset link sent before the change", e.browser().get(resetLink), http.StatusBadRequest)
 }
 
 func TestInviteOperatorAccount(t *testing.T) {

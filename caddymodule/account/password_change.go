@@ -80,6 +80,11 @@ func (a *app) changePassword(w http.ResponseWriter, r *http.Request, sc *session
 		return
 	}
 	a.logger.Info("password changed", zap.String("account", sc.acct.ID))
+	// A reset link sent before no longer works: whoever reads that mailbox now must not undo
+	// the change.
+	if err := a.store.DeleteTokens(lctx, sc.acct.ID, ledger.TokenReset); err != nil {
+		a.logger.Error("ending the reset links after a password change", zap.String("account", sc.acct.ID), zap.Error(err))
+	}
 	// SetPassword ended every session, this one too: this browser gets a new one.
 	token, _, err := a.store.CreateSession(r.Context(), sc.acct.ID, a.sessionLifetime)
 	if err != nil {

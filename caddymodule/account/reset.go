@@ -190,6 +190,12 @@ func (a *app) passwordLinkSet(l passwordLink) http.HandlerFunc {
 			}
 		}
 		a.logger.Info("password set by link", zap.String("account", acct.ID), zap.String("purpose", string(l.purpose)))
+		// The other links that set a password, sent before, no longer work.
+		for _, p := range []ledger.TokenPurpose{ledger.TokenReset, ledger.TokenInvite} {
+			if err := a.store.DeleteTokens(context.WithoutCancel(r.Context()), acct.ID, p); err != nil {
+				a.logger.Error("ending the password links", zap.String("account", acct.ID), zap.Error(err))
+			}
+		}
 		http.SetCookie(w, &http.Cookie{Name: a.cookieName + l.cookie, Value: "", Path: a.prefix + l.path, MaxAge: -1,
 			HttpOnly: true, Secure: a.secure(r), SameSite: http.SameSiteLaxMode})
 		if acct.Status != ledger.StatusActive {
