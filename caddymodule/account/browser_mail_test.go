@@ -92,20 +92,7 @@ http://127.0.0.1:%d {
 	defer release()
 	artifacts := artifactsDir(t, "browser-mail")
 	shots := &shooter{t: t, ctx: ctx, dir: artifacts}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("reading %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
+	do, text := shots.do, shots.text
 	path := func() string {
 		t.Helper()
 		p, err := chromedp.Run(ctx, chromedp.Evaluate[string]("location.pathname + location.search"))

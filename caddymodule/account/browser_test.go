@@ -147,6 +147,24 @@ type shooter struct {
 	n   int
 }
 
+// do runs browser steps, failing the test with what they were for.
+func (s *shooter) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	s.t.Helper()
+	if err := chromedp.Do(s.ctx, steps...); err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// text is the trimmed text of the element sel.
+func (s *shooter) text(sel string) string {
+	s.t.Helper()
+	v, err := chromedp.Run(s.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		s.t.Fatalf("reading %s: %v", sel, err)
+	}
+	return strings.TrimSpace(v)
+}
+
 // shot saves a full-page PNG of the current page as testdata/artifacts/<NN>-<name>.png.
 func (s *shooter) shot(name string) {
 	s.t.Helper()
@@ -211,20 +229,7 @@ http://127.0.0.1:%d {
 
 	ctx := newChromium(t)
 	shots := &shooter{t: t, ctx: ctx, dir: artifacts}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("reading %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
+	do, text := shots.do, shots.text
 	desktop := chromedp.EmulateViewport(1280, 900)
 	phone := chromedp.EmulateViewport(360, 800, chromedp.EmulateScale(2), chromedp.EmulateMobile)
 
