@@ -186,8 +186,13 @@ http://127.0.0.1:%d {
 		t.Fatal(err)
 	}
 	mustGrant(t, store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 5, Reference: "browser-mail"})
-	do("alert", chromedp.SetValue(chromedp.CSS("#threshold"), "3"), chromedp.Click(chromedp.CSS(`form[action="/account/alerts"] button`)),
-		chromedp.WaitVisible(chromedp.CSS(".notice")))
+	do("alert", chromedp.SetValue(chromedp.CSS("#threshold"), "3"), chromedp.Click(chromedp.CSS(`form[action="/account/alerts"] button`)))
+	for deadline := time.Now().Add(10 * time.Second); path() != "/account/settings?alert=1"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("saving the alert led to %s", path())
+		}
+	}
+	do("alert saved", chromedp.WaitVisible(chromedp.CSS(".notice")))
 	if msg := text(".notice"); !strings.Contains(msg, "low-balance alert is saved") {
 		t.Fatalf("after saving the alert: %q", msg)
 	}

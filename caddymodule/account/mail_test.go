@@ -218,6 +218,14 @@ func TestGuessedTokensThrottled(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
 	}
+	// A guessed cookie (the token's place after a link's redirect) counts the same.
+	c := e.browserFrom("127.0.0.3")
+	u, _ := url.Parse(c.base + "/account/reset")
+	c.jar.SetCookies(u, []*http.Cookie{{Name: "textgen_session_reset", Value: strings.Repeat("x", 43), Path: "/account/reset"}})
+	for range tokenFailLimitPerAddress.Burst {
+		expectStatus(t, "guessed cookie", c.get("/account/reset"), http.StatusBadRequest)
+	}
+	expectStatus(t, "guessed cookie past the limit", c.get("/account/reset"), http.StatusTooManyRequests)
 	// Another address is not affected.
 	expectStatus(t, "guess from elsewhere", e.browserFrom("127.0.0.2").get("/account/verify?token=x"), http.StatusBadRequest)
 }

@@ -126,10 +126,15 @@ func (a *app) passwordLinkForm(l passwordLink) http.HandlerFunc {
 }
 
 // linkAccount is the account of the link's cookie, or answers the request and returns false.
+// A cookie is a token like the link's, so a bad one counts against the same throttle.
 func (a *app) linkAccount(w http.ResponseWriter, r *http.Request, l passwordLink) (ledger.Account, bool) {
 	c, err := r.Cookie(a.cookieName + l.cookie)
 	if err != nil {
 		a.badLink(w, r, l.again)
+		return ledger.Account{}, false
+	}
+	refund, ok := a.tokenGate(w, r)
+	if !ok {
 		return ledger.Account{}, false
 	}
 	acct, err := a.store.PeekToken(r.Context(), l.purpose, c.Value)
@@ -137,6 +142,7 @@ func (a *app) linkAccount(w http.ResponseWriter, r *http.Request, l passwordLink
 		a.linkError(w, r, l, err)
 		return ledger.Account{}, false
 	}
+	refund()
 	return acct, true
 }
 
