@@ -51,6 +51,7 @@ type Badger struct {
 	bg        sync.WaitGroup
 
 	createMu sync.Mutex // serialises CreateAccount (email uniqueness)
+	mailMu   sync.Mutex // serialises the outbox's claims and the tokens' consumption (badger_outbox.go, badger_tokens.go)
 
 	acctMu   sync.RWMutex
 	accounts map[string]*account

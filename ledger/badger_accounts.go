@@ -14,12 +14,13 @@ func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, erro
 	if err != nil {
 		return Account{}, err
 	}
-	return s.createAccount(e, nil)
+	return s.createAccount(e, false, nil)
 }
 
 // createAccount creates the account for the normalised email e, writing extra (for example its
 // credential) in the same durable commit. The account becomes visible only once durable.
-func (s *Badger) createAccount(e string, extra func(id string, t time.Time) []write) (Account, error) {
+// A sign-up's account is unverified until its owner follows the link sent to the address.
+func (s *Badger) createAccount(e string, unverified bool, extra func(id string, t time.Time) []write) (Account, error) {
 	if err := s.beginWrite(); err != nil {
 		return Account{}, err
 	}
@@ -37,7 +38,7 @@ func (s *Badger) createAccount(e string, extra func(id string, t time.Time) []wr
 	if dup {
 		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
 	}
-	rec := Account{ID: id, Email: e, Status: StatusActive, Created: now().UTC()}
+	rec := Account{ID: id, Email: e, Status: StatusActive, Created: now().UTC(), Unverified: unverified}
 	a := newAccount(rec)
 	ws := []write{
 		set(accountKey(id), mustJSON(rec)),

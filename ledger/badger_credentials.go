@@ -52,7 +52,7 @@ func (s *Badger) CreateAccountWithPassword(ctx context.Context, email, password 
 	if err != nil {
 		return Account{}, err
 	}
-	return s.createAccount(e, func(id string, t time.Time) []write {
+	return s.createAccount(e, true, func(id string, t time.Time) []write {
 		return []write{set(credentialKey(id), mustJSON(credentialRecord{Hash: hash, Updated: t}))}
 	})
 }

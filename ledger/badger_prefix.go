@@ -27,6 +27,9 @@ const (
 	// Kept generations (badger_generations.go), Badger TTL = the end of their window.
 	prefixGeneration byte = 0x0F // acct id + request id -> GenerationRecord (JSON)
 	prefixGenChunk   byte = 0x10 // acct id + len(request id) (1 byte) + request id + n (uint32 BE) -> ciphertext
+	// E-mail (badger_outbox.go, badger_tokens.go).
+	prefixOutbox byte = 0x11 // mail id -> outboxRecord (JSON): a queued message, sealed by the caller
+	prefixToken  byte = 0x12 // SHA-256 digest of a verify/reset/invite token (32 bytes) -> tokenRecord (JSON), Badger TTL = expiry
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

@@ -68,6 +68,11 @@ var conformanceTests = []struct {
 	{"Usage", testUsage},
 	// Maintenance (conformance_maintenance_test.go).
 	{"Closed", testClosed},
+	// Mail (conformance_outbox_test.go).
+	{"Outbox", testOutbox},
+	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
+	{"Tokens", testTokens},
+	{"AccountMailState", testAccountMailState},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

@@ -23,6 +23,9 @@ func (s *Postgres) CreateAccount(ctx context.Context, email string) (Account, er
 // createAccount creates the account for the normalised email e and, if hash is set, its password
 // credential in the same statement: there is never an account that a sign-up created without
 // its password.
+//
+// A sign-up's account (one with a password) is unverified until its owner follows the link
+// sent to the address.
 func (s *Postgres) createAccount(ctx context.Context, e, hash string) (Account, error) {
 	wctx, done, err := s.write(ctx)
 	if err != nil {
@@ -30,12 +33,12 @@ func (s *Postgres) createAccount(ctx context.Context, e, hash string) (Account, 
 	}
 	defer done()
 	for range 3 { // a new id that is taken (62^16 of them) is drawn again
-		a := Account{ID: newAccountID(), Email: e, Status: StatusActive, Created: now().UTC()}
-		sql := `INSERT INTO accounts (id, email, status, created) VALUES ($1, $2, $3, $4)`
-		args := []any{a.ID, a.Email, string(a.Status), a.Created.UnixNano()}
+		a := Account{ID: newAccountID(), Email: e, Status: StatusActive, Created: now().UTC(), Unverified: hash != ""}
+		sql := `INSERT INTO accounts (id, email, status, created, unverified) VALUES ($1, $2, $3, $4, $5)`
+		args := []any{a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Unverified}
 		if hash != "" {
 			sql = `WITH a AS (` + sql + ` RETURNING id)
-				INSERT INTO credentials (account_id, hash, updated) SELECT id, $5, $4 FROM a`
+				INSERT INTO credentials (account_id, hash, updated) SELECT id, $6, $4 FROM a`
 			args = append(args, hash)
 		}
 		_, err := s.pool.Exec(wctx, sql, args...)

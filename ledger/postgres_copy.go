@@ -68,7 +68,8 @@ var pgImportTables = []struct {
 	name string
 	cols []string
 }{
-	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq"}},
+	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq",
+		"unverified", "low_balance_alert", "low_balance_notified"}},
 	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
@@ -104,7 +105,7 @@ func (p *pgImport) flush() error {
 
 func (p *pgImport) Account(a ExportAccount) error {
 	return p.add("accounts", a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Balance, a.Held,
-		a.TestBalance, a.TestHeld, int64(a.NextSeq))
+		a.TestBalance, a.TestHeld, int64(a.NextSeq), a.Unverified, a.LowBalanceAlert, a.LowBalanceNotified)
 }
 
 func (p *pgImport) Key(k ExportKey) error {

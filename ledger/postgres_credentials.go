@@ -88,7 +88,7 @@ func (s *Postgres) Authenticate(ctx context.Context, email, password string) (Ac
 	}
 	var a accountRow
 	var hash *string
-	err = s.pool.QueryRow(qctx, `SELECT a.id, a.email, a.status, a.created, c.hash
+	err = s.pool.QueryRow(qctx, `SELECT `+pgAccountColsA+`, c.hash
 		FROM accounts a LEFT JOIN credentials c ON c.account_id = a.id WHERE a.email = $1`, foldEmail(email)).
 		Scan(append(a.dest(), &hash)...)
 	switch {
@@ -157,7 +157,7 @@ func (s *Postgres) GetSession(ctx context.Context, token string) (Session, Accou
 	var a accountRow
 	var created, expires int64
 	sess := Session{ID: sessionID(d)}
-	err = s.pool.QueryRow(qctx, `SELECT s.created, s.expires, s.csrf_token, a.id, a.email, a.status, a.created
+	err = s.pool.QueryRow(qctx, `SELECT s.created, s.expires, s.csrf_token, `+pgAccountColsA+`
 		FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.digest = $1`, d[:]).
 		Scan(append([]any{&created, &expires, &sess.CSRFToken}, a.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -201,7 +201,7 @@ func (s *Postgres) LookupKeyBalance(ctx context.Context, presented string) (Key,
 // made once rather than per lookup.
 const (
 	pgLookupKeySelect = `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
-		k.last_used, k.expires, k.revoked, a.id, a.email, a.status, a.created`
+		k.last_used, k.expires, k.revoked, ` + pgAccountColsA
 	pgLookupKeyFrom       = ` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`
 	pgLookupKeySQL        = pgLookupKeySelect + pgLookupKeyFrom
 	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held` + pgLookupKeyFrom

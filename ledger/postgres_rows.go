@@ -80,14 +80,19 @@ func scanEntry(row pgx.CollectableRow) (Entry, error) {
 }
 
 // pgAccountCols are an account's columns in the order accountRow reads them.
-const pgAccountCols = "id, email, status, created"
+const pgAccountCols = "id, email, status, created, unverified, low_balance_alert, low_balance_notified"
+
+// pgAccountColsA are pgAccountCols of a table aliased a.
+const pgAccountColsA = "a.id, a.email, a.status, a.created, a.unverified, a.low_balance_alert, a.low_balance_notified"
 
 type accountRow struct {
 	a       Account
 	created int64
 }
 
-func (r *accountRow) dest() []any { return []any{&r.a.ID, &r.a.Email, &r.a.Status, &r.created} }
+func (r *accountRow) dest() []any {
+	return []any{&r.a.ID, &r.a.Email, &r.a.Status, &r.created, &r.a.Unverified, &r.a.LowBalanceAlert, &r.a.LowBalanceNotified}
+}
 
 func (r *accountRow) account() Account {
 	a := r.a

@@ -421,4 +421,5 @@ type Store interface {
 	Credentials
 	Reports
 	Maintenance
+	Mail
 }

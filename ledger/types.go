@@ -27,6 +27,14 @@ type Account struct {
 	Email   string        `json:"email"`
 	Status  AccountStatus `json:"status"`
 	Created time.Time     `json:"created"`
+	// Unverified is set by sign-up until the owner follows the link sent to the address
+	// (Mail.SetEmailVerified); accounts the operator created are not.
+	Unverified bool `json:"unverified,omitempty"`
+	// LowBalanceAlert is the number of available live credits below which the owner gets an
+	// e-mail (0: none); LowBalanceNotified is set once that e-mail is queued and cleared when
+	// the credits are back at or above it, so that one crossing sends one e-mail.
+	LowBalanceAlert    int64 `json:"low_balance_alert,omitempty"`
+	LowBalanceNotified bool  `json:"low_balance_notified,omitempty"`
 }
 
 // Key is the stored (public) part of an API key. The full key is never stored.

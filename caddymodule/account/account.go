@@ -94,6 +94,22 @@ type Handler struct {
 	// Stripe puts on the invoice (Stripe's tax_id_collection). Default: off.
 	TaxIDCollection bool `json:"tax_id_collection,omitempty"`
 
+	// SMTP is the server that sends the account area's e-mail: address verification,
+	// password reset, invitations and low-balance alerts (mail.go). Default: none; then no
+	// e-mail is sent, sign-ups count as verified, and password reset is off (the pages say
+	// so). Needs public_url, for the links in the messages.
+	SMTP *SMTP `json:"smtp,omitempty"`
+
+	// MailTemplates is a directory whose files replace the built-in e-mail templates of the
+	// same name (verify, reset, invite, low_balance; .txt and .html). Default: the built-in ones.
+	MailTemplates string `json:"mail_templates,omitempty"`
+
+	// MailKey seals queued e-mail, which carries live links (32 bytes in base64: openssl rand
+	// -base64 32); placeholders are resolved at start. Instances sharing a PostgreSQL ledger
+	// set the same one. Default: the key file textgen/retention.key in Caddy's data directory,
+	// the one kept generations use.
+	MailKey string `json:"mail_key,omitempty"`
+
 	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
 
 	logger    *zap.Logger
@@ -101,6 +117,8 @@ type Handler struct {
 	storeKey  string // the share of the limits store, if any
 	// app is built when the textgen app has opened the ledger (its Start); nil before.
 	app *atomic.Pointer[app]
+	// unregisterInviter withdraws the app from the admin API's invitations (invite.go).
+	unregisterInviter func()
 }
 
 // Package is a credit package on sale. The price is in euro cents.
@@ -207,17 +225,27 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("textgen_account: %w", err)
 		}
 	}
+	smtp, err := h.provisionSMTP(repl)
+	if err != nil {
+		return err
+	}
 	tg.OnStart(func() error {
 		store, err := h.ledgerRef.Get()
 		if err != nil {
 			return fmt.Errorf("textgen_account: %w", err)
 		}
 		cfg.store = store
+		if smtp != nil {
+			if cfg.mail, err = h.startMailer(*smtp, repl); err != nil {
+				return fmt.Errorf("textgen_account: %w", err)
+			}
+		}
 		a, err := newApp(cfg)
 		if err != nil {
 			return fmt.Errorf("textgen_account: %w", err)
 		}
 		h.app.Store(a)
+		h.unregisterInviter = textgenapp.RegisterInviter(store, a)
 		return nil
 	})
 	return nil
@@ -273,6 +301,14 @@ func (h *Handler) Validate() error {
 	if h.MaxKeys < 0 {
 		return fmt.Errorf("textgen_account: max_keys must not be negative")
 	}
+	if h.SMTP != nil {
+		if err := h.SMTP.Validate(); err != nil {
+			return err
+		}
+		if h.PublicURL == "" {
+			return fmt.Errorf("textgen_account: public_url is required with smtp: the links in e-mails need the site's address")
+		}
+	}
 	return nil
 }
 
@@ -282,8 +318,16 @@ func (h *Handler) Cleanup() error {
 	return h.inFlight.Cleanup()
 }
 
-// release gives back the pooled ledger; the Guard calls it once.
+// release stops the e-mail sender and gives back the pooled ledger; the Guard calls it once.
 func (h *Handler) release() error {
+	if h.unregisterInviter != nil {
+		h.unregisterInviter()
+	}
+	if h.app != nil {
+		if a := h.app.Load(); a != nil {
+			a.close()
+		}
+	}
 	if h.storeKey != "" {
 		textgenapp.ReleaseLimitsStore(h.storeKey)
 	}

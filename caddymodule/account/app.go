@@ -40,6 +40,8 @@ type appConfig struct {
 	taxIDCollection  bool // Stripe Checkout's tax_id_collection (buy.go)
 	// httpClient is the client for the Stripe API. Default: one with a 30 s timeout.
 	httpClient *http.Client
+	// mail sends e-mail (mail.go); nil: no smtp, no e-mail.
+	mail *mailer
 }
 
 // app is the account area: its routes and everything they share. It is independent of Caddy's
@@ -59,6 +61,10 @@ type app struct {
 	slowLocks [64]sync.Mutex
 	// hashSlots bounds the argon2id hashes running at once (each takes 19 MiB).
 	hashSlots chan struct{}
+	// The throttles of the e-mail flows (flows.go).
+	mailLimits
+	// background is work a request leaves behind (reset.go); close waits for it.
+	background sync.WaitGroup
 }
 
 // The throttles of log-ins and sign-ups, token buckets as the API's rate limits are. Every
@@ -129,12 +135,22 @@ func newApp(c appConfig) (*app, error) {
 		}
 		a.stripe = stripe.NewClient(c.stripeKey, stripe.WithBackends(stripe.NewBackendsWithConfig(cfg)))
 	}
+	a.mailLimits = newMailLimits(c.limits, c.limitsName)
 	var err error
 	if a.pages, err = loadPages(); err != nil {
 		return nil, err
 	}
 	a.routes()
+	if a.mail != nil {
+		a.startMail()
+	}
 	return a, nil
+}
+
+// close stops what the app runs in the background (the e-mail sender).
+func (a *app) close() {
+	a.background.Wait()
+	a.stopMail()
 }
 
 func (a *app) routes() {
@@ -151,17 +167,18 @@ func (a *app) routes() {
 	m.HandleFunc("POST "+p+"/login", a.login)
 	m.HandleFunc("POST "+p+"/logout", a.authedPost(a.logout))
 	m.HandleFunc("GET "+p+"/keys", a.authed(a.keys))
-	m.HandleFunc("POST "+p+"/keys", a.authedPost(a.createKey))
+	m.HandleFunc("POST "+p+"/keys", a.authedPost(a.verifiedFor(liveKeyRequest, a.createKey)))
 	m.HandleFunc("GET "+p+"/keys/revoke", a.authed(a.revokeConfirm))
 	m.HandleFunc("POST "+p+"/keys/revoke", a.authedPost(a.revokeKey))
 	m.HandleFunc("POST "+p+"/test-credits", a.authedPost(a.refillTestCredits))
 	m.HandleFunc("GET "+p+"/usage.csv", a.authed(a.exportCSV))
 	m.HandleFunc("GET "+p+"/receipts/{reference}", a.authed(a.receipt))
-	m.HandleFunc("GET "+p+"/buy", a.authed(a.buyPage))
-	m.HandleFunc("POST "+p+"/buy", a.authedPost(a.buy))
+	m.HandleFunc("GET "+p+"/buy", a.authed(a.verifiedFor(always, a.buyPage)))
+	m.HandleFunc("POST "+p+"/buy", a.authedPost(a.verifiedFor(always, a.buy)))
 	m.HandleFunc("GET "+p+"/buy/success", a.authed(a.buySuccess))
 	m.HandleFunc("GET "+p+"/buy/cancel", a.authed(a.buyCancel))
 	m.HandleFunc("POST "+p+"/stripe/webhook", a.webhook)
+	a.mailRoutes(m)
 	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		a.errorPage(w, r, nil, http.StatusNotFound, "Page not found", "There is no page at this address.")
 	})

@@ -111,6 +111,7 @@ func (a *app) signup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.logger.Info("account signed up", zap.String("account", acct.ID))
+	a.afterSignUp(r.Context(), acct)
 	// Free test credits from the start, so a test key works at once.
 	if _, _, err := a.store.RefillTestCredits(r.Context(), acct.ID, a.testCredits); err != nil {
 		a.logger.Warn("granting the first test credits", zap.String("account", acct.ID), zap.Error(err))

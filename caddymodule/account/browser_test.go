@@ -60,6 +60,55 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
+// newChromium starts a headless Chromium with a fresh profile; it ends with the test, and every
+// step under its context within 4 minutes.
+func newChromium(t *testing.T) context.Context {
+	t.Helper()
+	chromium := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelCtx)
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout on it
+		t.Fatalf("starting Chromium (%s): %v", chromium, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openLedger joins the ledger of dir that the loaded config holds open; release gives it back
+// (once, however often it is called).
+func openLedger(t *testing.T, dir string) (store ledger.Store, release func() error) {
+	t.Helper()
+	abs, _ := filepath.Abs(dir)
+	ref, err := textgenapp.AcquireLedger(abs, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err = ref.Get()
+	if err != nil {
+		ref.Release()
+		t.Fatal(err)
+	}
+	return store, sync.OnceValue(ref.Release)
+}
+
+// artifactsDir empties and returns testdata/artifacts/<name>, where a test's screenshots go.
+func artifactsDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join("testdata", "artifacts", name)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 var caddyOnce sync.Once
 
 // startCaddy runs the in-process Caddy with only its admin endpoint on caddyAdminPort, so that
@@ -98,6 +147,24 @@ type shooter struct {
 	n   int
 }
 
+// do runs browser steps, failing the test with what they were for.
+func (s *shooter) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	s.t.Helper()
+	if err := chromedp.Do(s.ctx, steps...); err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// text is the trimmed text of the element sel.
+func (s *shooter) text(sel string) string {
+	s.t.Helper()
+	v, err := chromedp.Run(s.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		s.t.Fatalf("reading %s: %v", sel, err)
+	}
+	return strings.TrimSpace(v)
+}
+
 // shot saves a full-page PNG of the current page as testdata/artifacts/<NN>-<name>.png.
 func (s *shooter) shot(name string) {
 	s.t.Helper()
@@ -118,7 +185,6 @@ func (s *shooter) shot(name string) {
 }
 
 func TestBrowserSignUpKeyGenerateBuy(t *testing.T) {
-	chromium := chromiumPath(t)
 	ollama := realOllama(t)
 	rec := newStripeRecorder(t, realStripeMock(t).URL)
 
@@ -156,58 +222,14 @@ http://127.0.0.1:%d {
 `, caddyAdminPort, caddyHTTPPort, caddyHTTPSPort, caddyHTTPPort, dir, ollama.URL, ollama.Model, dir, rec.srv.URL))
 
 	// The account area and the generate handler share one open ledger.
-	abs, _ := filepath.Abs(dir)
-	ref, err := textgenapp.AcquireLedger(abs, ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Release()
-	store, err := ref.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, release := openLedger(t, dir)
+	defer release()
 
-	artifacts := filepath.Join("testdata", "artifacts", "browser")
-	os.RemoveAll(artifacts)
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := artifactsDir(t, "browser")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	defer cancelCtx()
-	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout on it
-		t.Fatalf("starting Chromium (%s): %v", chromium, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
+	ctx := newChromium(t)
 	shots := &shooter{t: t, ctx: ctx, dir: artifacts}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("reading %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
+	do, text := shots.do, shots.text
 	desktop := chromedp.EmulateViewport(1280, 900)
 	phone := chromedp.EmulateViewport(360, 800, chromedp.EmulateScale(2), chromedp.EmulateMobile)
 

@@ -46,6 +46,17 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_keys              <n>
 //		invoice_creation                 # Stripe invoices for purchases
 //		tax_id_collection                # customers may enter a tax ID
+//		smtp {                           # e-mail (mail_caddyfile.go)
+//			host     <host>
+//			port     <port>
+//			security starttls|tls|none
+//			username <user>              # e.g. {env.SMTP_USER}
+//			password <password>          # e.g. {env.SMTP_PASSWORD}
+//			from     <address>           # e.g. "Text API <no-reply@example.com>"
+//			timeout  <duration>
+//		}
+//		mail_templates        <dir>
+//		mail_key              <base64>   # e.g. {env.TEXTGEN_MAIL_KEY}
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -105,6 +116,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = flag(d, name, &h.InvoiceCreation)
 		case "tax_id_collection":
 			err = flag(d, name, &h.TaxIDCollection)
+		case "smtp":
+			h.SMTP = new(SMTP)
+			err = h.SMTP.unmarshalCaddyfile(d)
+		case "mail_templates":
+			err = cfarg.String(d, &h.MailTemplates)
+		case "mail_key":
+			err = cfarg.String(d, &h.MailKey)
 		case "package":
 			args := d.RemainingArgs()
 			if len(args) != 3 {

@@ -176,7 +176,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 	cmd.SetFlagErrorFunc(cliFlagError)
 
 	cmd.AddCommand(
-		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable",
+		cliGroup("account", "Accounts: create, list, get (with credits and keys), disable, enable, invite",
 			cliLeaf("create", "Creates an account", cmdAccountCreate, func(c *cobra.Command) {
 				c.Flags().String("email", "", "Email address of the account holder (required, unique)")
 				c.Flags().Int("test-credits", defaultTestCredits, "Free test credits the account starts with (test keys draw on them)")
@@ -188,6 +188,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("get", "Shows an account with its credits and keys", cmdAccountGet, accountFlag),
 			cliLeaf("disable", "Disables an account: its keys get 403 account_disabled until it is enabled", cmdAccountStatus("disable"), accountFlag),
 			cliLeaf("enable", "Enables a disabled account", cmdAccountStatus("enable"), accountFlag),
+			cliLeaf("invite", "E-mails (and prints) a link with which the account sets its password", cmdAccountInvite, accountFlag),
 		),
 		cliGroup("key", "API keys: create, list, revoke",
 			cliLeaf("create", "Creates an API key; the full key is printed only this once", cmdKeyCreate, func(c *cobra.Command) {

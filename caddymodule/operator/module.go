@@ -37,6 +37,7 @@ func init() {
 //	GET  /textgen/accounts/{id}                            the account with its balance and keys
 //	POST /textgen/accounts/{id}/disable                    the account
 //	POST /textgen/accounts/{id}/enable                     the account
+//	POST /textgen/accounts/{id}/invite                     {"link", "mailed", ...}: the password link, e-mailed by My Account
 //	POST /textgen/accounts/{id}/keys                       {"mode", "name", "expires"} → the key, with the full "key" (201)
 //	GET  /textgen/accounts/{id}/keys                       {"keys"}
 //	POST /textgen/accounts/{id}/keys/{kid}/revoke          the key, "revoked": true
@@ -108,6 +109,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/accounts/{id}", a.getAccount)
 	handle("POST /textgen/accounts/{id}/disable", a.setStatus(ledger.StatusDisabled))
 	handle("POST /textgen/accounts/{id}/enable", a.setStatus(ledger.StatusActive))
+	handle("POST /textgen/accounts/{id}/invite", a.invite)
 	handle("POST /textgen/accounts/{id}/keys", a.createKey)
 	handle("GET /textgen/accounts/{id}/keys", a.listKeys)
 	handle("POST /textgen/accounts/{id}/keys/{kid}/revoke", a.revokeKey)

@@ -34,6 +34,10 @@ type Program struct {
 	EnvOverride string
 	// Env is added to go install's environment (e.g. CGO_ENABLED=1).
 	Env []string
+	// BuildInModule builds the program from a throwaway module that requires Module@Version
+	// (`go get`, then `go build`) instead of `go install Module@Version`, for programs whose
+	// `go install` the module proxy refuses (mailpit: it reads a version list the proxy denies).
+	BuildInModule bool
 }
 
 // Path is where the binary is expected: the EnvOverride file if set, else
@@ -85,18 +89,27 @@ func (p Program) Ensure() (string, error) {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "install", p.Module+"@"+p.Version)
-	cmd.Dir = tmp // outside any module, so the current go.mod plays no part
-	cmd.Env = append(append(os.Environ(), "GOBIN="+tmp, "GOFLAGS="), p.Env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	steps := [][]string{{"go", "install", p.Module + "@" + p.Version}}
+	if p.BuildInModule {
+		what = fmt.Sprintf("building %s@%s in a module of its own", p.Module, p.Version)
+		steps = [][]string{{"go", "mod", "init", "gobin.local/build"},
+			{"go", "get", p.Module + "@" + p.Version},
+			{"go", "build", "-o", filepath.Join(tmp, p.Name), p.Module}}
+	}
 	fmt.Fprintf(os.Stderr, "gobin: building %s %s into %s (once per machine)\n", p.Name, p.Version, dir)
-	if err := cmd.Run(); err != nil {
-		b := out.Bytes()
-		if len(b) > 4000 {
-			b = b[len(b)-4000:]
+	for _, step := range steps {
+		cmd := exec.Command(step[0], step[1:]...)
+		cmd.Dir = tmp // outside any module, so the current go.mod plays no part
+		cmd.Env = append(append(os.Environ(), "GOBIN="+tmp, "GOFLAGS="), p.Env...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			b := out.Bytes()
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			return "", fmt.Errorf("%s: %w\n%s", what, err, b)
 		}
-		return "", fmt.Errorf("%s: %w\n%s", what, err, b)
 	}
 	if err := os.Rename(filepath.Join(tmp, p.Name), bin); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)

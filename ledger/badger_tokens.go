@@ -1,0 +1,170 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Single-use tokens of the Badger engine: the SHA-256 digest of the token is the key, so the
+// token itself is never stored; Badger drops the record at its expiry. s.mailMu makes
+// consumption one step.
+
+// tokenRecord is the stored form of a token (prefixToken).
+type tokenRecord struct {
+	AccountID string       `json:"account_id"`
+	Purpose   TokenPurpose `json:"purpose"`
+	Expires   time.Time    `json:"expires"`
+}
+
+func tokenKey(d [32]byte) []byte { return append([]byte{prefixToken}, d[:]...) }
+
+// CreateToken makes a single-use token.
+func (s *Badger) CreateToken(ctx context.Context, accountID string, purpose TokenPurpose, ttl time.Duration) (string, error) {
+	if err := checkToken(purpose, ttl); err != nil {
+		return "", err
+	}
+	if err := s.beginWrite(); err != nil {
+		return "", err
+	}
+	defer s.end()
+	if _, err := s.account(accountID); err != nil {
+		return "", err
+	}
+	token := randomBase62(sessionTokenLen)
+	d := sha256.Sum256([]byte(token))
+	w := set(tokenKey(d), mustJSON(tokenRecord{AccountID: accountID, Purpose: purpose, Expires: now().UTC().Add(ttl)}))
+	w.expiresAt = uint64(time.Now().Add(ttl).Unix()) + 1
+	if err := s.c.enqueue([]write{w}).wait(); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// PeekToken returns the account of a live token.
+func (s *Badger) PeekToken(ctx context.Context, purpose TokenPurpose, token string) (Account, error) {
+	return s.useToken(purpose, token, false)
+}
+
+// ConsumeToken uses a live token up.
+func (s *Badger) ConsumeToken(ctx context.Context, purpose TokenPurpose, token string) (Account, error) {
+	return s.useToken(purpose, token, true)
+}
+
+func (s *Badger) useToken(purpose TokenPurpose, token string, consume bool) (Account, error) {
+	if !looksLikeToken(token) {
+		return Account{}, ErrInvalidToken
+	}
+	if err := s.begin(); err != nil {
+		return Account{}, err
+	}
+	defer s.end()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	d := sha256.Sum256([]byte(token))
+	v, ok, err := s.get(tokenKey(d))
+	if err != nil {
+		return Account{}, err
+	}
+	if !ok {
+		return Account{}, ErrInvalidToken
+	}
+	var r tokenRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return Account{}, fmt.Errorf("token record: %w", err)
+	}
+	if r.Purpose != purpose || !now().Before(r.Expires) {
+		return Account{}, ErrInvalidToken
+	}
+	a, err := s.account(r.AccountID)
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, ErrInvalidToken
+	}
+	if err != nil {
+		return Account{}, err
+	}
+	if consume {
+		if err := s.c.enqueue([]write{del(tokenKey(d))}).wait(); err != nil {
+			return Account{}, err
+		}
+	}
+	return *a.rec.Load(), nil
+}
+
+// DeleteTokens deletes the account's tokens of purpose. Tokens are keyed by digest alone, so it
+// reads them all; they live an hour to a few days, so there are few.
+func (s *Badger) DeleteTokens(ctx context.Context, accountID string, purpose TokenPurpose) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	var ws []write
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixToken}, func(k, v []byte) error {
+			var r tokenRecord
+			if json.Unmarshal(v, &r) == nil && r.AccountID == accountID && r.Purpose == purpose {
+				ws = append(ws, del(k))
+			}
+			return nil
+		})
+	})
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	return s.c.enqueue(ws).wait()
+}
+
+// SetEmailVerified clears Unverified.
+func (s *Badger) SetEmailVerified(ctx context.Context, accountID string) (Account, error) {
+	rec, _, err := s.updateAccount(accountID, func(a *Account) { a.Unverified = false })
+	return rec, err
+}
+
+// SetLowBalanceAlert sets the low-balance threshold.
+func (s *Badger) SetLowBalanceAlert(ctx context.Context, accountID string, threshold int64) (Account, error) {
+	if err := checkThreshold(threshold); err != nil {
+		return Account{}, err
+	}
+	rec, _, err := s.updateAccount(accountID, func(a *Account) { a.LowBalanceAlert, a.LowBalanceNotified = threshold, false })
+	return rec, err
+}
+
+// NoteLowBalance sets LowBalanceNotified.
+func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below bool) (bool, error) {
+	_, changed, err := s.updateAccount(accountID, func(a *Account) { a.LowBalanceNotified = below })
+	return changed, err
+}
+
+// updateAccount applies f to the account's record and writes it if f changed it.
+func (s *Badger) updateAccount(id string, f func(*Account)) (Account, bool, error) {
+	if err := s.beginChange(); err != nil {
+		return Account{}, false, err
+	}
+	defer s.end()
+	a, err := s.account(id)
+	if err != nil {
+		return Account{}, false, err
+	}
+	a.mu.Lock()
+	old := *a.rec.Load()
+	rec := old
+	f(&rec)
+	if rec == old {
+		a.mu.Unlock()
+		return rec, false, nil
+	}
+	a.rec.Store(&rec)
+	op := s.c.enqueue([]write{set(accountKey(id), mustJSON(rec))})
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return Account{}, false, err
+	}
+	return rec, true, nil
+}

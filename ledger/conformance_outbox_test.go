@@ -1,0 +1,306 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The Mail role: the outbox, single-use tokens, the account's address state and low-balance
+// alert. Run for every engine by the conformance suite.
+
+func testOutbox(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	setNow(t, &clock)
+	var ids []string
+	for i := range 3 {
+		clock = clock.Add(time.Millisecond)
+		id, err := s.EnqueueMail(bg, MailMessage{AccountID: "", Kind: "test", Sealed: []byte(fmt.Sprintf("sealed %d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := s.EnqueueMail(bg, MailMessage{Kind: "test"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("empty mail: %v", err)
+	}
+	if _, err := s.ClaimMail(bg, 0, 1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("claim without lease: %v", err)
+	}
+	first, err := s.ClaimMail(bg, time.Minute, 2)
+	if err != nil || len(first) != 2 || first[0].ID != ids[0] || first[1].ID != ids[1] {
+		t.Fatalf("first claim: %+v, %v; want the two oldest", first, err)
+	}
+	if first[0].Attempts != 1 || first[0].Claim == "" || string(first[0].Sealed) != "sealed 0" || first[0].Kind != "test" {
+		t.Fatalf("claimed message %+v", first[0])
+	}
+	second, err := s.ClaimMail(bg, time.Minute, 10)
+	if err != nil || len(second) != 1 || second[0].ID != ids[2] {
+		t.Fatalf("second claim: %+v, %v; want only the one not leased", second, err)
+	}
+	if more, err := s.ClaimMail(bg, time.Minute, 10); err != nil || len(more) != 0 {
+		t.Fatalf("everything is leased, yet claimed %d, %v", len(more), err)
+	}
+	// Sent: gone. A wrong claim or a second mark changes nothing.
+	if err := s.MarkMailSent(bg, first[0].ID, "wrong"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("mark with a wrong claim: %v", err)
+	}
+	if err := s.MarkMailSent(bg, first[0].ID, first[0].Claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkMailSent(bg, first[0].ID, first[0].Claim); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second mark: %v", err)
+	}
+	// Failed: due again at the time given, not before.
+	if err := s.RetryMail(bg, first[1].ID, first[1].Claim, clock.Add(10*time.Minute), "smtp: connection refused"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(2 * time.Minute) // the third's lease has run out; the second is not due
+	got, err := s.ClaimMail(bg, time.Minute, 10)
+	if err != nil || len(got) != 1 || got[0].ID != ids[2] || got[0].Attempts != 2 || got[0].Claim == second[0].Claim {
+		t.Fatalf("claim after the lease ran out: %+v, %v", got, err)
+	}
+	// The instance whose lease ran out cannot mark it: the new holder sends it, once.
+	if err := s.MarkMailSent(bg, ids[2], second[0].Claim); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("mark under an expired claim: %v", err)
+	}
+	if err := s.MarkMailSent(bg, ids[2], got[0].Claim); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(10 * time.Minute)
+	got, err = s.ClaimMail(bg, time.Minute, 10)
+	if err != nil || len(got) != 1 || got[0].ID != ids[1] || got[0].Attempts != 2 || got[0].LastError != "smtp: connection refused" {
+		t.Fatalf("claim of the retried message: %+v, %v", got, err)
+	}
+}
+
+// testOutboxConcurrentClaims: senders claiming at once never get one message twice, and
+// together get every message.
+func testOutboxConcurrentClaims(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	const n = 60
+	for i := range n {
+		if _, err := s.EnqueueMail(bg, MailMessage{Kind: "test", Sealed: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drainOutbox(t, n, s, s, s, s, s, s, s, s)
+}
+
+// drainOutbox has one sender per store claim and mark messages at once until none is left, and
+// checks that together they claimed n messages, each once.
+func drainOutbox(t *testing.T, n int, stores ...Mail) {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for {
+				ms, err := s.ClaimMail(bg, time.Hour, 3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ms) == 0 {
+					return
+				}
+				for _, m := range ms {
+					mu.Lock()
+					seen[m.ID]++
+					mu.Unlock()
+					if err := s.MarkMailSent(bg, m.ID, m.Claim); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct messages of %d", len(seen), n)
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Fatalf("message %s claimed %d times", id, c)
+		}
+	}
+}
+
+func testTokens(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	setNow(t, &clock)
+	a := mustAccount(t, s, "tok@example.com")
+	if _, err := s.CreateToken(bg, a.ID, "other", time.Hour); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("unknown purpose: %v", err)
+	}
+	if _, err := s.CreateToken(bg, a.ID, TokenReset, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("no ttl: %v", err)
+	}
+	if _, err := s.CreateToken(bg, "acct_nobodynobodynobo", TokenReset, time.Hour); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown account: %v", err)
+	}
+	tok, err := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range eng.stored(t, s) {
+		if bytes.Contains(d, []byte(tok)) {
+			t.Fatal("the token itself is stored")
+		}
+	}
+	if got, err := s.PeekToken(bg, TokenReset, tok); err != nil || got.ID != a.ID {
+		t.Fatalf("peek: %+v, %v", got, err)
+	}
+	if _, err := s.PeekToken(bg, TokenVerify, tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("token of another purpose: %v", err)
+	}
+	if _, err := s.ConsumeToken(bg, TokenInvite, tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("consumed for another purpose: %v", err)
+	}
+	guessed := tok[:len(tok)-1] + string("ab"[0]+(tok[len(tok)-1]&1))
+	for _, bad := range []string{"", "short", guessed, tok + "x"} {
+		if _, err := s.ConsumeToken(bg, TokenReset, bad); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("token %q: %v", bad, err)
+		}
+	}
+	if got, err := s.ConsumeToken(bg, TokenReset, tok); err != nil || got.ID != a.ID {
+		t.Fatalf("consume: %+v, %v", got, err)
+	}
+	if _, err := s.ConsumeToken(bg, TokenReset, tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("second use: %v", err)
+	}
+	if _, err := s.PeekToken(bg, TokenReset, tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("peek after use: %v", err)
+	}
+	// Expiry by the ledger clock.
+	old, err := s.CreateToken(bg, a.ID, TokenVerify, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Hour)
+	if _, err := s.ConsumeToken(bg, TokenVerify, old); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("expired token: %v", err)
+	}
+	// Deleting the account's reset tokens ends every reset link, and no other kind.
+	r1, err := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
+	v1, _ := s.CreateToken(bg, a.ID, TokenVerify, time.Hour)
+	b := mustAccount(t, s, "tok-other@example.com")
+	o1, _ := s.CreateToken(bg, b.ID, TokenReset, time.Hour)
+	if err := s.DeleteTokens(bg, a.ID, TokenReset); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{r1, r2} {
+		if _, err := s.PeekToken(bg, TokenReset, tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("a deleted reset token: %v", err)
+		}
+	}
+	if _, err := s.PeekToken(bg, TokenVerify, v1); err != nil {
+		t.Fatalf("a verify token went with the reset tokens: %v", err)
+	}
+	if _, err := s.PeekToken(bg, TokenReset, o1); err != nil {
+		t.Fatalf("another account's token went too: %v", err)
+	}
+	if err := s.DeleteTokens(bg, a.ID, TokenInvite); err != nil {
+		t.Fatalf("deleting none: %v", err)
+	}
+	// Racing consumers: exactly one wins.
+	tok, err = s.CreateToken(bg, a.ID, TokenInvite, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			_, err := s.ConsumeToken(bg, TokenInvite, tok)
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, ErrInvalidToken):
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d consumers of one token succeeded; want 1", wins.Load())
+	}
+}
+
+func testAccountMailState(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	signed, err := s.CreateAccountWithPassword(bg, "new@example.com", goodPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := mustAccount(t, s, "made@example.com")
+	if !signed.Unverified || made.Unverified {
+		t.Fatalf("sign-up unverified %v, operator-made unverified %v; want true, false", signed.Unverified, made.Unverified)
+	}
+	if got, _ := s.GetAccount(bg, signed.ID); !got.Unverified {
+		t.Fatal("the sign-up's unverified flag was not stored")
+	}
+	if got, err := s.SetEmailVerified(bg, signed.ID); err != nil || got.Unverified {
+		t.Fatalf("SetEmailVerified: %+v, %v", got, err)
+	}
+	if got, _ := s.Authenticate(bg, "new@example.com", goodPassword); got.Unverified {
+		t.Fatal("Authenticate returns a stale flag")
+	}
+	if _, err := s.SetEmailVerified(bg, "acct_nobodynobodynobo"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown account: %v", err)
+	}
+	if _, err := s.SetLowBalanceAlert(bg, made.ID, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("negative threshold: %v", err)
+	}
+	if got, err := s.SetLowBalanceAlert(bg, made.ID, 5); err != nil || got.LowBalanceAlert != 5 || got.LowBalanceNotified {
+		t.Fatalf("SetLowBalanceAlert: %+v, %v", got, err)
+	}
+	// One crossing, many callers at once: one sees the change.
+	var changed atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			c, err := s.NoteLowBalance(bg, made.ID, true)
+			if err != nil {
+				t.Error(err)
+			}
+			if c {
+				changed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if changed.Load() != 1 {
+		t.Fatalf("%d callers saw the crossing; want 1", changed.Load())
+	}
+	if got, _ := s.GetAccount(bg, made.ID); !got.LowBalanceNotified || got.LowBalanceAlert != 5 {
+		t.Fatalf("after the crossing: %+v", got)
+	}
+	if c, err := s.NoteLowBalance(bg, made.ID, false); err != nil || !c {
+		t.Fatalf("back above: %v, %v", c, err)
+	}
+	if c, err := s.NoteLowBalance(bg, made.ID, false); err != nil || c {
+		t.Fatalf("still above: %v, %v", c, err)
+	}
+	if _, err := s.NoteLowBalance(bg, "acct_nobodynobodynobo", true); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown account: %v", err)
+	}
+	// Changing the threshold starts afresh.
+	if _, err := s.NoteLowBalance(bg, made.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.SetLowBalanceAlert(bg, made.ID, 3); err != nil || got.LowBalanceNotified {
+		t.Fatalf("new threshold keeps the old notice: %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,102 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The e-mail outbox of the PostgreSQL engine, shared by every instance. A claim is one
+// UPDATE over rows picked FOR UPDATE SKIP LOCKED: two instances claiming at once take
+// different messages, and a leased message is skipped until its lease runs out. Marking and
+// retrying are conditional on the claim, so an instance whose lease ran out changes nothing.
+
+const pgOutboxCols = "id, account_id, kind, sealed, created, attempts, next_attempt, claim, last_error"
+
+type outboxRow struct {
+	m                    MailMessage
+	created, nextAttempt int64
+}
+
+func (r *outboxRow) dest() []any {
+	return []any{&r.m.ID, &r.m.AccountID, &r.m.Kind, &r.m.Sealed, &r.created, &r.m.Attempts, &r.nextAttempt, &r.m.Claim, &r.m.LastError}
+}
+
+// EnqueueMail stores a message for the senders.
+func (s *Postgres) EnqueueMail(ctx context.Context, m MailMessage) (string, error) {
+	if err := checkMail(m); err != nil {
+		return "", err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	t := now().UTC()
+	if m.NextAttempt.IsZero() {
+		m.NextAttempt = t
+	}
+	id := newMailID(t)
+	_, err = s.pool.Exec(wctx, `INSERT INTO mail_outbox (id, account_id, kind, sealed, created, next_attempt)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, m.AccountID, m.Kind, m.Sealed, t.UnixNano(), m.NextAttempt.UnixNano())
+	if err != nil {
+		return "", pgErr(ctx, "queueing mail", err)
+	}
+	return id, nil
+}
+
+// ClaimMail leases due messages.
+func (s *Postgres) ClaimMail(ctx context.Context, lease time.Duration, max int) ([]MailMessage, error) {
+	if err := checkClaim(lease, max); err != nil {
+		return nil, err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	t := now().UTC()
+	rows, _ := s.pool.Query(wctx, `UPDATE mail_outbox SET lease_until = $2, claim = $3 || id, attempts = attempts + 1
+		WHERE id IN (SELECT id FROM mail_outbox WHERE next_attempt <= $1 AND lease_until <= $1
+			ORDER BY next_attempt, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+		RETURNING `+pgOutboxCols, t.UnixNano(), t.Add(lease).UnixNano(), randomBase62(22), max)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MailMessage, error) {
+		var r outboxRow
+		err := row.Scan(r.dest()...)
+		r.m.Created, r.m.NextAttempt = pgTime(r.created), pgTime(r.nextAttempt)
+		return r.m, err
+	})
+	if err != nil {
+		return nil, pgErr(ctx, "claiming mail", err)
+	}
+	return out, nil
+}
+
+// MarkMailSent deletes a sent message.
+func (s *Postgres) MarkMailSent(ctx context.Context, id, claim string) error {
+	return s.resolveMail(ctx, "marking mail sent", `DELETE FROM mail_outbox WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim)
+}
+
+// RetryMail makes a message due again later.
+func (s *Postgres) RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error {
+	return s.resolveMail(ctx, "retrying mail", `UPDATE mail_outbox SET next_attempt = $3, lease_until = 0, claim = '', last_error = $4
+		WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim, at.UnixNano(), truncateUTF8(lastErr, 512))
+}
+
+func (s *Postgres) resolveMail(ctx context.Context, what, sql string, args ...any) error {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	tag, err := s.pool.Exec(wctx, sql, args...)
+	if err != nil {
+		return pgErr(ctx, what, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("mail %q under this claim: %w", args[0], ErrNotFound)
+	}
+	return nil
+}

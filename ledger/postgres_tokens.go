@@ -1,0 +1,133 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Single-use tokens of the PostgreSQL engine: the digest is the key, consumption is a DELETE
+// ... RETURNING, so of instances racing with one token exactly one gets its row. Creating a
+// token deletes the expired ones.
+
+// CreateToken makes a single-use token.
+func (s *Postgres) CreateToken(ctx context.Context, accountID string, purpose TokenPurpose, ttl time.Duration) (string, error) {
+	if err := checkToken(purpose, ttl); err != nil {
+		return "", err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	token := randomBase62(sessionTokenLen)
+	d := sha256.Sum256([]byte(token))
+	t := now().UTC()
+	tag, err := s.pool.Exec(wctx, `WITH gone AS (DELETE FROM account_tokens WHERE expires <= $5)
+		INSERT INTO account_tokens (digest, account_id, purpose, expires)
+		SELECT $1, id, $3, $4 FROM accounts WHERE id = $2`, d[:], accountID, string(purpose), t.Add(ttl).UnixNano(), t.UnixNano())
+	if err != nil {
+		return "", pgErr(ctx, "creating token", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return "", fmt.Errorf("account %q: %w", accountID, ErrNotFound)
+	}
+	return token, nil
+}
+
+// PeekToken returns the account of a live token.
+func (s *Postgres) PeekToken(ctx context.Context, purpose TokenPurpose, token string) (Account, error) {
+	return s.useToken(ctx, `SELECT account_id FROM account_tokens WHERE digest = $1 AND purpose = $2 AND expires > $3`, purpose, token)
+}
+
+// ConsumeToken uses a live token up.
+func (s *Postgres) ConsumeToken(ctx context.Context, purpose TokenPurpose, token string) (Account, error) {
+	return s.useToken(ctx, `DELETE FROM account_tokens WHERE digest = $1 AND purpose = $2 AND expires > $3 RETURNING account_id`, purpose, token)
+}
+
+func (s *Postgres) useToken(ctx context.Context, find string, purpose TokenPurpose, token string) (Account, error) {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return Account{}, err
+	}
+	defer done()
+	if !looksLikeToken(token) {
+		return Account{}, ErrInvalidToken
+	}
+	d := sha256.Sum256([]byte(token))
+	rows, _ := s.pool.Query(wctx, `WITH t AS (`+find+`) SELECT `+pgAccountColsA+` FROM accounts a JOIN t ON a.id = t.account_id`,
+		d[:], string(purpose), now().UTC().UnixNano())
+	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, ErrInvalidToken
+	}
+	if err != nil {
+		return Account{}, pgErr(ctx, "reading token", err)
+	}
+	return a, nil
+}
+
+// DeleteTokens deletes the account's tokens of purpose.
+func (s *Postgres) DeleteTokens(ctx context.Context, accountID string, purpose TokenPurpose) error {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = s.pool.Exec(wctx, `DELETE FROM account_tokens WHERE account_id = $1 AND purpose = $2`, accountID, string(purpose))
+	return pgErr(ctx, "deleting tokens", err)
+}
+
+// SetEmailVerified clears Unverified.
+func (s *Postgres) SetEmailVerified(ctx context.Context, accountID string) (Account, error) {
+	return s.updateAccount(ctx, "verifying email", `unverified = false`, accountID)
+}
+
+// SetLowBalanceAlert sets the low-balance threshold.
+func (s *Postgres) SetLowBalanceAlert(ctx context.Context, accountID string, threshold int64) (Account, error) {
+	if err := checkThreshold(threshold); err != nil {
+		return Account{}, err
+	}
+	return s.updateAccount(ctx, "setting the low balance alert", `low_balance_alert = $2, low_balance_notified = false`, accountID, threshold)
+}
+
+func (s *Postgres) updateAccount(ctx context.Context, what, set string, args ...any) (Account, error) {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return Account{}, err
+	}
+	defer done()
+	rows, _ := s.pool.Query(wctx, `UPDATE accounts SET `+set+` WHERE id = $1 RETURNING `+pgAccountCols, args...)
+	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, fmt.Errorf("account %q: %w", args[0], ErrNotFound)
+	}
+	if err != nil {
+		return Account{}, pgErr(ctx, what, err)
+	}
+	return a, nil
+}
+
+// NoteLowBalance sets LowBalanceNotified; the WHERE makes one caller of many see the change.
+func (s *Postgres) NoteLowBalance(ctx context.Context, accountID string, below bool) (bool, error) {
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	var changed, exists bool
+	err = s.pool.QueryRow(wctx, `WITH u AS (UPDATE accounts SET low_balance_notified = $2
+			WHERE id = $1 AND low_balance_notified <> $2 RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, accountID, below).Scan(&changed, &exists)
+	if err != nil {
+		return false, pgErr(ctx, "noting low balance", err)
+	}
+	if !exists {
+		return false, fmt.Errorf("account %q: %w", accountID, ErrNotFound)
+	}
+	return changed, nil
+}
