@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// apiError is one error answer (the README's "Errors" table). It is written as
+// apiError is one error answer (docs/API.md, "Errors"; docs/openapi.json lists every code). It is written as
 // {"error": {"code", "message", "param", "request_id"}} with Content-Type application/json.
 type apiError struct {
 	Status  int    `json:"-"`
@@ -77,7 +77,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, reqID string, status int,
 	}
 }
 
-// The errors a client can cause, with the codes of the README's "Errors" table.
+// The errors a client can cause, with the codes of docs/API.md's "Errors" table.
 var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
 	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
