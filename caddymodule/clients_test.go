@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +19,9 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/browsertest"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/chromedp/chromedp"
 )
 
 // cutProxy is a TCP relay in front of the in-process Caddy that cuts its first connection a
@@ -228,5 +232,76 @@ func TestClients(t *testing.T) {
 			}
 			charged(acct.ID, 1)
 		})
+	}
+}
+
+// TestClientInBrowser runs generate() of docs/clients/textgen.mjs in a real headless Chromium,
+// from a page of another origin (the API allows it with cors_origins): a whole text streamed
+// through fetch, a stream cut by the network and resumed from the headers CORS exposes, and a 402.
+func TestClientInBrowser(t *testing.T) {
+	const pieces = 30
+	src, err := os.ReadFile(filepath.Join("..", "docs", "clients", "textgen.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/textgen.mjs" {
+			w.Header().Set("Content-Type", "text/javascript")
+			w.Write(src)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<!doctype html><title>client</title>")
+	}))
+	defer page.Close()
+	fsrv := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: pieces, Piece: "Heron", Numbered: true, Delay: 15 * time.Millisecond})
+	e := newEnv(t, envOptions{ollama: fsrv.URL, extra: "retention_key " + testRetentionKey + "\n\t\tcors_origins " + page.URL})
+	browser := browsertest.Start(t)
+	// Closed before the cut proxy's cleanup, which waits for the browser's kept-alive connections.
+	defer chromedp.Cancel(browser)
+	ctx, cancel := context.WithTimeout(browser, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(page.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		Out    string
+		Status int
+		Done   struct {
+			CreditsUsed int `json:"credits_used"`
+		}
+	}
+	run := func(api, key string) result {
+		t.Helper()
+		js := fmt.Sprintf(`import("/textgen.mjs").then(async ({ generate }) => {
+			let out = "";
+			try {
+				const done = await generate({ api: %q, key: %q, body: { tool: "summarizer", input: "x", language: "en" },
+					onText: (t) => { out += t; }, log: () => {} });
+				return { out, done, status: 200 };
+			} catch (err) { return { out, status: err.status ?? 0, error: String(err) }; }
+		})`, api, key)
+		r, err := chromedp.Run(ctx, chromedp.Evaluate[result](js, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("running the client in Chromium: %v", err)
+		}
+		return r
+	}
+	want := numbered("Heron", pieces)
+	acct, key := e.account(3)
+	if r := run(baseURL, key); r.Status != 200 || r.Out != want || r.Done.CreditsUsed != 1 {
+		t.Fatalf("in the browser: %+v", r)
+	}
+	acct2, key2 := e.account(3)
+	proxy := newCutProxy(t, strings.TrimPrefix(baseURL, "http://"), 200)
+	if r := run("http://"+proxy.ln.Addr().String(), key2); r.Status != 200 || r.Out != want || !proxy.cut.Load() {
+		t.Fatalf("a cut stream in the browser (cut %v): %+v", proxy.cut.Load(), r)
+	}
+	_, broke := e.account(0)
+	if r := run(baseURL, broke); r.Status != 402 || r.Out != "" {
+		t.Fatalf("402 in the browser: %+v", r)
+	}
+	for _, id := range []string{acct.ID, acct2.ID} {
+		waitFor(t, "the charge", func() bool { return e.balance(id).Balance == 2 })
 	}
 }
