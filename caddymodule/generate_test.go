@@ -161,10 +161,7 @@ func TestGenerateClientErrors(t *testing.T) {
 	ctx := context.Background()
 	acct, key := e.account(5)
 	broke, brokeKey := e.account(0)
-	disabled, disabledKey := e.account(5)
-	if _, err := e.store.SetAccountStatus(ctx, disabled.ID, ledger.StatusDisabled); err != nil {
-		t.Fatal(err)
-	}
+	_, disabledKey := e.disabledAccount(5)
 	_, revokedKey := e.account(0)
 	rk, _ := e.store.ListKeys(ctx, mustAccountOf(t, e, revokedKey))
 	if _, err := e.store.RevokeKey(ctx, rk[0].AccountID, rk[0].ID); err != nil {

@@ -5,13 +5,11 @@ package caddymodule
 // events), and every (status, error code) pair it documents must be provoked.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -254,10 +252,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	ctx := context.Background()
 	_, key := e.account(20)
 	_, brokeKey := e.account(0)
-	disabled, disabledKey := e.account(5)
-	if _, err := e.store.SetAccountStatus(ctx, disabled.ID, ledger.StatusDisabled); err != nil {
-		t.Fatal(err)
-	}
+	_, disabledKey := e.disabledAccount(5)
 	_, otherKey := e.account(1)
 	const gen = "/api/v1/generate"
 	good := genBody("summarizer", "x", "en", "")
@@ -397,24 +392,6 @@ func TestOpenAPIConformance(t *testing.T) {
 			t.Errorf("notProvoked names %s, which the document does not have", pair)
 		}
 	}
-}
-
-// slowBody sends a generate request whose body stops after its first bytes: 408 after
-// body_read_timeout.
-func slowBody(t *testing.T, key string) *http.Response {
-	t.Helper()
-	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only so a failing test cannot hang
-	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{\"tool\":", key)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
 }
 
 // TestOpenAPIErrorCodes: the document's ErrorCode lists exactly the codes the handler's source
