@@ -234,6 +234,7 @@ func TestGenerateClientErrors(t *testing.T) {
 		{"balance without key", "GET", "/api/v1/balance", "", "", "", 401, "missing_api_key", "", ""},
 	}
 	before := len(e.entries(acct.ID))
+	conf := newConformance(t, e.client)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
@@ -253,6 +254,7 @@ func TestGenerateClientErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			conf.check(req, resp) // the answer docs/openapi.json documents
 			if resp.StatusCode != c.status {
 				t.Errorf("status %d, want %d", resp.StatusCode, c.status)
 			}
