@@ -248,7 +248,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	fs.Set(ollamatest.FaultConfig{Model: "stall", Mode: ollamatest.FaultStall})
 	fs.Set(ollamatest.FaultConfig{Model: "busy", Mode: ollamatest.FaultBusy})
 	fs.Set(ollamatest.FaultConfig{Model: "broken", Mode: ollamatest.FaultStatus, Status: 500})
-	e := newEnv(t, envOptions{ollama: fs.URL, firstPiece: "4s",
+	e := newEnv(t, envOptions{ollama: fs.URL, firstPiece: "10s", // the stalls below end by it
 		limits: "rate_limit key 1000000/1m\n\t\trate_limit account 1000000/1m\n\t\tauth_failure_limit 3/1h\n\t\t" +
 			"max_concurrent_per_account 2\n\t\tmax_in_flight 1000\n\t\tqueue_size 1000\n\t\tbody_read_timeout 1s",
 		extra: "retention_key " + testRetentionKey + "\n\t\tmax_input_chars 100\n\t\tmax_body_size 2KiB\n\t\t" +
