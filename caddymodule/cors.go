@@ -15,7 +15,7 @@ import (
 // The request headers a browser app may send, and the response headers it may read.
 const (
 	corsAllowHeaders  = "Authorization, Content-Type, X-API-Key, Idempotency-Key, Accept, Last-Event-ID, Range"
-	corsExposeHeaders = "X-Credits-Used, X-Credits-Remaining, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy, Idempotent-Replayed"
+	corsExposeHeaders = "X-Credits-Used, X-Credits-Remaining, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy, Idempotent-Replayed, X-Generation-Id, X-Generation-State, Content-Range"
 	corsMaxAge        = "600"
 )
 

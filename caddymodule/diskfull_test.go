@@ -72,7 +72,8 @@ func TestServerOnFullDisk(t *testing.T) {
 }
 
 // checkRefused: on a full disk a generate request is 503 ledger_unavailable with no charge,
-// while the balance (available credits: want) and the tools are served.
+// as docs/openapi.json documents it, while the balance (available credits: want) and the tools
+// are served.
 func checkRefused(t *testing.T, srv *caddyproc.Server, key string, want int64) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+srv.HTTP+"/api/v1/generate", strings.NewReader(genBody("summarizer", "x", "en", "")))
@@ -82,6 +83,7 @@ func checkRefused(t *testing.T, srv *caddyproc.Server, key string, want int64) {
 	if err != nil {
 		t.Fatalf("generate on a full disk: %v (did the server die?)", err)
 	}
+	newConformance(t, http.DefaultClient).check(req, resp) // the answer docs/openapi.json documents
 	b := decodeErr(t, resp)
 	if resp.StatusCode != http.StatusServiceUnavailable || b.Error.Code != "ledger_unavailable" ||
 		resp.Header.Get("X-Credits-Used") != "0" || resp.Header.Get("Retry-After") == "" {

@@ -2,7 +2,7 @@ package caddymodule
 
 // Charging at the edges of a stream: a reader that stops reading, a client that leaves before
 // any text reached it, and a model that ends without a single piece. Each is charged exactly by
-// the contract: only text that reached the client's connection is charged.
+// the charging rule (docs/API.md, "Charging"): only text that reached the client's connection is charged.
 
 import (
 	"bufio"

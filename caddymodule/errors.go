@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// apiError is one error answer (the README's "Errors" table). It is written as
+// apiError is one error answer (docs/API.md, "Errors"; docs/openapi.json lists every code). It is written as
 // {"error": {"code", "message", "param", "request_id"}} with Content-Type application/json.
 type apiError struct {
 	Status  int    `json:"-"`
@@ -77,11 +77,11 @@ func writeJSON(w http.ResponseWriter, r *http.Request, reqID string, status int,
 	}
 }
 
-// The errors a client can cause, with the codes of the README's "Errors" table.
+// The errors a client can cause, with the codes of docs/API.md's "Errors" table.
 var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
 	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
-	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance and GET /api/v1/ready"}
+	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready and GET /api/v1/openapi.json (its description)"}
 	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header or as Authorization: Bearer <key>"}
 	errConflictingKeys      = &apiError{Status: http.StatusBadRequest, Code: "conflicting_api_keys", Message: "the X-API-Key and Authorization: Bearer headers name different keys; send one"}
 	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}

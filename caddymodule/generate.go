@@ -190,8 +190,8 @@ func (g *generation) refuseAdmission(err error) {
 	g.fail(e)
 }
 
-// finish resolves the hold and ends the response by the charging rules (README, "How a request
-// is charged").
+// finish resolves the hold and ends the response by the charging rules (docs/API.md,
+// "Charging").
 func (g *generation) finish(s *streamer, gerr error) {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
@@ -312,7 +312,7 @@ func (g *generation) insufficient() *apiError {
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }
 
-// backendError maps a backend failure to its error answer (README, "Errors").
+// backendError maps a backend failure to its error answer (docs/API.md, "Errors").
 func (g *generation) backendError(err error) *apiError {
 	var be *backends.Error
 	retry := time.Duration(0)

@@ -161,10 +161,7 @@ func TestGenerateClientErrors(t *testing.T) {
 	ctx := context.Background()
 	acct, key := e.account(5)
 	broke, brokeKey := e.account(0)
-	disabled, disabledKey := e.account(5)
-	if _, err := e.store.SetAccountStatus(ctx, disabled.ID, ledger.StatusDisabled); err != nil {
-		t.Fatal(err)
-	}
+	_, disabledKey := e.disabledAccount(5)
 	_, revokedKey := e.account(0)
 	rk, _ := e.store.ListKeys(ctx, mustAccountOf(t, e, revokedKey))
 	if _, err := e.store.RevokeKey(ctx, rk[0].AccountID, rk[0].ID); err != nil {
@@ -237,6 +234,7 @@ func TestGenerateClientErrors(t *testing.T) {
 		{"balance without key", "GET", "/api/v1/balance", "", "", "", 401, "missing_api_key", "", ""},
 	}
 	before := len(e.entries(acct.ID))
+	conf := newConformance(t, e.client)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
@@ -256,6 +254,7 @@ func TestGenerateClientErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			conf.check(req, resp) // the answer docs/openapi.json documents
 			if resp.StatusCode != c.status {
 				t.Errorf("status %d, want %d", resp.StatusCode, c.status)
 			}

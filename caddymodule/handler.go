@@ -32,6 +32,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case "/api/v1/tools":
 		h.serveTools(w, r, reqID)
 		return nil
+	case openAPIPath:
+		serveOpenAPI(w, r, reqID)
+		return nil
 	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready":
 	default:
 		if !strings.HasPrefix(r.URL.Path, generationsPath) {

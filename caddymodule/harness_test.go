@@ -221,6 +221,16 @@ func (e *env) account(credits int64) (ledger.Account, string) {
 	return acct, key
 }
 
+// disabledAccount is account(credits) disabled by the operator.
+func (e *env) disabledAccount(credits int64) (ledger.Account, string) {
+	e.t.Helper()
+	acct, key := e.account(credits)
+	if _, err := e.store.SetAccountStatus(context.Background(), acct.ID, ledger.StatusDisabled); err != nil {
+		e.t.Fatal(err)
+	}
+	return acct, key
+}
+
 func (e *env) grant(acctID string, mode ledger.Mode, credits int64) {
 	e.t.Helper()
 	_, err := e.store.Grant(context.Background(), ledger.GrantRequest{
@@ -411,4 +421,22 @@ func mustAbs(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	return abs
+}
+
+// slowBody sends a generate request whose body stops after its first bytes: 408 after
+// body_read_timeout.
+func slowBody(t *testing.T, key string) *http.Response {
+	t.Helper()
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only so a failing test cannot hang
+	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{\"tool\":", key)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// checkInput rejects an input the model cannot be charged for (README, "Errors"): one with
+// checkInput rejects an input the model cannot be charged for (docs/API.md, "Errors"): one with
 // control characters other than tab, line feed and carriage return (NUL among them), and one in
 // which nothing visible is left once white space, zero-width and other invisible characters are
 // set aside. Lone UTF-16 surrogates were caught in the raw body (loneSurrogate).

@@ -1,11 +1,8 @@
 package caddymodule
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -564,17 +561,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	fs := fastBackend(t)
 	e := newEnv(t, envOptions{ollama: fs.URL, limits: "body_read_timeout 300ms"})
 	acct, key := e.account(3)
-	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only so a failing test cannot hang
-	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{\"tool\":", key)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := slowBody(t, key)
 	b := decodeErr(t, resp)
 	if resp.StatusCode != 408 || b.Error.Code != "request_timeout" || resp.Header.Get("X-Credits-Remaining") != "3" {
 		t.Errorf("status %d code %s headers %v", resp.StatusCode, b.Error.Code, resp.Header)

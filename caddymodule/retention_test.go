@@ -81,7 +81,7 @@ func (e *env) cutAfter(key, body string, n int, hdr ...string) (got, reqID strin
 	return string(buf), resp.Header.Get("X-Request-Id")
 }
 
-// wantNotFound checks a JSON 404 not_found in the error format of the README ("Errors").
+// wantNotFound checks a JSON 404 not_found in the error format of docs/API.md ("Errors").
 func wantNotFound(t *testing.T, what string, resp *http.Response, body string) {
 	t.Helper()
 	var b apiErrBody

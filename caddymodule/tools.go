@@ -148,6 +148,12 @@ func (h *Handler) checkModelsOn(o *backends.Ollama, models []string) {
 
 // serveTools answers GET /api/v1/tools with the catalog (free, no key needed).
 func (h *Handler) serveTools(w http.ResponseWriter, r *http.Request, reqID string) {
+	serveStatic(w, r, reqID, h.toolsJSON)
+}
+
+// serveStatic answers a GET or HEAD of a public JSON document that changes only with the
+// configuration (cacheable for 5 minutes); other methods get 405.
+func serveStatic(w http.ResponseWriter, r *http.Request, reqID string, body []byte) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
@@ -156,10 +162,10 @@ func (h *Handler) serveTools(w http.ResponseWriter, r *http.Request, reqID strin
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "public, max-age=300")
 	hdr.Set("X-Request-Id", reqID)
-	hdr.Set("Content-Length", strconv.Itoa(len(h.toolsJSON)))
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write(h.toolsJSON)
+		_, _ = w.Write(body)
 	}
 }
 

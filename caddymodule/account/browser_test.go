@@ -17,7 +17,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/browsertest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -42,41 +42,11 @@ var (
 	caddyBase                                     string
 )
 
-// chromiumInstall is the command that installs the browser on Debian (CI runs it in .ci/run).
-const chromiumInstall = "apt-get update && apt-get install -y chromium"
-
-// chromiumPath finds the browser: $TEXTGEN_CHROMIUM, else chromium on the PATH.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("TEXTGEN_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatalf("Chromium is not installed; install it with: %s (or set TEXTGEN_CHROMIUM to its path)", chromiumInstall)
-	return ""
-}
-
 // newChromium starts a headless Chromium with a fresh profile; it ends with the test, and every
 // step under its context within 4 minutes.
 func newChromium(t *testing.T) context.Context {
 	t.Helper()
-	chromium := chromiumPath(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout on it
-		t.Fatalf("starting Chromium (%s): %v", chromium, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	ctx, cancel := context.WithTimeout(browsertest.Start(t), 4*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -185,6 +155,7 @@ func (s *shooter) shot(name string) {
 }
 
 func TestBrowserSignUpKeyGenerateBuy(t *testing.T) {
+	browsertest.Path(t) // fails early, saying how to install it
 	ollama := realOllama(t)
 	rec := newStripeRecorder(t, realStripeMock(t).URL)
 
