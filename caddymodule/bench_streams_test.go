@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,7 +105,19 @@ func BenchmarkLongStreams(b *testing.B) {
 
 	b.ResetTimer()
 	for _, p := range paths {
-		res := runLongStreams(b, p.srv.Pid(), n, func() ([]time.Duration, error) {
+		atPeak := func() {}
+		if dir := os.Getenv("TEXTGEN_BENCH_PROFILE"); dir != "" {
+			// With every stream open, a third of the way in: the heap (pprof) and the process's
+			// MemStats (stacks, heap in use and idle), to see where a stream's memory goes.
+			srv, name := p.srv, p.name
+			atPeak = func() {
+				time.Sleep(time.Duration(pieces) * gap / 3)
+				saveAdmin(b, srv.Admin, "/debug/pprof/heap", filepath.Join(dir, name+"-streams.heap"))
+				saveAdmin(b, srv.Admin, "/debug/pprof/heap?debug=1", filepath.Join(dir, name+"-streams.heap.txt"))
+				saveAdmin(b, srv.Admin, "/debug/pprof/goroutine?debug=1", filepath.Join(dir, name+"-streams.goroutines.txt"))
+			}
+		}
+		res := runLongStreams(b, p.srv.Pid(), n, atPeak, func() ([]time.Duration, error) {
 			resp, err := client.Do(p.req())
 			if err != nil {
 				return nil, err
@@ -187,7 +200,7 @@ type longStreamsResult struct {
 
 // runLongStreams runs n streams at once (started over about a second, as a listen backlog
 // takes them) and samples the server process pid's RSS while they run.
-func runLongStreams(b *testing.B, pid, n int, stream func() ([]time.Duration, error)) longStreamsResult {
+func runLongStreams(b *testing.B, pid, n int, atPeak func(), stream func() ([]time.Duration, error)) longStreamsResult {
 	res := longStreamsResult{baseRSS: rssOf(pid)}
 	cpu0 := procCPU(b, pid)
 	peakRSS := samplePeakRSS(pid, 100*time.Millisecond)
@@ -213,6 +226,7 @@ func runLongStreams(b *testing.B, pid, n int, stream func() ([]time.Duration, er
 		}()
 	}
 	pace.Stop()
+	atPeak()
 	wg.Wait()
 	res.cpu = procCPU(b, pid) - cpu0
 	res.peakRSS = peakRSS()
@@ -221,6 +235,22 @@ func runLongStreams(b *testing.B, pid, n int, stream func() ([]time.Duration, er
 		res.gapP50, res.gapP99, res.gapMax = gaps[len(gaps)/2], gaps[len(gaps)*99/100], gaps[len(gaps)-1]
 	}
 	return res
+}
+
+// saveAdmin writes what path of the admin endpoint admin answers to file.
+func saveAdmin(b *testing.B, admin, path, file string) {
+	resp, err := http.Get("http://" + admin + path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // raiseFileLimit raises this process's open-file limit to its hard limit (processes it starts
