@@ -57,32 +57,30 @@ func (o *Ollama) encodeChat(req Request) ([]byte, error) {
 	if o.cfg.API == APIOpenAI {
 		return encodeOpenAIChat(req)
 	}
-	stream := true
-	opts := make(map[string]any, 3)
-	if req.MaxTokens > 0 {
-		opts["num_predict"] = req.MaxTokens
-	}
-	if req.Temperature != nil {
-		opts["temperature"] = *req.Temperature
-	}
-	if req.NumCtx > 0 {
-		opts["num_ctx"] = req.NumCtx
-	}
-	if req.Seed != nil {
-		opts["seed"] = *req.Seed
-	}
-	msgs := make([]api.Message, 0, 2)
+	body := ollamaChatRequest{Model: req.Model, Stream: true, KeepAlive: o.keepAlive}
+	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
+	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
 	if req.System != "" {
-		msgs = append(msgs, api.Message{Role: "system", Content: req.System})
+		body.Messages = append(body.Messages, openaiMessage{Role: "system", Content: req.System})
 	}
-	msgs = append(msgs, api.Message{Role: "user", Content: req.Prompt})
-	return json.Marshal(&api.ChatRequest{
-		Model:     req.Model,
-		Messages:  msgs,
-		Stream:    &stream,
-		KeepAlive: o.keepAlive,
-		Options:   opts,
-	})
+	body.Messages = append(body.Messages, openaiMessage{Role: "user", Content: req.Prompt})
+	return json.Marshal(&body)
+}
+
+// ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
+// api.ChatRequest with its options in a map took twice the time and allocations to encode (a
+// test checks both give the same JSON).
+type ollamaChatRequest struct {
+	Model     string          `json:"model"`
+	Messages  []openaiMessage `json:"messages"` // the same role and content on both wires
+	Stream    bool            `json:"stream"`
+	KeepAlive *api.Duration   `json:"keep_alive,omitempty"`
+	Options   struct {
+		NumPredict  int      `json:"num_predict,omitempty"`
+		Temperature *float64 `json:"temperature,omitempty"`
+		NumCtx      int      `json:"num_ctx,omitempty"`
+		Seed        *int     `json:"seed,omitempty"`
+	} `json:"options"`
 }
 
 // generateOn runs one attempt on host h. Every failure is an *Error.
