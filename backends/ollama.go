@@ -171,6 +171,11 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		IdleConnTimeout:     90 * time.Second,
 		// A compressing proxy in between would buffer the stream; Ollama never compresses.
 		DisableCompression: true,
+		// Every open stream holds its connection's buffers: the request is a few KB at most
+		// (and a longer one is written through), the response is read line by line into the
+		// line reader's own buffer. The defaults are 4 KiB each.
+		WriteBufferSize: 1 << 10,
+		ReadBufferSize:  1 << 10,
 		// No ResponseHeaderTimeout: Ollama sends the headers with the first piece, after loading
 		// the model, so the first-piece timer bounds that wait instead.
 	}
