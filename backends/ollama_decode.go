@@ -219,15 +219,9 @@ func (s *scan) message(c *chatChunk) error {
 
 // object walks {"key": value, ...}; member reads the value at s.i for each key.
 func (s *scan) object(member func(key []byte) error) error {
-	s.depth++
-	if s.depth > maxDepth {
-		return errors.New("nested too deep")
-	}
 	defer func() { s.depth-- }()
-	s.i++ // '{'
-	if s.peek() == '}' {
-		s.i++
-		return nil
+	if empty, err := s.enter('}'); empty || err != nil {
+		return err
 	}
 	for {
 		if s.peek() != '"' {
@@ -253,16 +247,38 @@ func (s *scan) object(member func(key []byte) error) error {
 		if err := member(key); err != nil {
 			return err
 		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return errSyntax
+		if done, err := s.next('}'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// enter steps into the object or array at s.i, whose closing byte is end, one level deeper
+// (the caller steps back out with s.depth--); empty reports {} or [], stepped over whole.
+func (s *scan) enter(end byte) (empty bool, err error) {
+	s.depth++
+	if s.depth > maxDepth {
+		return false, errors.New("nested too deep")
+	}
+	s.i++ // '{' or '['
+	if s.peek() == end {
+		s.i++
+		return true, nil
+	}
+	return false, nil
+}
+
+// next steps over the comma after a member or element, or over end; done reports end.
+func (s *scan) next(end byte) (done bool, err error) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, nil
+	case end:
+		s.i++
+		return true, nil
+	}
+	return false, errSyntax
 }
 
 // rawString reads a string at s.i and returns its bytes between the quotes, and whether it

@@ -207,29 +207,17 @@ func (s *scan) nullOr(open byte, read func() error) error {
 // array walks [value, ...] or null; elem reads the value at s.i.
 func (s *scan) array(elem func() error) error {
 	return s.nullOr('[', func() error {
-		s.depth++
-		if s.depth > maxDepth {
-			return errors.New("nested too deep")
-		}
 		defer func() { s.depth-- }()
-		s.i++ // '['
-		if s.peek() == ']' {
-			s.i++
-			return nil
+		if empty, err := s.enter(']'); empty || err != nil {
+			return err
 		}
 		for {
 			s.ws()
 			if err := elem(); err != nil {
 				return err
 			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return nil
-			default:
-				return errSyntax
+			if done, err := s.next(']'); done || err != nil {
+				return err
 			}
 		}
 	})
