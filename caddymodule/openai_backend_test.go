@@ -2,14 +2,17 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -146,6 +149,57 @@ func TestToolOwnBackend(t *testing.T) {
 	}
 	if b := e.balance(acct.ID); b.Balance != 1 {
 		t.Errorf("balance %+v after two requests, want 1", b)
+	}
+	e.verify()
+}
+
+// GET /api/v1/ready counts the model servers a tool has of its own, and names a tool none of
+// whose servers is healthy while the handler's still serve: the server stays ready for the
+// other tools, and that tool's requests get 503 and cost nothing.
+func TestReadyCountsToolBackends(t *testing.T) {
+	o := realOllama(t)
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Model: "hosted-model", Pieces: 2, Piece: "s"})
+	dead := fmt.Sprintf("http://127.0.0.1:%d", freeport.MustPick(1)[0]) // nothing listens there
+	e := newEnv(t, envOptions{ollama: o.URL, extra: fmt.Sprintf(`tool summarizer {
+			openai %s/v1
+			model hosted-model
+		}
+		tool text-rewriter {
+			ollama %s
+		}
+		tool grammar-checker {
+			ollama %s
+		}`, fs.URL, dead, dead)})
+	acct, key := e.account(2)
+
+	// The dead server's host is marked down by the request that cannot reach it.
+	resp, err := e.post(context.Background(), key, genBody("text-rewriter", "Text.", "de", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("text-rewriter on a dead server: %d %s", resp.StatusCode, body)
+	}
+
+	r, err := e.client.Get(baseURL + "/api/v1/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc readyDoc
+	err = json.NewDecoder(r.Body).Decode(&doc)
+	r.Body.Close()
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("ready: %d %v", r.StatusCode, err)
+	}
+	// The handler's Ollama, the summarizer's server and the dead one the two tools share, each
+	// counted once; both tools that use the dead one are named.
+	if !doc.Ready || doc.Hosts != 3 || doc.HostsHealthy != 2 || !slices.Equal(doc.ToolsUnavailable, []string{"grammar-checker", "text-rewriter"}) {
+		t.Errorf("ready: %+v, want ready, 3 hosts, 2 healthy, grammar-checker and text-rewriter unavailable", doc)
+	}
+	if b := e.balance(acct.ID); b.Balance != 2 {
+		t.Errorf("balance %+v after a request the dead server could not take, want 2", b)
 	}
 	e.verify()
 }

@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -20,11 +22,16 @@ type readyDoc struct {
 	Ledger       string `json:"ledger"`        // "ok", "unavailable" (reason says why), "closed" or "failed" (the log says why)
 	HostsHealthy int    `json:"hosts_healthy"` // model hosts that answered their last check
 	Hosts        int    `json:"hosts"`
-	Queued       int    `json:"queued"` // requests waiting in the admission queue
+	Queued       int    `json:"queued"` // requests waiting in the admission queues
+	// ToolsUnavailable are the tools with model servers of their own none of which is healthy:
+	// their requests fail (503, no charge) while the others are served, so the server stays ready.
+	ToolsUnavailable []string `json:"tools_unavailable,omitempty"`
 }
 
 // serveReady answers GET /api/v1/ready for load balancers: 200 when the ledger is open and
-// writable and at least one model host is healthy, else 503 with the reason. It needs no key
+// writable and at least one of the handler's model hosts is healthy, else 503 with the reason.
+// The hosts and queues of tools with model servers of their own count too, and such a tool
+// with no healthy host is named. It needs no key
 // and costs no credit; it reads only in-memory state (the hosts' health comes from the
 // backend's periodic checks), so it can be polled often.
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, o *backends.Ollama) {
@@ -52,15 +59,17 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 			ce.Write(zap.Error(err))
 		}
 	}
-	for _, hs := range o.Hosts() {
-		doc.Hosts++
-		if hs.Healthy {
-			doc.HostsHealthy++
-		}
-	}
-	doc.Queued = o.QueueLen()
-	if doc.HostsHealthy == 0 && doc.Reason == "" {
+	seen := map[*backends.Ollama]bool{}
+	if !countHosts(&doc, o, seen) && doc.Reason == "" {
 		doc.Reason = "no model host is healthy"
+	}
+	for _, slug := range slices.Sorted(maps.Keys(h.tools)) {
+		if h.tools[slug].backendRef == nil {
+			continue
+		}
+		if to, ok := h.tools[slug].toolBackend(o).(*backends.Ollama); ok && to != o && !countHosts(&doc, to, seen) {
+			doc.ToolsUnavailable = append(doc.ToolsUnavailable, slug)
+		}
 	}
 	doc.Ready = doc.Reason == ""
 	status := http.StatusOK
@@ -69,4 +78,24 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		w.Header().Set("Retry-After", "5")
 	}
 	writeJSON(w, r, reqID, status, doc)
+}
+
+// countHosts adds o's hosts and queue to doc once (seen: tools may share a backend) and reports
+// whether one of its hosts is healthy.
+func countHosts(doc *readyDoc, o *backends.Ollama, seen map[*backends.Ollama]bool) (healthy bool) {
+	first := !seen[o]
+	seen[o] = true
+	for _, hs := range o.Hosts() {
+		healthy = healthy || hs.Healthy
+		if first {
+			doc.Hosts++
+			if hs.Healthy {
+				doc.HostsHealthy++
+			}
+		}
+	}
+	if first {
+		doc.Queued += o.QueueLen()
+	}
+	return healthy
 }
