@@ -149,6 +149,35 @@ func (c clientCmd) run(t *testing.T, url, key, body, idem string) (stdout, stder
 	return out.String(), log.String(), code
 }
 
+// runOutputClosed runs the client with its standard output a pipe that is closed after the
+// first bytes of text; it returns the client's log and exit code (-1 if a signal ended it).
+func (c clientCmd) runOutputClosed(t *testing.T, url, key, body string) (stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], body)...)
+	cmd.Env = append(os.Environ(), "TEXTGEN_URL="+url, "TEXTGEN_KEY="+key, "PYTHONDONTWRITEBYTECODE=1")
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("%s printed nothing: %v\n%s", c.name, err, log.String())
+	}
+	out.Close()
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	return log.String(), cmd.ProcessState.ExitCode()
+}
+
 // TestClients runs the clients of docs/clients (Python, JavaScript, Go) against the real Caddy
 // and checks each error class: a whole text charged once; a stream cut by the network resumed
 // after its last event; 402 with where to buy (exit 2); 429 waited out by Retry-After; 503 from
@@ -214,6 +243,15 @@ func TestClients(t *testing.T) {
 				t.Fatalf("the client did not wait out the 429: %q", log)
 			}
 			charged(acct.ID, 2)
+
+			// The client's own output closes mid-text (a pipe to a program that quit): that is not a
+			// cut stream, so the client stops rather than resuming, and the text is charged once.
+			acct, key = e.account(3)
+			log, code = c.runOutputClosed(t, baseURL, key, body)
+			if code == 0 || strings.Contains(log, "resuming") || strings.Contains(log, "retrying") {
+				t.Fatalf("output closed: exit %d, log %q; want a failure without resuming", code, log)
+			}
+			charged(acct.ID, 1)
 
 			// The model server is busy for the first request only.
 			acct, key = e.account(3)

@@ -15,6 +15,13 @@ export class APIError extends Error {
   }
 }
 
+// OutputError is a failure of onText (the caller's own code): not a cut stream, so no resume.
+export class OutputError extends Error {
+  constructor(cause) {
+    super(`onText failed: ${cause?.message ?? cause}`, { cause });
+  }
+}
+
 const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 
 // generate streams one text to onText and resolves with the done event.
@@ -53,14 +60,16 @@ export async function generate({ api, key, body, idempotencyKey = crypto.randomU
     rid ??= resp.headers.get("X-Generation-Id") ?? resp.headers.get("X-Request-Id");
     try {
       const done = await readEvents(resp.body, (event, data, id) => {
-        if (event === "delta") onText(data.text);
+        if (event === "delta") {
+          try { onText(data.text); } catch (err) { throw new OutputError(err); } // not a cut: no resume
+        }
         if (event === "error") throw new APIError(502, data.error.code, data.error.message); // nothing charged
         if (id !== null) lastId = id;
       });
       if (done) return done;
       log("the stream ended early; resuming");
     } catch (err) {
-      if (err instanceof APIError) throw err;
+      if (err instanceof APIError || err instanceof OutputError) throw err;
       log(`connection cut (${err.message}); resuming`);
     }
   }

@@ -15,6 +15,10 @@ API = os.environ.get("TEXTGEN_URL", "http://localhost:8080").rstrip("/")
 KEY = os.environ.get("TEXTGEN_KEY", "")
 
 
+class OutputError(Exception):
+    """Writing the text failed (a closed pipe, a full disk): not a network fault, so no retry."""
+
+
 class APIError(Exception):
     def __init__(self, status, code, message):
         super().__init__(f"{status} {code}: {message}")
@@ -56,8 +60,11 @@ def generate(body, idempotency_key=None, out=sys.stdout, tries=8, log=sys.stderr
                     elif line == "" and event:
                         payload = json.loads(data)
                         if event == "delta":
-                            out.write(payload["text"])
-                            out.flush()
+                            try:
+                                out.write(payload["text"])
+                                out.flush()
+                            except OSError as err:  # not a cut stream: resuming would not help
+                                raise OutputError(err) from err
                         elif event == "done":
                             return payload
                         elif event == "error":  # the model failed: nothing was charged
@@ -93,6 +100,8 @@ if __name__ == "__main__":
         sys.exit("set TEXTGEN_KEY to your API key")
     try:
         done = generate(json.loads(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+    except OutputError as e:
+        sys.exit(f"writing the text failed: {e}")
     except APIError as e:
         if e.status == 402:
             sys.stderr.write(f"out of credits: {e.message}\n")

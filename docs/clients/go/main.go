@@ -102,10 +102,11 @@ func (c *Client) Generate(body any, idempotencyKey string, out io.Writer) (*Done
 		done, err := readEvents(resp.Body, out, &lastID)
 		resp.Body.Close()
 		var apiErr *APIError
+		var outErr *OutputError
 		switch {
 		case done != nil:
 			return done, nil
-		case errors.As(err, &apiErr):
+		case errors.As(err, &apiErr), errors.As(err, &outErr):
 			return nil, err
 		case err != nil:
 			fmt.Fprintf(c.Log, "connection cut (%v); resuming\n", err)
@@ -115,6 +116,13 @@ func (c *Client) Generate(body any, idempotencyKey string, out io.Writer) (*Done
 	}
 	return nil, errors.New("gave up after 8 tries")
 }
+
+// OutputError is a failed write of the text (a closed pipe, a full disk): not a network fault,
+// so Generate gives up instead of resuming.
+type OutputError struct{ Err error }
+
+func (e *OutputError) Error() string { return "writing the text: " + e.Err.Error() }
+func (e *OutputError) Unwrap() error { return e.Err }
 
 // readEvents writes the deltas of an SSE body to out, noting the id of each event in lastID,
 // and returns the done event (nil if the body ends without one).
@@ -138,7 +146,9 @@ func readEvents(body io.Reader, out io.Writer, lastID *int) (*Done, error) {
 				if err := json.Unmarshal([]byte(data), &d); err != nil {
 					return nil, err
 				}
-				io.WriteString(out, d.Text)
+				if _, err := io.WriteString(out, d.Text); err != nil {
+					return nil, &OutputError{err} // not a cut stream: resuming would not help
+				}
 			case "done":
 				var d Done
 				return &d, json.Unmarshal([]byte(data), &d)
