@@ -40,6 +40,9 @@ type Badger struct {
 	opened time.Time
 	c      *committer
 	kept   *keptStore // the kept generations (badger_kept.go)
+	// openHolds counts the holds open in memory: generations whose settle or void will come
+	// (the committer's group window uses it).
+	openHolds atomic.Int64
 
 	// closeMu is held shared by every call that writes or reads Badger and exclusively by
 	// Close, so Close waits for calls in flight.
@@ -117,6 +120,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		keyIDs:   map[string]*keyEntry{},
 	}
 	s.c = newCommitter(db, opts.Logger, space)
+	s.c.siblings = s.openHolds.Load
 	s.kept = newKeptStore(dir, opts, locked)
 	s.readOnly.Store(readOnly)
 	fail := func(err error) (*Badger, error) {
@@ -315,6 +319,7 @@ func (s *Badger) load() error {
 			}
 			a.holds[rid] = &holdMem{rec: rec}
 			a.add(rec.Mode, 0, 1)
+			s.openHolds.Add(1)
 			return nil
 		})
 		if err != nil {

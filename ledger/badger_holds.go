@@ -120,6 +120,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		op = s.c.enqueueLazy(ws) // committed with the settle, or soon
 	}
 	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
+	s.openHolds.Add(1)
 	a.mu.Unlock()
 	// A Reserve returns before the commit, except when the committer refused the write (it
 	// failed earlier): then no hold will ever reach the disk, and the generation must not run.
@@ -191,6 +192,7 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	rec := h.rec
 	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
+	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
 	op := s.c.enqueue(append(ws,
 		set(holdKey(a.id, rec.RequestID), mustJSON(rec)),
 		del(openHoldKey(a.id, rec.RequestID)),
