@@ -29,39 +29,25 @@ func BenchmarkOllamaRelay(b *testing.B) {
 		fs := ollamatest.NewFaultServer(ollamatest.FaultConfig{Pieces: pieces, Piece: " word"})
 		b.Cleanup(fs.Close)
 
-		b.Run("backend/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
-			o, err := backends.NewOllama(backends.OllamaConfig{Hosts: []string{fs.URL}, Logger: zap.NewNop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer o.Close()
-			req := backends.Request{Model: ollamatest.DefaultModel, System: "sys", Prompt: "hello"}
-			var n int
-			emit := func(p string) error { n += len(p); return nil }
-			ctx := context.Background()
-			runRelay(b, pieces, func() error {
-				_, err := o.Generate(ctx, req, emit)
-				return err
+		// "backend" is Ollama's wire; "openai" the same pieces from the same server's
+		// OpenAI-compatible endpoint (server-sent events, walked like Ollama's lines).
+		for _, w := range []struct{ name, api string }{{"backend", backends.APIOllama}, {"openai", backends.APIOpenAI}} {
+			b.Run(w.name+"/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
+				o, err := backends.NewOllama(backends.OllamaConfig{API: w.api, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer o.Close()
+				req := backends.Request{Model: ollamatest.DefaultModel, System: "sys", Prompt: "hello"}
+				var n int
+				emit := func(p string) error { n += len(p); return nil }
+				ctx := context.Background()
+				runRelay(b, pieces, func() error {
+					_, err := o.Generate(ctx, req, emit)
+					return err
+				})
 			})
-		})
-
-		// The OpenAI wire from the same server: server-sent events, each piece a
-		// chat.completion.chunk decoded with encoding/json.
-		b.Run("openai/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
-			o, err := backends.NewOllama(backends.OllamaConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer o.Close()
-			req := backends.Request{Model: ollamatest.DefaultModel, System: "sys", Prompt: "hello"}
-			var n int
-			emit := func(p string) error { n += len(p); return nil }
-			ctx := context.Background()
-			runRelay(b, pieces, func() error {
-				_, err := o.Generate(ctx, req, emit)
-				return err
-			})
-		})
+		}
 
 		b.Run("official-client/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
 			u, _ := url.Parse(fs.URL)

@@ -57,24 +57,42 @@ func (o *Ollama) encodeChat(req Request) ([]byte, error) {
 	if o.cfg.API == APIOpenAI {
 		return encodeOpenAIChat(req)
 	}
-	body := ollamaChatRequest{Model: req.Model, Stream: true, KeepAlive: o.keepAlive}
+	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: o.keepAlive}
 	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
 	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
-	if req.System != "" {
-		body.Messages = append(body.Messages, openaiMessage{Role: "system", Content: req.System})
-	}
-	body.Messages = append(body.Messages, openaiMessage{Role: "user", Content: req.Prompt})
 	return json.Marshal(&body)
+}
+
+// chatMessage is one message of a chat request, the same on both wires.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// chatMessages are req's system message (if any) and its prompt.
+func chatMessages(req Request) []chatMessage {
+	if req.System == "" {
+		return []chatMessage{{Role: "user", Content: req.Prompt}}
+	}
+	return []chatMessage{{Role: "system", Content: req.System}, {Role: "user", Content: req.Prompt}}
+}
+
+// newDecoder is the decoder of one stream on the backend's wire.
+func (o *Ollama) newDecoder() streamDecoder {
+	if o.cfg.API == APIOpenAI {
+		return &openaiStream{}
+	}
+	return ollamaLines{}
 }
 
 // ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
 // api.ChatRequest with its options in a map took twice the time and allocations to encode (a
 // test checks both give the same JSON).
 type ollamaChatRequest struct {
-	Model     string          `json:"model"`
-	Messages  []openaiMessage `json:"messages"` // the same role and content on both wires
-	Stream    bool            `json:"stream"`
-	KeepAlive *api.Duration   `json:"keep_alive,omitempty"`
+	Model     string        `json:"model"`
+	Messages  []chatMessage `json:"messages"`
+	Stream    bool          `json:"stream"`
+	KeepAlive *api.Duration `json:"keep_alive,omitempty"`
 	Options   struct {
 		NumPredict  int      `json:"num_predict,omitempty"`
 		Temperature *float64 `json:"temperature,omitempty"`
@@ -184,10 +202,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return err
 	}
 	var chunk chatChunk
-	var sse *openaiStream // the OpenAI wire's state
-	if o.cfg.API == APIOpenAI {
-		sse = &openaiStream{}
-	}
+	dec := o.newDecoder()
 	for {
 		if pending && !lines.hasLine() {
 			if err := flush(); err != nil {
@@ -197,15 +212,10 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		}
 		line, err := lines.next()
 		switch {
-		case err == nil && sse != nil:
-			err = decodeOpenAILine(line, &chunk, sse)
 		case err == nil:
-			err = decodeChunk(line, &chunk)
-		case errors.Is(err, io.EOF) && sse != nil && sse.finish != "":
-			// Some servers end the body after the finish reason without "[DONE]": complete.
-			// Without either, the stream was cut.
-			sse.end(&chunk)
-			err = nil
+			err = dec.decode(line, &chunk)
+		case errors.Is(err, io.EOF) && dec.atEOF(&chunk):
+			err = nil // the wire's end without its end marker, after a complete stream
 		}
 		if err != nil {
 			_ = flush() // what came before the failure

@@ -107,6 +107,22 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 
 // decodeChunk parses one line into c, which it zeroes first. Keys match exactly (encoding/json
 // would also accept other letter cases; Ollama never sends them).
+// streamDecoder reads one stream of a wire, line by line, into chunks.
+type streamDecoder interface {
+	// decode reads line into c, which it zeroes first; a line that carries nothing leaves it
+	// empty.
+	decode(line []byte, c *chatChunk) error
+	// atEOF reports whether the body's end completes the stream, making c its last chunk;
+	// false: the stream was cut.
+	atEOF(c *chatChunk) bool
+}
+
+// ollamaLines decodes Ollama's NDJSON: every line a chunk, the end a "done":true chunk.
+type ollamaLines struct{}
+
+func (ollamaLines) decode(line []byte, c *chatChunk) error { return decodeChunk(line, c) }
+func (ollamaLines) atEOF(*chatChunk) bool                  { return false }
+
 func decodeChunk(line []byte, c *chatChunk) error {
 	*c = chatChunk{}
 	s := scan{b: line}
@@ -151,18 +167,26 @@ func (s *scan) peek() byte {
 	return 0
 }
 
-func (s *scan) chunk(c *chatChunk) error {
+// document walks a whole line that holds one object (or null, which encoding/json reads into
+// a struct as nothing) and nothing after it.
+func (s *scan) document(member func(key []byte) error) error {
 	switch s.peek() {
 	case '{':
-	case 'n': // encoding/json accepts null for a struct, as nothing
+		if err := s.object(member); err != nil {
+			return err
+		}
+	case 'n':
 		if err := s.literal("null"); err != nil {
 			return err
 		}
-		return s.end()
 	default:
 		return errSyntax
 	}
-	err := s.object(func(key []byte) error {
+	return s.end()
+}
+
+func (s *scan) chunk(c *chatChunk) error {
+	return s.document(func(key []byte) error {
 		var err error
 		switch string(key) {
 		case "message":
@@ -182,10 +206,6 @@ func (s *scan) chunk(c *chatChunk) error {
 		}
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	return s.end()
 }
 
 func (s *scan) end() error {
@@ -197,24 +217,54 @@ func (s *scan) end() error {
 }
 
 func (s *scan) message(c *chatChunk) error {
+	return s.objectOrNull(func(key []byte) error {
+		if string(key) == "content" {
+			var err error
+			c.Message.Content, err = s.str(c.Message.Content)
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// objectOrNull walks an object (member as in object) or null (nothing); any other value is
+// skipped and a type error, as encoding/json reads it into a struct.
+func (s *scan) objectOrNull(member func(key []byte) error) error {
+	return s.nullOr('{', func() error { return s.object(member) })
+}
+
+// nullOr reads null (nothing) or, when the value starts with open, calls read.
+func (s *scan) nullOr(open byte, read func() error) error {
 	switch s.peek() {
 	case 'n':
 		return s.literal("null")
-	case '{':
-		return s.object(func(key []byte) error {
-			if string(key) == "content" {
-				var err error
-				c.Message.Content, err = s.str(c.Message.Content)
-				return err
-			}
-			return s.skip()
-		})
+	case open:
+		return read()
 	default:
 		if err := s.skip(); err != nil {
 			return err
 		}
 		return errType
 	}
+}
+
+// array walks [value, ...] or null; elem reads the value at s.i.
+func (s *scan) array(elem func() error) error {
+	return s.nullOr('[', func() error {
+		defer func() { s.depth-- }()
+		if empty, err := s.enter(']'); empty || err != nil {
+			return err
+		}
+		for {
+			s.ws()
+			if err := elem(); err != nil {
+				return err
+			}
+			if done, err := s.next(']'); done || err != nil {
+				return err
+			}
+		}
+	})
 }
 
 // object walks {"key": value, ...}; member reads the value at s.i for each key.

@@ -36,9 +36,9 @@ func openaiURL(u *url.URL, path string) string {
 
 // openaiChatRequest is the body of a streamed chat completion.
 type openaiChatRequest struct {
-	Model         string          `json:"model"`
-	Messages      []openaiMessage `json:"messages"`
-	Stream        bool            `json:"stream"`
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -47,19 +47,11 @@ type openaiChatRequest struct {
 	Seed        *int     `json:"seed,omitempty"`
 }
 
-type openaiMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
 func encodeOpenAIChat(req Request) ([]byte, error) {
-	body := openaiChatRequest{Model: req.Model, Stream: true, Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
+	body := openaiChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true,
+		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
 	// Usage in a last chunk before [DONE], so that token counts are the server's own.
 	body.StreamOptions.IncludeUsage = true
-	if req.System != "" {
-		body.Messages = append(body.Messages, openaiMessage{Role: "system", Content: req.System})
-	}
-	body.Messages = append(body.Messages, openaiMessage{Role: "user", Content: req.Prompt})
 	return json.Marshal(&body)
 }
 
@@ -100,34 +92,22 @@ func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
 // ollama_decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
 // error ({"message": ...} or a string). Other members are skipped without allocating.
 func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
-	switch s.peek() {
-	case '{':
-	case 'n': // null, as encoding/json reads it into a struct: nothing
-		if err := s.literal("null"); err != nil {
-			return err
-		}
-		return s.end()
-	default:
-		return errSyntax
-	}
-	err := s.object(func(key []byte) error {
+	return s.document(func(key []byte) error {
 		switch string(key) {
 		case "choices":
 			return s.array(func() error { return s.openaiChoice(c, st) })
 		case "usage":
-			return s.nullOr('{', func() error {
-				return s.object(func(key []byte) error {
-					var err error
-					switch string(key) {
-					case "prompt_tokens":
-						st.promptTokens, err = s.integer(st.promptTokens)
-					case "completion_tokens":
-						st.outputTokens, err = s.integer(st.outputTokens)
-					default:
-						err = s.skip()
-					}
-					return err
-				})
+			return s.objectOrNull(func(key []byte) error {
+				var err error
+				switch string(key) {
+				case "prompt_tokens":
+					st.promptTokens, err = s.integer(st.promptTokens)
+				case "completion_tokens":
+					st.outputTokens, err = s.integer(st.outputTokens)
+				default:
+					err = s.skip()
+				}
+				return err
 			})
 		case "error":
 			if s.peek() == '"' {
@@ -135,92 +115,61 @@ func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
 				c.Error, err = s.str(c.Error)
 				return err
 			}
-			return s.nullOr('{', func() error {
-				start := s.i
-				err := s.object(func(key []byte) error {
-					if string(key) == "message" {
-						var err error
-						c.Error, err = s.str(c.Error)
-						return err
-					}
-					return s.skip()
-				})
-				if err == nil && c.Error == "" { // an error without a message is still one
-					c.Error = string(s.b[start:s.i])
+			start := s.i
+			err := s.objectOrNull(func(key []byte) error {
+				if string(key) == "message" {
+					var err error
+					c.Error, err = s.str(c.Error)
+					return err
 				}
-				return err
+				return s.skip()
 			})
+			if err == nil && c.Error == "" && s.b[start] == '{' { // an error without a message is still one
+				c.Error = string(s.b[start:s.i])
+			}
+			return err
 		default:
 			return s.skip()
 		}
 	})
-	if err != nil {
-		return err
-	}
-	return s.end()
 }
 
 // openaiChoice reads one element of "choices": its delta's content and its finish reason.
 func (s *scan) openaiChoice(c *chatChunk, st *openaiStream) error {
-	return s.nullOr('{', func() error {
-		return s.object(func(key []byte) error {
-			switch string(key) {
-			case "delta":
-				return s.nullOr('{', func() error {
-					return s.object(func(key []byte) error {
-						if string(key) != "content" {
-							return s.skip()
-						}
-						piece, err := s.str("")
-						c.Message.Content += piece
-						return err
-					})
-				})
-			case "finish_reason":
-				reason, err := s.str("")
-				if reason != "" {
-					st.finish = reason
+	return s.objectOrNull(func(key []byte) error {
+		switch string(key) {
+		case "delta":
+			return s.objectOrNull(func(key []byte) error {
+				if string(key) != "content" {
+					return s.skip()
 				}
+				piece, err := s.str("")
+				c.Message.Content += piece
 				return err
-			default:
-				return s.skip()
+			})
+		case "finish_reason":
+			reason, err := s.str("")
+			if reason != "" {
+				st.finish = reason
 			}
-		})
+			return err
+		default:
+			return s.skip()
+		}
 	})
 }
 
-// nullOr reads null (nothing) or, when the value starts with open, calls read.
-func (s *scan) nullOr(open byte, read func() error) error {
-	switch s.peek() {
-	case 'n':
-		return s.literal("null")
-	case open:
-		return read()
-	default:
-		if err := s.skip(); err != nil {
-			return err
-		}
-		return errType
+// decode reads one line of the event stream (decodeOpenAILine).
+func (st *openaiStream) decode(line []byte, c *chatChunk) error { return decodeOpenAILine(line, c, st) }
+
+// atEOF: some servers end the body after the finish reason without "data: [DONE]"; that is a
+// complete stream. Without either, it was cut.
+func (st *openaiStream) atEOF(c *chatChunk) bool {
+	if st.finish == "" {
+		return false
 	}
-}
-
-// array walks [value, ...] or null; elem reads the value at s.i.
-func (s *scan) array(elem func() error) error {
-	return s.nullOr('[', func() error {
-		defer func() { s.depth-- }()
-		if empty, err := s.enter(']'); empty || err != nil {
-			return err
-		}
-		for {
-			s.ws()
-			if err := elem(); err != nil {
-				return err
-			}
-			if done, err := s.next(']'); done || err != nil {
-				return err
-			}
-		}
-	})
+	st.end(c)
+	return true
 }
 
 // end makes c the stream's last chunk.
@@ -249,12 +198,7 @@ func openaiErrorMessage(raw json.RawMessage) string {
 
 // openaiModels lists the models of an OpenAI-compatible host (GET /v1/models).
 func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
-	if err != nil {
-		return nil, err
-	}
-	o.authorize(req)
-	resp, err := o.client.Do(req)
+	resp, err := o.getModels(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -281,18 +225,23 @@ func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, err
 	return ids, nil
 }
 
+// getModels sends GET /v1/models to h, with the key: the model check and the probe both ask it.
+func (o *Ollama) getModels(ctx context.Context, h *ollamaHost) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	o.authorize(req)
+	return o.client.Do(req)
+}
+
 // errProbeStatus marks a host that answers its probe with a server error.
 var errProbeStatus = errors.New("server error")
 
 // openaiProbe checks that an OpenAI-compatible host answers: any answer to GET /v1/models below
 // 500 shows a server (a 401 is a wrong key, which the first generation reports).
 func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
-	if err != nil {
-		return err
-	}
-	o.authorize(req)
-	resp, err := o.client.Do(req)
+	resp, err := o.getModels(ctx, h)
 	if err != nil {
 		return err
 	}
