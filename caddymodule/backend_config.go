@@ -10,12 +10,14 @@ import (
 )
 
 // validateBackend checks the model servers' settings, the handler's and each tool's: Ollama
-// hosts or OpenAI-compatible ones, and the settings only one kind takes.
+// hosts or OpenAI-compatible ones. The settings only Ollama takes are refused when no Ollama
+// server is in use (the handler's are OpenAI-compatible and no tool has Ollama servers of its
+// own): they would do nothing.
 func (h *Handler) validateBackend() error {
 	if err := validateServers("textgen: ", h.Ollama, h.OpenAI, h.APIKey); err != nil {
 		return err
 	}
-	anyOpenAI := len(h.OpenAI) > 0
+	ollamaInUse := len(h.OpenAI) == 0
 	for slug, tc := range h.Tools {
 		if tc == nil {
 			continue
@@ -23,13 +25,13 @@ func (h *Handler) validateBackend() error {
 		if err := validateServers("textgen: tool "+slug+": ", tc.Ollama, tc.OpenAI, tc.APIKey); err != nil {
 			return err
 		}
-		anyOpenAI = anyOpenAI || len(tc.OpenAI) > 0
+		ollamaInUse = ollamaInUse || len(tc.Ollama) > 0
 	}
-	if !anyOpenAI {
+	if ollamaInUse {
 		return nil
 	}
 	switch {
-	case h.PullModels && len(h.OpenAI) > 0:
+	case h.PullModels:
 		return fmt.Errorf("textgen: pull_models: models cannot be pulled through the OpenAI API; serve them on the model server")
 	case h.KeepAlive != 0:
 		return fmt.Errorf("textgen: keep_alive: an Ollama setting; OpenAI-compatible servers keep their models loaded themselves")
@@ -85,14 +87,27 @@ func (h *Handler) releaseToolBackends() error {
 	return errors.Join(errs...)
 }
 
-// toolBackend is the backend of a tool with model servers of its own, else def.
-func (rt *toolRuntime) toolBackend(def backends.Backend) backends.Backend {
+// ownBackend is the tool's own backend: has is false when the tool uses the handler's, o is
+// nil until the textgen app has opened it (Caddy starts apps in no order).
+func (rt *toolRuntime) ownBackend() (o *backends.Ollama, has bool) {
 	if rt.backendRef == nil {
-		return def
+		return nil, false
 	}
-	o, err := rt.backendRef.Get()
-	if err != nil {
-		return def
+	o, _ = rt.backendRef.Get()
+	return o, true
+}
+
+// useToolBackend sends the generation to its tool's own model servers, if the tool has them.
+// Until they are open (between the HTTP app's start and the textgen app's) the request gets
+// 503 backend_unavailable, free, and never goes to the handler's servers instead.
+func (g *generation) useToolBackend() *apiError {
+	o, has := g.tool.ownBackend()
+	switch {
+	case !has:
+		return nil
+	case o == nil:
+		return g.backendError(&backends.Error{Kind: backends.KindUnavailable, Err: errors.New("the tool's model servers are not open yet")})
 	}
-	return o
+	g.backend = o
+	return nil
 }

@@ -109,27 +109,43 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	neg, nan := -1.0, math.NaN()
-	for name, h := range map[string]Handler{
-		"no ledger":            {},
-		"bad temperature":      {Ledger: "x", Temperature: &neg},
-		"NaN temperature":      {Ledger: "x", Temperature: &nan},
-		"NaN tool temperature": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Temperature: &nan}}},
-		"bad language":         {Ledger: "x", Languages: []string{"not a language!"}},
-		"negative tool max":    {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}},
-		"hold_ttl shorter than a generation": {Ledger: "x", HoldTTL: caddy.Duration(time.Minute),
-			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)},
-		"hold_ttl just the generation and queue": {Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),
-			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)},
-		"ollama and openai":           {Ledger: "x", Ollama: []string{"http://a:11434"}, OpenAI: []string{"http://b:8000"}},
-		"openai without a scheme":     {Ledger: "x", OpenAI: []string{"b:8000"}},
-		"api_key without openai":      {Ledger: "x", Ollama: []string{"http://a:11434"}, APIKey: "k"},
-		"pull_models with openai":     {Ledger: "x", OpenAI: []string{"http://b:8000"}, PullModels: true},
-		"keep_alive with openai":      {Ledger: "x", OpenAI: []string{"http://b:8000"}, KeepAlive: caddy.Duration(time.Minute)},
-		"tool with both kinds":        {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, OpenAI: []string{"http://b"}}}},
-		"tool api_key without openai": {Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, APIKey: "k"}}},
+	openaiTool := map[string]*ToolConfig{"summarizer": {OpenAI: []string{"http://b:8000"}}}
+	for name, c := range map[string]struct {
+		h    Handler
+		want string // in the error: the setting at fault
+	}{
+		"no ledger":            {Handler{}, "ledger"},
+		"bad temperature":      {Handler{Ledger: "x", Temperature: &neg}, "temperature"},
+		"NaN temperature":      {Handler{Ledger: "x", Temperature: &nan}, "temperature"},
+		"NaN tool temperature": {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Temperature: &nan}}}, "temperature"},
+		"bad language":         {Handler{Ledger: "x", Languages: []string{"not a language!"}}, "language"},
+		"negative tool max":    {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {MaxInputChars: -1}}}, "max_input_chars"},
+		"hold_ttl shorter than a generation": {Handler{Ledger: "x", HoldTTL: caddy.Duration(time.Minute),
+			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)}, "hold_ttl"},
+		"hold_ttl just the generation and queue": {Handler{Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),
+			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)}, "hold_ttl"},
+		"ollama and openai":       {Handler{Ledger: "x", Ollama: []string{"http://a:11434"}, OpenAI: []string{"http://b:8000"}}, "one kind"},
+		"openai without a scheme": {Handler{Ledger: "x", OpenAI: []string{"b:8000"}}, "openai: host"},
+		"api_key without openai":  {Handler{Ledger: "x", Ollama: []string{"http://a:11434"}, APIKey: "k"}, "api_key"},
+		"pull_models with openai": {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, PullModels: true}, "pull_models"},
+		"keep_alive with openai":  {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, KeepAlive: caddy.Duration(time.Minute)}, "keep_alive"},
+		"num_ctx with openai, tools too": {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, NumCtx: 4096,
+			Tools: openaiTool}, "num_ctx"},
+		"tool with both kinds":        {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, OpenAI: []string{"http://b"}}}}, "tool summarizer: ollama and openai"},
+		"tool api_key without openai": {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, APIKey: "k"}}}, "tool summarizer: api_key"},
 	} {
-		if err := h.Validate(); err == nil {
-			t.Errorf("%s: accepted", name)
+		if err := c.h.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error naming %q", name, err, c.want)
+		}
+	}
+	// Ollama's settings stand wherever an Ollama server is in use: the handler's, or a tool's.
+	for name, h := range map[string]Handler{
+		"keep_alive, an OpenAI tool beside the handler's Ollama": {Ledger: "x", KeepAlive: caddy.Duration(time.Minute), NumCtx: 4096, PullModels: true, Tools: openaiTool},
+		"num_ctx, an Ollama tool beside the handler's OpenAI": {Ledger: "x", OpenAI: []string{"http://b:8000"}, NumCtx: 4096,
+			Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"http://gpu:11434"}}}},
+	} {
+		if err := h.Validate(); err != nil {
+			t.Errorf("%s: rejected: %v", name, err)
 		}
 	}
 	h := Handler{Ledger: "x", Languages: []string{"de", "pt-BR"}, HoldTTL: caddy.Duration(3*time.Minute + time.Second),

@@ -145,7 +145,10 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	}
 	bad := g.readRequest()
 	if bad == nil {
-		g.backend = g.tool.toolBackend(g.backend) // a tool may have model servers of its own
+		if err := g.useToolBackend(); err != nil {
+			g.fail(err)
+			return
+		}
 	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's

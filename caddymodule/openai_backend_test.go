@@ -11,9 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"go.uber.org/zap"
 )
 
 // A handler configured with "openai" streams from an OpenAI-compatible server (the real Ollama's
@@ -202,4 +205,33 @@ func TestReadyCountsToolBackends(t *testing.T) {
 		t.Errorf("balance %+v after a request the dead server could not take, want 2", b)
 	}
 	e.verify()
+}
+
+// A tool's own model servers, until the textgen app has opened them, refuse its requests
+// (503 backend_unavailable) instead of sending them to the handler's servers; once open they
+// take them.
+func TestToolBackendNotOpenYet(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Model: "hosted-model", Pieces: 1})
+	app := &textgenapp.App{}
+	ref, err := app.Ollama(backends.OllamaConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Release()
+	handlers := &backends.Ollama{} // stands for the handler's backend: must never be chosen here
+	g := &generation{h: &Handler{logger: zap.NewNop()}, tool: &toolRuntime{backendRef: ref}, backend: handlers}
+	if e := g.useToolBackend(); e == nil || e.Code != "backend_unavailable" || e.Status != http.StatusServiceUnavailable || g.backend != handlers {
+		t.Fatalf("before the tool's servers are open: %v, backend changed %v", e, g.backend != handlers)
+	}
+	if err := ref.Open(); err != nil {
+		t.Fatal(err)
+	}
+	own, _ := ref.Get()
+	if e := g.useToolBackend(); e != nil || g.backend != own {
+		t.Fatalf("once open: %v, backend is the tool's %v", e, g.backend == own)
+	}
+	g = &generation{tool: &toolRuntime{}, backend: handlers}
+	if e := g.useToolBackend(); e != nil || g.backend != handlers {
+		t.Fatalf("a tool without servers of its own: %v", e)
+	}
 }

@@ -64,10 +64,8 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		doc.Reason = "no model host is healthy"
 	}
 	for _, slug := range slices.Sorted(maps.Keys(h.tools)) {
-		if h.tools[slug].backendRef == nil {
-			continue
-		}
-		if to, ok := h.tools[slug].toolBackend(o).(*backends.Ollama); ok && to != o && !countHosts(&doc, to, seen) {
+		to, has := h.tools[slug].ownBackend()
+		if has && (to == nil || !countHosts(&doc, to, seen)) {
 			doc.ToolsUnavailable = append(doc.ToolsUnavailable, slug)
 		}
 	}

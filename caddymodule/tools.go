@@ -121,10 +121,7 @@ func (h *Handler) checkModels() {
 		h.checkModelsOn(o, h.models())
 	}
 	for _, rt := range h.tools {
-		if rt.backendRef == nil {
-			continue
-		}
-		if o, err := rt.backendRef.Get(); err == nil {
+		if o, _ := rt.ownBackend(); o != nil {
 			h.checkModelsOn(o, []string{rt.model})
 		}
 	}
