@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/ollama/ollama/api"
 )
 
 func TestFaultsMapToKinds(t *testing.T) {
@@ -234,6 +235,19 @@ func TestSlowEmitIsNotIdle(t *testing.T) {
 	})
 }
 
+// checkChatSent checks what both wires send of a request with System "sys" and Prompt "user
+// text": the model, streaming, the system message and then the user's.
+func checkChatSent(t *testing.T, got api.ChatRequest) {
+	t.Helper()
+	if got.Model != ollamatest.DefaultModel || got.Stream == nil || !*got.Stream {
+		t.Errorf("model %q stream %v", got.Model, got.Stream)
+	}
+	if len(got.Messages) != 2 || got.Messages[0].Role != "system" || got.Messages[0].Content != "sys" ||
+		got.Messages[1].Role != "user" || got.Messages[1].Content != "user text" {
+		t.Errorf("messages %+v", got.Messages)
+	}
+}
+
 // The OpenAI wire's request: the messages, max_tokens, temperature and seed, usage asked for,
 // the bearer key; none of Ollama's options.
 func TestRequestSentOpenAI(t *testing.T) {
@@ -248,13 +262,7 @@ func TestRequestSentOpenAI(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fs.LastRequest()
-	if got.Model != ollamatest.DefaultModel || got.Stream == nil || !*got.Stream {
-		t.Errorf("model %q stream %v", got.Model, got.Stream)
-	}
-	if len(got.Messages) != 2 || got.Messages[0].Role != "system" || got.Messages[0].Content != "sys" ||
-		got.Messages[1].Role != "user" || got.Messages[1].Content != "user text" {
-		t.Errorf("messages %+v", got.Messages)
-	}
+	checkChatSent(t, got)
 	if got.Options["num_predict"] != 77.0 || got.Options["temperature"] != 0.25 || got.Options["seed"] != 42.0 ||
 		got.Options["include_usage"] != true || got.Options["num_ctx"] != nil {
 		t.Errorf("options %v", got.Options)
@@ -313,13 +321,7 @@ func TestRequestSentToOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fs.LastRequest()
-	if got.Model != ollamatest.DefaultModel || got.Stream == nil || !*got.Stream {
-		t.Errorf("model %q stream %v", got.Model, got.Stream)
-	}
-	if len(got.Messages) != 2 || got.Messages[0].Role != "system" || got.Messages[0].Content != "sys" ||
-		got.Messages[1].Role != "user" || got.Messages[1].Content != "user text" {
-		t.Errorf("messages %+v", got.Messages)
-	}
+	checkChatSent(t, got)
 	if got.Options["num_predict"] != 77.0 || got.Options["temperature"] != 0.25 || got.Options["num_ctx"] != 4096.0 {
 		t.Errorf("options %v", got.Options)
 	}
