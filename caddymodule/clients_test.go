@@ -128,14 +128,21 @@ func clientCmds(t *testing.T) []clientCmd {
 	return append(out, clientCmd{"go", []string{goClientBin}})
 }
 
+// command is the client's command line for url and key with args (a request body and an
+// Idempotency-Key).
+func (c clientCmd) command(ctx context.Context, url, key string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], args...)...)
+	cmd.Env = append(os.Environ(), "TEXTGEN_URL="+url, "TEXTGEN_KEY="+key, "PYTHONDONTWRITEBYTECODE=1")
+	return cmd
+}
+
 // run runs the client against url with key for body; it returns its output, its log and its
 // exit code.
 func (c clientCmd) run(t *testing.T, url, key, body, idem string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], body, idem)...)
-	cmd.Env = append(os.Environ(), "TEXTGEN_URL="+url, "TEXTGEN_KEY="+key, "PYTHONDONTWRITEBYTECODE=1")
+	cmd := c.command(ctx, url, key, body, idem)
 	var out, log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &log
 	err := cmd.Run()
@@ -155,8 +162,7 @@ func (c clientCmd) runOutputClosed(t *testing.T, url, key, body string) (stderr 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], body)...)
-	cmd.Env = append(os.Environ(), "TEXTGEN_URL="+url, "TEXTGEN_KEY="+key, "PYTHONDONTWRITEBYTECODE=1")
+	cmd := c.command(ctx, url, key, body)
 	var log bytes.Buffer
 	cmd.Stderr = &log
 	out, err := cmd.StdoutPipe()
