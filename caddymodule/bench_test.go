@@ -253,8 +253,11 @@ http://127.0.0.1:%d {
 	// other load on the machine disturbs less than requests per second.
 	rps := make([]float64, len(targets))
 	cpu := make([]float64, len(targets))
+	// TEXTGEN_BENCH_REQUESTS lengthens each phase (default 4,000 requests), so that a CPU profile
+	// of it (TEXTGEN_BENCH_PROFILE) holds enough samples to compare two paths function by function.
+	n := envInt(b, "TEXTGEN_BENCH_REQUESTS", 4000)
 	for _, i := range []int{0, 1, 2, 3, 3, 2, 1, 0} {
-		const n, conc = 4000, 64
+		const conc = 64
 		stopProfile := phaseProfile(b, targets[i].name)
 		cpu0 := processCPU(b)
 		var next atomic.Int64
@@ -265,7 +268,7 @@ http://127.0.0.1:%d {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for next.Add(1) <= n {
+				for next.Add(1) <= int64(n) {
 					if _, err := one(targets[i]); err != nil {
 						failed.Store(err)
 						return
@@ -277,8 +280,8 @@ http://127.0.0.1:%d {
 		if err, _ := failed.Load().(error); err != nil {
 			b.Fatal(err)
 		}
-		rps[i] += n / time.Since(start).Seconds() / 2
-		cpu[i] += float64((processCPU(b) - cpu0).Microseconds()) / n / 2
+		rps[i] += float64(n) / time.Since(start).Seconds() / 2
+		cpu[i] += float64((processCPU(b) - cpu0).Microseconds()) / float64(n) / 2
 		stopProfile()
 	}
 	for i, t := range targets {
