@@ -110,7 +110,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		HoldSeq:   ent.Seq,
 	}
 	ws = append(ws,
-		set(holdKey(a.id, req.RequestID), mustJSON(rec)),
+		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
 	)
 	var op *pendingOp
@@ -194,7 +194,7 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
 	op := s.c.enqueue(append(ws,
-		set(holdKey(a.id, rec.RequestID), mustJSON(rec)),
+		set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec)),
 		del(openHoldKey(a.id, rec.RequestID)),
 	))
 	h.rec, h.op = rec, op.id // h is the map's entry

@@ -125,12 +125,12 @@ func (a *account) appendEntry(e Entry, dBal, dHeld int64, t time.Time) (Entry, [
 	a.add(e.Mode, dBal, dHeld)
 	bal, held := a.figures(e.Mode)
 	e.BalanceAfter, e.AvailableAfter = bal, bal-held
-	return e, []write{set(entryKey(a.id, e.Seq), mustJSON(e)), a.balanceWrite()}
+	return e, []write{set(entryKey(a.id, e.Seq), entryJSON(&e)), a.balanceWrite()}
 }
 
 // balanceWrite is the account's balance record as it is now. Called with a.mu held.
 func (a *account) balanceWrite() write {
-	return set(balanceKey(a.id), mustJSON(balanceRecord{
+	return set(balanceKey(a.id), balanceRecordJSON(&balanceRecord{
 		Balance: a.bal, TestBalance: a.testBal, NextSeq: a.nextSeq,
 	}))
 }
