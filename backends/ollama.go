@@ -162,6 +162,9 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	}
 
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	// The Transport carries the health probes, the model checks, and the chat streams to
+	// https:// and proxied hosts; those to plain http:// hosts go over connections of their own
+	// (ollama_conn.go), with the same limits.
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
