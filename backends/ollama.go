@@ -95,6 +95,8 @@ type Ollama struct {
 	hosts     []*ollamaHost
 	client    *http.Client
 	transport *http.Transport
+	// dial opens the chat streams' own connections (ollama_conn.go); the Transport's dialer.
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	log       *zap.Logger
 	keepAlive *api.Duration
 	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
@@ -160,6 +162,9 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	}
 
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	// The Transport carries the health probes, the model checks, and the chat streams to
+	// https:// and proxied hosts; those to plain http:// hosts go over connections of their own
+	// (ollama_conn.go), with the same limits.
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
@@ -182,6 +187,7 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	o := &Ollama{
 		cfg:       cfg,
 		transport: transport,
+		dial:      dialer.DialContext,
 		// No Client.Timeout: a generation may stream for minutes; the connect, first-piece,
 		// idle timeouts and the request's deadline bound it instead.
 		client: &http.Client{Transport: transport},
@@ -212,6 +218,9 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		}
 		if cfg.API == APIOpenAI {
 			h.chatURL, h.modelsURL = openaiURL(u, "chat/completions"), openaiURL(u, "models")
+		}
+		if addr := leanHost(u, h.chatURL); addr != "" {
+			h.lean = &leanConns{addr: addr}
 		}
 		h.healthy.Store(true) // until proven otherwise
 		o.hosts = append(o.hosts, h)
@@ -401,6 +410,11 @@ func (o *Ollama) Close() error {
 		close(o.stop)
 		o.wg.Wait()
 		o.transport.CloseIdleConnections()
+		for _, h := range o.hosts {
+			if h.lean != nil {
+				h.lean.close()
+			}
+		}
 	})
 	return nil
 }

@@ -158,11 +158,16 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 	}
 	hreq.Header.Set("User-Agent", "caddy-textgen")
 	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
-	// the server before it read anything (net/http then retries instead of failing); a nil
-	// value is not sent on the wire.
+	// the server before it read anything (net/http, and leanRoundTrip, then retry instead of
+	// failing); a nil value is not sent on the wire.
 	hreq.Header["X-Idempotency-Key"] = nil
 
-	resp, err := o.client.Do(hreq)
+	var resp *http.Response
+	if h.lean != nil {
+		resp, err = o.leanRoundTrip(h, hreq)
+	} else {
+		resp, err = o.client.Do(hreq)
+	}
 	if err != nil {
 		if kind, cause, ok := stopped(ctx, inner, 0); ok {
 			return fail(kind, cause)

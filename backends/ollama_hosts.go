@@ -19,6 +19,9 @@ type ollamaHost struct {
 	api     *api.Client
 	// modelsURL is GET /v1/models of an OpenAI-compatible host: its model list and its probe.
 	modelsURL string
+	// lean are the idle connections of the chat streams, when they do not go through the
+	// Transport (ollama_conn.go): nil for https:// hosts and proxied ones.
+	lean *leanConns
 
 	inFlight atomic.Int64
 	healthy  atomic.Bool
@@ -109,8 +112,13 @@ func (o *Ollama) healthLoop() {
 		select {
 		case <-o.stop:
 			return
-		case <-t.C:
+		case now := <-t.C:
 			o.probeAll(ctx)
+			for _, h := range o.hosts {
+				if h.lean != nil {
+					h.lean.sweep(now)
+				}
+			}
 		}
 	}
 }
