@@ -110,13 +110,18 @@ func FreePort(t testing.TB) int {
 
 // env isolates a caddy process from the user's Caddy: its own HOME and XDG folders, so it
 // neither reads nor writes ~/.config/caddy (autosave) or ~/.local/share/caddy (storage).
+// TEXTGEN_CADDY_GOMEMLIMIT becomes the GOMEMLIMIT of the caddy processes only (the benchmarks'
+// memory limit of the server, as Caddy sets from a container's memory limit), not of the test
+// process that runs the load.
 func env(home string) []string {
 	env := []string{}
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "CADDY_ADMIN":
+		case "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "CADDY_ADMIN", "GOMEMLIMIT":
 			continue
+		case "TEXTGEN_CADDY_GOMEMLIMIT":
+			kv = "GOMEMLIMIT=" + v
 		}
 		env = append(env, kv)
 	}
