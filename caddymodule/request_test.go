@@ -105,22 +105,6 @@ func TestReadBodyLimit(t *testing.T) {
 	}
 }
 
-func TestAppendJSONString(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain":           `"plain"`,
-		"a\"b\\c":         `"a\"b\\c"`,
-		"line\nnext\r\tx": `"line\nnext\r\tx"`,
-		"\x00\x1f":        `"\u0000\u001f"`,
-		"ü€😀":             `"ü€😀"`,
-		"a\u2028b\u2029c": `"a\u2028b\u2029c"`,
-		"":                `""`,
-	} {
-		if got := string(appendJSONString(nil, in)); got != want {
-			t.Errorf("%q: got %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestWantsSSE(t *testing.T) {
 	for accept, want := range map[string]bool{
 		"text/event-stream":                   true,

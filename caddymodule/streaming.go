@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddy-textgen/textgen/ledger/jsonenc"
 )
 
 // wantsSSE reports whether the client asked for server-sent events.
@@ -37,47 +39,8 @@ func appendDelta(dst []byte, id int, piece string) []byte {
 		dst = appendEventID(dst, id)
 	}
 	dst = append(dst, "event: delta\ndata: {\"text\":"...)
-	dst = appendJSONString(dst, piece)
+	dst = jsonenc.AppendString(dst, piece) // U+2028 and U+2029 escaped too: JavaScript clients
 	return append(dst, "}\n\n"...)
-}
-
-// appendJSONString appends s as a JSON string literal, escaping what JSON and SSE framing need.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != 0xE2 {
-			continue
-		}
-		if c == 0xE2 { // U+2028 and U+2029 break JavaScript string literals: escape them
-			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, `\u202`...)
-				dst = append(dst, hex[s[i+2]&0xF])
-				i += 2
-				start = i + 1
-			}
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 type doneEvent struct {

@@ -3,7 +3,8 @@ package ledger
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/caddy-textgen/textgen/ledger/jsonenc"
 )
 
 // Hand-written JSON encoders for the three records the Badger engine writes on every generate
@@ -62,11 +63,11 @@ func appendEntryJSON(dst []byte, e *Entry) ([]byte, error) {
 	dst = append(dst, `{"seq":`...)
 	dst = strconv.AppendUint(dst, e.Seq, 10)
 	dst = append(dst, `,"account_id":`...)
-	dst = appendJSONString(dst, e.AccountID)
+	dst = jsonenc.AppendString(dst, e.AccountID)
 	dst = append(dst, `,"kind":`...)
-	dst = appendJSONString(dst, string(e.Kind))
+	dst = jsonenc.AppendString(dst, string(e.Kind))
 	dst = append(dst, `,"mode":`...)
-	dst = appendJSONString(dst, string(e.Mode))
+	dst = jsonenc.AppendString(dst, string(e.Mode))
 	dst = append(dst, `,"amount":`...)
 	dst = strconv.AppendInt(dst, e.Amount, 10)
 	dst = append(dst, `,"balance_after":`...)
@@ -75,23 +76,23 @@ func appendEntryJSON(dst []byte, e *Entry) ([]byte, error) {
 	dst = strconv.AppendInt(dst, e.AvailableAfter, 10)
 	if e.RequestID != "" {
 		dst = append(dst, `,"request_id":`...)
-		dst = appendJSONString(dst, e.RequestID)
+		dst = jsonenc.AppendString(dst, e.RequestID)
 	}
 	if e.KeyID != "" {
 		dst = append(dst, `,"key_id":`...)
-		dst = appendJSONString(dst, e.KeyID)
+		dst = jsonenc.AppendString(dst, e.KeyID)
 	}
 	if e.Tool != "" {
 		dst = append(dst, `,"tool":`...)
-		dst = appendJSONString(dst, e.Tool)
+		dst = jsonenc.AppendString(dst, e.Tool)
 	}
 	if e.Reference != "" {
 		dst = append(dst, `,"reference":`...)
-		dst = appendJSONString(dst, e.Reference)
+		dst = jsonenc.AppendString(dst, e.Reference)
 	}
 	if e.Reason != "" {
 		dst = append(dst, `,"reason":`...)
-		dst = appendJSONString(dst, e.Reason)
+		dst = jsonenc.AppendString(dst, e.Reason)
 	}
 	if e.AmountCents != 0 {
 		dst = append(dst, `,"amount_cents":`...)
@@ -99,7 +100,7 @@ func appendEntryJSON(dst []byte, e *Entry) ([]byte, error) {
 	}
 	if e.Currency != "" {
 		dst = append(dst, `,"currency":`...)
-		dst = appendJSONString(dst, e.Currency)
+		dst = jsonenc.AppendString(dst, e.Currency)
 	}
 	dst = append(dst, `,"time":`...)
 	dst, err := appendJSONTime(dst, e.Time)
@@ -110,20 +111,20 @@ func appendEntryJSON(dst []byte, e *Entry) ([]byte, error) {
 func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	var err, err2 error
 	dst = append(dst, `{"account_id":`...)
-	dst = appendJSONString(dst, r.AccountID)
+	dst = jsonenc.AppendString(dst, r.AccountID)
 	dst = append(dst, `,"request_id":`...)
-	dst = appendJSONString(dst, r.RequestID)
+	dst = jsonenc.AppendString(dst, r.RequestID)
 	dst = append(dst, `,"mode":`...)
-	dst = appendJSONString(dst, string(r.Mode))
+	dst = jsonenc.AppendString(dst, string(r.Mode))
 	dst = append(dst, `,"state":`...)
-	dst = appendJSONString(dst, string(r.State))
+	dst = jsonenc.AppendString(dst, string(r.State))
 	if r.KeyID != "" {
 		dst = append(dst, `,"key_id":`...)
-		dst = appendJSONString(dst, r.KeyID)
+		dst = jsonenc.AppendString(dst, r.KeyID)
 	}
 	if r.Tool != "" {
 		dst = append(dst, `,"tool":`...)
-		dst = appendJSONString(dst, r.Tool)
+		dst = jsonenc.AppendString(dst, r.Tool)
 	}
 	dst = append(dst, `,"created":`...)
 	dst, err = appendJSONTime(dst, r.Created)
@@ -143,7 +144,7 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	}
 	if r.Reason != "" {
 		dst = append(dst, `,"reason":`...)
-		dst = appendJSONString(dst, r.Reason)
+		dst = jsonenc.AppendString(dst, r.Reason)
 	}
 	return append(dst, '}'), err
 }
@@ -176,69 +177,4 @@ func appendJSONTime(dst []byte, t time.Time) ([]byte, error) {
 		return dst, err // AppendText returns nil then
 	}
 	return append(out, '"'), nil
-}
-
-// jsonSafe[b] is true for the ASCII bytes encoding/json writes as they are with HTML escaping on
-// (its htmlSafeSet): not control characters, '"', '\\', '<', '>' or '&'. DEL (0x7f) is safe.
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&'
-	}
-	return t
-}()
-
-const jsonHex = "0123456789abcdef"
-
-// appendJSONString appends s quoted as encoding/json writes a string with HTML escaping (the
-// default of json.Marshal): \" \\ \b \f \n \r \t, other control characters and < > & as \u00xx
-// (lower-case hex), U+2028 and U+2029 as \u2028 \u2029, each byte of invalid UTF-8 as \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', jsonHex[c>>4], jsonHex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', jsonHex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
