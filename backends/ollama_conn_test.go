@@ -290,12 +290,10 @@ func TestLeanNotPooled(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		o, _ := leanOllama(t, OllamaConfig{Hosts: []string{srv.URL}})
-		start := time.Now()
 		_, err := o.Generate(leanCtx(t), Request{Model: "m", Prompt: "hi"}, func(string) error { return nil })
 		leanKind(t, err, KindInterrupted)
-		if el := time.Since(start); el > 10*time.Second {
-			t.Errorf("the generation took %v: it waited for the rest of the body", el)
-		}
+		// Had the body been drained instead of the connection closed, the server would have
+		// ended on its own 30 s later without seeing its client go.
 		leanWait(t, "the server to see its client go away", func() bool { return gone.Load() == 1 })
 		if n := o.hosts[0].lean.idleCount(); n != 0 {
 			t.Errorf("%d idle connections after a body not read to its end, want 0", n)
