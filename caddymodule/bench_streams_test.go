@@ -350,8 +350,8 @@ func BenchmarkStreamsSteady(b *testing.B) {
 	}
 
 	type sample struct {
-		at        time.Duration
-		rss, heap int64
+		at                     time.Duration
+		rss, anon, heap, files int64
 	}
 	var samples []sample
 	start := time.Now()
@@ -381,42 +381,79 @@ func BenchmarkStreamsSteady(b *testing.B) {
 		case <-stop:
 			running = false
 		case <-tick.C:
-			samples = append(samples, sample{at: time.Since(start), rss: rssOf(srv.Pid()), heap: heapInUse(srv.Admin)})
+			pid := srv.Pid()
+			samples = append(samples, sample{at: time.Since(start), rss: rssOf(pid), anon: statusKB(pid, "RssAnon"),
+				heap: heapInUse(srv.Admin), files: openFiles(pid)})
 		}
 	}
 	if failed.Load() > 0 {
 		b.Errorf("%d of %d generations failed", failed.Load(), done.Load())
 	}
-	peak := func(from, to float64) (rss, heap int64) {
+	peak := func(from, to float64) (rss, anon, heap, files int64) {
 		for _, s := range samples {
 			if f := float64(s.at) / float64(steady); f >= from && f < to {
-				rss, heap = max(rss, s.rss), max(heap, s.heap)
+				rss, anon, heap, files = max(rss, s.rss), max(anon, s.anon), max(heap, s.heap), max(files, s.files)
 			}
 		}
 		return
 	}
-	r2, h2 := peak(0.2, 0.4)
-	r5, h5 := peak(0.8, 1.01)
+	r2, a2, h2, f2 := peak(0.2, 0.4)
+	r5, a5, h5, f5 := peak(0.8, 1.01)
 	if r2 == 0 || h2 == 0 {
 		b.Fatalf("too few samples (%d) for a run of %v", len(samples), steady)
 	}
 	b.ReportMetric(float64(done.Load()), "generations")
 	b.ReportMetric(float64(r5)/float64(r2), "rss-last/second-fifth")
 	b.ReportMetric(float64(h5)/float64(h2), "heap-last/second-fifth")
+	// RSS counts the pages of Badger's memory-mapped files the process has touched, which grow
+	// with the ledger; anonymous memory (the Go heap, stacks) and open files are what a leak
+	// would grow.
+	b.ReportMetric(float64(a5)/float64(a2), "anon-rss-last/second-fifth")
+	b.ReportMetric(float64(f5)/float64(f2), "open-files-last/second-fifth")
 	b.Logf("%d generations by %d clients over %v, %d failed; peak RSS %.0f MB in the second fifth, %.0f MB in the last (%.2f); Go heap in use %.0f / %.0f MB (%.2f)",
 		done.Load(), n, steady, failed.Load(), float64(r2)/(1<<20), float64(r5)/(1<<20), float64(r5)/float64(r2),
 		float64(h2)/(1<<20), float64(h5)/(1<<20), float64(h5)/float64(h2))
-	// One line (benchmark logs are cut after a few lines): RSS/heap in MB, a sample a minute.
+	b.Logf("anonymous RSS %.0f / %.0f MB (%.2f); open files %d / %d", float64(a2)/(1<<20), float64(a5)/(1<<20),
+		float64(a5)/float64(a2), f2, f5)
+	// One line (benchmark logs are cut after a few lines): a sample a minute.
 	var line strings.Builder
 	for i, s := range samples {
 		if i%6 == 5 {
-			fmt.Fprintf(&line, " %v %.0f/%.0f", s.at.Round(time.Minute), float64(s.rss)/(1<<20), float64(s.heap)/(1<<20))
+			fmt.Fprintf(&line, " %v %.0f/%.0f/%.0f/%d", s.at.Round(time.Minute), float64(s.rss)/(1<<20),
+				float64(s.anon)/(1<<20), float64(s.heap)/(1<<20), s.files)
 		}
 	}
-	b.Logf("RSS/heap in use (MB) over the run:%s", line.String())
+	b.Logf("RSS/anonymous RSS/heap in use (MB)/open files over the run:%s", line.String())
 	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(b, v, "ok") {
 		b.Errorf("ledger verify: %v", v)
 	}
+}
+
+// statusKB reads one "kB" line of /proc/PID/status (VmRSS, RssAnon, RssFile), in bytes.
+func statusKB(pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// openFiles counts the open file descriptors of process pid.
+func openFiles(pid int) int64 {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return int64(len(fds))
 }
 
 // heapInUse reads the Go heap in use of the caddy process whose admin endpoint is admin.

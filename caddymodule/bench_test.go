@@ -365,7 +365,6 @@ func percentileUS(ds []time.Duration, p float64) float64 {
 	return float64(s[i].Nanoseconds()) / 1e3
 }
 
-// rssOf reads the resident set size of process pid.
 // samplePeakRSS samples process pid's RSS every interval until the returned function is called,
 // which returns the highest sample.
 func samplePeakRSS(pid int, every time.Duration) (stop func() int64) {
@@ -394,24 +393,9 @@ func samplePeakRSS(pid int, every time.Duration) (stop func() int64) {
 	}
 }
 
-func rssOf(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}
+// rssOf reads the resident set size of process pid.
+func rssOf(pid int) int64 { return statusKB(pid, "VmRSS") }
 
-// processCPU is the CPU time this process has used, user and system.
 // phaseProfile records a CPU profile of one throughput phase when TEXTGEN_BENCH_PROFILE names a
 // directory: <dir>/<target>.cpu, the two phases of a target in one file, so that the profiles
 // of textgen and reverse_proxy can be compared with pprof's -diff_base (the whole process, load
@@ -438,6 +422,7 @@ func phaseProfile(b *testing.B, name string) (stop func()) {
 	}
 }
 
+// processCPU is the CPU time this process has used, user and system.
 func processCPU(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
