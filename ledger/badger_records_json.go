@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"strconv"
 	"time"
 
@@ -130,13 +131,13 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	dst, err = appendJSONTime(dst, r.Created)
 	dst = append(dst, `,"expires":`...)
 	dst, err2 = appendJSONTime(dst, r.Expires)
-	err = cmpErr(err, err2)
+	err = cmp.Or(err, err2)
 	dst = append(dst, `,"hold_seq":`...)
 	dst = strconv.AppendUint(dst, r.HoldSeq, 10)
 	if !r.Resolved.IsZero() { // omitzero: time.Time's IsZero
 		dst = append(dst, `,"resolved":`...)
 		dst, err2 = appendJSONTime(dst, r.Resolved)
-		err = cmpErr(err, err2)
+		err = cmp.Or(err, err2)
 	}
 	if r.ResolveSeq != 0 {
 		dst = append(dst, `,"resolve_seq":`...)
@@ -159,13 +160,6 @@ func appendBalanceRecordJSON(dst []byte, r *balanceRecord) ([]byte, error) {
 	dst = append(dst, `,"next_seq":`...)
 	dst = strconv.AppendUint(dst, r.NextSeq, 10)
 	return append(dst, '}'), nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // appendJSONTime appends t as time.Time.MarshalJSON writes it: RFC 3339 with nanoseconds (trailing
