@@ -219,7 +219,7 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		if cfg.API == APIOpenAI {
 			h.chatURL, h.modelsURL = openaiURL(u, "chat/completions"), openaiURL(u, "models")
 		}
-		if addr := leanHost(u, h.chatURL); addr != "" {
+		if addr := leanHost(u, transport.Proxy); addr != "" {
 			h.lean = &leanConns{addr: addr}
 		}
 		h.healthy.Store(true) // until proven otherwise

@@ -69,45 +69,33 @@ type leanConn struct {
 }
 
 // leanHost reports the address to dial for the chat streams of a host at u, or "" when they
-// go through the Transport (https, or a proxy from the environment; the Transport reads the
-// same environment, once per process).
-func leanHost(u *url.URL, chatURL string) string {
+// go through the Transport: https, or a host the Transport's proxy function (proxy) sends
+// through a proxy.
+func leanHost(u *url.URL, proxy func(*http.Request) (*url.URL, error)) string {
 	if u.Scheme != "http" {
 		return ""
 	}
-	cu, err := url.Parse(chatURL)
-	if err != nil {
-		return ""
-	}
-	if p, err := http.ProxyFromEnvironment(&http.Request{URL: cu}); err != nil || p != nil {
-		return ""
+	if proxy != nil {
+		if p, err := proxy(&http.Request{URL: u}); err != nil || p != nil {
+			return ""
+		}
 	}
 	return u.Host
 }
 
-// get takes the newest idle connection not past its idle timeout; nil if there is none.
-// Connections found expired are closed (all those older than it too).
+// get takes the newest idle connection not past its idle timeout (closing the expired ones);
+// nil if there is none.
 func (p *leanConns) get(now time.Time) *leanConn {
+	p.sweep(now)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	n := len(p.idle)
 	if n == 0 {
-		p.mu.Unlock()
 		return nil
 	}
 	c := p.idle[n-1]
 	p.idle[n-1] = nil
 	p.idle = p.idle[:n-1]
-	var expired []*leanConn
-	if now.Sub(c.idleSince) > leanIdleTimeout {
-		// Newest last: every one below is older still.
-		expired = append(p.idle, c)
-		p.idle = nil
-		c = nil
-	}
-	p.mu.Unlock()
-	for _, x := range expired {
-		x.Close()
-	}
 	return c
 }
 
@@ -169,7 +157,6 @@ func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response
 	if err := req.Write(buf); err != nil {
 		return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 	}
-	p := req.URL // for errors
 	pool := h.lean
 	c := pool.get(time.Now())
 	reused := c != nil
@@ -177,7 +164,7 @@ func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response
 		if c == nil {
 			conn, err := o.dial(ctx, "tcp", pool.addr)
 			if err != nil {
-				return nil, &url.Error{Op: "Post", URL: p.String(), Err: err}
+				return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 			}
 			c = &leanConn{Conn: conn, br: bufio.NewReaderSize(conn, leanReadBuf)}
 		}
@@ -189,7 +176,7 @@ func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response
 		// otherwise: nothing reads an idle connection) fails before any byte of the answer;
 		// the request, marked replayable, goes once more on a new connection.
 		if !reused || !retry || ctx.Err() != nil {
-			return nil, &url.Error{Op: "Post", URL: p.String(), Err: err}
+			return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 		}
 		c, reused = nil, false
 	}

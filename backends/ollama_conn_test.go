@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -401,5 +402,17 @@ func TestLeanOnlyPlainHTTP(t *testing.T) {
 	defer o.Close()
 	if o.hosts[0].lean != nil || o.hosts[1].lean == nil || o.hosts[1].lean.addr != "127.0.0.1:2" {
 		t.Errorf("lean pools: https %v, http %v", o.hosts[0].lean, o.hosts[1].lean)
+	}
+	// A host the Transport would reach through a proxy keeps the Transport too. (The proxy
+	// function is the Transport's: http.ProxyFromEnvironment reads the environment once per
+	// process, so it is given here rather than set in the environment.)
+	u, _ := ParseOllamaHost("http://model.example:11434")
+	viaProxy := func(*http.Request) (*url.URL, error) { return url.Parse("http://proxy.example:3128") }
+	direct := func(*http.Request) (*url.URL, error) { return nil, nil }
+	if got := leanHost(u, viaProxy); got != "" {
+		t.Errorf("a proxied host got its own connections to %q", got)
+	}
+	if got := leanHost(u, direct); got != "model.example:11434" {
+		t.Errorf("a host without a proxy: %q, want model.example:11434", got)
 	}
 }
