@@ -75,34 +75,16 @@ func appendEntryJSON(dst []byte, e *Entry) ([]byte, error) {
 	dst = strconv.AppendInt(dst, e.BalanceAfter, 10)
 	dst = append(dst, `,"available_after":`...)
 	dst = strconv.AppendInt(dst, e.AvailableAfter, 10)
-	if e.RequestID != "" {
-		dst = append(dst, `,"request_id":`...)
-		dst = jsonenc.AppendString(dst, e.RequestID)
-	}
-	if e.KeyID != "" {
-		dst = append(dst, `,"key_id":`...)
-		dst = jsonenc.AppendString(dst, e.KeyID)
-	}
-	if e.Tool != "" {
-		dst = append(dst, `,"tool":`...)
-		dst = jsonenc.AppendString(dst, e.Tool)
-	}
-	if e.Reference != "" {
-		dst = append(dst, `,"reference":`...)
-		dst = jsonenc.AppendString(dst, e.Reference)
-	}
-	if e.Reason != "" {
-		dst = append(dst, `,"reason":`...)
-		dst = jsonenc.AppendString(dst, e.Reason)
-	}
+	dst = appendOmitEmpty(dst, `,"request_id":`, e.RequestID)
+	dst = appendOmitEmpty(dst, `,"key_id":`, e.KeyID)
+	dst = appendOmitEmpty(dst, `,"tool":`, e.Tool)
+	dst = appendOmitEmpty(dst, `,"reference":`, e.Reference)
+	dst = appendOmitEmpty(dst, `,"reason":`, e.Reason)
 	if e.AmountCents != 0 {
 		dst = append(dst, `,"amount_cents":`...)
 		dst = strconv.AppendInt(dst, e.AmountCents, 10)
 	}
-	if e.Currency != "" {
-		dst = append(dst, `,"currency":`...)
-		dst = jsonenc.AppendString(dst, e.Currency)
-	}
+	dst = appendOmitEmpty(dst, `,"currency":`, e.Currency)
 	dst = append(dst, `,"time":`...)
 	dst, err := appendJSONTime(dst, e.Time)
 	return append(dst, '}'), err
@@ -119,14 +101,8 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	dst = jsonenc.AppendString(dst, string(r.Mode))
 	dst = append(dst, `,"state":`...)
 	dst = jsonenc.AppendString(dst, string(r.State))
-	if r.KeyID != "" {
-		dst = append(dst, `,"key_id":`...)
-		dst = jsonenc.AppendString(dst, r.KeyID)
-	}
-	if r.Tool != "" {
-		dst = append(dst, `,"tool":`...)
-		dst = jsonenc.AppendString(dst, r.Tool)
-	}
+	dst = appendOmitEmpty(dst, `,"key_id":`, r.KeyID)
+	dst = appendOmitEmpty(dst, `,"tool":`, r.Tool)
 	dst = append(dst, `,"created":`...)
 	dst, err = appendJSONTime(dst, r.Created)
 	dst = append(dst, `,"expires":`...)
@@ -143,10 +119,7 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 		dst = append(dst, `,"resolve_seq":`...)
 		dst = strconv.AppendUint(dst, r.ResolveSeq, 10)
 	}
-	if r.Reason != "" {
-		dst = append(dst, `,"reason":`...)
-		dst = jsonenc.AppendString(dst, r.Reason)
-	}
+	dst = appendOmitEmpty(dst, `,"reason":`, r.Reason)
 	return append(dst, '}'), err
 }
 
@@ -160,6 +133,15 @@ func appendBalanceRecordJSON(dst []byte, r *balanceRecord) ([]byte, error) {
 	dst = append(dst, `,"next_seq":`...)
 	dst = strconv.AppendUint(dst, r.NextSeq, 10)
 	return append(dst, '}'), nil
+}
+
+// appendOmitEmpty appends the member name (its comma, quoted name and colon) and s, unless s is
+// empty: a string field tagged omitempty.
+func appendOmitEmpty(dst []byte, name, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	return jsonenc.AppendString(append(dst, name...), s)
 }
 
 // appendJSONTime appends t as time.Time.MarshalJSON writes it: RFC 3339 with nanoseconds (trailing
