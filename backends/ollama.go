@@ -290,6 +290,11 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 	if err != nil {
 		return Stats{}, &Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)}
 	}
+	// The prompt is in the body now, and the body is needed only until text went out (no
+	// attempt follows then): a stream of minutes holds neither (chatBody).
+	req.System, req.Prompt = "", ""
+	chat := &chatBody{raw: body}
+	body = nil
 	if slot == nil {
 		var adm Admission
 		if adm, err = o.Admit(ctx); err != nil {
@@ -307,7 +312,7 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 	h := slot.h
 	var releaseShared func() // the shared place of a failover host
 	for {
-		stats, err = o.generateOn(ctx, h, req, body, emit, start)
+		stats, err = o.generateOn(ctx, h, req, chat, emit, start)
 		if h == slot.h {
 			slot.Release()
 		} else {

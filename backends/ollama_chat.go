@@ -101,8 +101,13 @@ type ollamaChatRequest struct {
 	} `json:"options"`
 }
 
+// chatBody is the encoded chat request of a generation's attempts. The first piece of text
+// ends the need for it (no other attempt follows text), and generateOn drops it then, so that
+// thousands of long streams do not each hold their prompt twice for minutes.
+type chatBody struct{ raw []byte }
+
 // generateOn runs one attempt on host h. Every failure is an *Error.
-func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, body []byte, emit Emit, start time.Time) (Stats, error) {
+func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
 	stats := Stats{Host: h.name}
 	firstTimeout := req.FirstPieceTimeout
 	if firstTimeout <= 0 {
@@ -145,7 +150,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return stats, &Error{Kind: kind, Host: h.name, Pieces: stats.Pieces, Err: err}
 	}
 
-	hreq, err := http.NewRequestWithContext(inner, http.MethodPost, h.chatURL, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(inner, http.MethodPost, h.chatURL, bytes.NewReader(chat.raw))
 	if err != nil {
 		return fail(KindInternal, err)
 	}
@@ -177,6 +182,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		return s, e
 	}
 	defer resp.Body.Close()
+	resp.Request = nil // it holds the body
 
 	if resp.StatusCode >= http.StatusBadRequest {
 		kind, retry, serr := statusError(resp)
@@ -248,6 +254,7 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, bod
 		if piece := chunk.Message.Content; piece != "" {
 			if stats.Pieces == 0 {
 				stats.TimeToFirst = time.Since(start)
+				chat.raw = nil
 			}
 			stats.Pieces++
 			state.Store(emitting)

@@ -244,6 +244,21 @@ func (b *leanBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// pending and waitData let a line reader wait for the model's next bytes in the connection's
+// own read buffer, without one of its own (dataWaiter). Only the connection's buffer is
+// between them: net/http's chunked reader keeps nothing of its own between reads, and a body
+// of a known length returns io.EOF with its last bytes. An empty body (http.NoBody) ends
+// without a byte from the connection, so it never waits there.
+func (b *leanBody) pending() bool {
+	return !b.eof && !b.bad && !b.done && b.body != http.NoBody
+}
+
+func (b *leanBody) waitData() {
+	// An error here (a deadline set by the cancel, a closed connection) is left for the read
+	// that follows, which meets it again at once, through the layers that report it.
+	_, _ = b.c.br.Peek(1)
+}
+
 func (b *leanBody) Close() error {
 	if b.done {
 		return nil

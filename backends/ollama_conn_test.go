@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+	"weak"
 
 	"go.uber.org/zap/zaptest"
 
@@ -415,4 +417,104 @@ func TestLeanOnlyPlainHTTP(t *testing.T) {
 	if got := leanHost(u, direct); got != "model.example:11434" {
 		t.Errorf("a host without a proxy: %q, want model.example:11434", got)
 	}
+}
+
+// A stream that waits for the model's next piece holds no line buffer of its own (it waits in
+// its connection's read buffer), and every buffer goes back when the streams end: thousands of
+// open streams would otherwise hold 4 KiB each for as long as they run.
+func TestLeanWaitHoldsNoLineBuffer(t *testing.T) {
+	const streams = 20
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Numbered: true, Delay: time.Second})
+	o, _ := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+	base := lineBuffersHeld.Load()
+	ctx, cancel := context.WithCancel(leanCtx(t))
+	defer cancel()
+	var started, running atomic.Int64
+	var wg sync.WaitGroup
+	for range streams {
+		running.Add(1)
+		wg.Go(func() {
+			defer running.Add(-1)
+			first := true
+			o.Generate(ctx, Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
+				if first {
+					first = false
+					started.Add(1)
+				}
+				return nil
+			})
+		})
+	}
+	leanWait(t, "every stream's first piece", func() bool { return started.Load() == streams })
+	// Between two pieces every stream waits for the next one.
+	var held int64
+	leanWait(t, "the open streams to hold no line buffer", func() bool {
+		if running.Load() != streams {
+			t.Fatalf("a stream ended before the open streams were seen holding no line buffer (they held %d)", held)
+		}
+		held = lineBuffersHeld.Load() - base
+		return held == 0
+	})
+	cancel()
+	wg.Wait()
+	if n := lineBuffersHeld.Load() - base; n != 0 {
+		t.Errorf("%d line buffers held after the streams ended, want 0", n)
+	}
+}
+
+// A stream that delivered text holds neither its prompt nor its encoded chat request (both are
+// needed only until then, for another attempt): a long generation would keep them for minutes,
+// thousands of times over. Weak pointers show whether the collector could take them.
+func TestStreamDropsPrompt(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 2, Delay: time.Second})
+	o, _ := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+	ctx, cancel := context.WithCancel(leanCtx(t))
+	defer cancel()
+	collected := func(what string, p weak.Pointer[byte]) {
+		t.Helper()
+		runtime.GC()
+		runtime.GC()
+		if p.Value() != nil {
+			t.Errorf("%s is still held while the stream waits for its next piece", what)
+		}
+	}
+	started := func() (Emit, chan struct{}) {
+		first := make(chan struct{}, 2)
+		return func(string) error { first <- struct{}{}; return nil }, first
+	}
+
+	// Through Generate: the prompt the caller passed.
+	emit, first := started()
+	system, done := weak.Pointer[byte]{}, make(chan error, 1)
+	func() {
+		s := strings.Repeat("You write well. ", 4096)
+		system = weak.Make(unsafe.StringData(s))
+		req := Request{Model: ollamatest.DefaultModel, System: s, Prompt: "hi"}
+		go func() { _, err := o.Generate(ctx, req, emit); done <- err }()
+	}()
+	<-first
+	collected("the system prompt", system)
+
+	// One attempt: the encoded chat request it was given.
+	emit, first = started()
+	var body weak.Pointer[byte]
+	func() {
+		raw, err := o.encodeChat(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = weak.Make(&raw[0])
+		chat := &chatBody{raw: raw}
+		go func() {
+			_, err := o.generateOn(ctx, o.hosts[0], Request{}, chat, emit, time.Now())
+			runtime.KeepAlive(chat) // as Generate keeps it, for another attempt
+			done <- err
+		}()
+	}()
+	<-first
+	collected("the encoded chat request", body)
+
+	cancel()
+	<-done
+	<-done
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -25,21 +26,47 @@ import (
 const maxLine = 8 << 20
 
 // readerBuf is the buffer of one stream's line reader. Ollama's lines are a few hundred bytes;
-// a longer one is assembled in lineReader.long. Every open stream holds one, so it stays small.
+// a longer one is assembled in lineReader.long.
 const readerBuf = 4 << 10
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readerBuf) }}
 
+// lineBuffersHeld counts the line readers' buffers taken from readerPool and not given back
+// (for tests: a stream that waits for the model holds none).
+var lineBuffersHeld atomic.Int64
+
+// dataWaiter is a body that can wait for its next bytes without a buffer of the caller's: a
+// chat stream on a connection of our own (leanBody) waits in the connection's read buffer. A
+// stream spends most of its life waiting for the model's next piece, so while it waits its
+// line reader gives its buffer back to the pool: thousands of open streams then hold a few
+// line buffers between them, not one each.
+type dataWaiter interface {
+	// pending reports whether the body may still bring bytes: false once it ended or failed,
+	// which a read reports at once (and the line reader's buffer may hold that outcome).
+	pending() bool
+	// waitData blocks until bytes are there to read or a read would fail at once.
+	waitData()
+}
+
 // lineReader splits a response body into lines with a pooled buffer.
 type lineReader struct {
-	br   *bufio.Reader
-	long []byte // a line longer than the buffer, assembled here
+	r    io.Reader
+	br   *bufio.Reader // nil while waiting for data
+	wait dataWaiter    // nil: r cannot wait without a read, so the buffer stays
+	long []byte        // a line longer than the buffer, assembled here
 }
 
 func newLineReader(r io.Reader) *lineReader {
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(r)
-	return &lineReader{br: br}
+	l := &lineReader{r: r}
+	l.wait, _ = r.(dataWaiter)
+	l.take()
+	return l
+}
+
+func (l *lineReader) take() {
+	l.br = readerPool.Get().(*bufio.Reader)
+	l.br.Reset(l.r)
+	lineBuffersHeld.Add(1)
 }
 
 // hasLine reports whether a whole next non-blank line is buffered already, so reading it (next,
@@ -60,14 +87,31 @@ func (l *lineReader) hasLine() bool {
 }
 
 func (l *lineReader) release() {
+	if l.br == nil {
+		return
+	}
 	l.br.Reset(nil)
 	readerPool.Put(l.br)
 	l.br = nil
+	lineBuffersHeld.Add(-1)
+}
+
+// idle waits for the body's next bytes without holding a buffer, when nothing is buffered and
+// the body can wait so (dataWaiter). The line returned before is invalid from here on, as
+// next's contract says.
+func (l *lineReader) idle() {
+	if l.wait == nil || l.br.Buffered() > 0 || !l.wait.pending() {
+		return
+	}
+	l.release()
+	l.wait.waitData()
+	l.take()
 }
 
 // next returns the next non-blank line, valid until the following call; io.EOF at a clean end.
 func (l *lineReader) next() ([]byte, error) {
 	for {
+		l.idle()
 		line, err := l.br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			l.long = append(l.long[:0], line...)
