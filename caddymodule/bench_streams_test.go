@@ -108,13 +108,15 @@ func BenchmarkLongStreams(b *testing.B) {
 		atPeak := func() {}
 		if dir := os.Getenv("TEXTGEN_BENCH_PROFILE"); dir != "" {
 			// With every stream open, a third of the way in: the heap (pprof) and the process's
-			// MemStats (stacks, heap in use and idle), to see where a stream's memory goes.
+			// MemStats (stacks, heap in use and idle), to see where a stream's memory goes; then
+			// 10 s of CPU profile, to see where a piece's CPU goes.
 			srv, name := p.srv, p.name
 			atPeak = func() {
 				time.Sleep(time.Duration(pieces) * gap / 3)
 				saveAdmin(b, srv.Admin, "/debug/pprof/heap", filepath.Join(dir, name+"-streams.heap"))
 				saveAdmin(b, srv.Admin, "/debug/pprof/heap?debug=1", filepath.Join(dir, name+"-streams.heap.txt"))
 				saveAdmin(b, srv.Admin, "/debug/pprof/goroutine?debug=1", filepath.Join(dir, name+"-streams.goroutines.txt"))
+				saveAdmin(b, srv.Admin, "/debug/pprof/profile?seconds=10", filepath.Join(dir, name+"-streams.cpu"))
 			}
 		}
 		res := runLongStreams(b, p.srv.Pid(), n, atPeak, func() ([]time.Duration, error) {

@@ -103,7 +103,9 @@ type Handler struct {
 	// WriteTimeout bounds writing one piece of text to the client. A client that reads nothing
 	// for this long (its connection's buffers are full) has its response aborted: its model
 	// place, its account's place and its credit are freed at once, and the text it was sent is
-	// charged. No write outlives GenerationTimeout either. Default: 30s.
+	// charged. No write outlives GenerationTimeout either. The deadline of a write is armed
+	// again only when it would move by more than a tenth of WriteTimeout, so a write is cut
+	// after 0.9 to 1 times it. Default: 30s.
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 	// GenerationTimeout bounds a whole generation. Default: 5m.
 	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
