@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,18 @@ func Open(dir string, opts Options) (*Badger, error) {
 	// memtable's header through a memory map, which a full disk answers with SIGBUS. The store
 	// serves reads, refuses every change, and reopens read-write when space is back.
 	readOnly := !opts.InMemory && space.err() != nil
+	if readOnly {
+		// A directory left by a crash (or by a Close on a full disk) holds a write-ahead log
+		// that Badger must replay and then truncate, which a read-only open cannot do: Badger
+		// stops the process on it, and on a full tmpfs its read of the log's unwritten tail dies
+		// of SIGBUS first. Such a ledger is not opened until there is space (the caller may try
+		// again; Caddy's app does, answering 503 meanwhile).
+		if replay := logsToReplay(dir); len(replay) > 0 {
+			unlock()
+			return nil, fmt.Errorf("opening ledger %q: its write-ahead log (%s) must be replayed, which needs space: %w",
+				dir, strings.Join(replay, ", "), space.err())
+		}
+	}
 	bopts := badgerOptions(dir, opts).WithBypassLockGuard(locked)
 	db, err := badger.Open(bopts.WithReadOnly(readOnly))
 	if err != nil {

@@ -45,6 +45,17 @@ func emptyLogs(dir string) ([]string, error) {
 	return empty, nil
 }
 
+// logsToReplay lists dir's write-ahead logs (.mem files, by name): Badger writes its memtable out
+// as a table and removes its log on Close, so a log is left only by a crash (or a Close that
+// could not write, on a full disk), and the next open must replay it.
+func logsToReplay(dir string) []string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.mem")) // its only error is a bad pattern
+	for i, l := range logs {
+		logs[i] = filepath.Base(l)
+	}
+	return logs
+}
+
 // removeEmptyLogs removes dir's empty log files. The caller holds the directory lock (lockDir)
 // where flock exists; elsewhere it takes none and leaves the files (see withDirLock).
 func removeEmptyLogs(dir string, log *zap.Logger, locked bool) error {

@@ -4,6 +4,8 @@ package ledger
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -135,6 +137,66 @@ func TestOpenOnFullDisk(t *testing.T) {
 		mustHold(t, s, a, Live, "new")
 		verifyClean(t, s)
 	})
+}
+
+// TestOpenOnFullDiskWithLogToReplay: a ledger left by a process that ended without closing it
+// (a crash, or a Close on a full disk) keeps its last commits in Badger's write-ahead log, which
+// the next open must replay and truncate. On a disk that filled up meanwhile that cannot be done
+// read-only (Badger stops the process; on the full tmpfs its read of the log dies of SIGBUS
+// first), so Open refuses with ErrDiskFull, changing nothing, and once space is back it opens
+// with every commit the process made.
+func TestOpenOnFullDiskWithLogToReplay(t *testing.T) {
+	disktest.Run(t, 40<<20, func(t *testing.T, dir string) {
+		ldir := filepath.Join(dir, "ledger")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLeaveLogChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "LEDGER_LEAVE_LOG_DIR="+ldir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the child that leaves its log: %v\n%s", err, out)
+		}
+		if len(logsToReplay(ldir)) == 0 {
+			t.Fatal("the child left no write-ahead log to replay: the test tests nothing")
+		}
+		o := quiet
+		o.SpaceCheckInterval = 20 * time.Millisecond
+		remove := disktest.Fill(t, dir)
+		if s, err := Open(ldir, o); !errors.Is(err, ErrDiskFull) {
+			if err == nil {
+				s.Close()
+			}
+			t.Fatalf("opening a ledger with a log to replay on a full disk: %v, want ErrDiskFull", err)
+		}
+		remove()
+		s := openDir(t, ldir, o)
+		a, err := s.GetAccountByEmail(bg, "left@example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := mustBalance(t, s, a.ID); b.Balance != 6 || b.Available != 6 {
+			t.Fatalf("balance after the log was replayed: %+v, want 6 (its hold voided at the restart)", b)
+		}
+		verifyClean(t, s)
+	})
+}
+
+// TestLeaveLogChild is the process TestOpenOnFullDiskWithLogToReplay runs: it writes to a
+// ledger and exits without closing it, as a crash would (every commit is synced).
+func TestLeaveLogChild(t *testing.T) {
+	dir := os.Getenv("LEDGER_LEAVE_LOG_DIR")
+	if dir == "" {
+		t.Skip("run by TestOpenOnFullDiskWithLogToReplay")
+	}
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustAccount(t, s, "left@example.com").ID
+	mustGrant(t, s, a, Live, 7)
+	mustHold(t, s, a, Live, "settled")
+	if _, err := s.Settle(bg, a, "settled"); err != nil {
+		t.Fatal(err)
+	}
+	mustHold(t, s, a, Live, "left-open")
+	os.Exit(0)
 }
 
 // TestCloseOnFullDisk: closing a store whose disk is full (Caddy stopping) neither dies of
