@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,14 @@ func TestServerOnFullDisk(t *testing.T) {
 
 		// Stopped, the disk fills; the server starts anyway, serves what it can, and recovers.
 		srv.Stop()
+		// A graceful stop closes the ledger (and its kept generations) whatever still held it
+		// (the kept text's flusher): Badger writes its memtable out and removes its log, so the
+		// next start has nothing to replay.
+		for _, d := range []string{ledgerDir, ledgerDir + "/generations"} {
+			if logs, _ := filepath.Glob(d + "/*.mem"); len(logs) > 0 {
+				t.Fatalf("a graceful stop left write-ahead logs to replay: %v", logs)
+			}
+		}
 		remove = disktest.Fill(t, dir)
 		srv = caddyproc.Start(t, site, ledgerDir)
 		waitReady(t, srv, false, "the ledger's disk is nearly full")
@@ -67,6 +76,45 @@ func TestServerOnFullDisk(t *testing.T) {
 		}
 		if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
 			t.Fatalf("verify: %v", v)
+		}
+
+		// Killed (a crash): its last commits are in Badger's log only, and the disk fills. The
+		// log must be replayed, which needs space: the server starts with the ledger not open,
+		// refuses (503, nothing charged) and says why, and opens it once space is back, with
+		// everything the killed process committed.
+		srv.Kill()
+		remove = disktest.Fill(t, dir)
+		srv = caddyproc.Start(t, site, "") // wait for Caddy only: its ledger does not open yet
+		waitReady(t, srv, false, "the ledger's disk is nearly full")
+		for _, path := range []string{"/api/v1/generate", "/api/v1/balance"} {
+			method, body := http.MethodPost, genBody("summarizer", "x", "en", "")
+			if path == "/api/v1/balance" {
+				method, body = http.MethodGet, ""
+			}
+			req, _ := http.NewRequest(method, "http://"+srv.HTTP+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-API-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s with the ledger not open: %v (did the server die?)", path, err)
+			}
+			b := decodeErr(t, resp)
+			if resp.StatusCode != http.StatusServiceUnavailable || b.Error.Code != "ledger_unavailable" ||
+				resp.Header.Get("X-Credits-Used") != "0" || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s with the ledger not open: %d %s %v, want 503 ledger_unavailable with Retry-After", path, resp.StatusCode, b.Error.Code, resp.Header)
+			}
+		}
+		remove()
+		waitReady(t, srv, true, "")
+		if code := srv.Generate(key, "summarizer"); code != http.StatusOK {
+			t.Fatalf("generate once the log was replayed: %d", code)
+		}
+		bal = srv.JSON("balance", "--account", acct)
+		if b, a := caddyproc.Num(t, bal, "balance"), caddyproc.Num(t, bal, "available"); b != 6 || a != 6 {
+			t.Fatalf("balance %d, available %d after the crash; want 6 and 6", b, a)
+		}
+		if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
+			t.Fatalf("verify after the crash: %v", v)
 		}
 	})
 }

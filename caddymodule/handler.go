@@ -44,7 +44,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	}
 	store, backend := h.store(), h.backend()
 	if store == nil || backend == nil {
-		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order).
+		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order),
+		// or a ledger that opens later (a database not reachable yet, a disk too full to replay
+		// the log): readiness says why.
+		if backend != nil && r.URL.Path == "/api/v1/ready" {
+			h.serveReady(w, r, reqID, nil, backend)
+			return nil
+		}
 		writeError(w, reqID, errLedgerUnavailable, -1)
 		return nil
 	}

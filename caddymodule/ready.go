@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -40,7 +41,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		return
 	}
 	doc := readyDoc{Ledger: "ok"}
-	if err := store.Health(context.Background()); err != nil {
+	if err := h.ledgerHealth(store); err != nil {
 		switch {
 		case errors.Is(err, ledger.ErrDiskFull):
 			doc.Ledger = "unavailable"
@@ -48,6 +49,9 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		case errors.Is(err, ledger.ErrUnavailable):
 			doc.Ledger = "unavailable"
 			doc.Reason = "the ledger cannot take new requests now"
+		case errors.Is(err, textgenapp.ErrNotOpen):
+			doc.Ledger = "unavailable"
+			doc.Reason = "the ledger is not open yet: new requests are refused until it is"
 		case errors.Is(err, ledger.ErrClosed):
 			doc.Ledger = "closed"
 			doc.Reason = "the ledger is not usable"
@@ -76,6 +80,16 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 		w.Header().Set("Retry-After", "5")
 	}
 	writeJSON(w, r, reqID, status, doc)
+}
+
+// ledgerHealth is nil when the ledger takes new work, else why not: store's own health, or,
+// with store nil, why the ledger is not open.
+func (h *Handler) ledgerHealth(store ledger.Store) error {
+	if store == nil {
+		_, err := h.ledgerRef.Get()
+		return err
+	}
+	return store.Health(context.Background())
 }
 
 // countHosts adds o's hosts and queue to doc once (seen: tools may share a backend) and reports

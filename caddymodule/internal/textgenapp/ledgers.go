@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -51,8 +52,9 @@ const openTimeout = time.Minute
 
 // newLedgerRef joins (or creates, unopened) the ledger spec names: a Badger directory or a
 // PostgreSQL URL. Options count when this call creates the pool entry; every hold carries its own
-// handler's TTL anyway. A database that cannot be reached at start does not fail the config:
-// requests get 503 ledger_unavailable until it can, and the open is retried.
+// handler's TTL anyway. A database that cannot be reached at start, or a Badger directory that
+// cannot be opened until its disk has space, does not fail the config: requests get 503
+// ledger_unavailable until it opens, and the open is retried.
 func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 	key, err := LedgerKey(spec)
 	if err != nil {
@@ -86,7 +88,10 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 			}
 			return db, nil
 		},
-		func(s ledger.Store) error { return s.Close() }, nil, nil)
+		func(s ledger.Store) error { return s.Close() },
+		// A disk that filled up while the directory has a log to replay: it opens once space
+		// is freed.
+		func(err error) bool { return errors.Is(err, ledger.ErrDiskFull) }, opts.Logger)
 }
 
 // AcquireLedger joins the ledger spec names (a directory or a database URL), opening it unless
@@ -116,4 +121,36 @@ func OpenLedgers() map[string]ledger.Store {
 		return true
 	})
 	return out
+}
+
+func init() { caddy.OnExit(closeLedgersAtExit) }
+
+// exitWait bounds how long the process's exit waits for the last shares of its ledgers.
+var exitWait = 10 * time.Second
+
+// closeLedgersAtExit runs when Caddy exits, after the last config's modules were cleaned up.
+// A module whose work outlives its requests (the kept text's flusher writing a generation's
+// end) gives its share of a ledger back when that work ends, from a goroutine of its own, and
+// Caddy's exit does not wait for it: the process would end with the ledger open. Nothing would
+// be lost (every commit is synced), but the kept text's last write would be, and the next start
+// would have Badger's log to replay, which it cannot do on a full disk. So the exit waits for
+// those shares, up to exitWait, and then closes whatever is still open.
+func closeLedgersAtExit(context.Context) {
+	left := func() (ps []*pooled[ledger.Store]) {
+		alive.Range(func(k, _ any) bool {
+			if p, ok := k.(*pooled[ledger.Store]); ok {
+				ps = append(ps, p)
+			}
+			return true
+		})
+		return ps
+	}
+	for deadline := time.Now().Add(exitWait); len(left()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, p := range left() {
+		if err := p.Destruct(); err != nil {
+			p.log.Error("closing the ledger at exit", zap.String("ledger", p.name), zap.Error(err))
+		}
+	}
 }

@@ -24,14 +24,16 @@ type pooled[T any] struct {
 	open  func() (T, error)
 	close func(T) error
 	// retryable, when set, tells a failed open that will succeed by itself later (a database
-	// that is not reachable yet): the config starts anyway, requests are answered "not open
+	// that is not reachable yet, a Badger directory whose log needs space to be replayed): the
+	// config starts anyway, requests are answered "not open
 	// yet" (503), and the open is retried in the background until it succeeds.
 	retryable func(error) bool
 	log       *zap.Logger
 
-	mu        sync.Mutex        // serialises open and close
-	val       atomic.Pointer[T] // nil until opened; read on every request without a lock
-	retrying  chan struct{}     // closed to stop the background retries; nil when none run
+	mu        sync.Mutex            // serialises open and close
+	val       atomic.Pointer[T]     // nil until opened; read on every request without a lock
+	openErr   atomic.Pointer[error] // why the last retryable open failed, while it is retried
+	retrying  chan struct{}         // closed to stop the background retries; nil when none run
 	destroyed bool
 }
 
@@ -44,6 +46,9 @@ func (p *pooled[T]) get() (T, error) {
 		return *v, nil
 	}
 	var zero T
+	if e := p.openErr.Load(); e != nil {
+		return zero, fmt.Errorf("%s: %w: %w", p.name, ErrNotOpen, *e)
+	}
 	return zero, fmt.Errorf("%s: %w", p.name, ErrNotOpen)
 }
 
@@ -60,9 +65,10 @@ func (p *pooled[T]) ensureOpen() error {
 		if p.retryable == nil || !p.retryable(err) || p.destroyed {
 			return err
 		}
+		p.openErr.Store(&err)
 		p.retrying = make(chan struct{})
 		go p.retry(p.retrying, retryEvery)
-		p.log.Error("not reachable at start: requests are answered 503 until it is; retrying in the background",
+		p.log.Error("cannot be opened at start: requests are answered 503 until it is; retrying in the background",
 			zap.String("resource", p.name), zap.Error(err))
 		return nil
 	}
@@ -88,19 +94,27 @@ func (p *pooled[T]) retry(stop chan struct{}, every time.Duration) {
 		v, err := p.open()
 		if err == nil {
 			p.val.Store(&v)
+			p.openErr.Store(nil)
 			p.retrying = nil
 			p.mu.Unlock()
-			p.log.Info("reachable again: opened", zap.String("resource", p.name))
+			p.log.Info("opened after all", zap.String("resource", p.name))
 			return
 		}
+		p.openErr.Store(&err)
 		p.mu.Unlock()
 	}
 }
+
+// alive holds every pooled resource (as a key) from its creation until its Destruct has
+// returned: a caddy.UsagePool forgets an entry before it destructs it, and the process's exit
+// must wait for a ledger's close in progress (closeLedgersAtExit).
+var alive sync.Map
 
 // Destruct closes the resource if it was opened (caddy.Destructor).
 func (p *pooled[T]) Destruct() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer alive.Delete(p)
 	p.destroyed = true
 	if p.retrying != nil {
 		close(p.retrying)
@@ -149,7 +163,9 @@ func acquire[T any](pool *caddy.UsagePool, key string, open func() (T, error), c
 		log = zap.NewNop()
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &pooled[T]{name: key, open: open, close: close, retryable: retryable, log: log}, nil
+		p := &pooled[T]{name: key, open: open, close: close, retryable: retryable, log: log}
+		alive.Store(p, struct{}{})
+		return p, nil
 	})
 	if err != nil {
 		return nil, err
