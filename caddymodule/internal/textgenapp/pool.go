@@ -25,8 +25,8 @@ type pooled[T any] struct {
 	close func(T) error
 	// retryable, when set, tells a failed open that will succeed by itself later (a database
 	// that is not reachable yet, a Badger directory whose log needs space to be replayed): the
-	// config starts anyway, requests are answered "not open
-	// yet" (503), and the open is retried in the background until it succeeds.
+	// config starts anyway, requests are answered "not open yet" (503), and the open is retried
+	// in the background until it succeeds.
 	retryable func(error) bool
 	log       *zap.Logger
 
