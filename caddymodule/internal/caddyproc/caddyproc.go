@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -224,8 +225,10 @@ http://127.0.0.1:%d {
 	return s
 }
 
-// waitReady polls the admin API until it answers for the ledger (or, without one, at all). The
-// bound is a safety net for a server that never comes up, not a timing assertion.
+// waitReady polls the admin API until it answers for the ledger (or, without one, at all), and
+// then the site's port until it takes connections: Caddy starts its apps one after the other,
+// in no fixed order, so the ledger may answer before the HTTP server listens. The bound is a
+// safety net for a server that never comes up, not a timing assertion.
 func (s *Server) waitReady() {
 	s.t.Helper()
 	path := "/config/"
@@ -244,12 +247,31 @@ func (s *Server) waitReady() {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				s.waitListening()
 				return
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.t.Fatalf("caddy's admin API at %s did not answer\n%s", s.Admin, s.logs.String())
+}
+
+// waitListening waits until the site's port takes connections.
+func (s *Server) waitListening() {
+	s.t.Helper()
+	for range 1200 {
+		select {
+		case <-s.done:
+			s.t.Fatalf("caddy exited before its site listened: %v\n%s", s.err, s.logs.String())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", s.HTTP, 5*time.Second); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("caddy's site at %s never listened\n%s", s.HTTP, s.logs.String())
 }
 
 // Pid is the process id of the server.
