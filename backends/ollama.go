@@ -277,42 +277,63 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
 	allowDown := !o.anyHealthy()
+	slot, chat, err := o.prepare(ctx, &req, emit)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
+	var stats Stats
+	err = o.attempts(ctx, slot, &req, chat, emit, start, allowDown, &stats)
+	return stats, err
+}
+
+// prepare checks a request, encodes its chat request and admits it (Admit) unless it came with
+// its place (req.Admission). The prompt is in the encoded body afterwards, and the body is needed
+// only until text went out (no attempt follows then): a stream of minutes holds neither
+// (chatBody).
+//
+//go:noinline
+func (o *Ollama) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *chatBody, error) {
 	slot, ok := req.Admission.(*Slot)
 	if req.Admission != nil && (!ok || slot == nil || slot.o != o) {
 		req.Admission.Release()
-		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("the admission was not made by this backend")}
+		return nil, nil, &Error{Kind: KindInternal, Err: errors.New("the admission was not made by this backend")}
 	}
-	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
+	fail := func(err error) (*Slot, *chatBody, error) {
+		slot.Release()
+		return nil, nil, err
+	}
 	if req.Model == "" || emit == nil {
-		return Stats{}, &Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")}
+		return fail(&Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")})
 	}
-	body, err := o.encodeChat(req)
+	body, err := o.encodeChat(*req)
 	if err != nil {
-		return Stats{}, &Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)}
+		return fail(&Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)})
 	}
-	// The prompt is in the body now, and the body is needed only until text went out (no
-	// attempt follows then): a stream of minutes holds neither (chatBody).
 	req.System, req.Prompt = "", ""
-	chat := &chatBody{raw: body}
-	body = nil
 	if slot == nil {
-		var adm Admission
-		if adm, err = o.Admit(ctx); err != nil {
-			return Stats{}, err
+		adm, err := o.Admit(ctx)
+		if err != nil {
+			return nil, nil, err
 		}
 		slot = adm.(*Slot)
-		defer slot.Release()
 	}
+	return slot, &chatBody{raw: body}, nil
+}
 
+// attempts runs the generation on slot's host and, if that host cannot be reached or is
+// overloaded before any text was emitted, on the next one (without queueing again), and leaves
+// the last attempt's figures in stats. Hosts marked down are tried only if allowDown.
+func (o *Ollama) attempts(ctx context.Context, slot *Slot, req *Request, chat *chatBody, emit Emit, start time.Time, allowDown bool, stats *Stats) error {
 	var (
 		tried   triedSet // allocated only when failing over
 		lastErr *Error
-		stats   Stats
 	)
 	h := slot.h
 	var releaseShared func() // the shared place of a failover host
 	for {
-		stats, err = o.generateOn(ctx, h, req, chat, emit, start)
+		var err error
+		*stats, err = o.generateOn(ctx, h, req, chat, emit, start)
 		if h == slot.h {
 			slot.Release()
 		} else {
@@ -321,7 +342,7 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		}
 		if err == nil {
 			h.up(o.log)
-			return stats, nil
+			return nil
 		}
 		be := err.(*Error)
 		if be.Kind == KindUnavailable {
@@ -329,7 +350,7 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		}
 		// Never after text went out (the two kinds imply no piece; the first test states the rule).
 		if be.Pieces > 0 || (be.Kind != KindUnavailable && be.Kind != KindOverloaded) || ctx.Err() != nil {
-			return stats, be
+			return be
 		}
 		// Prefer reporting "overloaded" (retry soon) over "unavailable" when hosts differ.
 		if lastErr == nil || be.Kind == KindOverloaded {
@@ -345,13 +366,18 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 		}
 		next, rel := o.pickShared(ctx, tried, allowDown)
 		if next == nil {
-			return stats, lastErr
+			return lastErr
 		}
 		releaseShared = rel
-		o.log.Warn("ollama host failed before the first piece; trying another host",
-			zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
+		o.logFailover(h, be)
 		h = next
 	}
+}
+
+//go:noinline
+func (o *Ollama) logFailover(h *ollamaHost, be *Error) {
+	o.log.Warn("ollama host failed before the first piece; trying another host",
+		zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
 }
 
 // pick chooses the least busy untried host and counts the request in its in-flight number.

@@ -2,6 +2,7 @@ package backends
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,52 +108,256 @@ type ollamaChatRequest struct {
 type chatBody struct{ raw []byte }
 
 // generateOn runs one attempt on host h. Every failure is an *Error.
-func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
-	stats := Stats{Host: h.name}
-	firstTimeout := req.FirstPieceTimeout
-	if firstTimeout <= 0 {
-		firstTimeout = o.cfg.FirstPieceTimeout
-	}
-	idleTimeout := req.IdleTimeout
-	if idleTimeout <= 0 {
-		idleTimeout = o.cfg.IdleTimeout
-	}
+//
+// A stream spends its minutes in here, waiting for the model's next piece on the stack of the
+// connection goroutine that serves the request. Go grows a goroutine's stack by doubling and
+// keeps it at its largest, and the deepest moment of a request is its first flush (net/http
+// writes the response headers), under this frame: so this frame is kept small. The request's
+// set-up (open), the state of the attempt (an attempt on the heap) and every way it ends are
+// functions of their own, not inlined here, and it defers one call. In a site with textgen in
+// a handle block behind encode and a log, that keeps a stream on a 16 KiB stack instead of 32
+// (caddymodule's TestStreamStack); Generate and the handler's run are kept small alike.
+func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req *Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
+	a := o.newAttempt(h, req)
+	err := a.run(ctx, o, req, chat, emit, start)
+	return a.stats, err
+}
 
+// run is the attempt: open the stream, emit its pieces, end by how it ends.
+func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBody, emit Emit, start time.Time) error {
+	defer a.end() // one deferred call: more would each take a record in this frame
+	h := a.h
 	// inner is cancelled, with a recorded cause, by the watchdog timer, the deadline, an emit
 	// error, or the end of this attempt; cancelling it aborts the HTTP request, which closes
 	// the connection, which makes Ollama stop generating.
 	inner, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	a.cancel = cancel
 	if !req.Deadline.IsZero() {
-		var cancelDeadline context.CancelFunc
-		inner, cancelDeadline = context.WithDeadlineCause(inner, req.Deadline, errDeadline)
-		defer cancelDeadline()
+		inner, a.cancelDeadline = context.WithDeadlineCause(inner, req.Deadline, errDeadline)
 	}
+	a.arm()
 
+	resp, err := o.open(ctx, inner, h, chat)
+	if err != nil {
+		return err
+	}
+	a.body = resp.Body
+	lines := newLineReader(resp.Body)
+	a.lines = lines
+	dec := o.newDecoder()
+	for {
+		// Pieces emitted and not yet flushed go before any wait for the server.
+		if a.pending && !lines.hasLine() {
+			if err := a.deliver(); err != nil {
+				return a.clientStopped(err)
+			}
+		}
+		line, err := lines.next()
+		switch {
+		case err == nil:
+			err = dec.decode(line, &a.chunk)
+		case errors.Is(err, io.EOF) && dec.atEOF(&a.chunk):
+			err = nil // the wire's end without its end marker, after a complete stream
+		}
+		if err != nil {
+			return a.readFailed(ctx, inner, err)
+		}
+		if a.chunk.Error != "" {
+			return a.modelFailed(o.cfg.API)
+		}
+		if piece := a.chunk.Message.Content; piece != "" {
+			if a.stats.Pieces == 0 {
+				a.stats.TimeToFirst = time.Since(start)
+				chat.raw = nil
+			}
+			a.stats.Pieces++
+			a.state.Store(emitting)
+			if err := emit(piece); err != nil {
+				return a.clientStopped(err)
+			}
+			a.pending = a.flush != nil
+		}
+		if a.chunk.Done {
+			return a.done(resp.Body, start)
+		}
+		// Before the first piece the first-piece timeout keeps running; after it, any line
+		// (an empty one too) shows the model is alive. Re-arm before leaving the emitting state
+		// so the timer cannot fire on time spent in emit.
+		a.alive()
+	}
+}
+
+// attempt is the state of one attempt (generateOn): what it streamed, its watchdog and how to
+// cancel it.
+type attempt struct {
+	h     *ollamaHost
+	flush func() error // Request.Flush
+	stats Stats
+	chunk chatChunk // the line just read
+	// pending: pieces were emitted that flush has not sent on yet. They go before any wait
+	// for the server and before every return.
+	pending bool
+
+	cancel         context.CancelCauseFunc
+	cancelDeadline context.CancelFunc // nil: no deadline of the request's own
+	body           io.Closer          // the stream's body, once open
+	lines          *lineReader        // its line reader
 	// One timer per request serves as first-piece and idle watchdog; a piece costs one Reset.
 	// While emit runs the timer re-arms itself instead of firing: a slow client is the
 	// caller's business, not a stalled model.
-	var state atomic.Int32
-	var watchdog *time.Timer
-	watchdog = time.AfterFunc(firstTimeout, func() {
-		switch state.Load() {
-		case waitFirst:
-			cancel(errFirstPieceTimeout)
-		case waitNext:
-			cancel(errIdleTimeout)
-		default:
-			watchdog.Reset(idleTimeout)
-		}
-	})
-	defer watchdog.Stop()
+	watchdog     *time.Timer
+	state        atomic.Int32
+	firstTimeout time.Duration
+	idleTimeout  time.Duration
+}
 
-	fail := func(kind Kind, err error) (Stats, error) {
-		return stats, &Error{Kind: kind, Host: h.name, Pieces: stats.Pieces, Err: err}
+//go:noinline
+func (o *Ollama) newAttempt(h *ollamaHost, req *Request) *attempt {
+	a := &attempt{h: h, flush: req.Flush, stats: Stats{Host: h.name},
+		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), o.cfg.FirstPieceTimeout),
+		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), o.cfg.IdleTimeout)}
+	return a
+}
+
+// end releases what the attempt holds, the last thing it took first.
+func (a *attempt) end() {
+	if a.lines != nil {
+		a.lines.release()
 	}
+	if a.body != nil {
+		a.body.Close()
+	}
+	if a.watchdog != nil {
+		a.watchdog.Stop()
+	}
+	if a.cancelDeadline != nil {
+		a.cancelDeadline()
+	}
+	if a.cancel != nil {
+		a.cancel(nil)
+	}
+}
 
+// arm starts the watchdog, with the first-piece timeout.
+func (a *attempt) arm() { a.watchdog = time.AfterFunc(a.firstTimeout, a.watch) }
+
+// watch is the watchdog's callback.
+func (a *attempt) watch() {
+	switch a.state.Load() {
+	case waitFirst:
+		a.cancel(errFirstPieceTimeout)
+	case waitNext:
+		a.cancel(errIdleTimeout)
+	default:
+		a.watchdog.Reset(a.idleTimeout)
+	}
+}
+
+// alive re-arms the idle watchdog once text has come.
+func (a *attempt) alive() {
+	if a.stats.Pieces > 0 {
+		a.watchdog.Reset(a.idleTimeout)
+		a.state.Store(waitNext)
+	}
+}
+
+// deliver hands the pending pieces on (Request.Flush).
+//
+//go:noinline
+func (a *attempt) deliver() error {
+	if !a.pending {
+		return nil
+	}
+	a.pending = false
+	a.state.Store(emitting)
+	err := a.flush()
+	a.alive()
+	return err
+}
+
+// fail is the attempt's end as an *Error of kind.
+//
+//go:noinline
+func (a *attempt) fail(kind Kind, err error) error {
+	return &Error{Kind: kind, Host: a.h.name, Pieces: a.stats.Pieces, Err: err}
+}
+
+// clientStopped ends the attempt whose emit or flush failed (the client is gone): the model
+// server is told by the cancellation.
+//
+//go:noinline
+func (a *attempt) clientStopped(err error) error {
+	a.cancel(errEmitStopped)
+	return a.fail(KindCanceled, err)
+}
+
+// readFailed ends the attempt whose stream could not be read on (err), after flushing what
+// came before: by its cause when the attempt was stopped, else as a cut stream.
+//
+//go:noinline
+func (a *attempt) readFailed(ctx, inner context.Context, err error) error {
+	_ = a.deliver() // what came before the failure
+	if k, cause, ok := stopped(ctx, inner, a.stats.Pieces); ok {
+		return a.fail(k, cause)
+	}
+	if errors.Is(err, io.EOF) {
+		err = errNoDone
+	} else {
+		err = fmt.Errorf("reading the model server's stream: %w", err)
+	}
+	if a.stats.Pieces > 0 {
+		return a.fail(KindInterrupted, err)
+	}
+	return a.fail(KindUpstream, err)
+}
+
+// modelFailed ends the attempt whose model server reported an error in its stream.
+//
+//go:noinline
+func (a *attempt) modelFailed(wire string) error {
+	_ = a.deliver()
+	err := fmt.Errorf("%s: %s", wire, a.chunk.Error)
+	if a.stats.Pieces > 0 {
+		return a.fail(KindInterrupted, err)
+	}
+	return a.fail(KindUpstream, err)
+}
+
+// done ends the attempt whose stream is complete: the pending pieces go, the counts are taken,
+// and the (empty) rest of body is read so that its connection can be reused (the watchdog
+// still bounds a server that keeps it open after "done").
+//
+//go:noinline
+func (a *attempt) done(body io.Reader, start time.Time) error {
+	if err := a.deliver(); err != nil {
+		return a.clientStopped(err)
+	}
+	a.stats.PromptTokens = a.chunk.PromptEvalCount
+	a.stats.OutputTokens = a.chunk.EvalCount
+	a.stats.DoneReason = a.chunk.DoneReason
+	a.stats.Total = time.Since(start)
+	a.watchdog.Reset(a.idleTimeout)
+	a.state.Store(waitNext)
+	io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	return nil
+}
+
+// open sends an attempt's chat request to h and returns the answer once it is a stream, or an
+// *Error (no piece was emitted yet). It is a function of its own so that what it needs
+// (net/http's request, the error paths) is not part of generateOn's frame, which waits on a
+// connection goroutine's stack for as long as the model streams.
+//
+//go:noinline
+func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody) (*http.Response, error) {
+	fail := func(kind Kind, err error, retry time.Duration) (*http.Response, error) {
+		if k, cause, ok := stopped(ctx, inner, 0); ok {
+			kind, err, retry = k, cause, 0
+		}
+		return nil, &Error{Kind: kind, Host: h.name, Err: err, RetryAfter: retry}
+	}
 	hreq, err := http.NewRequestWithContext(inner, http.MethodPost, h.chatURL, bytes.NewReader(chat.raw))
 	if err != nil {
-		return fail(KindInternal, err)
+		return nil, &Error{Kind: KindInternal, Host: h.name, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if o.cfg.API == APIOpenAI {
@@ -174,120 +379,15 @@ func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req Request, cha
 		resp, err = o.client.Do(hreq)
 	}
 	if err != nil {
-		if kind, cause, ok := stopped(ctx, inner, 0); ok {
-			return fail(kind, cause)
-		}
-		s, e := fail(KindUnavailable, err)
-		e.(*Error).RetryAfter = o.cfg.HealthInterval // when the health checker looks again
-		return s, e
+		return fail(KindUnavailable, err, o.cfg.HealthInterval) // when the health checker looks again
 	}
-	defer resp.Body.Close()
 	resp.Request = nil // it holds the body
-
 	if resp.StatusCode >= http.StatusBadRequest {
 		kind, retry, serr := statusError(resp)
-		if k, cause, ok := stopped(ctx, inner, 0); ok {
-			return fail(k, cause)
-		}
-		s, e := fail(kind, serr)
-		e.(*Error).RetryAfter = retry
-		return s, e
+		resp.Body.Close()
+		return fail(kind, serr, retry)
 	}
-
-	lines := newLineReader(resp.Body)
-	defer lines.release()
-	// pending: pieces were emitted that req.Flush has not sent on yet. They go before any wait
-	// for the server and before every return.
-	pending := false
-	flush := func() error {
-		if !pending {
-			return nil
-		}
-		pending = false
-		state.Store(emitting)
-		err := req.Flush()
-		if stats.Pieces > 0 {
-			watchdog.Reset(idleTimeout)
-			state.Store(waitNext)
-		}
-		return err
-	}
-	var chunk chatChunk
-	dec := o.newDecoder()
-	for {
-		if pending && !lines.hasLine() {
-			if err := flush(); err != nil {
-				cancel(errEmitStopped)
-				return fail(KindCanceled, err)
-			}
-		}
-		line, err := lines.next()
-		switch {
-		case err == nil:
-			err = dec.decode(line, &chunk)
-		case errors.Is(err, io.EOF) && dec.atEOF(&chunk):
-			err = nil // the wire's end without its end marker, after a complete stream
-		}
-		if err != nil {
-			_ = flush() // what came before the failure
-			if k, cause, ok := stopped(ctx, inner, stats.Pieces); ok {
-				return fail(k, cause)
-			}
-			if errors.Is(err, io.EOF) {
-				err = errNoDone
-			} else {
-				err = fmt.Errorf("reading the model server's stream: %w", err)
-			}
-			if stats.Pieces > 0 {
-				return fail(KindInterrupted, err)
-			}
-			return fail(KindUpstream, err)
-		}
-		if chunk.Error != "" {
-			_ = flush()
-			err := fmt.Errorf("%s: %s", o.cfg.API, chunk.Error)
-			if stats.Pieces > 0 {
-				return fail(KindInterrupted, err)
-			}
-			return fail(KindUpstream, err)
-		}
-		if piece := chunk.Message.Content; piece != "" {
-			if stats.Pieces == 0 {
-				stats.TimeToFirst = time.Since(start)
-				chat.raw = nil
-			}
-			stats.Pieces++
-			state.Store(emitting)
-			if err := emit(piece); err != nil {
-				cancel(errEmitStopped)
-				return fail(KindCanceled, err)
-			}
-			pending = req.Flush != nil
-		}
-		if chunk.Done {
-			if err := flush(); err != nil {
-				cancel(errEmitStopped)
-				return fail(KindCanceled, err)
-			}
-			stats.PromptTokens = chunk.PromptEvalCount
-			stats.OutputTokens = chunk.EvalCount
-			stats.DoneReason = chunk.DoneReason
-			stats.Total = time.Since(start)
-			// Read the (empty) rest so the connection can be reused; the watchdog still
-			// bounds a server that keeps it open after "done".
-			watchdog.Reset(idleTimeout)
-			state.Store(waitNext)
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			return stats, nil
-		}
-		// Before the first piece the first-piece timeout keeps running; after it, any line
-		// (an empty one too) shows the model is alive. Re-arm before leaving the emitting state
-		// so the timer cannot fire on time spent in emit.
-		if stats.Pieces > 0 {
-			watchdog.Reset(idleTimeout)
-			state.Store(waitNext)
-		}
-	}
+	return resp, nil
 }
 
 // stopped reports whether the attempt ended because ctx or inner was cancelled, and with which

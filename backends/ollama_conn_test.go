@@ -506,7 +506,7 @@ func TestStreamDropsPrompt(t *testing.T) {
 		body = weak.Make(&raw[0])
 		chat := &chatBody{raw: raw}
 		go func() {
-			_, err := o.generateOn(ctx, o.hosts[0], Request{}, chat, emit, time.Now())
+			_, err := o.generateOn(ctx, o.hosts[0], &Request{}, chat, emit, time.Now())
 			runtime.KeepAlive(chat) // as Generate keeps it, for another attempt
 			done <- err
 		}()

@@ -257,7 +257,7 @@ func saveAdmin(b *testing.B, admin, path, file string) {
 
 // raiseFileLimit raises this process's open-file limit to its hard limit (processes it starts
 // inherit it) and returns it.
-func raiseFileLimit(b *testing.B) uint64 {
+func raiseFileLimit(b testing.TB) uint64 {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		b.Fatal(err)

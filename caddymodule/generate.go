@@ -31,66 +31,14 @@ func (g *generation) generate() {
 // nothing, and the settle is durable only together with the hold before it. So the call to the
 // model never waits for a disk sync, and a client without credit never makes the model work.
 func (g *generation) run() {
+	backend, adm, ok := g.reserve()
+	if !ok {
+		return
+	}
+	if adm != nil {
+		defer adm.Release() // Generate releases it; this covers the returns before
+	}
 	h := g.h
-	bg := context.WithoutCancel(g.r.Context())
-	backend := g.backend
-	var adm backends.Admission
-	if g.key.Mode == ledger.Test {
-		backend = backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}
-	} else {
-		if g.remaining == 0 {
-			// No credit: answer at once rather than after a wait in the admission queue.
-			g.fail(g.insufficient())
-			return
-		}
-		// Admission before the reservation: a request the model hosts cannot take is refused
-		// (or waits) without holding a credit.
-		if admitter, ok := backend.(backends.Admitter); ok {
-			var err error
-			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
-				held := g.hostPlace
-				g.hostPlace = ratelimit.Slot{} // the backend owns it now
-				adm, err = ha.AdmitHeld(g.r.Context(), g.host, held.Release)
-			} else {
-				adm, err = admitter.Admit(g.r.Context())
-			}
-			if err != nil {
-				g.refuseAdmission(err)
-				return
-			}
-			defer adm.Release() // Generate releases it; this covers the returns before
-			if w := adm.Waited(); w > 0 {
-				g.queued = w
-				metrics.queueWait.Observe(w.Seconds())
-			}
-		}
-	}
-
-	t0 := time.Now()
-	res, err := g.store.Reserve(bg, ledger.HoldRequest{
-		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
-		TTL: time.Duration(h.HoldTTL),
-	})
-	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
-	switch {
-	case errors.Is(err, ledger.ErrInsufficientCredits):
-		g.remaining = 0
-		g.fail(g.insufficient())
-		return
-	case errors.Is(err, ledger.ErrAccountDisabled):
-		g.fail(errAccountDisabled)
-		return
-	case errors.Is(err, ledger.ErrUnavailable):
-		g.ledgerUnavailable(err)
-		return
-	case err != nil:
-		g.internal("holding credit", err)
-		return
-	}
-	g.remaining = res.Available
-	g.holding = true
-	metrics.holdsOpen.Inc()
-
 	s := &streamer{g: g, rc: http.NewResponseController(g.w),
 		timeout: time.Duration(h.WriteTimeout), end: g.start.Add(time.Duration(h.GenerationTimeout))}
 	defer s.close()
@@ -110,13 +58,100 @@ func (g *generation) run() {
 		stop := context.AfterFunc(g.r.Context(), func() { s.clientLeft(cancel) })
 		defer stop()
 	}
+	genStart := time.Now()
+	stopKeepAlive := s.startKeepAlive(time.Duration(h.SSEKeepAlive))
+	// The stream waits for the model in here for as long as it runs, on the stack of Caddy's
+	// connection goroutine, which Go keeps at the largest it ever grew: what this frame holds
+	// beyond the call (the reservation, the prompt, the metrics) is done in functions of its
+	// own (see backends' generateOn).
+	stats, gerr := backend.Generate(genCtx, g.backendRequest(adm, s), s.emit)
+	stopKeepAlive()
+	g.ended(s, stats, gerr, genStart)
+}
+
+// reserve admits the request to a model host (live keys; test keys get the sample text) and
+// reserves its credit, answering the client when either is refused (ok false).
+//
+//go:noinline
+func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
+	h := g.h
+	bg := context.WithoutCancel(g.r.Context())
+	backend := g.backend
+	var adm backends.Admission
+	reserved := false
+	defer func() {
+		if !reserved && adm != nil {
+			adm.Release() // refused after its admission: the model host's place goes back
+		}
+	}()
+	if g.key.Mode == ledger.Test {
+		backend = backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}
+	} else {
+		if g.remaining == 0 {
+			// No credit: answer at once rather than after a wait in the admission queue.
+			g.fail(g.insufficient())
+			return nil, nil, false
+		}
+		// Admission before the reservation: a request the model hosts cannot take is refused
+		// (or waits) without holding a credit.
+		if admitter, ok := backend.(backends.Admitter); ok {
+			var err error
+			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
+				held := g.hostPlace
+				g.hostPlace = ratelimit.Slot{} // the backend owns it now
+				adm, err = ha.AdmitHeld(g.r.Context(), g.host, held.Release)
+			} else {
+				adm, err = admitter.Admit(g.r.Context())
+			}
+			if err != nil {
+				g.refuseAdmission(err)
+				return nil, nil, false
+			}
+			if w := adm.Waited(); w > 0 {
+				g.queued = w
+				metrics.queueWait.Observe(w.Seconds())
+			}
+		}
+	}
+	t0 := time.Now()
+	res, err := g.store.Reserve(bg, ledger.HoldRequest{
+		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+		TTL: time.Duration(h.HoldTTL),
+	})
+	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+	switch {
+	case errors.Is(err, ledger.ErrInsufficientCredits):
+		g.remaining = 0
+		g.fail(g.insufficient())
+		return nil, nil, false
+	case errors.Is(err, ledger.ErrAccountDisabled):
+		g.fail(errAccountDisabled)
+		return nil, nil, false
+	case errors.Is(err, ledger.ErrUnavailable):
+		g.ledgerUnavailable(err)
+		return nil, nil, false
+	case err != nil:
+		g.internal("holding credit", err)
+		return nil, nil, false
+	}
+	g.remaining = res.Available
+	g.holding = true
+	metrics.holdsOpen.Inc()
+	reserved = true
+	return backend, adm, true
+}
+
+// backendRequest is what the model is asked: the tool's prompt in the request's language and
+// tone, the input, the tool's settings, with adm's place and s's flush.
+//
+//go:noinline
+func (g *generation) backendRequest(adm backends.Admission, s *streamer) backends.Request {
+	h := g.h
 	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
 	}
-	genStart := time.Now()
-	stopKeepAlive := s.startKeepAlive(time.Duration(h.SSEKeepAlive))
-	stats, gerr := backend.Generate(genCtx, backends.Request{
+	return backends.Request{
 		Model:             g.tool.model,
 		System:            system,
 		Prompt:            g.req.Input,
@@ -128,8 +163,14 @@ func (g *generation) run() {
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		Admission:         adm,
 		Flush:             s.flush,
-	}, s.emit)
-	stopKeepAlive()
+	}
+}
+
+// ended records the generation's figures, settles or voids its hold (finish) and ends the
+// keeping of its text.
+//
+//go:noinline
+func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genStart time.Time) {
 	g.stats = stats
 	if s.texted {
 		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
