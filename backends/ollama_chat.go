@@ -135,7 +135,7 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 	if !req.Deadline.IsZero() {
 		inner, a.cancelDeadline = context.WithDeadlineCause(inner, req.Deadline, errDeadline)
 	}
-	a.arm()
+	a.watchdog = time.AfterFunc(a.firstTimeout, a.watch)
 
 	resp, err := o.open(ctx, inner, h, chat)
 	if err != nil {
@@ -213,10 +213,9 @@ type attempt struct {
 
 //go:noinline
 func (o *Ollama) newAttempt(h *ollamaHost, req *Request) *attempt {
-	a := &attempt{h: h, flush: req.Flush, stats: Stats{Host: h.name},
+	return &attempt{h: h, flush: req.Flush, stats: Stats{Host: h.name},
 		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), o.cfg.FirstPieceTimeout),
 		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), o.cfg.IdleTimeout)}
-	return a
 }
 
 // end releases what the attempt holds, the last thing it took first.
@@ -237,9 +236,6 @@ func (a *attempt) end() {
 		a.cancel(nil)
 	}
 }
-
-// arm starts the watchdog, with the first-piece timeout.
-func (a *attempt) arm() { a.watchdog = time.AfterFunc(a.firstTimeout, a.watch) }
 
 // watch is the watchdog's callback.
 func (a *attempt) watch() {
@@ -301,14 +297,9 @@ func (a *attempt) readFailed(ctx, inner context.Context, err error) error {
 		return a.fail(k, cause)
 	}
 	if errors.Is(err, io.EOF) {
-		err = errNoDone
-	} else {
-		err = fmt.Errorf("reading the model server's stream: %w", err)
+		return a.cut(errNoDone)
 	}
-	if a.stats.Pieces > 0 {
-		return a.fail(KindInterrupted, err)
-	}
-	return a.fail(KindUpstream, err)
+	return a.cut(fmt.Errorf("reading the model server's stream: %w", err))
 }
 
 // modelFailed ends the attempt whose model server reported an error in its stream.
@@ -316,7 +307,12 @@ func (a *attempt) readFailed(ctx, inner context.Context, err error) error {
 //go:noinline
 func (a *attempt) modelFailed(wire string) error {
 	_ = a.deliver()
-	err := fmt.Errorf("%s: %s", wire, a.chunk.Error)
+	return a.cut(fmt.Errorf("%s: %s", wire, a.chunk.Error))
+}
+
+// cut is the end of an attempt whose stream broke off: interrupted once text went out, else
+// the model server's failure.
+func (a *attempt) cut(err error) error {
 	if a.stats.Pieces > 0 {
 		return a.fail(KindInterrupted, err)
 	}
