@@ -23,8 +23,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )

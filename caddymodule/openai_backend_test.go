@@ -13,8 +13,8 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 	"github.com/caddy-textgen/textgen/ledger"
 	"go.uber.org/zap"
 )

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 // DefaultModel is the name the tiny model is registered under unless Options.Model says otherwise.
@@ -338,12 +340,11 @@ func (s *Server) Stop() error {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick(1)
 	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }
 
 func sanitize(name string) string {

@@ -22,7 +22,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	_ "github.com/caddy-textgen/textgen/caddymodule"
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 // InstallHint is what to run on a machine without PostgreSQL.
@@ -65,15 +66,15 @@ func version(p string) int {
 	return n
 }
 
-// freePort asks the kernel for a free loopback port. Another process may take it before the
-// server binds it; Start then fails with the server's log.
+// freePort is a free port outside the kernel's ephemeral range, so that none of the tests' own
+// connections takes it while the server is stopped. Another process may still take it before
+// the server binds it; Start then fails with the server's log.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }
 
 // Start creates a cluster in a new temporary folder and starts it on a free loopback port.

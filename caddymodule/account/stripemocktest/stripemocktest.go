@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest/gobin"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 // Version is the pinned stripe-mock.
@@ -62,12 +62,11 @@ func Start(ctx context.Context) (*Server, error) {
 }
 
 func start(ctx context.Context, bin string) (*Server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick(1)
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := p[0]
 	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), exited: make(chan struct{})}
 	// -http-port alone serves plain HTTP only (with -http-addr, stripe-mock also opens HTTPS on
 	// its default port 12112, which collides between concurrent runs).

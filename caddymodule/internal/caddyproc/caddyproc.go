@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 var (

@@ -38,7 +38,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest/gobin"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 // Version is the pinned mailpit.

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-textgen/textgen/internal/freeport"
 )
 
 // InstallHint is what to run on a machine without redis-server.
@@ -56,13 +57,13 @@ func Start(dir string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not installed: install it with `%s`", InstallHint)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Outside the ephemeral range, so that no client connection takes the port while the
+	// server is stopped and Start finds it free again.
+	p, err := freeport.Pick(1)
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{bin: bin, dir: dir, port: port}
+	s := &Server{bin: bin, dir: dir, port: p[0]}
 	return s, s.Start()
 }
 
