@@ -116,6 +116,13 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				}
 				return sink.Idempotency(r)
 			}},
+			{prefixPayment, func(k, v []byte) error {
+				var p UnmatchedPayment
+				if err := json.Unmarshal(v, &p); err != nil {
+					return fmt.Errorf("unmatched payment %q: %w", k[1:], err)
+				}
+				return sink.UnmatchedPayment(p)
+			}},
 		}
 		for _, st := range steps {
 			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {

@@ -30,6 +30,8 @@ const (
 	// E-mail (badger_outbox.go, badger_tokens.go).
 	prefixOutbox byte = 0x11 // mail id -> outboxRecord (JSON): a queued message, sealed by the caller
 	prefixToken  byte = 0x12 // SHA-256 digest of a verify/reset/invite token (32 bytes) -> tokenRecord (JSON), Badger TTL = expiry
+	// Payments that credited nothing (badger_payments.go).
+	prefixPayment byte = 0x13 // reference -> UnmatchedPayment (JSON), kept for good
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

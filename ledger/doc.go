@@ -14,6 +14,8 @@
 //	             CreateSession, GetSession, DeleteSession
 //	Reports      History, Usage
 //	Maintenance  Health, Verify, Backup, Close
+//	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, tokens, address state
+//	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
 //
 // # Invariants
 //
@@ -73,6 +75,9 @@
 //	0C acct                -> credential: argon2id hash of the password (PHC string)
 //	0D session digest      -> session (SHA-256 of the token; expiry; CSRF secret), Badger TTL
 //	0E acct session digest -> empty: finds an account's sessions (for log-out everywhere)
+//	0F-12                  -> kept generations, the e-mail outbox and tokens (badger_prefix.go)
+//	13 reference           -> UnmatchedPayment (JSON): a payment that credited nothing; never
+//	                          deleted
 //
 // Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12 (ids.go).
 //

@@ -28,6 +28,8 @@ type ExportSink interface {
 	Credential(ExportCredential) error
 	Session(ExportSession) error
 	Idempotency(IdempotencyRecord) error
+	// UnmatchedPayment is a payment that credited nothing (Payments); its account may not exist.
+	UnmatchedPayment(UnmatchedPayment) error
 }
 
 // ExportAccount is an account with the figures its store keeps: balances, open holds and the

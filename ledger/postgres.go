@@ -25,8 +25,9 @@ import (
 // their figures: balances, open holds, next entry number), entries (primary key account and
 // number), holds (primary key account and request id), api_keys (SHA-256 digests only),
 // credentials, sessions (token digests only) and idempotency; 00002_generations.sql adds the
-// kept generations (ciphertext only, postgres_generations.go). Money and counts are bigint,
-// times unix nanoseconds.
+// kept generations (ciphertext only, postgres_generations.go), 00005_payments.sql the payments
+// that credited nothing (postgres_payments.go). Money and counts are bigint, times unix
+// nanoseconds.
 //
 // # Exactly once across instances
 //

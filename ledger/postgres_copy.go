@@ -10,8 +10,8 @@ import (
 // CopyLedger copies the whole ledger of from (an engine that implements Exporter: Badger) into
 // to, whose database must hold no account yet: accounts with their balances, key digests (so the
 // keys handed out before keep working), entries with their numbers and times, holds open or
-// resolved, grant references (they are the entries'), password hashes, live sessions and
-// Idempotency-Key records. Afterwards balances, key lookups, log-ins, histories and Verify give
+// resolved, grant references (they are the entries'), password hashes, live sessions,
+// Idempotency-Key records and unmatched payments. Afterwards balances, key lookups, log-ins, histories and Verify give
 // on to what they gave on from. It is one transaction: on any error nothing is copied.
 //
 // Stop the servers that use from first: changes made while it runs may be missed. Holds still
@@ -76,6 +76,8 @@ var pgImportTables = []struct {
 	{"credentials", []string{"account_id", "hash", "updated"}},
 	{"sessions", []string{"digest", "account_id", "created", "expires", "csrf_token"}},
 	{"idempotency", []string{"account_id", "idem_key", "request_id", "fingerprint", "status", "created", "hold_ttl"}},
+	{"unmatched_payments", []string{"reference", "event", "account_id", "package", "credits", "amount_cents", "currency",
+		"problem", "detail", "created", "resolved", "resolution"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -137,6 +139,12 @@ func (p *pgImport) Session(s ExportSession) error {
 
 func (p *pgImport) Idempotency(r IdempotencyRecord) error {
 	return p.add("idempotency", r.AccountID, r.Key, r.RequestID, r.Fingerprint, r.Status, r.Created.UnixNano(), int64(r.HoldTTL))
+}
+
+// UnmatchedPayment stores a payment that credited nothing, open or resolved.
+func (p *pgImport) UnmatchedPayment(u UnmatchedPayment) error {
+	return p.add("unmatched_payments", u.Reference, u.Event, u.AccountID, u.Package, u.Credits, u.AmountCents,
+		u.Currency, u.Problem, u.Detail, u.Created.UnixNano(), pgNanos(u.Resolved), u.Resolution)
 }
 
 // Interface guards

@@ -15,8 +15,8 @@ import (
 
 // TestCopyLedger fills a Badger ledger with everything a server makes, copies it into an empty
 // PostgreSQL database, and checks that the PostgreSQL side gives what Badger gave: balances,
-// the old keys, log-ins and sessions, purchases, histories, key lists, Idempotency-Keys, and a
-// clean Verify; then that the copy goes on working (an open hold settles) and that a second copy
+// the old keys, log-ins and sessions, purchases, histories, key lists, Idempotency-Keys,
+// unmatched payments, and a clean Verify; then that the copy goes on working (an open hold settles) and that a second copy
 // into the same database is refused.
 func TestCopyLedger(t *testing.T) {
 	t0 := time.Date(2030, 7, 1, 10, 0, 0, 123456789, time.UTC)
@@ -83,6 +83,20 @@ func TestCopyLedger(t *testing.T) {
 	if err := from.FinishIdempotent(bg, alice.ID, "live:order-1", 200); err != nil {
 		t.Fatal(err)
 	}
+	// Two payments that credited nothing: one resolved, one open for an account that does not
+	// exist.
+	if _, _, err := from.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_short", Event: "evt_1", AccountID: alice.ID,
+		Package: "starter", Credits: 10, AmountCents: 500, Currency: "eur", Problem: ProblemAmountMismatch, Detail: "price 900 EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Second)
+	if _, _, err := from.ResolveUnmatchedPayment(bg, "cs_short", "refunded"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := from.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_nobody", AccountID: "acct_nobodynobodynobo",
+		AmountCents: 900, Currency: "eur", Problem: ProblemUnknownAccount}); err != nil {
+		t.Fatal(err)
+	}
 	verifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -145,6 +159,22 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Grant(bg, GrantRequest{AccountID: alice.ID, Mode: Live, Kind: KindPurchase, Credits: 10, Reference: "cs_2"}); err != nil || !r.Repeated {
 		t.Errorf("a purchase credited on Badger credits again: %+v %v", r, err)
 	}
+	// Unmatched payments: the same list, the open one still open, the resolved one resolved once.
+	gotPay, err := to.UnmatchedPayments(bg, false, 0)
+	wantPay, _ := from.UnmatchedPayments(bg, false, 0)
+	if err != nil || len(gotPay) != 2 || !reflect.DeepEqual(gotPay, wantPay) {
+		t.Errorf("unmatched payments after the copy:\n got %+v %v\nwant %+v", gotPay, err, wantPay)
+	}
+	if open, err := to.UnmatchedPayments(bg, true, 0); err != nil || len(open) != 1 || open[0].Reference != "cs_nobody" {
+		t.Errorf("open unmatched payments after the copy: %+v %v", open, err)
+	}
+	if p, repeated, err := to.ResolveUnmatchedPayment(bg, "cs_short", "credited by hand"); err != nil || !repeated || p.Resolution != "refunded" {
+		t.Errorf("resolving a payment resolved on Badger: %+v %v %v", p, repeated, err)
+	}
+	if p, repeated, err := to.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_nobody", AmountCents: 1, Currency: "usd",
+		Problem: ProblemUnknownPackage}); err != nil || !repeated || p != wantPay[0] {
+		t.Errorf("recording a payment recorded on Badger: %+v %v %v", p, repeated, err)
+	}
 	rep := verifyClean(t, to)
 	if want, _ := from.Verify(bg); rep.Accounts != want.Accounts || rep.Entries != want.Entries {
 		t.Errorf("verify counts %d accounts / %d entries, Badger %d / %d", rep.Accounts, rep.Entries, want.Accounts, want.Entries)
@@ -182,6 +212,7 @@ type exported struct {
 	credentials []ExportCredential
 	sessions    []ExportSession
 	idempotency []IdempotencyRecord
+	payments    []UnmatchedPayment
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -197,6 +228,10 @@ func (x *exported) Idempotency(r IdempotencyRecord) error {
 	x.idempotency = append(x.idempotency, r)
 	return nil
 }
+func (x *exported) UnmatchedPayment(p UnmatchedPayment) error {
+	x.payments = append(x.payments, p)
+	return nil
+}
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.
@@ -209,6 +244,7 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.credentials, func(a, b ExportCredential) int { return by(a, b) })
 	slices.SortFunc(x.sessions, func(a, b ExportSession) int { return by(a, b) })
 	slices.SortFunc(x.idempotency, func(a, b IdempotencyRecord) int { return by(a, b) })
+	slices.SortFunc(x.payments, func(a, b UnmatchedPayment) int { return by(a, b) })
 	return x
 }
 
@@ -264,5 +300,11 @@ func pgExported(t *testing.T, s *Postgres) exported {
 		})
 	var ir idemRow
 	each(`SELECT `+pgIdemCols+` FROM idempotency`, ir.dest(), func() { x.idempotency = append(x.idempotency, ir.record()) })
+	var pr paymentRow
+	each(`SELECT `+pgPaymentCols+` FROM unmatched_payments`, pr.dest(), func() {
+		p := pr.p
+		p.Created, p.Resolved = pgTime(pr.created), pgTimeOrZero(pr.resolved)
+		x.payments = append(x.payments, p)
+	})
 	return x
 }

@@ -422,4 +422,5 @@ type Store interface {
 	Reports
 	Maintenance
 	Mail
+	Payments
 }

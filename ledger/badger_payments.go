@@ -1,0 +1,124 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Unmatched payments in the Badger engine, one record per reference (prefixPayment). Recording
+// and resolving read the record and then write it; one process owns a Badger directory, so
+// s.payMu, held until the write is durable, makes that one step: of calls racing with one
+// reference, one stores it (or resolves it) and the others see its record. Payments that
+// credit nothing are rare, so a list reads them all.
+
+func paymentKey(reference string) []byte { return key1(prefixPayment, reference) }
+
+// RecordUnmatchedPayment stores a payment that credited nothing, once per reference.
+func (s *Badger) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPayment) (UnmatchedPayment, bool, error) {
+	if err := checkUnmatchedPayment(p); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	if err := s.beginWrite(); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	defer s.end()
+	s.payMu.Lock()
+	defer s.payMu.Unlock()
+	first, ok, err := s.payment(p.Reference)
+	if err != nil || ok {
+		return first, ok, err
+	}
+	p.Created, p.Resolved, p.Resolution = now().UTC(), time.Time{}, ""
+	if err := s.c.enqueue([]write{set(paymentKey(p.Reference), mustJSON(p))}).wait(); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	return p, false, nil
+}
+
+// UnmatchedPayments lists the payments, newest first.
+func (s *Badger) UnmatchedPayments(ctx context.Context, openOnly bool, limit int) ([]UnmatchedPayment, error) {
+	limit, err := checkPaymentsLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := []UnmatchedPayment{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixPayment}, func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var p UnmatchedPayment
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("unmatched payment %q: %w", k[1:], err)
+			}
+			if !openOnly || p.Resolved.IsZero() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, comparePayments)
+	return out[:min(len(out), limit)], nil
+}
+
+// comparePayments orders payments newest first, and by reference among those of one time (the
+// PostgreSQL engine's order too).
+func comparePayments(a, b UnmatchedPayment) int {
+	if c := b.Created.Compare(a.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Reference, b.Reference)
+}
+
+// ResolveUnmatchedPayment marks a payment resolved, once.
+func (s *Badger) ResolveUnmatchedPayment(ctx context.Context, reference, note string) (UnmatchedPayment, bool, error) {
+	if err := checkResolvePayment(reference, note); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	// Resolving finishes work begun: it runs within the space reserve, as settling does.
+	if err := s.beginChange(); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	defer s.end()
+	s.payMu.Lock()
+	defer s.payMu.Unlock()
+	p, ok, err := s.payment(reference)
+	switch {
+	case err != nil:
+		return UnmatchedPayment{}, false, err
+	case !ok:
+		return UnmatchedPayment{}, false, fmt.Errorf("unmatched payment %q: %w", reference, ErrNotFound)
+	case !p.Resolved.IsZero():
+		return p, true, nil
+	}
+	p.Resolved, p.Resolution = now().UTC(), note
+	if err := s.c.enqueue([]write{set(paymentKey(reference), mustJSON(p))}).wait(); err != nil {
+		return UnmatchedPayment{}, false, err
+	}
+	return p, false, nil
+}
+
+// payment reads the record of reference; ok is false when there is none.
+func (s *Badger) payment(reference string) (p UnmatchedPayment, ok bool, err error) {
+	v, ok, err := s.get(paymentKey(reference))
+	if err != nil || !ok {
+		return UnmatchedPayment{}, false, err
+	}
+	if err := json.Unmarshal(v, &p); err != nil {
+		return UnmatchedPayment{}, false, fmt.Errorf("unmatched payment %q: %w", reference, err)
+	}
+	return p, true, nil
+}
