@@ -22,4 +22,10 @@ func testClosed(t *testing.T, eng engine) {
 	wantErr(t, err, ErrClosed)
 	_, err = s.Verify(bg)
 	wantErr(t, err, ErrClosed)
+	_, _, err = s.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_1", Currency: "eur", Problem: ProblemUnknownPackage})
+	wantErr(t, err, ErrClosed)
+	_, err = s.UnmatchedPayments(bg, false, 0)
+	wantErr(t, err, ErrClosed)
+	_, _, err = s.ResolveUnmatchedPayment(bg, "cs_1", "refunded")
+	wantErr(t, err, ErrClosed)
 }

@@ -73,6 +73,13 @@ var conformanceTests = []struct {
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
 	{"Tokens", testTokens},
 	{"AccountMailState", testAccountMailState},
+	// Payments (conformance_payments_test.go).
+	{"UnmatchedPayments", testUnmatchedPayments},
+	{"UnmatchedPaymentRepeated", testUnmatchedPaymentRepeated},
+	{"UnmatchedPaymentConcurrent", testUnmatchedPaymentConcurrent},
+	{"ResolveUnmatchedPayment", testResolveUnmatchedPayment},
+	{"ResolveUnmatchedPaymentConcurrent", testResolveUnmatchedPaymentConcurrent},
+	{"UnmatchedPaymentsInvalid", testUnmatchedPaymentsInvalid},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},
