@@ -62,6 +62,8 @@ func TestDiskFull(t *testing.T) {
 		wantErr(t, err, ErrUnavailable)
 		_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "during"})
 		wantErr(t, err, ErrUnavailable)
+		_, _, err = s.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_during", Currency: "eur", Problem: ProblemUnknownPackage})
+		wantErr(t, err, ErrUnavailable)
 		if b := mustBalance(t, s, a); b != before {
 			t.Fatalf("balance changed by refused work: %+v, was %+v", b, before)
 		}
@@ -75,6 +77,9 @@ func TestDiskFull(t *testing.T) {
 		if r, err := s.Verify(bg); err != nil || !r.OK {
 			t.Fatalf("verify on a full disk: %+v %v", r, err)
 		}
+		if ps, err := s.UnmatchedPayments(bg, false, 0); err != nil || len(ps) != 0 {
+			t.Fatalf("unmatched payments on a full disk: %+v %v; want none, the refused one not stored", ps, err)
+		}
 		// The hold taken before is settled: on a disk this full its commit waits for space.
 		settled := make(chan error, 1)
 		go func() { _, err := s.Settle(bg, a, "before"); settled <- err }()
@@ -83,6 +88,10 @@ func TestDiskFull(t *testing.T) {
 		eventually(t, "the store to take work again", func() bool { return s.Health(bg) == nil })
 		if err := <-settled; err != nil {
 			t.Fatalf("settle after space came back: %v", err)
+		}
+		if _, repeated, err := s.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_during", Currency: "eur",
+			Problem: ProblemUnknownPackage}); err != nil || repeated {
+			t.Fatalf("the refused payment recorded after space came back: repeated %v, %v", repeated, err)
 		}
 		mustHold(t, s, a, Live, "after")
 		if _, err := s.Settle(bg, a, "after"); err != nil {
