@@ -39,7 +39,8 @@ type Payments interface {
 	//   - ErrInvalidArgument: the reference is empty or too long, the note is empty, over 512
 	//     bytes or not UTF-8.
 	//   - ErrNotFound: no payment has that reference.
-	//   - ErrClosed.
+	//   - ErrClosed; ErrUnavailable (a store that can write nothing: Badger opened read-only
+	//     on a full disk).
 	ResolveUnmatchedPayment(ctx context.Context, reference, note string) (rec UnmatchedPayment, repeated bool, err error)
 }
 
