@@ -3,6 +3,7 @@ package account
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -21,12 +22,14 @@ import (
 //     timestamp (at most WebhookTolerance old) are checked first; a failure is 400.
 //   - checkout.session.completed and checkout.session.async_payment_succeeded credit the
 //     session's package when payment_status is "paid". Other events, unpaid sessions (an async
-//     payment still pending: its async_payment_succeeded event comes later), unknown packages
-//     and unknown accounts are acknowledged with 200 and logged, because retrying cannot change
-//     them; a paid session that cannot be credited is logged as an error for the operator.
+//     payment still pending: its async_payment_succeeded event comes later) are acknowledged
+//     with 200 and logged, because retrying cannot change them.
 //   - A session is credited only when it paid the price of its package in EUR (the package as
-//     the session was created for it: its metadata); any other amount or currency is logged as
-//     an error and credits nothing.
+//     the session was created for it: its metadata). A paid session that cannot be credited
+//     (another amount or currency, an unknown package, an unknown account) is kept in the
+//     ledger's unmatched payments, once per session, and logged as an error: the operator's
+//     to-do list (caddy textgen payments list), where they resolve it after crediting it by hand
+//     or refunding it. Only then is it acknowledged with 200; if the ledger cannot keep it, 500.
 //   - The purchase is a ledger grant whose reference is the Checkout Session id: a replayed or
 //     retried event (Stripe delivers at least once) credits nothing the second time.
 //   - 2xx is sent only after the grant is durable (synced to disk). If the ledger fails, the
@@ -89,22 +92,25 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		webhookReply(w, http.StatusOK, "ignored: not paid")
 		return
 	}
-	pkgID := cs.Metadata["package"]
+	unmatched := ledger.UnmatchedPayment{
+		Reference: cs.ID, Event: ev.ID, AccountID: cs.ClientReferenceID, Package: cs.Metadata["package"],
+		AmountCents: cs.AmountTotal, Currency: cs.Currency,
+	}
 	pkg, ok := a.sessionPackage(cs)
 	if !ok {
-		log.Error("a PAID checkout session names a package that is not configured; NOT credited: credit it by hand ("+grantByHand+")",
-			zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
-		webhookReply(w, http.StatusOK, "ignored: unknown package")
+		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownPackage, "no package of this id is configured"
+		a.keepUnmatched(w, r, log, unmatched, "ignored: unknown package")
 		return
 	}
+	unmatched.Credits = pkg.Credits
 	if !strings.EqualFold(cs.Currency, "eur") || cs.AmountTotal != pkg.PriceCents {
 		// A price changed by hand in Stripe, a coupon, a tampered session: the customer paid
 		// something else than the package costs. Crediting it anyway would sell credits below
 		// their price; the operator decides (credit by hand, or refund).
-		log.Error("a PAID checkout session's amount is not its package's price; NOT credited: check the payment in Stripe, then credit it by hand ("+grantByHand+") or refund it",
-			zap.String("package", pkg.ID), zap.Int64("credits", pkg.Credits), zap.String("currency", cs.Currency),
-			zap.Int64("amount_cents", cs.AmountTotal), zap.Int64("price_cents", pkg.PriceCents))
-		webhookReply(w, http.StatusOK, "ignored: amount differs from the package price")
+		unmatched.Problem = ledger.ProblemAmountMismatch
+		unmatched.Detail = fmt.Sprintf("paid %d %s cents; package %s costs %d EUR cents for %d credits",
+			cs.AmountTotal, strings.ToUpper(cs.Currency), pkg.ID, pkg.PriceCents, pkg.Credits)
+		a.keepUnmatched(w, r, log, unmatched, "ignored: amount differs from the package price")
 		return
 	}
 	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
@@ -118,9 +124,8 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		Currency:    strings.ToUpper(cs.Currency),
 	})
 	if errors.Is(err, ledger.ErrNotFound) {
-		log.Error("a PAID checkout session names an account that does not exist; NOT credited: refund it, or credit the right account by hand ("+grantByHand+")",
-			zap.String("package", pkgID), zap.Int64("amount_cents", cs.AmountTotal))
-		webhookReply(w, http.StatusOK, "ignored: unknown account")
+		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownAccount, "no account has this id"
+		a.keepUnmatched(w, r, log, unmatched, "ignored: unknown account")
 		return
 	}
 	if err != nil {
@@ -138,8 +143,34 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	webhookReply(w, http.StatusOK, "credited")
 }
 
-// grantByHand is the command an operator runs to credit a paid session the webhook could not.
-const grantByHand = "caddy textgen credits grant --account <account id> --credits <n> --reference <checkout session id>"
+// keepUnmatched keeps a paid session that credits nothing in the ledger's unmatched payments
+// and acknowledges it with reply. The event is acknowledged only once the record is durable: if
+// the ledger fails, 500, and Stripe delivers it again.
+func (a *app) keepUnmatched(w http.ResponseWriter, r *http.Request, log *zap.Logger, p ledger.UnmatchedPayment, reply string) {
+	fields := []zap.Field{zap.String("problem", p.Problem), zap.String("detail", p.Detail),
+		zap.String("package", p.Package), zap.Int64("amount_cents", p.AmountCents), zap.String("currency", p.Currency)}
+	_, repeated, err := a.store.RecordUnmatchedPayment(r.Context(), p)
+	switch {
+	case err != nil:
+		log.Error("a PAID checkout session that credits nothing could not be kept in the ledger; answering 500 so that Stripe retries",
+			append(fields, zap.Error(err))...)
+		webhookReply(w, http.StatusInternalServerError, "ledger error")
+		return
+	case repeated:
+		log.Info("a PAID checkout session that credits nothing was kept before", fields...)
+	default:
+		log.Error("a PAID checkout session was NOT credited: see `"+listUnmatched+"`, credit it by hand ("+grantByHand+") or refund it, then resolve it ("+resolveUnmatched+")",
+			fields...)
+	}
+	webhookReply(w, http.StatusOK, reply)
+}
+
+// What an operator runs for a paid session the webhook could not credit.
+const (
+	listUnmatched    = "caddy textgen payments list"
+	grantByHand      = "caddy textgen credits grant --account <account id> --credits <n> --reference <checkout session id>"
+	resolveUnmatched = "caddy textgen payments resolve --reference <checkout session id> --note <what you did>"
+)
 
 // sessionPackage is the package a Checkout Session was created for: its credits and price as
 // buy wrote them into the session's metadata (a later change of the configured package does not

@@ -196,6 +196,58 @@ func TestWebhook(t *testing.T) {
 	if rep, err := e.store.Verify(bg); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
+
+	// Each paid session that credited nothing is kept once, for the operator, with why.
+	unmatched, err := e.store.UnmatchedPayments(bg, true, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems := map[string]string{}
+	for _, p := range unmatched {
+		if _, dup := problems[p.Reference]; dup {
+			t.Errorf("unmatched payment %s kept twice", p.Reference)
+		}
+		problems[p.Reference] = p.Problem
+		if p.Event == "" || p.Created.IsZero() || !p.Resolved.IsZero() {
+			t.Errorf("unmatched payment %+v: want its event, a creation time and no resolution", p)
+		}
+	}
+	wantProblems := map[string]string{
+		"cs_test_unknownpkg":  ledger.ProblemUnknownPackage,
+		"cs_test_unknownacct": ledger.ProblemUnknownAccount,
+		"cs_test_cheap":       ledger.ProblemAmountMismatch,
+		"cs_test_dear":        ledger.ProblemAmountMismatch,
+		"cs_test_usd":         ledger.ProblemAmountMismatch,
+		"cs_test_newprice":    ledger.ProblemAmountMismatch,
+	}
+	if fmt.Sprint(problems) != fmt.Sprint(wantProblems) {
+		t.Fatalf("unmatched payments %v, want %v", problems, wantProblems)
+	}
+	for _, p := range unmatched {
+		switch p.Reference {
+		case "cs_test_cheap":
+			if p.AccountID != acct.ID || p.Package != "10" || p.Credits != 10 || p.AmountCents != 199 || p.Currency != "eur" ||
+				!strings.Contains(p.Detail, "paid 199 EUR cents") || !strings.Contains(p.Detail, "costs 200 EUR cents for 10 credits") {
+				t.Errorf("the payment of too little: %+v", p)
+			}
+		case "cs_test_newprice":
+			if p.Credits != 8 || !strings.Contains(p.Detail, "costs 150 EUR cents for 8 credits") {
+				t.Errorf("the session created for the old price: %+v", p)
+			}
+		case "cs_test_unknownacct":
+			if p.AccountID != "acct_0000000000000000" || p.AmountCents != 200 {
+				t.Errorf("the payment for no account: %+v", p)
+			}
+		}
+	}
+	// Stripe delivers at least once: the same unmatched session again keeps nothing new.
+	cheap := checkoutEvent("checkout.session.completed", "cs_test_cheap", acct.ID, "paid", "10", 199)
+	if status, body := deliver(t, url, cheap, testWebhookSecret, time.Now()); status != 200 || !strings.Contains(body, "amount differs") {
+		t.Fatalf("the payment of too little again: %d %s", status, body)
+	}
+	if again, _ := e.store.UnmatchedPayments(bg, false, 100); len(again) != len(unmatched) {
+		t.Fatalf("after a replay %d unmatched payments, want %d", len(again), len(unmatched))
+	}
 }
 
 // TestWebhookConcurrentRetries delivers one paid session many times at once (Stripe may
@@ -237,9 +289,16 @@ func TestWebhookLedgerFailureAnswers500(t *testing.T) {
 	payload := checkoutEvent("checkout.session.completed", "cs_test_retry", acct.ID, "paid", "10", 200)
 	url := e.srv.URL + "/account/stripe/webhook"
 
+	// A paid session of another amount, which credits nothing but must be kept for the
+	// operator: it too is acknowledged only once kept.
+	cheap := checkoutEvent("checkout.session.completed", "cs_test_retry_cheap", acct.ID, "paid", "10", 150)
+
 	store.Close() // the ledger is gone: every write fails
 	if status, body := deliver(t, url, payload, testWebhookSecret, time.Now()); status != http.StatusInternalServerError {
 		t.Fatalf("delivery while the ledger is down: %d %s, want 500", status, body)
+	}
+	if status, body := deliver(t, url, cheap, testWebhookSecret, time.Now()); status != http.StatusInternalServerError {
+		t.Fatalf("delivery of an unmatched payment while the ledger is down: %d %s, want 500", status, body)
 	}
 
 	// Stripe retries once the ledger is back.
@@ -254,5 +313,11 @@ func TestWebhookLedgerFailureAnswers500(t *testing.T) {
 	}
 	if got := purchasesOf(t, store2, acct.ID); got["cs_test_retry"] != 1 || len(got) != 1 {
 		t.Fatalf("purchases after the retry: %v", got)
+	}
+	if status, body := deliver(t, e2.srv.URL+"/account/stripe/webhook", cheap, testWebhookSecret, time.Now()); status != 200 || !strings.Contains(body, "amount differs") {
+		t.Fatalf("retry of the unmatched payment: %d %s", status, body)
+	}
+	if ps, err := store2.UnmatchedPayments(bg, true, 10); err != nil || len(ps) != 1 || ps[0].Reference != "cs_test_retry_cheap" {
+		t.Fatalf("unmatched payments after the retry: %+v %v", ps, err)
 	}
 }
