@@ -125,6 +125,13 @@ func TestAdminRoutesErrors(t *testing.T) {
 		{"POST", "/textgen/accounts/" + id + "/keys/key_nope/revoke", ``, 404, "has no key key_nope"},
 		{"GET", "/textgen/usage?from=tomorrow", "", 400, "from"},
 		{"GET", "/textgen/usage?account=acct_nope", "", 404, "account acct_nope not found"},
+		{"GET", "/textgen/payments?all=maybe", "", 400, "all"},
+		{"GET", "/textgen/payments?limit=0", "", 400, "limit"},
+		{"GET", "/textgen/payments?cursor=x", "", 400, "no pages"},
+		{"POST", "/textgen/payments", "", 405, "method POST is not allowed"},
+		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"refunded"}`, 404, "cs_nope"},
+		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"  "}`, 400, "note is required"},
+		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"x","credits":1}`, 400, `unknown field \"credits\"`},
 	} {
 		w, _ := adminDo(t, dir, c.method, c.path, c.body)
 		if w.Code != c.status || !strings.Contains(w.Body.String(), c.msg) {

@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|backup|restore|stripe> [flags]",
+		Usage: "<account|key|credits|balance|history|usage|ledger|payments|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -242,6 +242,16 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
 			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")
 		}),
+		cliGroup("payments", "Payments that came in and credited nothing (another amount, an unknown package or account): list, resolve",
+			cliLeaf("list", "Lists paid Checkout Sessions that credited nothing, newest first (open ones unless --all)", cmdPaymentsList, func(c *cobra.Command) {
+				c.Flags().Bool("all", false, "Also list the resolved ones")
+				c.Flags().Int("limit", 50, "Number of payments (at most 1000)")
+			}),
+			cliLeaf("resolve", "Marks an unmatched payment resolved, with what was done (credited by hand, refunded)", cmdPaymentsResolve, func(c *cobra.Command) {
+				c.Flags().String("reference", "", "The payment's reference: its Checkout Session id (required; see 'caddy textgen payments list')")
+				c.Flags().String("note", "", "What was done, e.g. \"credited acct_... by hand\" or \"refunded\" (required; stays in the ledger)")
+			}),
+		),
 		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",
 			cliLeaf("webhook", "Sends the webhook a signed checkout.session.completed of a paid session (a local purchase with stripe-mock; it credits the account)", cmdStripeWebhook, func(c *cobra.Command) {
 				c.Flags().String("account", "", "Account id the session was paid for (required; see 'caddy textgen account list')")

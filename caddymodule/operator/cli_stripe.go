@@ -109,7 +109,7 @@ func cmdStripeWebhook(c *cliContext) error {
 	// A 200 that credited nothing (an unknown account, a price that differs) is a failure of
 	// what the operator asked for.
 	if reply.Status != "credited" && !strings.HasPrefix(reply.Status, "duplicate") {
-		return fmt.Errorf("nothing was credited: %s (see the server's log)", reply.Status)
+		return fmt.Errorf("nothing was credited: %s (a paid session that credits nothing is listed by 'caddy textgen payments list')", reply.Status)
 	}
 	return c.printValue(out, func(w io.Writer) {
 		fmt.Fprintf(w, "Sent %s for Checkout Session %s (account %s, package %s: %d credits for %d.%02d EUR).\n",

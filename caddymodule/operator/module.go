@@ -47,6 +47,8 @@ func init() {
 //	GET  /textgen/accounts/{id}/ledger?cursor=&limit=      {"entries", "next_cursor"}
 //	GET  /textgen/usage?account=&from=&to=                 requests and credits per tool and per day;
 //	                                                       from/to: a day (UTC; "to" includes it) or an RFC 3339 time ("to" excluded)
+//	GET  /textgen/payments?all=&limit=                     {"payments", "open_only"}: paid sessions that credited nothing, newest first
+//	POST /textgen/payments/{reference}/resolve             {"note"} → {"payment", "repeated"}
 //	GET  /textgen/ledger/verify                            ledger.VerifyReport (200 also when not ok)
 //	GET  /textgen/backup                                   the online backup stream (application/octet-stream)
 //
@@ -118,6 +120,8 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/accounts/{id}/balance", a.balance)
 	handle("GET /textgen/accounts/{id}/ledger", a.history)
 	handle("GET /textgen/usage", a.usage)
+	handle("GET /textgen/payments", a.listPayments)
+	handle("POST /textgen/payments/{reference}/resolve", a.resolvePayment)
 	handle("GET /textgen/ledger/verify", a.verify)
 	handle("GET /textgen/backup", a.backup)
 	serve(adminPrefix, func(w http.ResponseWriter, r *http.Request) error { return unknownRoute(mux, w, r) })

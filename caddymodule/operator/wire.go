@@ -124,3 +124,21 @@ type usageReport struct {
 // backupChecksumTrailer carries the SHA-256 of the backup stream, so the client can tell a
 // complete download from one cut short.
 const backupChecksumTrailer = "X-Textgen-Backup-Sha256"
+
+// paymentList answers GET /textgen/payments: newest first.
+type paymentList struct {
+	Payments []ledger.UnmatchedPayment `json:"payments"`
+	// OpenOnly: only the payments not resolved yet are listed (the default; ?all=true lists all).
+	OpenOnly bool `json:"open_only"`
+}
+
+type resolvePaymentRequest struct {
+	Note string `json:"note"`
+}
+
+// resolvedPayment answers a resolve. Repeated: it was resolved before, and Payment carries that
+// first resolution.
+type resolvedPayment struct {
+	Payment  ledger.UnmatchedPayment `json:"payment"`
+	Repeated bool                    `json:"repeated"`
+}

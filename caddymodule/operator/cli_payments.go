@@ -1,0 +1,88 @@
+package operator
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// caddy textgen payments list|resolve
+
+func cmdPaymentsList(c *cliContext) error {
+	q := url.Values{}
+	all := c.fl.Bool("all")
+	if all {
+		q.Set("all", "true")
+	}
+	limit, err := c.fl.GetInt("limit")
+	if err != nil {
+		return usagef("--limit: %v", err)
+	}
+	if limit < 1 || limit > 1000 {
+		return usagef("--limit must be from 1 to 1000")
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	var pl paymentList
+	raw, err := c.call(http.MethodGet, "/textgen/payments", q, nil, &pl)
+	if err != nil {
+		return err
+	}
+	return c.print(raw, func(w io.Writer) {
+		if len(pl.Payments) == 0 {
+			if all {
+				fmt.Fprintln(w, "No payment has come in that credited nothing.")
+			} else {
+				fmt.Fprintln(w, "No open unmatched payment: every paid session was credited or resolved.")
+			}
+			return
+		}
+		printPayments(w, pl.Payments)
+		if !all {
+			fmt.Fprintln(w, "\nEach was paid and credited nothing. Check it in Stripe, credit it by hand ('caddy textgen credits grant --reference <reference>') or refund it, then 'caddy textgen payments resolve'.")
+		}
+	})
+}
+
+func cmdPaymentsResolve(c *cliContext) error {
+	ref, err := requireString(c.fl, "reference")
+	if err != nil {
+		return err
+	}
+	note, err := requireString(c.fl, "note")
+	if err != nil {
+		return err
+	}
+	var res resolvedPayment
+	raw, err := c.call(http.MethodPost, "/textgen/payments/"+url.PathEscape(ref)+"/resolve", nil, resolvePaymentRequest{Note: note}, &res)
+	if err != nil {
+		return err
+	}
+	return c.print(raw, func(w io.Writer) {
+		p := res.Payment
+		if res.Repeated {
+			fmt.Fprintf(w, "Payment %s was resolved before (%s: %s); nothing changed.\n", p.Reference, cliTime(p.Resolved), p.Resolution)
+			return
+		}
+		fmt.Fprintf(w, "Payment %s is resolved: %s.\n", p.Reference, p.Resolution)
+	})
+}
+
+func printPayments(w io.Writer, ps []ledger.UnmatchedPayment) {
+	tw := cliTable(w)
+	fmt.Fprintln(tw, "REFERENCE\tRECEIVED\tACCOUNT\tPACKAGE\tPAID\tPROBLEM\tDETAIL\tRESOLVED")
+	for _, p := range ps {
+		resolved := "open"
+		if !p.Resolved.IsZero() {
+			resolved = cliTime(p.Resolved) + ": " + p.Resolution
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Reference, cliTime(p.Created), cliDash(p.AccountID),
+			cliDash(p.Package), fmt.Sprintf("%d.%02d %s", p.AmountCents/100, p.AmountCents%100, strings.ToUpper(p.Currency)),
+			p.Problem, cliDash(p.Detail), resolved)
+	}
+	tw.Flush()
+}
