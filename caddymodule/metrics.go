@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,6 +33,7 @@ var metrics = struct {
 	ledgerDown    prometheus.GaugeFunc     // open ledgers that take no new work now
 	limitsDown    prometheus.GaugeFunc     // Redis limits stores that do not answer now
 	limitsLocal   prometheus.CounterFunc   // limit checks answered from memory instead
+	unmatched     prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -95,8 +97,30 @@ func initMetrics() {
 			Namespace: ns, Subsystem: sub, Name: "limits_fallback_total",
 			Help: "Limit checks answered from this instance's memory because the Redis limits store did not answer.",
 		}, func() float64 { return float64(ratelimit.TotalFallbacks()) })
+		metrics.unmatched = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "unmatched_payments_open",
+			Help: "Paid Checkout Sessions that credited nothing and are not resolved yet, in the open ledgers (caddy textgen payments list; at most 1000 a ledger counted).",
+		}, unmatchedPaymentsOpen)
 	})
 }
+
+// unmatchedPaymentsOpen counts the open unmatched payments of this process's ledgers, up to
+// the page limit of each, at a scrape. A ledger that does not answer within a second counts
+// nothing (ledger_unavailable says it is down).
+func unmatchedPaymentsOpen() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n := 0
+	for _, s := range textgenapp.OpenLedgers() {
+		if ps, err := s.UnmatchedPayments(ctx, true, maxUnmatchedCounted); err == nil {
+			n += len(ps)
+		}
+	}
+	return float64(n)
+}
+
+// maxUnmatchedCounted is the most unmatched payments a scrape reads from one ledger.
+const maxUnmatchedCounted = 1000
 
 // limitStoresDown counts the Redis limits stores of this process that do not answer now.
 func limitStoresDown() float64 {
@@ -130,7 +154,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
-		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal,
+		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.unmatched,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // scrape reads Caddy's metrics endpoint (the test site's "handle /metrics { metrics }") into
@@ -133,5 +134,32 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 				t.Errorf("series %s names a key or account", series)
 			}
 		}
+	}
+}
+
+// TestMetricsUnmatchedPayments checks the gauge an operator alerts on: paid sessions that
+// credited nothing and are not resolved yet.
+func TestMetricsUnmatchedPayments(t *testing.T) {
+	e := newEnv(t, envOptions{ollama: "http://127.0.0.1:1", site: "handle /metrics {\n\t\tmetrics\n\t}"}) // no model call
+	const series = `caddy_textgen_unmatched_payments_open`
+	before, ok := scrape(t, e)[series]
+	if !ok {
+		t.Fatalf("%s: not exported", series)
+	}
+	for _, ref := range []string{"cs_test_metric_1", "cs_test_metric_2"} {
+		if _, _, err := e.store.RecordUnmatchedPayment(context.Background(), ledger.UnmatchedPayment{
+			Reference: ref, AccountID: "acct_0000000000000000", AmountCents: 200, Currency: "eur", Problem: ledger.ProblemUnknownAccount,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := scrape(t, e)[series] - before; d != 2 {
+		t.Errorf("%s after two payments: +%v, want +2", series, d)
+	}
+	if _, _, err := e.store.ResolveUnmatchedPayment(context.Background(), "cs_test_metric_1", "refunded"); err != nil {
+		t.Fatal(err)
+	}
+	if d := scrape(t, e)[series] - before; d != 1 {
+		t.Errorf("%s after resolving one: +%v, want +1", series, d)
 	}
 }
