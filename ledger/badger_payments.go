@@ -43,7 +43,7 @@ func (s *Badger) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPayment)
 
 // UnmatchedPayments lists the payments, newest first.
 func (s *Badger) UnmatchedPayments(ctx context.Context, openOnly bool, limit int) ([]UnmatchedPayment, error) {
-	limit, err := checkPaymentsLimit(limit)
+	limit, err := checkListLimit(limit)
 	if err != nil {
 		return nil, err
 	}

@@ -113,15 +113,3 @@ func checkResolvePayment(reference, note string) error {
 	}
 	return checkString("note", note, maxReasonLen, true)
 }
-
-// checkPaymentsLimit is the page size of UnmatchedPayments.
-func checkPaymentsLimit(limit int) (int, error) {
-	switch {
-	case limit < 0:
-		return 0, fmt.Errorf("limit must not be negative: %w", ErrInvalidArgument)
-	case limit == 0:
-		return defaultPageLimit, nil
-	default:
-		return min(limit, maxPageLimit), nil
-	}
-}

@@ -65,7 +65,7 @@ func (s *Postgres) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPaymen
 
 // UnmatchedPayments lists the payments, newest first.
 func (s *Postgres) UnmatchedPayments(ctx context.Context, openOnly bool, limit int) ([]UnmatchedPayment, error) {
-	limit, err := checkPaymentsLimit(limit)
+	limit, err := checkListLimit(limit)
 	if err != nil {
 		return nil, err
 	}

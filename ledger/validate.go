@@ -34,6 +34,20 @@ const (
 	maxPageLimit     = 1000
 )
 
+// checkListLimit is the length of a listing that takes a limit but no cursor
+// (UnmatchedPayments, ListMail): 0 means defaultPageLimit, more than maxPageLimit means
+// maxPageLimit.
+func checkListLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, fmt.Errorf("limit must not be negative: %w", ErrInvalidArgument)
+	case limit == 0:
+		return defaultPageLimit, nil
+	default:
+		return min(limit, maxPageLimit), nil
+	}
+}
+
 // checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
 func checkString(field, v string, max int, required bool) error {
 	if required && v == "" {
