@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,12 +12,12 @@ import (
 
 // The e-mail outbox of the Badger engine. One process owns a Badger directory, so s.mailMu
 // makes a claim one step: no two senders of the process lease the same message. Messages are
-// deleted once sent; the queue is small, so a claim reads all of it.
+// deleted once sent or dropped; the queue is small, so a claim reads all of it.
 
-// outboxRecord is the stored form of a queued message (prefixOutbox).
+// outboxRecord is the stored form of a queued message (prefixOutbox): the message with its
+// lease (MailMessage.LeaseUntil) and claim.
 type outboxRecord struct {
 	MailMessage
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 func outboxKey(id string) []byte { return key1(prefixOutbox, id) }
@@ -118,4 +119,67 @@ func (s *Badger) resolveMail(id, claim string, f func(outboxRecord) write) error
 		return fmt.Errorf("mail %q under this claim: %w", id, ErrNotFound)
 	}
 	return s.c.enqueue([]write{f(r)}).wait()
+}
+
+// ListMail lists the queued messages, oldest first. A message's key is its id, which begins
+// with its creation time in fixed-width hex (newMailID), so key order is the order wanted and
+// the listing stops after limit messages.
+func (s *Badger) ListMail(ctx context.Context, limit int) ([]MailMessage, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := []MailMessage{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixOutbox}, func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if len(out) == limit {
+				return errListFull
+			}
+			var r outboxRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("outbox record %q: %w", k[1:], err)
+			}
+			r.Sealed, r.Claim = nil, ""
+			out = append(out, r.MailMessage)
+			return nil
+		})
+	})
+	if err != nil && !errors.Is(err, errListFull) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// errListFull ends ListMail's iteration once it has limit messages.
+var errListFull = errors.New("list full")
+
+// DropMail deletes a queued message, leased or not. Under s.mailMu, so that a sender's
+// MarkMailSent or RetryMail runs wholly before it (and the drop deletes what they wrote) or
+// wholly after it (and finds nothing: ErrNotFound).
+func (s *Badger) DropMail(ctx context.Context, id string) error {
+	if err := checkMailID(id); err != nil {
+		return err
+	}
+	// Dropping frees space: it runs within the space reserve, as marking a message sent does.
+	if err := s.beginChange(); err != nil {
+		return err
+	}
+	defer s.end()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	_, ok, err := s.get(outboxKey(id))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mail %q: %w", id, ErrNotFound)
+	}
+	return s.c.enqueue([]write{del(outboxKey(id))}).wait()
 }

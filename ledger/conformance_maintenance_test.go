@@ -28,4 +28,8 @@ func testClosed(t *testing.T, eng engine) {
 	wantErr(t, err, ErrClosed)
 	_, _, err = s.ResolveUnmatchedPayment(bg, "cs_1", "refunded")
 	wantErr(t, err, ErrClosed)
+	_, err = s.ListMail(bg, 0)
+	wantErr(t, err, ErrClosed)
+	err = s.DropMail(bg, "mail_0000000000000000closed00")
+	wantErr(t, err, ErrClosed)
 }

@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,6 +79,173 @@ func testOutbox(t *testing.T, eng engine) {
 	got, err = s.ClaimMail(bg, time.Minute, 10)
 	if err != nil || len(got) != 1 || got[0].ID != ids[1] || got[0].Attempts != 2 || got[0].LastError != "smtp: connection refused" {
 		t.Fatalf("claim of the retried message: %+v, %v", got, err)
+	}
+}
+
+// mustListMail lists the outbox or fails the test.
+func mustListMail(t *testing.T, s Mail, limit int) []MailMessage {
+	t.Helper()
+	ms, err := s.ListMail(bg, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Sealed != nil || m.Claim != "" {
+			t.Fatalf("ListMail returned the sealed bytes (%q) or the claim (%q) of %s", m.Sealed, m.Claim, m.ID)
+		}
+	}
+	return ms
+}
+
+// mailIDs are the ids of ms, in order.
+func mailIDs(ms []MailMessage) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// testListMail: the operator's view of the outbox lists every queued message oldest first (not
+// in the order they fall due), at most limit of them, never with its sealed bytes or claim, and
+// shows a lease while it runs and the attempts, last error and next attempt after a retry.
+func testListMail(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	setNow(t, &clock)
+	if ms := mustListMail(t, s, 0); len(ms) != 0 {
+		t.Fatalf("a new store lists %+v", ms)
+	}
+	if _, err := s.ListMail(bg, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("negative limit: %v", err)
+	}
+	start := clock
+	var ids []string
+	for i := range 3 {
+		clock = clock.Add(time.Millisecond)
+		m := MailMessage{AccountID: "acct_listlistlistlist", Kind: "invite", Sealed: []byte(fmt.Sprintf("sealed link %d", i))}
+		if i == 0 {
+			m.NextAttempt = start.Add(time.Hour) // the oldest falls due last
+		}
+		id, err := s.EnqueueMail(bg, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	all := mustListMail(t, s, 0)
+	if got := mailIDs(all); !slices.Equal(got, ids) {
+		t.Fatalf("listed %v; want oldest first %v", got, ids)
+	}
+	for i, m := range all {
+		created := start.Add(time.Duration(i+1) * time.Millisecond)
+		if m.AccountID != "acct_listlistlistlist" || m.Kind != "invite" || !m.Created.Equal(created) || m.Attempts != 0 ||
+			m.LastError != "" || !m.LeaseUntil.IsZero() {
+			t.Fatalf("listed message %d: %+v", i, m)
+		}
+	}
+	if !all[0].NextAttempt.Equal(start.Add(time.Hour)) || !all[1].NextAttempt.Equal(all[1].Created) {
+		t.Fatalf("next attempts: %v, %v", all[0].NextAttempt, all[1].NextAttempt)
+	}
+	if got := mailIDs(mustListMail(t, s, 2)); !slices.Equal(got, ids[:2]) {
+		t.Fatalf("limit 2: %v; want %v", got, ids[:2])
+	}
+	if got := mustListMail(t, s, 5000); len(got) != 3 {
+		t.Fatalf("limit over the maximum: %d messages", len(got))
+	}
+
+	// Claimed: the lease shows, the claim and the sealed bytes do not.
+	claimed, err := s.ClaimMail(bg, time.Minute, 10)
+	if err != nil || len(claimed) != 2 || claimed[0].ID != ids[1] {
+		t.Fatalf("claim: %+v, %v", claimed, err)
+	}
+	m := mustListMail(t, s, 0)[1]
+	if m.ID != ids[1] || m.Attempts != 1 || !m.LeaseUntil.Equal(clock.Add(time.Minute)) {
+		t.Fatalf("a leased message is listed as %+v", m)
+	}
+
+	// Retried: the attempt, its error and the next attempt show; the lease is over.
+	if err := s.RetryMail(bg, ids[1], claimed[0].Claim, clock.Add(10*time.Minute), "dial tcp 127.0.0.1:1: connect: connection refused"); err != nil {
+		t.Fatal(err)
+	}
+	m = mustListMail(t, s, 0)[1]
+	if m.Attempts != 1 || m.LastError != "dial tcp 127.0.0.1:1: connect: connection refused" ||
+		!m.NextAttempt.Equal(clock.Add(10*time.Minute)) || !m.LeaseUntil.IsZero() {
+		t.Fatalf("a retried message is listed as %+v", m)
+	}
+
+	// Listing changes nothing: the message not leased is still claimable, once.
+	clock = clock.Add(2 * time.Minute)
+	if got, err := s.ClaimMail(bg, time.Minute, 10); err != nil || len(got) != 1 || got[0].ID != ids[2] || got[0].Attempts != 2 {
+		t.Fatalf("claim after listing: %+v, %v", got, err)
+	}
+
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := s.ListMail(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ListMail with a canceled context: %v", err)
+	}
+}
+
+// testDropMail: the operator gives up on a message. It is gone from the list and is never
+// claimed; dropping it again, or an id never queued, is ErrNotFound. A message dropped while a
+// sender holds it stays gone: the sender's MarkMailSent or RetryMail is ErrNotFound and queues
+// nothing again.
+func testDropMail(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	setNow(t, &clock)
+	var ids []string
+	for i := range 4 {
+		clock = clock.Add(time.Millisecond)
+		id, err := s.EnqueueMail(bg, MailMessage{Kind: "verify", Sealed: []byte{byte(i), 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range []string{"mail_0000000000000000nothere", "", strings.Repeat("m", 100)} {
+		if err := s.DropMail(bg, id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("dropping %q, never queued: %v", id, err)
+		}
+	}
+	if err := s.DropMail(bg, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropMail(bg, ids[0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second drop: %v", err)
+	}
+	if got := mailIDs(mustListMail(t, s, 0)); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("listed after the drop: %v; want %v", got, ids[1:])
+	}
+	claimed, err := s.ClaimMail(bg, time.Minute, 10)
+	if err != nil || !slices.Equal(mailIDs(claimed), ids[1:]) {
+		t.Fatalf("claimed after the drop: %v, %v; want %v", mailIDs(claimed), err, ids[1:])
+	}
+
+	// Dropped while leased: the sender cannot mark it sent nor queue it again.
+	if err := s.DropMail(bg, ids[1]); err != nil {
+		t.Fatalf("dropping a leased message: %v", err)
+	}
+	if err := s.MarkMailSent(bg, ids[1], claimed[0].Claim); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("MarkMailSent of a dropped message: %v", err)
+	}
+	if err := s.DropMail(bg, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetryMail(bg, ids[2], claimed[1].Claim, clock, "smtp: 550 no such user"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("RetryMail of a dropped message: %v", err)
+	}
+	// The one left is still the sender's to mark.
+	if err := s.MarkMailSent(bg, ids[3], claimed[2].Claim); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Hour) // every lease has run out
+	if got := mustListMail(t, s, 0); len(got) != 0 {
+		t.Fatalf("listed after dropping and sending everything: %+v", got)
+	}
+	if got, err := s.ClaimMail(bg, time.Minute, 10); err != nil || len(got) != 0 {
+		t.Fatalf("claimed after dropping and sending everything: %+v, %v", got, err)
 	}
 }
 

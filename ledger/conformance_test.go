@@ -71,6 +71,8 @@ var conformanceTests = []struct {
 	// Mail (conformance_outbox_test.go).
 	{"Outbox", testOutbox},
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
+	{"ListMail", testListMail},
+	{"DropMail", testDropMail},
 	{"Tokens", testTokens},
 	{"AccountMailState", testAccountMailState},
 	// Payments (conformance_payments_test.go).

@@ -14,7 +14,8 @@
 //	             CreateSession, GetSession, DeleteSession
 //	Reports      History, Usage
 //	Maintenance  Health, Verify, Backup, Close
-//	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, tokens, address state
+//	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, ListMail, DropMail,
+//	             tokens, address state
 //	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
 //
 // # Invariants

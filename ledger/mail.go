@@ -47,6 +47,27 @@ type Mail interface {
 	//   - ErrClosed.
 	RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error
 
+	// ListMail returns the queued messages, oldest first (by Created, then ID), at most limit
+	// (0: 50, at most 1000), for an operator to see what waits and why: Attempts, NextAttempt,
+	// LastError, and LeaseUntil while a sender holds one. Sealed and Claim are never returned:
+	// the one may carry a live link, the other would let the caller resolve a lease it does not
+	// hold.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: limit is negative.
+	//   - ErrClosed; ctx's error.
+	ListMail(ctx context.Context, limit int) ([]MailMessage, error)
+
+	// DropMail deletes a queued message once durable: the operator gives up on it (an address
+	// that can never receive it). A sender that holds it at that moment may still deliver it; its
+	// MarkMailSent or RetryMail then returns ErrNotFound, and nothing is queued again.
+	//
+	// Expected errors:
+	//   - ErrNotFound: no message has id (sent, or dropped before).
+	//   - ErrClosed; ErrUnavailable (a store that can write nothing: Badger opened read-only
+	//     on a full disk).
+	DropMail(ctx context.Context, id string) error
+
 	// CreateToken makes a single-use token of purpose for the account, valid for ttl, and
 	// returns it, once. Only its digest is stored.
 	//
@@ -133,6 +154,9 @@ type MailMessage struct {
 	NextAttempt time.Time `json:"next_attempt"`
 	Claim       string    `json:"claim,omitempty"` // set by ClaimMail
 	LastError   string    `json:"last_error,omitempty"`
+	// LeaseUntil is when the lease of the last claim runs out: while it has not, a sender is
+	// delivering the message. Zero when it was never claimed or was retried since.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 func checkMail(m MailMessage) error {
@@ -167,6 +191,15 @@ func checkToken(purpose TokenPurpose, ttl time.Duration) error {
 func checkThreshold(t int64) error {
 	if t < 0 || t > 1_000_000_000 {
 		return fmt.Errorf("low balance alert %d: %w", t, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkMailID refuses, before any store access, an id that no message can have: ids are
+// newMailID's, a few dozen bytes.
+func checkMailID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("mail %q: %w", truncateUTF8(id, 64), ErrNotFound)
 	}
 	return nil
 }

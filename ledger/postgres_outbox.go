@@ -13,15 +13,25 @@ import (
 // different messages, and a leased message is skipped until its lease runs out. Marking and
 // retrying are conditional on the claim, so an instance whose lease ran out changes nothing.
 
-const pgOutboxCols = "id, account_id, kind, sealed, created, attempts, next_attempt, claim, last_error"
+const pgOutboxCols = "id, account_id, kind, sealed, created, attempts, next_attempt, claim, last_error, lease_until"
 
 type outboxRow struct {
-	m                    MailMessage
-	created, nextAttempt int64
+	m                                MailMessage
+	created, nextAttempt, leaseUntil int64
 }
 
 func (r *outboxRow) dest() []any {
-	return []any{&r.m.ID, &r.m.AccountID, &r.m.Kind, &r.m.Sealed, &r.created, &r.m.Attempts, &r.nextAttempt, &r.m.Claim, &r.m.LastError}
+	return []any{&r.m.ID, &r.m.AccountID, &r.m.Kind, &r.m.Sealed, &r.created, &r.m.Attempts, &r.nextAttempt, &r.m.Claim, &r.m.LastError, &r.leaseUntil}
+}
+
+// message is the row's message with its times set; lease_until 0 (never leased, or retried
+// since) is the zero time.
+func (r *outboxRow) message() MailMessage {
+	r.m.Created, r.m.NextAttempt = pgTime(r.created), pgTime(r.nextAttempt)
+	if r.leaseUntil != 0 {
+		r.m.LeaseUntil = pgTime(r.leaseUntil)
+	}
+	return r.m
 }
 
 // EnqueueMail stores a message for the senders.
@@ -65,8 +75,7 @@ func (s *Postgres) ClaimMail(ctx context.Context, lease time.Duration, max int) 
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MailMessage, error) {
 		var r outboxRow
 		err := row.Scan(r.dest()...)
-		r.m.Created, r.m.NextAttempt = pgTime(r.created), pgTime(r.nextAttempt)
-		return r.m, err
+		return r.message(), err
 	})
 	if err != nil {
 		return nil, pgErr(ctx, "claiming mail", err)
@@ -83,6 +92,55 @@ func (s *Postgres) MarkMailSent(ctx context.Context, id, claim string) error {
 func (s *Postgres) RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error {
 	return s.resolveMail(ctx, "retrying mail", `UPDATE mail_outbox SET next_attempt = $3, lease_until = 0, claim = '', last_error = $4
 		WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim, at.UnixNano(), truncateUTF8(lastErr, 512))
+}
+
+// ListMail lists the queued messages, oldest first, without reading their sealed bytes.
+func (s *Postgres) ListMail(ctx context.Context, limit int) ([]MailMessage, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	// The same columns as pgOutboxCols, with no sealed bytes and no claim.
+	rows, _ := s.pool.Query(qctx, `SELECT id, account_id, kind, NULL::bytea, created, attempts, next_attempt, '', last_error, lease_until
+		FROM mail_outbox ORDER BY created, id LIMIT $1`, limit)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MailMessage, error) {
+		var r outboxRow
+		err := row.Scan(r.dest()...)
+		return r.message(), err
+	})
+	if err != nil {
+		return nil, pgErr(ctx, "listing mail", err)
+	}
+	if out == nil {
+		out = []MailMessage{}
+	}
+	return out, nil
+}
+
+// DropMail deletes a queued message, leased or not. A sender's later MarkMailSent or RetryMail
+// then changes no row: ErrNotFound.
+func (s *Postgres) DropMail(ctx context.Context, id string) error {
+	if err := checkMailID(id); err != nil {
+		return err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	tag, err := s.pool.Exec(wctx, `DELETE FROM mail_outbox WHERE id = $1`, id)
+	if err != nil {
+		return pgErr(ctx, "dropping mail", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("mail %q: %w", id, ErrNotFound)
+	}
+	return nil
 }
 
 func (s *Postgres) resolveMail(ctx context.Context, what, sql string, args ...any) error {
