@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -123,25 +124,36 @@ func (a *app) deliverDue(ctx context.Context, client *gomail.Client) {
 	}
 }
 
-// deliver sends one claimed message and records the outcome.
+// deliver sends one claimed message and records the outcome. The message may have left the
+// outbox while it was being sent: the operator dropped it (caddy textgen mail drop), or this
+// sender held it past its lease and another took it over. Marking or retrying it is then
+// ErrNotFound, which is logged as what it is, not as a failure: a dropped message is meant to
+// stay gone, and a taken-over one is the other sender's to finish.
 func (a *app) deliver(ctx context.Context, client *gomail.Client, msg ledger.MailMessage) {
 	m := a.mail
 	log := a.logger.With(zap.String("mail", msg.ID), zap.String("kind", msg.Kind), zap.String("account", msg.AccountID), zap.Int("attempt", msg.Attempts))
 	err := a.send(ctx, client, msg)
 	bctx := context.WithoutCancel(ctx)
 	if err == nil {
-		if err := m.store.MarkMailSent(bctx, msg.ID, msg.Claim); err != nil {
-			log.Warn("e-mail sent, but not marked sent", zap.Error(err))
-			return
+		switch merr := m.store.MarkMailSent(bctx, msg.ID, msg.Claim); {
+		case merr == nil:
+			log.Info("e-mail sent")
+		case errors.Is(merr, ledger.ErrNotFound):
+			log.Info("e-mail sent; it had left the outbox meanwhile (dropped by the operator, or its lease ran out and another sender took it over)")
+		default:
+			log.Warn("e-mail sent, but not marked sent", zap.Error(merr))
 		}
-		log.Info("e-mail sent")
 		return
 	}
 	delay := mailRetryBase << min(msg.Attempts-1, 20)
 	delay = min(delay, mailRetryMax)
-	log.Warn("e-mail not sent; retrying later", zap.Error(err), zap.Duration("retry_in", delay))
-	if rerr := m.store.RetryMail(bctx, msg.ID, msg.Claim, now().Add(delay), err.Error()); rerr != nil {
-		log.Warn("noting the failed e-mail", zap.Error(rerr))
+	switch rerr := m.store.RetryMail(bctx, msg.ID, msg.Claim, now().Add(delay), err.Error()); {
+	case rerr == nil:
+		log.Warn("e-mail not sent; retrying later", zap.Error(err), zap.Duration("retry_in", delay))
+	case errors.Is(rerr, ledger.ErrNotFound):
+		log.Info("e-mail not sent, and not retried by this sender: it had left the outbox meanwhile (dropped by the operator, or its lease ran out and another sender took it over)", zap.Error(err))
+	default:
+		log.Warn("e-mail not sent; noting the failure failed too, so it is retried when its lease runs out", zap.Error(err), zap.NamedError("noting", rerr))
 	}
 }
 

@@ -434,3 +434,68 @@ func TestSMTPStartTLSLogin(t *testing.T) {
 		}
 	}
 }
+
+// The operator drops a message while a sender is delivering it (caddy textgen mail drop). The
+// sender's MarkMailSent or RetryMail is then ErrNotFound: it logs that as information, not as
+// a warning, and the message is not queued again. The sender is stopped and its deliver called
+// by hand so that the test, not the sender, decides when the drop happens.
+func TestDroppedWhileSending(t *testing.T) {
+	fastMail(t)
+	mp := mailtest.New(t)
+	store := diskLedger(t, t.TempDir())
+	defer store.Close()
+	core, logs := observer.New(zap.InfoLevel)
+	e := newTestEnvOn(t, store, withMail(t, mp), func(c *appConfig) { c.logger = zap.New(core) })
+	e.app.close() // no sender of its own: the test claims and delivers
+	client, err := e.app.smtpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// inFlight queues an invitation and claims it, as the sender does, and then drops it.
+	inFlight := func(email string) ledger.MailMessage {
+		t.Helper()
+		acct, err := store.CreateAccount(bg, email)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.app.Invite(bg, acct.ID); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := store.ClaimMail(bg, time.Minute, 10)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("claimed %d messages, %v; want the invitation", len(ms), err)
+		}
+		if err := store.DropMail(bg, ms[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		return ms[0]
+	}
+	notQueued := func(what string) {
+		t.Helper()
+		if ms, err := store.ListMail(bg, 0); err != nil || len(ms) != 0 {
+			t.Fatalf("%s: the outbox holds %+v, %v; want nothing", what, ms, err)
+		}
+	}
+
+	// Delivered, then found dropped.
+	sent := uniqueEmail("dropped-sent")
+	e.app.deliver(bg, client, inFlight(sent))
+	mp.WaitFor(t, sent, "Your account on", 10*time.Second)
+	notQueued("after delivering a dropped message")
+	if n := logs.FilterMessageSnippet("e-mail sent; it had left the outbox meanwhile").FilterLevelExact(zap.InfoLevel).Len(); n != 1 {
+		t.Errorf("%d information lines for a dropped message delivered; want 1: %v", n, logs.All())
+	}
+
+	// Failed (SMTP down), then found dropped: not retried.
+	if err := mp.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.app.deliver(bg, client, inFlight(uniqueEmail("dropped-failed")))
+	notQueued("after failing to deliver a dropped message")
+	if n := logs.FilterMessageSnippet("e-mail not sent, and not retried by this sender").FilterLevelExact(zap.InfoLevel).Len(); n != 1 {
+		t.Errorf("%d information lines for a dropped message that failed; want 1: %v", n, logs.All())
+	}
+	if warn := logs.FilterLevelExact(zap.WarnLevel).All(); len(warn) != 0 {
+		t.Errorf("a dropped message is logged as a warning: %v", warn)
+	}
+}
