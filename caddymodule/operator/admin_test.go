@@ -132,6 +132,13 @@ func TestAdminRoutesErrors(t *testing.T) {
 		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"refunded"}`, 404, "cs_nope"},
 		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"  "}`, 400, "note is required"},
 		{"POST", "/textgen/payments/cs_nope/resolve", `{"note":"x","credits":1}`, 400, `unknown field \"credits\"`},
+		{"GET", "/textgen/mail?limit=0", "", 400, "limit"},
+		{"GET", "/textgen/mail?limit=1001", "", 400, "limit"},
+		{"GET", "/textgen/mail?cursor=x", "", 400, "no pages"},
+		{"POST", "/textgen/mail", "", 405, "method POST is not allowed"},
+		{"GET", "/textgen/mail/mail_nope/drop", "", 405, "method GET is not allowed"},
+		{"POST", "/textgen/mail/mail_nope/drop", "", 404, "e-mail mail_nope"},
+		{"POST", "/textgen/mail/mail_nope/drop", `{"force":true}`, 400, `unknown field \"force\"`},
 	} {
 		w, _ := adminDo(t, dir, c.method, c.path, c.body)
 		if w.Code != c.status || !strings.Contains(w.Body.String(), c.msg) {

@@ -49,6 +49,8 @@ func init() {
 //	                                                       from/to: a day (UTC; "to" includes it) or an RFC 3339 time ("to" excluded)
 //	GET  /textgen/payments?all=&limit=                     {"payments", "open_only"}: paid sessions that credited nothing, newest first
 //	POST /textgen/payments/{reference}/resolve             {"note"} → {"payment", "repeated"}
+//	GET  /textgen/mail?limit=                              {"messages"}: the e-mail waiting to go out, oldest first
+//	POST /textgen/mail/{id}/drop                           {"dropped": id}: gives up on a queued e-mail
 //	GET  /textgen/ledger/verify                            ledger.VerifyReport (200 also when not ok)
 //	GET  /textgen/backup                                   the online backup stream (application/octet-stream)
 //
@@ -122,6 +124,8 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/usage", a.usage)
 	handle("GET /textgen/payments", a.listPayments)
 	handle("POST /textgen/payments/{reference}/resolve", a.resolvePayment)
+	handle("GET /textgen/mail", a.listMail)
+	handle("POST /textgen/mail/{id}/drop", a.dropMail)
 	handle("GET /textgen/ledger/verify", a.verify)
 	handle("GET /textgen/backup", a.backup)
 	serve(adminPrefix, func(w http.ResponseWriter, r *http.Request) error { return unknownRoute(mux, w, r) })

@@ -142,3 +142,31 @@ type resolvedPayment struct {
 	Payment  ledger.UnmatchedPayment `json:"payment"`
 	Repeated bool                    `json:"repeated"`
 }
+
+// mailView is what the admin API shows of a queued e-mail. It is built field by field so that
+// the sealed message (which may carry a live link) and the sender's claim never reach a
+// response.
+type mailView struct {
+	ID        string `json:"id"`
+	AccountID string `json:"account_id,omitempty"`
+	Kind      string `json:"kind,omitempty"` // verify, reset, invite, low_balance
+	// Created is when it was queued.
+	Created time.Time `json:"created"`
+	// Attempts counts the deliveries begun; NextAttempt is when the next one is due, LastError
+	// why the last one failed.
+	Attempts    int       `json:"attempts"`
+	NextAttempt time.Time `json:"next_attempt"`
+	LastError   string    `json:"last_error,omitempty"`
+	// Sending: a sender holds it right now (its lease has not run out).
+	Sending bool `json:"sending"`
+}
+
+// mailList answers GET /textgen/mail: the queued e-mail, oldest first.
+type mailList struct {
+	Messages []mailView `json:"messages"`
+}
+
+// droppedMail answers POST /textgen/mail/{id}/drop.
+type droppedMail struct {
+	Dropped string `json:"dropped"`
+}

@@ -1,0 +1,46 @@
+package operator
+
+import (
+	"net/http"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// The e-mail outbox: GET /textgen/mail and POST /textgen/mail/{id}/drop. My Account's sender
+// retries a message that fails until it goes out; these routes show the operator what waits and
+// why, and let them give up on a message that never will (an address that does not exist).
+
+func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+	page, err := pageFromQuery(r)
+	if err != nil {
+		return err
+	}
+	if page.Cursor != "" {
+		return badRequest("cursor: the mail list has no pages; use limit (at most 1000)")
+	}
+	ms, err := store.ListMail(r.Context(), page.Limit)
+	if err != nil {
+		return ledgerError(err, "listing the e-mail outbox")
+	}
+	t := now()
+	views := make([]mailView, 0, len(ms))
+	for _, m := range ms {
+		views = append(views, mailView{
+			ID: m.ID, AccountID: m.AccountID, Kind: m.Kind, Created: m.Created,
+			Attempts: m.Attempts, NextAttempt: m.NextAttempt, LastError: m.LastError,
+			Sending: m.LeaseUntil.After(t),
+		})
+	}
+	return writeAdminJSON(w, http.StatusOK, mailList{Messages: views})
+}
+
+func (adminAPI) dropMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+	if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if err := store.DropMail(r.Context(), id); err != nil {
+		return ledgerError(err, "dropping e-mail %s", id)
+	}
+	return writeAdminJSON(w, http.StatusOK, droppedMail{Dropped: id})
+}
