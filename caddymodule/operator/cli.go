@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|payments|backup|restore|stripe> [flags]",
+		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -250,6 +250,14 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("resolve", "Marks an unmatched payment resolved, with what was done (credited by hand, refunded)", cmdPaymentsResolve, func(c *cobra.Command) {
 				c.Flags().String("reference", "", "The payment's reference: its Checkout Session id (required; see 'caddy textgen payments list')")
 				c.Flags().String("note", "", "What was done, e.g. \"credited acct_... by hand\" or \"refunded\" (required; stays in the ledger)")
+			}),
+		),
+		cliGroup("mail", "E-mail outbox: list, drop",
+			cliLeaf("list", "Lists the e-mail waiting to go out, oldest first, with its attempts and last error", cmdMailList, func(c *cobra.Command) {
+				c.Flags().Int("limit", 50, "Number of messages (at most 1000)")
+			}),
+			cliLeaf("drop", "Gives up on a queued e-mail (an address that can never receive it): no sender tries it again", cmdMailDrop, func(c *cobra.Command) {
+				c.Flags().String("id", "", "Id of the message (required; see 'caddy textgen mail list')")
 			}),
 		),
 		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",
