@@ -1,8 +1,6 @@
 package operator
 
 import (
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,18 +12,7 @@ import (
 // resolves it, and the list is empty again; a resolved payment stays in `--all`.
 func TestCLIUnmatchedPayments(t *testing.T) {
 	const secret = "whsec_cli_payments"
-	ledgerDir := filepath.Join(t.TempDir(), "ledger")
-	s := caddyproc.Start(t, fmt.Sprintf(`textgen /api/* {
-		ledger %[1]s
-		ollama http://127.0.0.1:1
-	}
-	textgen_account {
-		ledger %[1]s
-		stripe_secret_key sk_test_cli
-		stripe_webhook_secret %[2]s
-		stripe_api_url http://127.0.0.1:1
-	}`, ledgerDir, secret), ledgerDir)
-	url := "http://" + s.HTTP + "/account/stripe/webhook"
+	s, url := startStripeServer(t, secret)
 	acct := caddyproc.Str(t, s.JSON("account", "create", "--email", "payer@example.com", "--test-credits", "0"), "id")
 
 	// Nothing yet.

@@ -14,18 +14,7 @@ import (
 // the webhook a signed paid session; the credits arrive once, however often it is sent.
 func TestCLIStripeWebhook(t *testing.T) {
 	const secret = "whsec_cli_test"
-	ledgerDir := filepath.Join(t.TempDir(), "ledger")
-	s := caddyproc.Start(t, fmt.Sprintf(`textgen /api/* {
-		ledger %[1]s
-		ollama http://127.0.0.1:1
-	}
-	textgen_account {
-		ledger %[1]s
-		stripe_secret_key sk_test_cli
-		stripe_webhook_secret %[2]s
-		stripe_api_url http://127.0.0.1:1
-	}`, ledgerDir, secret), ledgerDir)
-	url := "http://" + s.HTTP + "/account/stripe/webhook"
+	s, url := startStripeServer(t, secret)
 	acct := caddyproc.Str(t, s.JSON("account", "create", "--email", "buyer@example.com"), "id")
 
 	sent := s.JSON("stripe", "webhook", "--url", url, "--secret", secret, "--account", acct, "--session", "cs_test_cli_1")
@@ -60,4 +49,23 @@ func TestCLIStripeWebhook(t *testing.T) {
 	if got := caddyproc.Num(t, s.JSON("balance", "--account", acct), "available"); got != 60 {
 		t.Fatalf("available after refused deliveries: %d, want 60", got)
 	}
+}
+
+// startStripeServer runs the built binary with a site of textgen and My Account, buying
+// switched on with the webhook secret (Stripe's API itself is never called), and returns it
+// with the webhook's URL.
+func startStripeServer(t *testing.T, secret string) (*caddyproc.Server, string) {
+	t.Helper()
+	ledgerDir := filepath.Join(t.TempDir(), "ledger")
+	s := caddyproc.Start(t, fmt.Sprintf(`textgen /api/* {
+		ledger %[1]s
+		ollama http://127.0.0.1:1
+	}
+	textgen_account {
+		ledger %[1]s
+		stripe_secret_key sk_test_cli
+		stripe_webhook_secret %[2]s
+		stripe_api_url http://127.0.0.1:1
+	}`, ledgerDir, secret), ledgerDir)
+	return s, "http://" + s.HTTP + "/account/stripe/webhook"
 }
