@@ -87,17 +87,7 @@ func normalizeEmail(email string) (string, error) {
 }
 
 // pageLimit is the page size p asks for: the default for 0, at most maxPageLimit.
-func pageLimit(p Page) (int, error) {
-	switch {
-	case p.Limit < 0:
-		return 0, fmt.Errorf("page limit %d: %w", p.Limit, ErrInvalidArgument)
-	case p.Limit == 0:
-		return defaultPageLimit, nil
-	case p.Limit > maxPageLimit:
-		return maxPageLimit, nil
-	}
-	return p.Limit, nil
-}
+func pageLimit(p Page) (int, error) { return checkListLimit(p.Limit) }
 
 // The cursors of the listings (Page.Cursor), the same for every engine: base64 of "a:" and the
 // last account id listed (ListAccounts), or of 'h' and the big-endian number of the last entry
