@@ -34,6 +34,8 @@ var metrics = struct {
 	limitsDown    prometheus.GaugeFunc     // Redis limits stores that do not answer now
 	limitsLocal   prometheus.CounterFunc   // limit checks answered from memory instead
 	unmatched     prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
+	mailQueued    prometheus.GaugeFunc     // e-mail waiting in the outboxes
+	mailOldest    prometheus.GaugeFunc     // age of the oldest e-mail waiting
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -101,7 +103,32 @@ func initMetrics() {
 			Namespace: ns, Subsystem: sub, Name: "unmatched_payments_open",
 			Help: "Paid Checkout Sessions that credited nothing and are not resolved yet, in the open ledgers (caddy textgen payments list; at most 1000 a ledger counted).",
 		}, unmatchedPaymentsOpen)
+		metrics.mailQueued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "mail_queued",
+			Help: "E-mail waiting in the open ledgers' outboxes to be sent (caddy textgen mail list; at most 1000 a ledger counted).",
+		}, func() float64 { n, _ := mailOutbox(); return n })
+		metrics.mailOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "mail_oldest_seconds",
+			Help: "Age of the oldest e-mail waiting in the open ledgers' outboxes (0 when none waits): stuck e-mail grows it.",
+		}, func() float64 { _, age := mailOutbox(); return age })
 	})
+}
+
+// mailOutbox reads the open ledgers' outboxes at a scrape: how many messages wait (up to the
+// page limit of each) and the age of the oldest, in seconds. A ledger that does not answer
+// within a second counts nothing.
+func mailOutbox() (queued, oldest float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, s := range textgenapp.OpenLedgers() {
+		ms, err := s.ListMail(ctx, maxCountedPerScrape)
+		if err != nil || len(ms) == 0 {
+			continue
+		}
+		queued += float64(len(ms))
+		oldest = max(oldest, time.Since(ms[0].Created).Seconds()) // ListMail is oldest first
+	}
+	return queued, oldest
 }
 
 // unmatchedPaymentsOpen counts the open unmatched payments of this process's ledgers, up to
@@ -112,15 +139,16 @@ func unmatchedPaymentsOpen() float64 {
 	defer cancel()
 	n := 0
 	for _, s := range textgenapp.OpenLedgers() {
-		if ps, err := s.UnmatchedPayments(ctx, true, maxUnmatchedCounted); err == nil {
+		if ps, err := s.UnmatchedPayments(ctx, true, maxCountedPerScrape); err == nil {
 			n += len(ps)
 		}
 	}
 	return float64(n)
 }
 
-// maxUnmatchedCounted is the most unmatched payments a scrape reads from one ledger.
-const maxUnmatchedCounted = 1000
+// maxCountedPerScrape is the most unmatched payments, or queued e-mail, a scrape reads from one
+// ledger.
+const maxCountedPerScrape = 1000
 
 // limitStoresDown counts the Redis limits stores of this process that do not answer now.
 func limitStoresDown() float64 {
@@ -155,6 +183,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
 		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.unmatched,
+		metrics.mailQueued, metrics.mailOldest,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

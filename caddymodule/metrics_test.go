@@ -163,3 +163,35 @@ func TestMetricsUnmatchedPayments(t *testing.T) {
 		t.Errorf("%s after resolving one: +%v, want +1", series, d)
 	}
 }
+
+// TestMetricsMailOutbox checks the gauges of stuck e-mail: how many messages wait, and how old
+// the oldest is, back to where they were once the message is gone.
+func TestMetricsMailOutbox(t *testing.T) {
+	e := newEnv(t, envOptions{ollama: "http://127.0.0.1:1", site: "handle /metrics {\n\t\tmetrics\n\t}"}) // no model call
+	const queued, oldest = `caddy_textgen_mail_queued`, `caddy_textgen_mail_oldest_seconds`
+	before := scrape(t, e)
+	if _, ok := before[queued]; !ok {
+		t.Fatalf("%s: not exported", queued)
+	}
+	if before[queued] != 0 || before[oldest] != 0 {
+		t.Fatalf("a new ledger's outbox: %s %v, %s %v; want 0 and 0", queued, before[queued], oldest, before[oldest])
+	}
+	start := time.Now()
+	id, err := e.store.EnqueueMail(context.Background(), ledger.MailMessage{Kind: "verify", Sealed: []byte("sealed by the caller")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := scrape(t, e)
+	if after[queued] != 1 {
+		t.Errorf("%s with one message: %v, want 1", queued, after[queued])
+	}
+	if age := after[oldest]; age <= 0 || age > time.Since(start).Seconds() {
+		t.Errorf("%s with one message: %v, want above 0 and at most the %v s since it was queued", oldest, age, time.Since(start).Seconds())
+	}
+	if err := e.store.DropMail(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if gone := scrape(t, e); gone[queued] != 0 || gone[oldest] != 0 {
+		t.Errorf("after the message was dropped: %s %v, %s %v; want 0 and 0", queued, gone[queued], oldest, gone[oldest])
+	}
+}
