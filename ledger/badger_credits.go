@@ -156,6 +156,57 @@ func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]
 	return out, nil
 }
 
+// Purchase returns the account's purchase of reference. The grant-reference index gives the
+// entry's number, so it reads two keys in one transaction, whatever the account's size. Like
+// Purchases it reads what is durable: a purchase is found once its Grant has returned.
+func (s *Badger) Purchase(ctx context.Context, accountID, reference string) (Entry, error) {
+	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+		return Entry{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Entry{}, err
+	}
+	defer s.end()
+	if err := ctx.Err(); err != nil {
+		return Entry{}, err
+	}
+	if _, err := s.account(accountID); err != nil {
+		return Entry{}, err
+	}
+	notFound := fmt.Errorf("purchase %q of account %q: %w", reference, accountID, ErrNotFound)
+	var e Entry
+	err := s.db.View(func(txn *badger.Txn) error {
+		v, ok, err := getValue(txn, grantRefKey(accountID, reference))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return notFound
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("grant reference %q of %q: malformed", reference, accountID)
+		}
+		ev, ok, err := getValue(txn, entryKey(accountID, binary.BigEndian.Uint64(v)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("grant reference %q of %q points at a missing entry", reference, accountID)
+		}
+		if err := json.Unmarshal(ev, &e); err != nil {
+			return fmt.Errorf("entry of grant reference %q of %q: %w", reference, accountID, err)
+		}
+		if e.Kind != KindPurchase {
+			return notFound
+		}
+		return nil
+	})
+	if err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
 // RefillTestCredits tops the account's available test credits up to upTo. The check and the
 // grant happen under the account's mutex, so concurrent refills never overshoot.
 func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {

@@ -8,7 +8,8 @@
 //
 //	Accounts     CreateAccount, GetAccount, GetAccountByEmail, ListAccounts, SetAccountStatus
 //	Keys         CreateKey, CreateKeyCapped, ListKeys, RevokeKey, LookupKey, LookupKeyBalance
-//	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, RefillTestCredits
+//	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, Purchase,
+//	             RefillTestCredits
 //	Idempotency  BeginIdempotent, FinishIdempotent
 //	Credentials  CreateAccountWithPassword, SetPassword, Authenticate,
 //	             CreateSession, GetSession, DeleteSession

@@ -104,6 +104,38 @@ func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) (
 	return out, nil
 }
 
+// Purchase returns the account's purchase of reference: one row of the unique partial index
+// entries_reference (account_id, reference), whatever the account's size. A missing account
+// and a missing purchase are both ErrNotFound, so it does not ask which.
+func (s *Postgres) Purchase(ctx context.Context, accountID, reference string) (Entry, error) {
+	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+		return Entry{}, err
+	}
+	if err := pgStorable("reference", reference); err != nil {
+		return Entry{}, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer done()
+	// reference <> '' repeats the index's predicate: a prepared statement's generic plan cannot
+	// prove it from reference = $2, and would not use the partial index without it.
+	rows, err := s.pool.Query(qctx, `SELECT `+pgList("", pgEntryCols, false)+` FROM entries
+		WHERE account_id = $1 AND reference = $2 AND reference <> '' AND kind = 'purchase'`, accountID, reference)
+	if err != nil {
+		return Entry{}, pgErr(ctx, "reading purchase", err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEntry)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Entry{}, fmt.Errorf("purchase %q of account %q: %w", reference, accountID, ErrNotFound)
+	}
+	if err != nil {
+		return Entry{}, pgErr(ctx, "reading purchase", err)
+	}
+	return e, nil
+}
+
 // mustExist returns ErrNotFound unless the account exists: listings that found nothing call it
 // to tell an empty account from a missing one.
 func (s *Postgres) mustExist(ctx context.Context, accountID string) error {

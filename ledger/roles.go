@@ -204,6 +204,16 @@ type Credits interface {
 	//   - ErrClosed; ctx's error.
 	Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error)
 
+	// Purchase returns the account's purchase entry whose grant reference is reference (a
+	// receipt), however many purchases the account has. A reference used by a grant or an
+	// adjustment, or by another account, is not found.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: the reference is empty, longer than 256 bytes or not UTF-8.
+	//   - ErrNotFound: no account has accountID, or it has no purchase with reference.
+	//   - ErrClosed; ctx's error.
+	Purchase(ctx context.Context, accountID, reference string) (Entry, error)
+
 	// RefillTestCredits tops the account's available test credits up to upTo with one grant
 	// entry (no reference, reason "test credit refill") and returns how many it granted: 0 when
 	// there were upTo or more. Concurrent refills never overshoot upTo.
