@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -333,6 +335,68 @@ func testPurchasesIdempotentOnReference(t *testing.T, eng engine) {
 	}
 	if _, err := s.Purchases(bg, "acct_nonexistent00000", 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown account: %v", err)
+	}
+}
+
+// testPurchase: Purchase finds an account's purchase by its reference, as Purchases lists it,
+// and nothing else: not a grant or an adjustment with a reference, not another account's.
+func testPurchase(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "buyer@example.com")
+	other := mustAccount(t, s, "other@example.com")
+	buy := func(acct, ref string, cents int64) {
+		t.Helper()
+		if _, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: Live, Kind: KindPurchase, Credits: 10,
+			Reference: ref, Reason: "Stripe Checkout, package 10", AmountCents: cents, Currency: "EUR"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buy(a.ID, "cs_test_1", 200)
+	buy(a.ID, "cs_test_2", 300)
+	buy(other.ID, "cs_test_other", 400)
+	if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindGrant, Credits: 1, Reference: "INV-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindAdjustment, Credits: -1, Reference: "ADJ-1"}); err != nil {
+		t.Fatal(err)
+	}
+	mustHold(t, s, a.ID, Live, "req_1")
+	ps, err := s.Purchases(bg, a.ID, 0)
+	if err != nil || len(ps) != 2 {
+		t.Fatalf("purchases %+v %v", ps, err)
+	}
+	for _, want := range ps {
+		got, err := s.Purchase(bg, a.ID, want.Reference)
+		if err != nil {
+			t.Fatalf("purchase %s: %v", want.Reference, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("purchase %s: %+v, Purchases lists %+v", want.Reference, got, want)
+		}
+	}
+	if p, _ := s.Purchase(bg, a.ID, "cs_test_1"); p.AmountCents != 200 || p.Amount != 10 || p.Kind != KindPurchase {
+		t.Fatalf("cs_test_1: %+v", p)
+	}
+	for _, ref := range []string{"cs_test_other", "INV-1", "ADJ-1", "req_1", "cs_test_3"} {
+		_, err := s.Purchase(bg, a.ID, ref)
+		wantErr(t, err, ErrNotFound)
+	}
+	if p, err := s.Purchase(bg, other.ID, "cs_test_other"); err != nil || p.AccountID != other.ID || p.AmountCents != 400 {
+		t.Fatalf("the other account's purchase: %+v %v", p, err)
+	}
+	_, err = s.Purchase(bg, "acct_nonexistent00000", "cs_test_1")
+	wantErr(t, err, ErrNotFound)
+	for _, ref := range []string{"", strings.Repeat("x", maxReferenceLen+1), "cs_\xff"} {
+		_, err := s.Purchase(bg, a.ID, ref)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+	if _, err := s.Purchase(bg, a.ID, strings.Repeat("x", maxReferenceLen)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a reference of the longest length: %v", err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := s.Purchase(ctx, a.ID, "cs_test_1"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled context: %v", err)
 	}
 }
 

@@ -20,6 +20,8 @@ func testClosed(t *testing.T, eng engine) {
 	wantErr(t, err, ErrClosed)
 	_, _, err = s.LookupKey(bg, newFullKey(Live))
 	wantErr(t, err, ErrClosed)
+	_, err = s.Purchase(bg, a.ID, "cs_1")
+	wantErr(t, err, ErrClosed)
 	_, err = s.Verify(bg)
 	wantErr(t, err, ErrClosed)
 	_, _, err = s.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_1", Currency: "eur", Problem: ProblemUnknownPackage})

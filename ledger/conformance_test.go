@@ -50,6 +50,7 @@ var conformanceTests = []struct {
 	{"HoldExpiry", testHoldExpiry},
 	{"HoldOwnTTL", testHoldOwnTTL},
 	{"PurchasesIdempotentOnReference", testPurchasesIdempotentOnReference},
+	{"Purchase", testPurchase},
 	{"RefillTestCredits", testRefillTestCredits},
 	{"GetHold", testGetHold},
 	// Idempotency (conformance_idempotency_test.go).
