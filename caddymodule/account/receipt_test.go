@@ -1,7 +1,9 @@
 package account
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/caddy-textgen/textgen/ledger"
@@ -41,4 +43,29 @@ func TestReceipt(t *testing.T) {
 	if anon.status != http.StatusSeeOther {
 		t.Fatalf("logged out: %d", anon.status)
 	}
+}
+
+// TestReceiptOfOldPurchase: a receipt is found however many purchases came after it. The
+// account has 1,001 purchases; its oldest is the 1,001st newest, beyond the 1,000 that
+// Purchases lists at most.
+func TestReceiptOfOldPurchase(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.browser()
+	acct := b.signup("old-receipt@example.com")
+	for i := range 1001 {
+		mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindPurchase,
+			Credits: 10, Reference: fmt.Sprintf("cs_test_old_%d", i), Reason: checkoutReason + "10",
+			AmountCents: 200, Currency: "EUR"})
+	}
+	for _, ref := range []string{"cs_test_old_0", "cs_test_old_1000"} {
+		r := b.get("/account/receipts/" + ref)
+		expectStatus(t, ref, r, http.StatusOK)
+		mustContain(t, ref, r.body, `id="receipt-reference">`+ref+`<`, `id="receipt-amount">€2.00 (EUR)<`,
+			`id="receipt-package">Package 10<`, `id="receipt-credits">10<`)
+	}
+	// A reference no purchase can have (longer than the ledger takes) is not found either.
+	long := "/account/receipts/cs_test_" + strings.Repeat("x", 300)
+	r := b.get(long)
+	expectStatus(t, "a reference of 308 bytes", r, http.StatusNotFound)
+	mustContain(t, "a reference of 308 bytes", r.body, "Receipt not found")
 }
