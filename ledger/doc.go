@@ -9,8 +9,9 @@
 //	Accounts     CreateAccount, GetAccount, GetAccountByEmail, ListAccounts, SetAccountStatus
 //	Keys         CreateKey, CreateKeyCapped, ListKeys, RevokeKey, LookupKey, LookupKeyBalance
 //	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, Purchase,
-//	             RefillTestCredits
+//	             RefillTestCredits, GetHold
 //	Idempotency  BeginIdempotent, FinishIdempotent
+//	Generations  PutGenerations, GetGeneration, DeleteGeneration, DeleteExpiredGenerations
 //	Credentials  CreateAccountWithPassword, SetPassword, Authenticate,
 //	             CreateSession, GetSession, DeleteSession
 //	Reports      History, Usage
