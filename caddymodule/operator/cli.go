@@ -286,6 +286,18 @@ func requireString(fl caddycmd.Flags, name string) (string, error) {
 
 func requireAccount(fl caddycmd.Flags) (string, error) { return requireString(fl, "account") }
 
+// listLimit is the --limit of a list without pages: 1 to 1000, the admin API's range.
+func listLimit(fl caddycmd.Flags) (int, error) {
+	limit, err := fl.GetInt("limit")
+	if err != nil {
+		return 0, usagef("--limit: %v", err)
+	}
+	if limit < 1 || limit > 1000 {
+		return 0, usagef("--limit must be from 1 to 1000")
+	}
+	return limit, nil
+}
+
 func modeFlag(fl caddycmd.Flags) ledger.Mode {
 	if fl.Bool("test") {
 		return ledger.Test

@@ -12,12 +12,9 @@ import (
 // caddy textgen mail list|drop
 
 func cmdMailList(c *cliContext) error {
-	limit, err := c.fl.GetInt("limit")
+	limit, err := listLimit(c.fl)
 	if err != nil {
-		return usagef("--limit: %v", err)
-	}
-	if limit < 1 || limit > 1000 {
-		return usagef("--limit must be from 1 to 1000")
+		return err
 	}
 	var ml mailList
 	raw, err := c.call(http.MethodGet, "/textgen/mail", url.Values{"limit": {strconv.Itoa(limit)}}, nil, &ml)

@@ -19,12 +19,9 @@ func cmdPaymentsList(c *cliContext) error {
 	if all {
 		q.Set("all", "true")
 	}
-	limit, err := c.fl.GetInt("limit")
+	limit, err := listLimit(c.fl)
 	if err != nil {
-		return usagef("--limit: %v", err)
-	}
-	if limit < 1 || limit > 1000 {
-		return usagef("--limit must be from 1 to 1000")
+		return err
 	}
 	q.Set("limit", strconv.Itoa(limit))
 	var pl paymentList
