@@ -88,7 +88,7 @@ func (b *memory) len() int {
 	return n
 }
 
-func (b *memory) blocked(id string, t time.Time) (bool, time.Duration) {
+func (b *memory) blocked(id string, t time.Time, cost int) (bool, time.Duration) {
 	sh := b.shard(id)
 	sh.mu.Lock()
 	lim := sh.m[id]
@@ -97,10 +97,10 @@ func (b *memory) blocked(id string, t time.Time) (bool, time.Duration) {
 		tokens = lim.TokensAt(t)
 	}
 	sh.mu.Unlock()
-	if lim == nil || tokens >= 1 {
+	if lim == nil || tokens >= float64(cost) {
 		return false, 0
 	}
-	return true, untilTokens(b.r, tokens, 1)
+	return true, untilTokens(b.r, tokens, float64(cost))
 }
 
 func (b *memory) reset(id string) {
@@ -117,11 +117,11 @@ func (b *memory) refund(id string, res *rate.Reservation, t time.Time) {
 	res.CancelAt(t)
 }
 
-func (b *memory) take(id string, t time.Time) (res *rate.Reservation, ok bool, wait time.Duration) {
+func (b *memory) take(id string, t time.Time, cost int) (res *rate.Reservation, ok bool, wait time.Duration) {
 	sh := b.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	res = b.get(sh, id, t).ReserveN(t, 1)
+	res = b.get(sh, id, t).ReserveN(t, cost)
 	if d := res.DelayFrom(t); d > 0 {
 		res.CancelAt(t)
 		return nil, false, d
@@ -138,10 +138,12 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, places func() in
 		resv [MaxTakeAll]*rate.Reservation
 	)
 	denied = -1
+	var costs [MaxTakeAll]int
 	for i, rq := range reqs {
 		m := rq.Buckets.mem
+		costs[i] = rq.Buckets.cost()
 		if rq.Peek {
-			if blocked, d := m.blocked(rq.ID, t); blocked && d > wait {
+			if blocked, d := m.blocked(rq.ID, t, costs[i]); blocked && d > wait {
 				denied, wait = i, d
 			}
 			continue
@@ -149,7 +151,7 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, places func() in
 		sh := m.shard(rq.ID)
 		sh.mu.Lock()
 		lims[i] = m.get(sh, rq.ID, t)
-		resv[i] = lims[i].ReserveN(t, 1)
+		resv[i] = lims[i].ReserveN(t, costs[i])
 		sh.mu.Unlock()
 		if d := resv[i].DelayFrom(t); d > 0 && d > wait {
 			denied, wait = i, d
@@ -174,7 +176,7 @@ func takeAllMemory(t time.Time, reqs []Request, states []State, places func() in
 	}
 	for i, rq := range reqs {
 		if !rq.Peek {
-			states[i] = stateOf(rq.Buckets.limit, math.Max(0, lims[i].TokensAt(t)))
+			states[i] = stateOfCost(rq.Buckets.limit, math.Max(0, lims[i].TokensAt(t)), costs[i])
 		}
 	}
 	return -1, 0

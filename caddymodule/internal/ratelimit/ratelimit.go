@@ -7,8 +7,9 @@
 // The buckets live in this process's memory (x/time/rate, in separately locked shards) or, when
 // several instances must share them, in Redis (Shared: GCRA, the token bucket's arithmetic on
 // one stored time, as github.com/go-redis/redis_rate keeps it). While Redis cannot answer, every
-// call falls back to this process's memory and Redis is probed in the background until it
-// answers again; no call waits longer than the store's timeout.
+// call falls back to this process's memory, under this instance's share of the limit (the
+// instances count each other while Redis answers: peers.go), and Redis is probed in the
+// background until it answers again; no call waits longer than the store's timeout.
 package ratelimit
 
 import (
@@ -85,6 +86,12 @@ func (b *Buckets) Len() int { return b.mem.len() }
 // useRedis tells whether a call should go to Redis now.
 func (b *Buckets) useRedis() bool { return b.shared != nil && b.shared.Up() }
 
+// cost is how many tokens a request takes from a bucket in this process's memory: 1 without
+// Redis; with Redis (a call it did not answer), the number of instances sharing it, so that
+// each allows its share of the limit, Requests/n per Window and Burst/n at once (never less
+// than one request at once: the cost is at most Burst).
+func (b *Buckets) cost() int { return min(b.shared.Instances(), b.limit.Burst) }
+
 // Blocked reports whether id has no request left at t, and how long until it has one. It
 // charges nothing: it is Admit's gate (Request.Peek) alone.
 func (b *Buckets) Blocked(ctx context.Context, id string, t time.Time) (bool, time.Duration) {
@@ -140,7 +147,7 @@ func (b *Buckets) Take(ctx context.Context, id string, t time.Time) (tk Taken, o
 		b.shared.failed(ctx, err)
 	}
 	b.shared.fellBack()
-	res, ok, wait := b.mem.take(id, t)
+	res, ok, wait := b.mem.take(id, t, b.cost())
 	if !ok {
 		return Taken{}, false, wait
 	}
@@ -163,12 +170,17 @@ type State struct {
 }
 
 // stateOf is the State of a bucket of l holding tokens after a request.
-func stateOf(l Limit, tokens float64) State {
-	st := State{Remaining: int(tokens)}
+func stateOf(l Limit, tokens float64) State { return stateOfCost(l, tokens, 1) }
+
+// stateOfCost is the State of a bucket of l holding tokens after a request, where a request
+// takes cost tokens (Buckets.cost).
+func stateOfCost(l Limit, tokens float64, cost int) State {
+	c := float64(cost)
+	st := State{Remaining: int(tokens / c)}
 	if tokens >= float64(l.Burst) {
-		st.Reset = l.Every()
+		st.Reset = l.Every() * time.Duration(cost)
 	} else {
-		st.Reset = untilTokens(l.rate(), tokens, math.Floor(tokens)+1)
+		st.Reset = untilTokens(l.rate(), tokens, (math.Floor(tokens/c)+1)*c)
 	}
 	return st
 }

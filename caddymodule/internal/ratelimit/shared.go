@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -32,6 +34,14 @@ type Shared struct {
 	fails     atomic.Int32  // calls failed in a row while up
 	fallbacks atomic.Uint64 // calls answered from memory because the store was down
 
+	// Instances: every store beats under its own id while Redis answers, and counts the
+	// stores that beat in the last peerStale (itself included). While Redis is down, each
+	// instance allows its share of every limit: the limit divided by the instances it last saw.
+	id     string
+	beat   time.Duration
+	peers  atomic.Int32
+	beaten chan struct{} // closed when the heartbeat loop has ended
+
 	mu      sync.Mutex
 	probing bool
 	closed  chan struct{}
@@ -47,6 +57,10 @@ type SharedOptions struct {
 	ProbeEvery time.Duration
 	// Logger receives one line when the store goes down and one when it is back.
 	Logger *zap.Logger
+	// HeartbeatEvery is the pause between two heartbeats, by which the instances sharing the
+	// store count each other; default 1s. An instance is counted until peerStale beats after
+	// its last one.
+	HeartbeatEvery time.Duration
 }
 
 // DefaultTimeout is the longest a request waits for Redis before its limits are checked in
@@ -104,11 +118,20 @@ func OpenShared(rawURL string, opts SharedOptions) (*Shared, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.HeartbeatEvery <= 0 {
+		opts.HeartbeatEvery = time.Second
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
 	rdb := redis.NewClient(o)
-	return &Shared{
+	s := &Shared{
 		rdb: rdb, rl: redis_rate.NewLimiter(rdb), name: Redact(rawURL), timeout: timeout,
 		probe: opts.ProbeEvery, log: opts.Logger, closed: make(chan struct{}),
-	}, nil
+		id: hex.EncodeToString(id[:]), beat: opts.HeartbeatEvery, beaten: make(chan struct{}),
+	}
+	s.peers.Store(1)
+	go s.heartbeatLoop()
+	return s, nil
 }
 
 // Redact is rawURL without its password, for logs and messages.
@@ -142,14 +165,24 @@ func (s *Shared) Ping(ctx context.Context) error {
 	return s.rdb.Ping(ctx).Err()
 }
 
-// Close stops the probe and closes the connections.
+// Close stops the probe and the heartbeat, takes this instance out of the count (so the others
+// stop counting it at once rather than after peerStale) and closes the connections.
 func (s *Shared) Close() error {
 	s.mu.Lock()
-	if !s.isClose {
+	first := !s.isClose
+	if first {
 		s.isClose = true
 		close(s.closed)
 	}
 	s.mu.Unlock()
+	if first {
+		<-s.beaten
+		if s.Up() {
+			_ = s.call(context.Background(), func(ctx context.Context) error {
+				return s.rdb.ZRem(ctx, s.peersKey(), s.id).Err()
+			})
+		}
+	}
 	return s.rdb.Close()
 }
 

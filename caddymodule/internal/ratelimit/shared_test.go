@@ -17,7 +17,7 @@ import (
 func twoStores(t *testing.T, srv *redistest.Server) (*Shared, *Shared) {
 	t.Helper()
 	open := func() *Shared {
-		s, err := OpenShared(srv.URL(0), SharedOptions{ProbeEvery: 20 * time.Millisecond})
+		s, err := OpenShared(srv.URL(0), SharedOptions{ProbeEvery: 20 * time.Millisecond, HeartbeatEvery: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,34 +142,42 @@ func contains(s, sub string) bool {
 }
 
 // TestSharedFallsBackAndRecovers: with Redis stopped, calls are answered from memory (counted
-// as fallbacks, the store reports down) under the same limit; with Redis back, the store comes
-// back by itself and the buckets are shared again.
+// as fallbacks, the store reports down), each of the two instances under its share of the
+// limit, so that together they allow no more than it; with Redis back, the store comes back by
+// itself and the buckets are shared again.
 func TestSharedFallsBackAndRecovers(t *testing.T) {
 	srv := redistest.New(t)
 	a, b := twoStores(t, srv)
+	waitFor(t, "the two instances to count each other", func() bool { return a.Instances() == 2 && b.Instances() == 2 })
 	l := Limit{Requests: 5, Window: time.Hour, Burst: 5}
 	ba, bb := NewShared(a, "k", l, 0), NewShared(b, "k", l, 0)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	allowed := 0
-	for range 10 {
-		if _, ok, _ := ba.Take(ctx, "id", t0); ok {
-			allowed++
+	var allowed [2]int
+	for i := range 20 {
+		if _, ok, _ := []*Buckets{ba, bb}[i%2].Take(ctx, "id", t0); ok {
+			allowed[i%2]++
 		}
 	}
-	if allowed != 5 || a.Up() || a.Fallbacks() < 10 {
-		t.Fatalf("Redis down: %d of 10 allowed (want 5, in memory), up %v, fallbacks %d", allowed, a.Up(), a.Fallbacks())
+	// Each allows its share, 5/2 rounded down: 4 in all, not 10.
+	if allowed != [2]int{2, 2} || a.Up() || a.Fallbacks() < 10 {
+		t.Fatalf("Redis down: %v of 10 each allowed (want 2 each, in memory), up %v, fallbacks %d", allowed, a.Up(), a.Fallbacks())
+	}
+	// The headers' figures count whole requests of the share.
+	var st [1]State
+	if denied, _ := TakeAll(ctx, t0.Add(time.Hour), []Request{{Buckets: ba, ID: "fresh"}}, st[:]); denied != -1 || st[0].Remaining != 1 {
+		t.Fatalf("a fresh identity's first request in memory: denied %d, %+v; want allowed with 1 left of its share of 2", denied, st[0])
 	}
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the store to come back", func() bool { return a.Up() })
 	before := a.Fallbacks()
-	allowed = 0
+	n := 0
 	for i := range 10 {
 		if _, ok, _ := []*Buckets{ba, bb}[i%2].Take(ctx, "id", t0); ok {
-			allowed++
+			n++
 		}
 	}
 	if a.Fallbacks() != before {
@@ -177,8 +185,8 @@ func TestSharedFallsBackAndRecovers(t *testing.T) {
 	}
 	// b never saw Redis fail: its first call after the restart may fail once on a closed pooled
 	// connection (retried), never more than the limit in total.
-	if allowed != 5 {
-		t.Fatalf("Redis back: %d of 10 allowed across both, want 5", allowed)
+	if n != 5 {
+		t.Fatalf("Redis back: %d of 10 allowed across both, want 5", n)
 	}
 }
 
@@ -261,28 +269,65 @@ func TestSlotsAcrossInstances(t *testing.T) {
 	}
 }
 
-// TestSlotsFallBack: with Redis down, places are counted in memory with the same cap, and
-// released there.
+// TestSlotsFallBack: with Redis down, places are counted in memory, each of the two instances
+// holding its share of the cap (4 places: 2 each), and released there; a cap smaller than the
+// instances still leaves each one place.
 func TestSlotsFallBack(t *testing.T) {
 	srv := redistest.New(t)
-	a, _ := twoStores(t, srv)
-	sa := NewSlots(a, "acct", time.Second)
+	a, b := twoStores(t, srv)
+	waitFor(t, "the two instances to count each other", func() bool { return a.Instances() == 2 && b.Instances() == 2 })
+	sa, sb := NewSlots(a, "acct", time.Second), NewSlots(b, "acct", time.Second)
 	defer sa.Close()
+	defer sb.Close()
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	var got []Slot
-	for range 5 {
-		if sl, ok := sa.Acquire(ctx, "x", 2); ok {
-			got = append(got, sl)
+	var got [2][]Slot
+	for i := range 10 {
+		if sl, ok := []*Slots{sa, sb}[i%2].Acquire(ctx, "x", 4); ok {
+			got[i%2] = append(got[i%2], sl)
 		}
 	}
-	if len(got) != 2 || a.Up() {
-		t.Fatalf("%d places in memory (up %v), want 2", len(got), a.Up())
+	if len(got[0]) != 2 || len(got[1]) != 2 || a.Up() {
+		t.Fatalf("places in memory %d and %d (up %v), want 2 each of 4", len(got[0]), len(got[1]), a.Up())
 	}
-	got[0].Release()
-	if _, ok := sa.Acquire(ctx, "x", 2); !ok {
+	got[0][0].Release()
+	if _, ok := sa.Acquire(ctx, "x", 4); !ok {
 		t.Fatal("a place released in memory is not free")
+	}
+	if _, ok := sa.Acquire(ctx, "y", 1); !ok {
+		t.Fatal("a cap of 1 with two instances leaves this one no place")
+	}
+}
+
+// TestInstancesCounted: stores on one Redis count each other by their heartbeats, a closed one
+// stops being counted at once, and the count is kept while Redis is down.
+func TestInstancesCounted(t *testing.T) {
+	srv := redistest.New(t)
+	a, b := twoStores(t, srv)
+	c, _ := twoStores(t, srv)
+	waitFor(t, "four instances to count each other", func() bool {
+		return a.Instances() == 4 && b.Instances() == 4 && c.Instances() == 4
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the others to count one fewer", func() bool { return a.Instances() == 3 && b.Instances() == 3 })
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	bk := NewShared(a, "k", Limit{Requests: 1, Window: time.Hour, Burst: 1}, 0)
+	bk.Take(ctx, "id", t0) // a call that fails: the store goes down
+	waitFor(t, "the store to be down", func() bool {
+		bk.Take(ctx, "id", t0)
+		return !a.Up()
+	})
+	if a.Instances() != 3 {
+		t.Fatalf("while Redis is down the store counts %d instances, want the 3 it last saw", a.Instances())
+	}
+	var nilStore *Shared
+	if nilStore.Instances() != 1 {
+		t.Fatal("memory only counts more than itself")
 	}
 }
 

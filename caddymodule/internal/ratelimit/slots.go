@@ -107,8 +107,10 @@ func (sl *Slots) held(id, key, member string) Slot {
 	return Slot{sl: sl, id: id, key: key, member: member}
 }
 
-// acquireMemory takes one of max places of id in this process's memory.
+// acquireMemory takes one of max places of id in this process's memory: with a Redis store
+// (a call it did not answer), one of this instance's share of them.
 func (sl *Slots) acquireMemory(id string, max int) (Slot, bool) {
+	max = sl.memoryCap(max)
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if sl.mem[id] >= max {
@@ -116,6 +118,14 @@ func (sl *Slots) acquireMemory(id string, max int) (Slot, bool) {
 	}
 	sl.mem[id]++
 	return Slot{sl: sl, id: id}, true
+}
+
+// memoryCap is this instance's share of places while they are counted in memory: max
+// divided by the instances sharing the Redis store (rounded down, at least one), so that the
+// instances together hold at most places (or one each, when there are more instances than
+// places).
+func (sl *Slots) memoryCap(places int) int {
+	return min(places, max(1, places/sl.shared.Instances()))
 }
 
 // Release gives the place back. Safe on the zero Slot.
