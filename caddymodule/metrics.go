@@ -33,6 +33,7 @@ var metrics = struct {
 	ledgerDown    prometheus.GaugeFunc     // open ledgers that take no new work now
 	limitsDown    prometheus.GaugeFunc     // Redis limits stores that do not answer now
 	limitsLocal   prometheus.CounterFunc   // limit checks answered from memory instead
+	instances     prometheus.GaugeFunc     // instances sharing the Redis limits store
 	unmatched     prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
 	mailQueued    prometheus.GaugeFunc     // e-mail waiting in the outboxes
 	mailOldest    prometheus.GaugeFunc     // age of the oldest e-mail waiting
@@ -99,6 +100,10 @@ func initMetrics() {
 			Namespace: ns, Subsystem: sub, Name: "limits_fallback_total",
 			Help: "Limit checks answered from this instance's memory because the Redis limits store did not answer.",
 		}, func() float64 { return float64(ratelimit.TotalFallbacks()) })
+		metrics.instances = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "limits_instances",
+			Help: "Instances sharing the Redis limits store, this one included, as last counted while Redis answered (0 without one): while Redis is down, each counts its share of every limit, the limit divided by this.",
+		}, limitsInstances)
 		metrics.unmatched = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "unmatched_payments_open",
 			Help: "Paid Checkout Sessions that credited nothing and are not resolved yet, in the open ledgers (caddy textgen payments list; at most 1000 a ledger counted).",
@@ -161,6 +166,15 @@ func limitStoresDown() float64 {
 	return float64(n)
 }
 
+// limitsInstances is the most instances a Redis limits store of this process counts.
+func limitsInstances() float64 {
+	n := 0
+	for _, s := range textgenapp.OpenLimitStores() {
+		n = max(n, s.Instances())
+	}
+	return float64(n)
+}
+
 // ledgersUnavailable counts the ledgers of this process whose Health is not nil.
 func ledgersUnavailable() float64 {
 	n := 0
@@ -182,7 +196,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
-		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.unmatched,
+		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.instances, metrics.unmatched,
 		metrics.mailQueued, metrics.mailOldest,
 	} {
 		if err := reg.Register(c); err != nil {

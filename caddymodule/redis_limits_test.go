@@ -308,6 +308,33 @@ func TestSharedLimitsRedisDown(t *testing.T) {
 	}
 }
 
+// TestSharedLimitsRedisDownShared: while Redis is down, the two instances together allow no
+// more than a limit: each counts its share (20 a key: 10 each), where each alone used to allow
+// the whole limit (40 in all). The instances count each other while Redis answers.
+func TestSharedLimitsRedisDownShared(t *testing.T) {
+	s := newSharedSetup(t)
+	// An hour's window: no request is restored while the burst runs, however slow the machine.
+	limits := "\t\trate_limit key 20/1h\n\t\trate_limit account off\n\t\tmax_concurrent_per_account 1000\n"
+	a, b := s.start(t, limits), s.start(t, limits)
+	_, key := newKey(t, a, "share@example.com", 1000)
+	waitFor(t, "the two instances to count each other", func() bool {
+		return metric(t, a, "caddy_textgen_limits_instances") == 2 && metric(t, b, "caddy_textgen_limits_instances") == 2
+	})
+	if err := s.redis.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := burst(t, []*caddyproc.Server{a, b}, 100, key, genBody("summarizer", "x", "en", ""))
+	if got[200] != 20 || got[429] != 80 {
+		t.Fatalf("Redis down, a burst of 100 over two instances against 20 an hour: %v, want 20 x 200 (10 each) and 80 x 429", got)
+	}
+	if metric(t, a, "caddy_textgen_limits_fallback_total") == 0 || metric(t, b, "caddy_textgen_limits_fallback_total") == 0 {
+		t.Fatal("the burst was not counted in memory on both instances")
+	}
+	if metric(t, a, "caddy_textgen_limits_instances") != 2 {
+		t.Fatal("while Redis is down an instance forgot how many share it")
+	}
+}
+
 // TestSharedMaxInFlight: max_in_flight holds for the model host across two instances: with 2
 // places and no queue, 2 of 6 generations sent at once to both run and the others are refused
 // 503 overloaded (charged nothing); a place given back is free for either instance.
