@@ -123,6 +123,24 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				}
 				return sink.UnmatchedPayment(p)
 			}},
+			{prefixOutbox, func(k, v []byte) error {
+				var r outboxRecord
+				if err := json.Unmarshal(v, &r); err != nil {
+					return fmt.Errorf("outbox record %q: %w", k[1:], err)
+				}
+				return sink.Mail(r.MailMessage)
+			}},
+			{prefixToken, func(k, v []byte) error {
+				var r tokenRecord
+				if err := json.Unmarshal(v, &r); err != nil || len(k) != 33 {
+					return fmt.Errorf("token %x: malformed (%v)", k, err)
+				}
+				// Badger drops a token at its expiry by its own clock; the ledger's clock decides.
+				if !t.Before(r.Expires) {
+					return nil
+				}
+				return sink.Token(ExportToken{Digest: [32]byte(k[1:]), AccountID: r.AccountID, Purpose: r.Purpose, Expires: r.Expires})
+			}},
 		}
 		for _, st := range steps {
 			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {

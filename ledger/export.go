@@ -30,6 +30,13 @@ type ExportSink interface {
 	Idempotency(IdempotencyRecord) error
 	// UnmatchedPayment is a payment that credited nothing (Payments); its account may not exist.
 	UnmatchedPayment(UnmatchedPayment) error
+	// Mail is a queued e-mail as stored, its sealed bytes as the caller gave them, with its
+	// attempts, next attempt, last error, and the claim and lease of a sender that held it
+	// (zero if none). Its AccountID, if any, is not checked: EnqueueMail does not check it.
+	Mail(MailMessage) error
+	// Token is a live single-use token (verify, reset, invite); used and expired ones are not
+	// given.
+	Token(ExportToken) error
 }
 
 // ExportAccount is an account with the figures its store keeps: balances, open holds and the
@@ -72,4 +79,13 @@ type ExportSession struct {
 	AccountID        string
 	Created, Expires time.Time
 	CSRFToken        string
+}
+
+// ExportToken is a single-use token (Mail) under the SHA-256 digest of the token, which is
+// never stored.
+type ExportToken struct {
+	Digest    [32]byte
+	AccountID string
+	Purpose   TokenPurpose
+	Expires   time.Time
 }

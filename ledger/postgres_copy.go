@@ -11,8 +11,10 @@ import (
 // to, whose database must hold no account yet: accounts with their balances, key digests (so the
 // keys handed out before keep working), entries with their numbers and times, holds open or
 // resolved, grant references (they are the entries'), password hashes, live sessions,
-// Idempotency-Key records and unmatched payments. Afterwards balances, key lookups, log-ins, histories and Verify give
-// on to what they gave on from. It is one transaction: on any error nothing is copied.
+// Idempotency-Key records, unmatched payments, queued e-mail (sealed as it was: the instances on
+// to need the same mail key to send it) and live single-use tokens (the links in mail sent
+// before keep working, once). Afterwards balances, key lookups, log-ins, histories, links and
+// Verify give on to what they gave on from. It is one transaction: on any error nothing is copied.
 //
 // Stop the servers that use from first: changes made while it runs may be missed. Holds still
 // open are copied open and expire by their TTL on the new store.
@@ -78,6 +80,8 @@ var pgImportTables = []struct {
 	{"idempotency", []string{"account_id", "idem_key", "request_id", "fingerprint", "status", "created", "hold_ttl"}},
 	{"unmatched_payments", []string{"reference", "event", "account_id", "package", "credits", "amount_cents", "currency",
 		"problem", "detail", "created", "resolved", "resolution"}},
+	{"mail_outbox", []string{"id", "account_id", "kind", "sealed", "created", "attempts", "next_attempt", "lease_until", "claim", "last_error"}},
+	{"account_tokens", []string{"digest", "account_id", "purpose", "expires"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -145,6 +149,21 @@ func (p *pgImport) Idempotency(r IdempotencyRecord) error {
 func (p *pgImport) UnmatchedPayment(u UnmatchedPayment) error {
 	return p.add("unmatched_payments", u.Reference, u.Event, u.AccountID, u.Package, u.Credits, u.AmountCents,
 		u.Currency, u.Problem, u.Detail, u.Created.UnixNano(), pgNanos(u.Resolved), u.Resolution)
+}
+
+// Mail stores a queued message as it was, lease and claim included: a message that a sender
+// held when the server stopped is due again when its lease runs out, as on Badger.
+func (p *pgImport) Mail(m MailMessage) error {
+	var leaseUntil int64
+	if !m.LeaseUntil.IsZero() {
+		leaseUntil = m.LeaseUntil.UnixNano()
+	}
+	return p.add("mail_outbox", m.ID, m.AccountID, m.Kind, m.Sealed, m.Created.UnixNano(), int32(m.Attempts),
+		m.NextAttempt.UnixNano(), leaseUntil, m.Claim, m.LastError)
+}
+
+func (p *pgImport) Token(t ExportToken) error {
+	return p.add("account_tokens", t.Digest[:], t.AccountID, string(t.Purpose), t.Expires.UnixNano())
 }
 
 // Interface guards

@@ -213,6 +213,8 @@ type exported struct {
 	sessions    []ExportSession
 	idempotency []IdempotencyRecord
 	payments    []UnmatchedPayment
+	mail        []MailMessage
+	tokens      []ExportToken
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -232,6 +234,8 @@ func (x *exported) UnmatchedPayment(p UnmatchedPayment) error {
 	x.payments = append(x.payments, p)
 	return nil
 }
+func (x *exported) Mail(m MailMessage) error  { x.mail = append(x.mail, m); return nil }
+func (x *exported) Token(t ExportToken) error { x.tokens = append(x.tokens, t); return nil }
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.
@@ -245,6 +249,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.sessions, func(a, b ExportSession) int { return by(a, b) })
 	slices.SortFunc(x.idempotency, func(a, b IdempotencyRecord) int { return by(a, b) })
 	slices.SortFunc(x.payments, func(a, b UnmatchedPayment) int { return by(a, b) })
+	slices.SortFunc(x.mail, func(a, b MailMessage) int { return by(a, b) })
+	slices.SortFunc(x.tokens, func(a, b ExportToken) int { return by(a, b) })
 	return x
 }
 
@@ -305,6 +311,16 @@ func pgExported(t *testing.T, s *Postgres) exported {
 		p := pr.p
 		p.Created, p.Resolved = pgTime(pr.created), pgTimeOrZero(pr.resolved)
 		x.payments = append(x.payments, p)
+	})
+	var or outboxRow
+	each(`SELECT `+pgOutboxCols+` FROM mail_outbox`, or.dest(), func() {
+		or.m.LeaseUntil = time.Time{}
+		x.mail = append(x.mail, or.message())
+	})
+	var tk ExportToken
+	each(`SELECT digest, account_id, purpose, expires FROM account_tokens`, []any{&digest, &tk.AccountID, &tk.Purpose, &expires}, func() {
+		tk.Digest, tk.Expires = [32]byte(digest), pgTime(expires)
+		x.tokens = append(x.tokens, tk)
 	})
 	return x
 }
