@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"reflect"
@@ -16,8 +17,9 @@ import (
 // TestCopyLedger fills a Badger ledger with everything a server makes, copies it into an empty
 // PostgreSQL database, and checks that the PostgreSQL side gives what Badger gave: balances,
 // the old keys, log-ins and sessions, purchases, histories, key lists, Idempotency-Keys,
-// unmatched payments, and a clean Verify; then that the copy goes on working (an open hold settles) and that a second copy
-// into the same database is refused.
+// unmatched payments, and a clean Verify; then that the copy goes on working (an open hold
+// settles, links sent before work once, queued e-mail is sent) and that a second copy into the
+// same database is refused.
 func TestCopyLedger(t *testing.T) {
 	t0 := time.Date(2030, 7, 1, 10, 0, 0, 123456789, time.UTC)
 	setNow(t, &t0)
@@ -97,6 +99,42 @@ func TestCopyLedger(t *testing.T) {
 		AmountCents: 900, Currency: "eur", Problem: ProblemUnknownAccount}); err != nil {
 		t.Fatal(err)
 	}
+	// Links: the reset link alice asked for just before the move, one bob used, one of bob's
+	// that expired.
+	reset := mustToken(t, from, alice.ID, TokenReset, time.Hour)
+	used := mustToken(t, from, bob.ID, TokenVerify, time.Hour)
+	if a, err := from.ConsumeToken(bg, TokenVerify, used); err != nil || a.ID != bob.ID {
+		t.Fatalf("consume on Badger: %+v %v", a, err)
+	}
+	expired := mustToken(t, from, bob.ID, TokenVerify, time.Minute)
+	t0 = t0.Add(time.Minute + time.Second)
+	if _, err := from.PeekToken(bg, TokenVerify, expired); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("an expired token on Badger: %v", err)
+	}
+	if _, ok, err := from.get(tokenKey(sha256.Sum256([]byte(expired)))); err != nil || !ok {
+		t.Fatalf("the expired token is not stored on Badger any more (%v): the test would not show it is skipped", err)
+	}
+	// E-mail in the outbox when the server stops: one a sender held (its lease runs on), one
+	// whose first attempt failed, one not tried yet.
+	leased := mustEnqueue(t, from, MailMessage{AccountID: alice.ID, Kind: "verify", Sealed: []byte("sealed verify")})
+	if c, err := from.ClaimMail(bg, 10*time.Second, 1); err != nil || len(c) != 1 || c[0].ID != leased {
+		t.Fatalf("claim on Badger: %+v %v", c, err)
+	}
+	t0 = t0.Add(time.Second)
+	retried := mustEnqueue(t, from, MailMessage{AccountID: alice.ID, Kind: "reset", Sealed: []byte("sealed\x00reset\xff")})
+	c, err := from.ClaimMail(bg, time.Minute, 1)
+	if err != nil || len(c) != 1 || c[0].ID != retried {
+		t.Fatalf("claim on Badger: %+v %v", c, err)
+	}
+	if err := from.RetryMail(bg, retried, c[0].Claim, t0, "421 4.7.0 try again later"); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Second)
+	fresh := mustEnqueue(t, from, MailMessage{AccountID: bob.ID, Kind: "invite", Sealed: []byte("sealed invite")})
+	wantMail := mustListMail(t, from, 0)
+	if len(wantMail) != 3 {
+		t.Fatalf("outbox on Badger: %+v", wantMail)
+	}
 	verifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -112,6 +150,12 @@ func TestCopyLedger(t *testing.T) {
 	}
 	if got := pgExported(t, to); !reflect.DeepEqual(got.sorted(), want.sorted()) {
 		t.Errorf("stored records after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	// Of the tokens only the live one is exported (and so stored): not the used one, nor the
+	// expired one, which Badger still holds (it drops it by the wall clock, a minute on).
+	if len(want.mail) != 3 || len(want.tokens) != 1 || want.tokens[0].Digest != sha256.Sum256([]byte(reset)) ||
+		want.tokens[0].AccountID != alice.ID || want.tokens[0].Purpose != TokenReset {
+		t.Errorf("exported %d messages and the tokens %+v; want 3 and alice's reset token", len(want.mail), want.tokens)
 	}
 
 	for _, a := range []Account{alice, bob} {
@@ -185,6 +229,61 @@ func TestCopyLedger(t *testing.T) {
 	}
 	verifyClean(t, to)
 
+	// Links sent before the move work on PostgreSQL, once, for their purpose only; a used or
+	// expired one does not.
+	if _, err := to.ConsumeToken(bg, TokenVerify, reset); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a reset token used as a verify token after the copy: %v", err)
+	}
+	if a, err := to.ConsumeToken(bg, TokenReset, reset); err != nil || a.ID != alice.ID {
+		t.Errorf("the reset link after the copy: %+v %v", a, err)
+	}
+	if _, err := to.ConsumeToken(bg, TokenReset, reset); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("the reset link used twice after the copy: %v", err)
+	}
+	for name, tok := range map[string]string{"used": used, "expired": expired} {
+		if _, err := to.ConsumeToken(bg, TokenVerify, tok); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("the %s link after the copy: %v", name, err)
+		}
+	}
+	// Queued e-mail: the same outbox, and a sender on PostgreSQL takes the due messages with the
+	// sealed bytes, kind, account, attempts and last error they had, counting one more attempt.
+	if got := mustListMail(t, to, 0); !reflect.DeepEqual(got, wantMail) {
+		t.Errorf("outbox after the copy:\n got %+v\nwant %+v", got, wantMail)
+	}
+	type sent struct {
+		AccountID, Kind, Sealed, LastError string
+		Attempts                           int
+	}
+	claimAll := func() map[string]sent {
+		t.Helper()
+		ms, err := to.ClaimMail(bg, time.Minute, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]sent{}
+		for _, m := range ms {
+			out[m.ID] = sent{m.AccountID, m.Kind, string(m.Sealed), m.LastError, m.Attempts}
+			if err := to.MarkMailSent(bg, m.ID, m.Claim); err != nil {
+				t.Errorf("marking %s sent after the copy: %v", m.ID, err)
+			}
+		}
+		return out
+	}
+	if got, want := claimAll(), map[string]sent{
+		retried: {alice.ID, "reset", "sealed\x00reset\xff", "421 4.7.0 try again later", 2},
+		fresh:   {bob.ID, "invite", "sealed invite", "", 1},
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("claimed after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	// The one a sender held on Badger is taken once its lease has run out.
+	t0 = t0.Add(10 * time.Second)
+	if got, want := claimAll(), map[string]sent{leased: {alice.ID, "verify", "sealed verify", "", 2}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("claimed after the lease of Badger's sender:\n got %+v\nwant %+v", got, want)
+	}
+	if got := mustListMail(t, to, 0); len(got) != 0 {
+		t.Errorf("outbox after sending everything: %+v", got)
+	}
+
 	// The target is not empty any more.
 	if err := CopyLedger(bg, from, to); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a copy into a used database: %v", err)
@@ -192,6 +291,24 @@ func TestCopyLedger(t *testing.T) {
 	if err := CopyLedger(bg, to, openPostgres(t, pgtest.NewDatabase(t), pgQuiet)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a copy from a store that cannot export: %v", err)
 	}
+}
+
+func mustEnqueue(t *testing.T, s Mail, m MailMessage) string {
+	t.Helper()
+	id, err := s.EnqueueMail(bg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func mustToken(t *testing.T, s Mail, acct string, p TokenPurpose, ttl time.Duration) string {
+	t.Helper()
+	tok, err := s.CreateToken(bg, acct, p, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func mustPurchases(t *testing.T, s Store, acct string) []Entry {
