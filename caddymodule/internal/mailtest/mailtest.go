@@ -5,7 +5,8 @@
 // Each Server listens on free loopback ports of its own, so two test runs never meet; Stop and
 // Start take the SMTP server away and bring it back on the same ports with what it had received
 // (its database is a file in the test's directory). NewTLS requires STARTTLS, with a
-// certificate made for the test, and a login.
+// certificate made for the test, and a login; NewImplicitTLS the same with TLS from the first
+// byte instead of STARTTLS (as on port 465).
 //
 // It imports nothing of caddy-textgen but the binary cache, so any package's tests can use it.
 package mailtest
@@ -60,8 +61,8 @@ type Server struct {
 	smtpPort int
 	httpPort int
 
-	extra []string       // more flags (NewTLS: STARTTLS and a login)
-	pool  *x509.CertPool // trusts the STARTTLS certificate (NewTLS)
+	extra []string       // more flags (NewTLS, NewImplicitTLS: TLS and a login)
+	pool  *x509.CertPool // trusts the TLS certificate (NewTLS, NewImplicitTLS)
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -85,6 +86,21 @@ func New(t testing.TB) *Server {
 // CertPool trusts) and a login required: user with password, nothing else.
 func NewTLS(t testing.TB, user, password string) *Server {
 	t.Helper()
+	return newTLS(t, user, password, "--smtp-require-starttls")
+}
+
+// NewImplicitTLS is NewTLS with TLS from the first byte instead of STARTTLS: the SMTP port
+// speaks nothing but TLS, as port 465 does, and a client that starts in plain text gets no
+// greeting.
+func NewImplicitTLS(t testing.TB, user, password string) *Server {
+	t.Helper()
+	return newTLS(t, user, password, "--smtp-require-tls")
+}
+
+// newTLS starts mailpit with the test's certificate, a login and require, the flag that says
+// how TLS is required.
+func newTLS(t testing.TB, user, password, require string) *Server {
+	t.Helper()
 	dir := t.TempDir()
 	pool, err := writeCert(dir)
 	if err != nil {
@@ -98,7 +114,7 @@ func NewTLS(t testing.TB, user, password string) *Server {
 		t.Fatal(err)
 	}
 	s, err := start(dir, pool, "--smtp-tls-cert", filepath.Join(dir, "cert.pem"), "--smtp-tls-key", filepath.Join(dir, "key.pem"),
-		"--smtp-require-starttls", "--smtp-auth-file", filepath.Join(dir, "auth"))
+		require, "--smtp-auth-file", filepath.Join(dir, "auth"))
 	if err != nil {
 		t.Fatalf("mailtest: %v", err)
 	}
@@ -106,7 +122,7 @@ func NewTLS(t testing.TB, user, password string) *Server {
 	return s
 }
 
-// CertPool trusts the server's STARTTLS certificate (NewTLS; nil otherwise).
+// CertPool trusts the server's TLS certificate (NewTLS, NewImplicitTLS; nil otherwise).
 func (s *Server) CertPool() *x509.CertPool { return s.pool }
 
 // writeCert makes a self-signed certificate for 127.0.0.1 in dir (cert.pem, key.pem).

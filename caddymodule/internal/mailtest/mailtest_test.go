@@ -1,9 +1,14 @@
 package mailtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
+	"net"
 	"net/smtp"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -82,4 +87,57 @@ func TestTLSAndLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.WaitFor(t, "to@example.com", "over tls", 10*time.Second)
+}
+
+// NewImplicitTLS: a client that starts in plain text gets no greeting, only the connection
+// closed; one that starts with TLS (the test's certificate) gets the greeting, and the login
+// and the message go through.
+func TestImplicitTLS(t *testing.T) {
+	s := NewImplicitTLS(t, "sender", "right password")
+	addr := s.Host() + ":" + strconv.Itoa(s.SMTPPort())
+
+	plain, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Write([]byte("EHLO plain.example\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	plain.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(plain)
+	if bytes.Contains(got, []byte("220")) || bytes.Contains(got, []byte("250")) {
+		t.Fatalf("a plain connection was answered in SMTP: %q", got)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("a plain connection was neither answered nor closed")
+	}
+
+	conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "127.0.0.1", RootCAs: s.CertPool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := smtp.NewClient(conn, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Auth(smtp.PlainAuth("", "sender", "right password", "127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mail("from@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rcpt("to@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("From: from@example.com\r\nTo: to@example.com\r\nSubject: implicit tls\r\n\r\nbody\r\n"))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitFor(t, "to@example.com", "implicit tls", 10*time.Second)
 }
