@@ -435,6 +435,89 @@ func TestSMTPStartTLSLogin(t *testing.T) {
 	}
 }
 
+// security tls: TLS from the first byte (port 465), against a mailpit that speaks nothing
+// else, with a login. The same message, queued once, is first tried with starttls, which starts
+// in plain text and so never gets a greeting (its attempt times out and is recorded), then with
+// tls but without the test's certificate trusted (the handshake fails on the certificate), and
+// then with tls as it should be: it arrives, once.
+func TestSMTPImplicitTLS(t *testing.T) {
+	fastMail(t)
+	const password = "smtp-secret-password"
+	mp := mailtest.NewImplicitTLS(t, "textgen", password)
+	store := diskLedger(t, t.TempDir())
+	defer store.Close()
+	withSecurity := func(security string, timeout time.Duration, trust bool) envOpt {
+		return func(c *appConfig) {
+			m, err := newMailer(SMTP{Host: mp.Host(), Port: mp.SMTPPort(), Security: security, Username: "textgen", Password: password,
+				From: "no-reply@example.com", Timeout: caddy.Duration(timeout)}, testMailKey, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trust {
+				m.tlsRoots = mp.CertPool()
+			}
+			c.mail = m
+		}
+	}
+	// failed waits until the queued message has failed an attempt whose error ok accepts, and
+	// returns it.
+	failed := func(what string, ok func(lastError string) bool) ledger.MailMessage {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			ms, err := store.ListMail(bg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) == 1 && ms[0].Attempts > 0 && ok(ms[0].LastError) {
+				return ms[0]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no failed attempt; the outbox holds %+v", what, ms)
+			}
+		}
+	}
+
+	e := newTestEnvOn(t, store, withSecurity("starttls", time.Second, true))
+	email := uniqueEmail("implicit-tls")
+	e.browser().signup(email)
+	plain := failed("starttls", func(le string) bool { return strings.Contains(le, "timeout") })
+	e.app.close()
+	e.srv.Close()
+	if n := countMail(t, mp, email, ""); n != 0 {
+		t.Fatalf("%d messages over starttls to a server that wants TLS from the first byte", n)
+	}
+
+	e = newTestEnvOn(t, store, withSecurity("tls", 5*time.Second, false))
+	cert := failed("tls without the test's certificate", func(le string) bool { return strings.Contains(le, "certificate") })
+	e.app.close()
+	e.srv.Close()
+	if cert.Attempts <= plain.Attempts {
+		t.Fatalf("attempts %d after starttls, %d after tls without the certificate", plain.Attempts, cert.Attempts)
+	}
+
+	e = newTestEnvOn(t, store, withSecurity("tls", 5*time.Second, true))
+	t.Cleanup(e.app.close)
+	m := mp.WaitFor(t, email, "Confirm your email address", 30*time.Second)
+	if len(m.To) != 1 || m.To[0].Address != email || m.From.Address != "no-reply@example.com" {
+		t.Fatalf("delivered from %+v to %+v", m.From, m.To)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ms, err := store.ListMail(bg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered, but the outbox still holds %+v", ms)
+		}
+	}
+	if n := countMail(t, mp, email, ""); n != 1 {
+		t.Fatalf("%d messages; want 1", n)
+	}
+}
+
 // The operator drops a message while a sender is delivering it (caddy textgen mail drop). The
 // sender's MarkMailSent or RetryMail is then ErrNotFound: it logs that as information, not as
 // a warning, and the message is not queued again. The sender is stopped and its deliver called
