@@ -105,6 +105,37 @@ func (a *app) smtpClient() (*gomail.Client, error) {
 	return gomail.NewClient(s.Host, opts...)
 }
 
+// mailUsefulFor is how long after it was queued a message of kind is still worth sending: as
+// long as the link it carries works (a reset link of an hour ago would only tell the customer
+// that it expired), and a day for a low-balance alert (the balance has changed since).
+func mailUsefulFor(kind string) time.Duration {
+	switch kind {
+	case "verify":
+		return verifyTTL
+	case "reset":
+		return resetTTL
+	case "invite":
+		return inviteTTL
+	}
+	return mailUsefulOther
+}
+
+// mailUsefulOther is how long a message without a link (a low-balance alert) is worth sending.
+const mailUsefulOther = 24 * time.Hour
+
+// giveUpMail drops a message that was not delivered while it was worth sending (the SMTP server
+// was down or refused it all along): the customer asks for a new link, and the operator learns
+// from the warning that e-mail did not go out.
+func (a *app) giveUpMail(ctx context.Context, log *zap.Logger, msg ledger.MailMessage, useful time.Duration) {
+	err := a.mail.store.DropMail(ctx, msg.ID)
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		log.Warn("an e-mail is no longer worth sending, but dropping it failed; it is tried again after its lease", zap.Error(err))
+		return
+	}
+	log.Warn("an e-mail was given up: it was not delivered while it was worth sending (the link it carries has expired, or an alert is a day old)",
+		zap.Duration("useful_for", useful), zap.Time("queued", msg.Created), zap.String("last_error", msg.LastError))
+}
+
 // deliverDue sends what is due until the outbox has nothing more for now.
 func (a *app) deliverDue(ctx context.Context, client *gomail.Client) {
 	m := a.mail
@@ -132,8 +163,12 @@ func (a *app) deliverDue(ctx context.Context, client *gomail.Client) {
 func (a *app) deliver(ctx context.Context, client *gomail.Client, msg ledger.MailMessage) {
 	m := a.mail
 	log := a.logger.With(zap.String("mail", msg.ID), zap.String("kind", msg.Kind), zap.String("account", msg.AccountID), zap.Int("attempt", msg.Attempts))
-	err := a.send(ctx, client, msg)
 	bctx := context.WithoutCancel(ctx)
+	if useful := mailUsefulFor(msg.Kind); now().Sub(msg.Created) > useful {
+		a.giveUpMail(bctx, log, msg, useful)
+		return
+	}
+	err := a.send(ctx, client, msg)
 	if err == nil {
 		switch merr := m.store.MarkMailSent(bctx, msg.ID, msg.Claim); {
 		case merr == nil:

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -580,5 +581,61 @@ func TestDroppedWhileSending(t *testing.T) {
 	}
 	if warn := logs.FilterLevelExact(zap.WarnLevel).All(); len(warn) != 0 {
 		t.Errorf("a dropped message is logged as a warning: %v", warn)
+	}
+}
+
+// TestMailGivenUpOnceExpired: a message not delivered while its link works is dropped instead
+// of sent (a reset link an hour old only tells the customer it expired), with a warning for the
+// operator; a message still worth sending at that moment is delivered.
+func TestMailGivenUpOnceExpired(t *testing.T) {
+	fastMail(t)
+	mp := mailtest.New(t)
+	store := diskLedger(t, t.TempDir())
+	defer store.Close()
+	core, logs := observer.New(zap.InfoLevel)
+	e := newTestEnvOn(t, store, withMail(t, mp), func(c *appConfig) { c.logger = zap.New(core) })
+	e.app.close() // no sender of its own: the test claims and delivers
+	client, err := e.app.smtpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetTo, inviteTo := uniqueEmail("expired-reset"), uniqueEmail("live-invite")
+	for _, q := range []struct {
+		email, kind string
+		purpose     ledger.TokenPurpose
+		ttl         time.Duration
+	}{{resetTo, "reset", ledger.TokenReset, resetTTL}, {inviteTo, "invite", ledger.TokenInvite, inviteTTL}} {
+		acct, err := store.CreateAccount(bg, q.email)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.app.sendTokenMail(bg, acct, q.purpose, q.ttl, q.kind, "/"+q.kind); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The SMTP server was down for two hours: the reset link (an hour) has expired, the
+	// invitation (a week) has not.
+	later := time.Now().Add(2 * time.Hour)
+	var at atomic.Pointer[time.Time]
+	at.Store(&later)
+	setClock(t, &at)
+	ms, err := store.ClaimMail(bg, time.Minute, 10)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("claimed %d messages, %v; want the reset and the invitation", len(ms), err)
+	}
+	for _, m := range ms {
+		e.app.deliver(bg, client, m)
+	}
+	mp.WaitFor(t, inviteTo, "Your account on", 10*time.Second)
+	if left, err := store.ListMail(bg, 0); err != nil || len(left) != 0 {
+		t.Fatalf("the outbox holds %+v, %v; want nothing (one delivered, one given up)", left, err)
+	}
+	// Both were delivered in order, so the invitation's arrival means the reset had its turn.
+	if got, err := mp.To(bg, resetTo, ""); err != nil || len(got) != 0 {
+		t.Fatalf("%d messages to %s, %v: an expired reset link was sent", len(got), resetTo, err)
+	}
+	given := logs.FilterMessageSnippet("an e-mail was given up").FilterLevelExact(zap.WarnLevel).All()
+	if len(given) != 1 || given[0].ContextMap()["kind"] != "reset" {
+		t.Fatalf("given-up warnings %v; want one, of the reset", given)
 	}
 }
