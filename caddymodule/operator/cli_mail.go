@@ -27,7 +27,7 @@ func cmdMailList(c *cliContext) error {
 			return
 		}
 		printMail(w, ml.Messages)
-		fmt.Fprintln(w, "\nEach is retried until it goes out. To give up on one (an address that can never receive it): 'caddy textgen mail drop --id <id>'.")
+		fmt.Fprintln(w, "\nEach is retried until it goes out or its link expires. To give up on one (an address that can never receive it): 'caddy textgen mail drop --id <id>'.")
 	})
 }
 

@@ -7,8 +7,9 @@ import (
 )
 
 // The e-mail outbox: GET /textgen/mail and POST /textgen/mail/{id}/drop. My Account's sender
-// retries a message that fails until it goes out; these routes show the operator what waits and
-// why, and let them give up on a message that never will (an address that does not exist).
+// retries a message that fails until it goes out or its link expires; these routes show the
+// operator what waits and why, and let them give up on a message that never will go out (an
+// address that does not exist).
 
 func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
 	page, err := pageFromQuery(r)
