@@ -142,6 +142,46 @@ func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below boo
 	return changed, err
 }
 
+// LowBalanceChanges reads the accounts and balances kept in memory, not the disk: it skips the
+// accounts without an alert with no lock, and reads the record and the figures of the others
+// together under the account's mutex. Like Balance, it may see a change still in flight.
+func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	// The accounts with an alert, in id order, gathered under acctMu alone: no account's mutex
+	// is taken while acctMu is held.
+	var alerted []*account
+	s.acctMu.RLock()
+	for _, id := range s.acctIDs {
+		if a := s.accounts[id]; a.rec.Load().LowBalanceAlert > 0 {
+			alerted = append(alerted, a)
+		}
+	}
+	s.acctMu.RUnlock()
+	out := []LowBalanceChange{}
+	for _, a := range alerted {
+		if len(out) == limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		c := LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
+		a.mu.Unlock()
+		if c.Account.Status == StatusActive && c.Account.LowBalanceAlert > 0 && c.Below() != c.Account.LowBalanceNotified {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // updateAccount applies f to the account's record and writes it if f changed it.
 func (s *Badger) updateAccount(id string, f func(*Account)) (Account, bool, error) {
 	if err := s.beginChange(); err != nil {

@@ -34,4 +34,6 @@ func testClosed(t *testing.T, eng engine) {
 	wantErr(t, err, ErrClosed)
 	err = s.DropMail(bg, "mail_0000000000000000closed00")
 	wantErr(t, err, ErrClosed)
+	_, err = s.LowBalanceChanges(bg, 0)
+	wantErr(t, err, ErrClosed)
 }

@@ -76,6 +76,8 @@ var conformanceTests = []struct {
 	{"DropMail", testDropMail},
 	{"Tokens", testTokens},
 	{"AccountMailState", testAccountMailState},
+	{"LowBalanceChanges", testLowBalanceChanges}, // conformance_lowbalance_test.go
+	{"LowBalanceChangesDefaultLimit", testLowBalanceChangesDefaultLimit},
 	// Payments (conformance_payments_test.go).
 	{"UnmatchedPayments", testUnmatchedPayments},
 	{"UnmatchedPaymentRepeated", testUnmatchedPaymentRepeated},

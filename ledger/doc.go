@@ -17,7 +17,7 @@
 //	Reports      History, Usage
 //	Maintenance  Health, Verify, Backup, Close
 //	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, ListMail, DropMail,
-//	             tokens, address state
+//	             tokens, address state, low-balance alert (LowBalanceChanges)
 //	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
 //
 // # Invariants

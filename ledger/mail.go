@@ -122,7 +122,29 @@ type Mail interface {
 	//   - ErrNotFound: no account has accountID.
 	//   - ErrClosed.
 	NoteLowBalance(ctx context.Context, accountID string, below bool) (changed bool, err error)
+
+	// LowBalanceChanges returns the active accounts with a low-balance alert whose available
+	// live credits crossed it since it was last noted: below the alert while LowBalanceNotified
+	// is false, or at or above it while it is true. These are exactly the accounts whose flag
+	// the alert's sender must note (NoteLowBalance); once it is noted, an account leaves the
+	// result. At most limit (0: 50, at most 1000), in account id order. A store that keeps
+	// many accounts reads only those with an alert, not every account.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: limit is negative.
+	//   - ErrClosed; ctx's error.
+	LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error)
 }
+
+// LowBalanceChange is an account whose low-balance alert was crossed (LowBalanceChanges), with
+// what the e-mail says: the credits left and the alert (Account.LowBalanceAlert).
+type LowBalanceChange struct {
+	Account   Account // its LowBalanceAlert and LowBalanceNotified as read with Available
+	Available int64   // available live credits: the balance less the open live holds
+}
+
+// Below reports whether the credits are below the alert: what NoteLowBalance is to note.
+func (c LowBalanceChange) Below() bool { return c.Available < c.Account.LowBalanceAlert }
 
 // ErrInvalidToken: a verify, reset or invite token that is malformed, unknown, used, expired
 // or of another purpose.

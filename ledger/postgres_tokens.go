@@ -131,3 +131,34 @@ func (s *Postgres) NoteLowBalance(ctx context.Context, accountID string, below b
 	}
 	return changed, nil
 }
+
+// LowBalanceChanges is one query: the alert, the flag and the figures are columns of the
+// account's row, available live credits balance - held.
+func (s *Postgres) LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+`, balance - held FROM accounts
+		WHERE low_balance_alert > 0 AND status = 'active'
+			AND (balance - held < low_balance_alert) <> low_balance_notified
+		ORDER BY id LIMIT $1`, limit)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LowBalanceChange, error) {
+		var r accountRow
+		var avail int64
+		err := row.Scan(append(r.dest(), &avail)...)
+		return LowBalanceChange{Account: r.account(), Available: avail}, err
+	})
+	if err != nil {
+		return nil, pgErr(ctx, "listing low-balance changes", err)
+	}
+	if out == nil {
+		out = []LowBalanceChange{}
+	}
+	return out, nil
+}
