@@ -26,7 +26,8 @@ import (
 // number), holds (primary key account and request id), api_keys (SHA-256 digests only),
 // credentials, sessions (token digests only) and idempotency; 00002_generations.sql adds the
 // kept generations (ciphertext only, postgres_generations.go), 00005_payments.sql the payments
-// that credited nothing (postgres_payments.go). Money and counts are bigint, times unix
+// that credited nothing (postgres_payments.go), 00006_low_balance_alerts.sql the index of the
+// accounts with a low-balance alert (postgres_tokens.go). Money and counts are bigint, times unix
 // nanoseconds.
 //
 // # Exactly once across instances

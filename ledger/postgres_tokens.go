@@ -133,7 +133,9 @@ func (s *Postgres) NoteLowBalance(ctx context.Context, accountID string, below b
 }
 
 // LowBalanceChanges is one query: the alert, the flag and the figures are columns of the
-// account's row, available live credits balance - held.
+// account's row, available live credits balance - held. Its WHERE repeats the predicate of the
+// partial index accounts_low_balance_alert (00006_low_balance_alerts.sql), which gives the
+// accounts with an alert in id order: the query reads their rows, not every account's.
 func (s *Postgres) LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error) {
 	limit, err := checkListLimit(limit)
 	if err != nil {
