@@ -2,6 +2,7 @@ package account
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,46 +17,68 @@ import (
 // at or above it. The sender checks every lowBalanceEvery, off every request's path; the
 // ledger's NoteLowBalance decides which of several instances sends the one message.
 
-// checkLowBalances looks at every account with an alert.
+// lowBalancePage is how many crossed alerts the check asks the ledger for at a time.
+const lowBalancePage = 1000
+
+// checkLowBalances acts on the accounts whose alert was crossed since it was last noted, which
+// the ledger finds (LowBalanceChanges) without this instance reading every account. Noting an
+// account takes it off that list, so each page starts with the accounts not yet seen, and the
+// check asks again while pages come back full. An account that stays on the list (noting it
+// failed, or its credits crossed back meanwhile) is not tried twice in one run, and a page with
+// no account new to this run ends it: the loop ends even while the ledger refuses every note
+// (a full page of accounts whose notes keep failing then hides those after it until a run
+// that notes them).
 func (a *app) checkLowBalances(ctx context.Context) {
-	cursor := ""
+	seen := map[string]bool{}
+	failed, lastErr := 0, error(nil)
+	defer func() {
+		if failed > 0 && ctx.Err() == nil {
+			a.logger.Warn("low-balance check: crossings not noted; tried again in the next check",
+				zap.Int("accounts", failed), zap.Error(lastErr))
+		}
+	}()
 	for ctx.Err() == nil {
-		accts, next, err := a.store.ListAccounts(ctx, ledger.Page{Cursor: cursor, Limit: 1000})
+		changes, err := a.store.LowBalanceChanges(ctx, lowBalancePage)
 		if err != nil {
-			a.logger.Warn("low-balance check: listing accounts", zap.Error(err))
+			a.logger.Warn("low-balance check: listing crossed alerts", zap.Error(err))
 			return
 		}
-		for _, acct := range accts {
-			if acct.LowBalanceAlert > 0 && acct.Status == ledger.StatusActive {
-				a.checkLowBalance(ctx, acct)
+		fresh := 0
+		for _, c := range changes {
+			if seen[c.Account.ID] {
+				continue
+			}
+			seen[c.Account.ID] = true
+			fresh++
+			if err := a.checkLowBalance(ctx, c); err != nil {
+				failed, lastErr = failed+1, err
 			}
 		}
-		if next == "" {
+		if len(changes) < lowBalancePage || fresh == 0 {
 			return
 		}
-		cursor = next
 	}
 }
 
-func (a *app) checkLowBalance(ctx context.Context, acct ledger.Account) {
-	b, err := a.store.Balance(ctx, acct.ID)
+// checkLowBalance notes one crossing; of several instances that see it, the one whose note
+// changed the flag queues the e-mail, and only for a fall below the alert. It returns the
+// error of the note, not of the e-mail (logged here: the crossing is noted, so it is not
+// mailed again).
+func (a *app) checkLowBalance(ctx context.Context, c ledger.LowBalanceChange) error {
+	below := c.Below()
+	changed, err := a.store.NoteLowBalance(ctx, c.Account.ID, below)
 	if err != nil {
-		a.logger.Warn("low-balance check", zap.String("account", acct.ID), zap.Error(err))
-		return
+		return fmt.Errorf("account %s: %w", c.Account.ID, err)
 	}
-	below := b.Available < acct.LowBalanceAlert
-	if below == acct.LowBalanceNotified {
-		return
+	if !changed || !below {
+		return nil
 	}
-	changed, err := a.store.NoteLowBalance(ctx, acct.ID, below)
-	if err != nil || !changed || !below {
-		return
-	}
-	if err := a.queueMail(ctx, acct, "low_balance", mailData{
-		Link: a.publicURL + a.prefix + "/buy", Available: b.Available, Threshold: acct.LowBalanceAlert,
+	if err := a.queueMail(ctx, c.Account, "low_balance", mailData{
+		Link: a.publicURL + a.prefix + "/buy", Available: c.Available, Threshold: c.Account.LowBalanceAlert,
 	}); err != nil {
-		a.logger.Error("queueing the low-balance e-mail", zap.String("account", acct.ID), zap.Error(err))
+		a.logger.Error("queueing the low-balance e-mail", zap.String("account", c.Account.ID), zap.Error(err))
 	}
+	return nil
 }
 
 // setLowBalanceAlert saves the customer's threshold. Credits already below it count as told:
