@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	gomail "github.com/wneessen/go-mail"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -519,22 +520,31 @@ func TestSMTPImplicitTLS(t *testing.T) {
 	}
 }
 
+// handSender is an account area on a Badger ledger on disk with e-mail to a real mailpit, whose
+// sender is stopped so that the test claims and delivers by hand (with client), and whose log is
+// observed.
+func handSender(t *testing.T) (*mailtest.Server, ledger.Store, *testEnv, *observer.ObservedLogs, *gomail.Client) {
+	t.Helper()
+	fastMail(t)
+	mp := mailtest.New(t)
+	store := diskLedger(t, t.TempDir())
+	t.Cleanup(func() { store.Close() })
+	core, logs := observer.New(zap.InfoLevel)
+	e := newTestEnvOn(t, store, withMail(t, mp), func(c *appConfig) { c.logger = zap.New(core) })
+	e.app.close() // no sender of its own
+	client, err := e.app.smtpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mp, store, e, logs, client
+}
+
 // The operator drops a message while a sender is delivering it (caddy textgen mail drop). The
 // sender's MarkMailSent or RetryMail is then ErrNotFound: it logs that as information, not as
 // a warning, and the message is not queued again. The sender is stopped and its deliver called
 // by hand so that the test, not the sender, decides when the drop happens.
 func TestDroppedWhileSending(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	core, logs := observer.New(zap.InfoLevel)
-	e := newTestEnvOn(t, store, withMail(t, mp), func(c *appConfig) { c.logger = zap.New(core) })
-	e.app.close() // no sender of its own: the test claims and delivers
-	client, err := e.app.smtpClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mp, store, e, logs, client := handSender(t)
 	// inFlight queues an invitation and claims it, as the sender does, and then drops it.
 	inFlight := func(email string) ledger.MailMessage {
 		t.Helper()
@@ -588,17 +598,7 @@ func TestDroppedWhileSending(t *testing.T) {
 // of sent (a reset link an hour old only tells the customer it expired), with a warning for the
 // operator; a message still worth sending at that moment is delivered.
 func TestMailGivenUpOnceExpired(t *testing.T) {
-	fastMail(t)
-	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	defer store.Close()
-	core, logs := observer.New(zap.InfoLevel)
-	e := newTestEnvOn(t, store, withMail(t, mp), func(c *appConfig) { c.logger = zap.New(core) })
-	e.app.close() // no sender of its own: the test claims and delivers
-	client, err := e.app.smtpClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mp, store, e, logs, client := handSender(t)
 	resetTo, inviteTo := uniqueEmail("expired-reset"), uniqueEmail("live-invite")
 	for _, q := range []struct {
 		email, kind string
