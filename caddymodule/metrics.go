@@ -35,8 +35,7 @@ var metrics = struct {
 	limitsLocal   prometheus.CounterFunc   // limit checks answered from memory instead
 	instances     prometheus.GaugeFunc     // instances sharing the Redis limits store
 	unmatched     prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
-	mailQueued    prometheus.GaugeFunc     // e-mail waiting in the outboxes
-	mailOldest    prometheus.GaugeFunc     // age of the oldest e-mail waiting
+	mail          mailCollector            // e-mail waiting in the outboxes, and the oldest's age
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -108,20 +107,29 @@ func initMetrics() {
 			Namespace: ns, Subsystem: sub, Name: "unmatched_payments_open",
 			Help: "Paid Checkout Sessions that credited nothing and are not resolved yet, in the open ledgers (caddy textgen payments list; at most 1000 a ledger counted).",
 		}, unmatchedPaymentsOpen)
-		metrics.mailQueued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "mail_queued",
-			Help: "E-mail waiting in the open ledgers' outboxes to be sent (caddy textgen mail list; at most 1000 a ledger counted).",
-		}, func() float64 { n, _ := mailOutbox(); return n })
-		metrics.mailOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "mail_oldest_seconds",
-			Help: "Age of the oldest e-mail waiting in the open ledgers' outboxes (0 when none waits): stuck e-mail grows it.",
-		}, func() float64 { _, age := mailOutbox(); return age })
+		metrics.mail = mailCollector{
+			queued: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "mail_queued"),
+				"E-mail waiting in the open ledgers' outboxes to be sent (caddy textgen mail list; at most 1000 a ledger counted).", nil, nil),
+			oldest: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "mail_oldest_seconds"),
+				"Age of the oldest e-mail waiting in the open ledgers' outboxes (0 when none waits): stuck e-mail grows it.", nil, nil),
+		}
 	})
 }
 
-// mailOutbox reads the open ledgers' outboxes at a scrape: how many messages wait (up to the
-// page limit of each) and the age of the oldest, in seconds. A ledger that does not answer
-// within a second counts nothing.
+// mailCollector exports the outboxes' two gauges from one read of them a scrape.
+type mailCollector struct{ queued, oldest *prometheus.Desc }
+
+func (c mailCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.queued; ch <- c.oldest }
+
+func (c mailCollector) Collect(ch chan<- prometheus.Metric) {
+	queued, oldest := mailOutbox()
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, queued)
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, oldest)
+}
+
+// mailOutbox reads the open ledgers' outboxes: how many messages wait (up to the page limit of
+// each) and the age of the oldest, in seconds. A ledger that does not answer within a second
+// counts nothing.
 func mailOutbox() (queued, oldest float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -197,7 +205,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
 		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.instances, metrics.unmatched,
-		metrics.mailQueued, metrics.mailOldest,
+		metrics.mail,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
