@@ -39,6 +39,19 @@ func pageFromQuery(r *http.Request) (ledger.Page, error) {
 	return p, nil
 }
 
+// limitFromQuery is the ?limit= of a list that has no pages (0 when absent: the ledger's
+// default); a cursor is refused.
+func limitFromQuery(r *http.Request, list string) (int, error) {
+	page, err := pageFromQuery(r)
+	if err != nil {
+		return 0, err
+	}
+	if page.Cursor != "" {
+		return 0, badRequest("cursor: the %s list has no pages; use limit (at most 1000)", list)
+	}
+	return page.Limit, nil
+}
+
 // decodeAdminJSON reads one JSON object into dst, rejecting unknown fields and trailing data.
 // An empty body is accepted when allowEmpty is set.
 func decodeAdminJSON(r *http.Request, dst any, allowEmpty bool) error {

@@ -12,14 +12,11 @@ import (
 // address that does not exist).
 
 func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
-	page, err := pageFromQuery(r)
+	limit, err := limitFromQuery(r, "mail")
 	if err != nil {
 		return err
 	}
-	if page.Cursor != "" {
-		return badRequest("cursor: the mail list has no pages; use limit (at most 1000)")
-	}
-	ms, err := store.ListMail(r.Context(), page.Limit)
+	ms, err := store.ListMail(r.Context(), limit)
 	if err != nil {
 		return ledgerError(err, "listing the e-mail outbox")
 	}

@@ -22,14 +22,11 @@ func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store ledge
 		}
 		openOnly = !all
 	}
-	page, err := pageFromQuery(r)
+	limit, err := limitFromQuery(r, "payments")
 	if err != nil {
 		return err
 	}
-	if page.Cursor != "" {
-		return badRequest("cursor: the payments list has no pages; use limit (at most 1000)")
-	}
-	ps, err := store.UnmatchedPayments(r.Context(), openOnly, page.Limit)
+	ps, err := store.UnmatchedPayments(r.Context(), openOnly, limit)
 	if err != nil {
 		return ledgerError(err, "listing unmatched payments")
 	}
