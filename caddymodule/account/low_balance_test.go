@@ -55,14 +55,7 @@ func TestLowBalanceCheckPagesOnPostgres(t *testing.T) {
 	lowBalanceEvery = time.Hour // the test runs the check itself
 	t.Cleanup(func() { lowBalanceEvery = old })
 	url := pgtest.NewDatabase(t)
-	open := func() ledger.Store {
-		s, err := ledger.OpenPostgres(bg, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := postgresOpener(t, url)
 	var apps []*app
 	for range 2 {
 		e := newTestEnvOn(t, open(), withQueuedMail(t))

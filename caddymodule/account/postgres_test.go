@@ -16,15 +16,7 @@ import (
 // tokens live in the database); a key made on one is listed by the other; a paid Checkout
 // Session delivered to both at once is credited once.
 func TestTwoInstancesOnPostgres(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	open := func() ledger.Store {
-		s, err := ledger.OpenPostgres(bg, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := postgresOpener(t, pgtest.NewDatabase(t))
 	a := newTestEnvOn(t, open(), withStripe("http://127.0.0.1:1", testWebhookSecret))
 	b := newTestEnvOn(t, open(), withStripe("http://127.0.0.1:1", testWebhookSecret))
 
@@ -64,5 +56,17 @@ func TestTwoInstancesOnPostgres(t *testing.T) {
 	bal, err := b.store.Balance(bg, acct.ID)
 	if err != nil || bal.Balance != 10 {
 		t.Fatalf("balance %+v %v, want 10", bal, err)
+	}
+}
+
+// postgresOpener opens instances of one PostgreSQL ledger at url, each closed when the test ends.
+func postgresOpener(t *testing.T, url string) func() ledger.Store {
+	return func() ledger.Store {
+		s, err := ledger.OpenPostgres(bg, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}
 }
