@@ -32,7 +32,7 @@ return redis.call("ZCARD", KEYS[1])
 `)
 
 // peersKey is the sorted set of the instances' ids.
-func (s *Shared) peersKey() string { return "textgen:instances" }
+const peersKey = "textgen:instances"
 
 // heartbeatLoop beats at once and then once per s.beat until the store is closed. A beat while
 // the store is down is skipped (the probe looks for Redis); a failed beat changes nothing: the
@@ -57,7 +57,7 @@ func (s *Shared) heartbeatLoop() {
 func (s *Shared) heartbeat() {
 	stale := (peerStale * s.beat).Milliseconds()
 	_ = s.call(context.Background(), func(ctx context.Context) error {
-		n, err := peersScript.Run(ctx, s.rdb, []string{s.peersKey()}, s.id, stale).Int()
+		n, err := peersScript.Run(ctx, s.rdb, []string{peersKey}, s.id, stale).Int()
 		if err == nil && n > 0 {
 			s.peers.Store(int32(n))
 		}

@@ -179,7 +179,7 @@ func (s *Shared) Close() error {
 		<-s.beaten
 		if s.Up() {
 			_ = s.call(context.Background(), func(ctx context.Context) error {
-				return s.rdb.ZRem(ctx, s.peersKey(), s.id).Err()
+				return s.rdb.ZRem(ctx, peersKey, s.id).Err()
 			})
 		}
 	}
