@@ -89,6 +89,10 @@ const (
 	KindUpstream                 // the model server answered with an error before the first piece
 	KindInterrupted              // an error after pieces were sent (error line, idle timeout, dropped connection)
 	KindCanceled                 // ctx was cancelled or emit returned an error
+	// KindTooLong: the prompt does not fit the model's context: the server refused it (an
+	// OpenAI-compatible server's 400 "maximum context length"), or the caller found that the
+	// server cut it or ran out of context while answering.
+	KindTooLong
 )
 
 func (k Kind) String() string {
@@ -107,6 +111,8 @@ func (k Kind) String() string {
 		return "interrupted"
 	case KindCanceled:
 		return "canceled"
+	case KindTooLong:
+		return "too_long"
 	default:
 		return "internal"
 	}

@@ -103,6 +103,8 @@ type Ollama struct {
 	adm       admission
 	// sharedWaiting counts the requests waiting for a host that is full across the instances.
 	sharedWaiting atomic.Int64
+	// windows are the models' context windows found so far (window.go).
+	windows windows
 
 	stop      chan struct{}
 	wg        sync.WaitGroup

@@ -58,11 +58,15 @@ func (o *Ollama) encodeChat(req Request) ([]byte, error) {
 	if o.cfg.API == APIOpenAI {
 		return encodeOpenAIChat(req)
 	}
-	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: o.keepAlive}
+	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: o.keepAlive,
+		Truncate: &noCut, Shift: &noCut}
 	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
 	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
 	return json.Marshal(&body)
 }
+
+// noCut is the false that Truncate and Shift point to.
+var noCut = false
 
 // chatMessage is one message of a chat request, the same on both wires.
 type chatMessage struct {
@@ -100,6 +104,11 @@ type ollamaChatRequest struct {
 		NumCtx      int      `json:"num_ctx,omitempty"`
 		Seed        *int     `json:"seed,omitempty"`
 	} `json:"options"`
+	// Truncate and Shift false: a server that knows them (recent Ollama) refuses a prompt that
+	// does not fit (KindTooLong) and stops at the context's end rather than cutting the prompt
+	// or dropping the start of the context; older servers ignore them.
+	Truncate *bool `json:"truncate,omitempty"`
+	Shift    *bool `json:"shift,omitempty"`
 }
 
 // chatBody is the encoded chat request of a generation's attempts. The first piece of text
@@ -447,7 +456,24 @@ func statusError(resp *http.Response) (Kind, time.Duration, error) {
 	// is a wrong URL, not a missing model.
 	case strings.Contains(msg, "model") && (strings.Contains(msg, "not found") || strings.Contains(msg, "does not exist")):
 		return KindModelMissing, 0, se
+	case tooLong(resp.StatusCode, msg, raw):
+		return KindTooLong, 0, se
 	default:
 		return KindUpstream, 0, se
 	}
+}
+
+// tooLong reports whether an error answer says the prompt does not fit the model's context:
+// OpenAI's code context_length_exceeded, vLLM's "maximum context length is N tokens", llama.cpp
+// server's "exceeds the available context size", Ollama's "the input length exceeds the
+// context length" (with "truncate": false).
+func tooLong(status int, msg string, raw []byte) bool {
+	if status != http.StatusBadRequest && status != http.StatusRequestEntityTooLarge {
+		return false
+	}
+	if bytes.Contains(raw, []byte("context_length_exceeded")) || bytes.Contains(raw, []byte("exceed_context_size")) {
+		return true
+	}
+	return strings.Contains(msg, "context") &&
+		(strings.Contains(msg, "length") || strings.Contains(msg, "exceed") || strings.Contains(msg, "too long"))
 }

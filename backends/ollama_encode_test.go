@@ -31,7 +31,8 @@ func apiChatRequest(t *testing.T, req Request, keepAlive *api.Duration) []byte {
 		msgs = append(msgs, api.Message{Role: "system", Content: req.System})
 	}
 	msgs = append(msgs, api.Message{Role: "user", Content: req.Prompt})
-	b, err := json.Marshal(&api.ChatRequest{Model: req.Model, Messages: msgs, Stream: &stream, KeepAlive: keepAlive, Options: opts})
+	b, err := json.Marshal(&api.ChatRequest{Model: req.Model, Messages: msgs, Stream: &stream, KeepAlive: keepAlive, Options: opts,
+		Truncate: &noCut, Shift: &noCut})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,9 @@ type FaultConfig struct {
 	// RetryAfter, when set, is sent as the Retry-After header (seconds) of FaultBusy and
 	// FaultStatus answers (a 429 or 503 of an OpenAI-compatible server).
 	RetryAfter int
+	// Window, when set, is the model's context window as the server reports it: Ollama's
+	// /api/show "llama.context_length", and "max_model_len" in GET /v1/models (as vLLM does).
+	Window int
 }
 
 // FaultServer is a fake Ollama that injects faults the real server cannot produce on demand.
@@ -389,11 +392,16 @@ func (f *FaultServer) show(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = req.Name
 	}
-	if f.lookup(name) == nil {
+	m := f.lookup(name)
+	if m == nil {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("model '%s' not found", name)})
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ShowResponse{Details: api.ModelDetails{Format: "gguf", Family: "llama"}})
+	show := api.ShowResponse{Details: api.ModelDetails{Format: "gguf", Family: "llama"}}
+	if m.cfg.Window > 0 {
+		show.ModelInfo = map[string]any{"general.architecture": "llama", "llama.context_length": m.cfg.Window}
+	}
+	writeJSON(w, http.StatusOK, show)
 }
 
 // pull "downloads" any model at once, with a few progress lines, and then serves it with

@@ -147,7 +147,11 @@ func (f *FaultServer) openaiModels(w http.ResponseWriter, r *http.Request) {
 	f.mu.RLock()
 	var data []any
 	for _, m := range f.models {
-		data = append(data, map[string]any{"id": m.cfg.Model, "object": "model", "created": 1746100800, "owned_by": "fault"})
+		entry := map[string]any{"id": m.cfg.Model, "object": "model", "created": 1746100800, "owned_by": "fault"}
+		if m.cfg.Window > 0 {
+			entry["max_model_len"] = m.cfg.Window
+		}
+		data = append(data, entry)
 	}
 	f.mu.RUnlock()
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
