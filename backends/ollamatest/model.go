@@ -14,10 +14,11 @@ import (
 
 // ModelRecipe names the tiny model's recipe; the cached GGUF file carries it in its name, so a
 // change of recipe never reuses an old file.
-const ModelRecipe = "tiny-llama-v1"
+const ModelRecipe = "tiny-llama-v2"
 
 // tinyWords are whole-word tokens; the model favours them, so its gibberish reads like words.
 var tinyWords = []string{
+	"▁", // a space on its own (banned from the output): without it a space not followed by a word costs 3 byte tokens, unlike any real model
 	"▁the", "▁a", "▁quick", "▁brown", "▁fox", "▁jumps", "▁over", "▁lazy", "▁dog",
 	"▁hello", "▁world", "▁text", "▁credit", "▁tiny", "▁model", "▁stream", "▁piece",
 	"▁and", "▁of", "▁to", "▁in", "▁is", "▁it", "▁that", "▁for", "▁on", "▁with",
@@ -25,13 +26,15 @@ var tinyWords = []string{
 }
 
 // Tiny model shape: 2 blocks, embedding 64, feed-forward 128, 4 heads: the smallest llama that
-// Ollama v0.6.8's runner loads and streams from at a few milliseconds a token.
+// Ollama v0.6.8's runner loads and streams from at a few milliseconds a token. Its window,
+// TinyWindow tokens, is a small real model's, so that every tool of the catalog fits with an
+// input of a few thousand characters (its tokenizer is byte-level: about a token a character).
 const (
 	tinyEmbd   = 64
 	tinyFF     = 128
 	tinyHeads  = 4
 	tinyBlocks = 2
-	tinyCtx    = 2048
+	TinyWindow = 8192
 )
 
 // WriteTinyModel writes the tiny GGUF model to path: a llama-architecture model with random F32
@@ -76,7 +79,7 @@ func WriteTinyModel(path string) error {
 			b := tok - 3
 			return b < 0x20 || b >= 0x7f
 		}
-		return false
+		return tok == 3+256 // "▁" alone
 	}
 
 	randn := func(n int, scale float32) []float32 {
@@ -149,7 +152,7 @@ func WriteTinyModel(path string) error {
 		"general.name":                           "tiny",
 		"general.file_type":                      uint32(0), // all F32
 		"general.alignment":                      uint32(32),
-		"llama.context_length":                   uint32(tinyCtx),
+		"llama.context_length":                   uint32(TinyWindow),
 		"llama.embedding_length":                 uint32(tinyEmbd),
 		"llama.block_count":                      uint32(tinyBlocks),
 		"llama.feed_forward_length":              uint32(tinyFF),

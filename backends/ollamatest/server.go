@@ -260,14 +260,24 @@ func (s *Server) waitReady(ctx context.Context) error {
 
 // CreateModel registers the tiny model under name with `ollama create name -f Modelfile`: a
 // TEMPLATE that prints each message's content on a line, PARAMETER num_predict numPredict
-// (0: 16) and num_thread 1. Tests use it for a second model with another length.
+// (0: 16), num_thread 1 and num_ctx TinyWindow (the context the server runs it with where a
+// request does not say, as on the OpenAI-compatible wire). Tests use it for a second model with
+// another length.
 func (s *Server) CreateModel(ctx context.Context, name string, numPredict int) error {
+	return s.CreateModelWithContext(ctx, name, numPredict, TinyWindow)
+}
+
+// CreateModelWithContext is CreateModel with PARAMETER num_ctx numCtx: a server that runs the
+// model with a smaller context than its window, for tests of prompts the server cuts.
+func (s *Server) CreateModelWithContext(ctx context.Context, name string, numPredict, numCtx int) error {
 	if numPredict == 0 {
 		numPredict = 16
 	}
 	// One thread: the model is tiny, and llama.cpp's spinning thread barrier makes two threads
-	// crawl when the 2-core machine is busy with other work (a build, a load generator).
-	modelfile := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"{{ range .Messages }}{{ .Content }}\n{{ end }}\"\"\"\nPARAMETER num_predict %d\nPARAMETER num_thread 1\n", s.gguf, numPredict)
+	// crawl when the 2-core machine is busy with other work (a build, a load generator). A
+	// frequency penalty: with random weights at a tool's low temperature the model can repeat one
+	// token, and Ollama ends a stream after 30 repeats without its done line.
+	modelfile := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"{{ range .Messages }}{{ .Content }}\n{{ end }}\"\"\"\nPARAMETER num_predict %d\nPARAMETER num_thread 1\nPARAMETER num_ctx %d\nPARAMETER frequency_penalty 1\n", s.gguf, numPredict, numCtx)
 	path := filepath.Join(s.root, "Modelfile."+sanitize(name))
 	if err := os.WriteFile(path, []byte(modelfile), 0o644); err != nil {
 		return fmt.Errorf("creating model %s: %w", name, err)
@@ -315,6 +325,16 @@ func (s *Server) LogTail(n int) string {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
 	return string(tail(b, n))
+}
+
+// LogCount counts the lines of the server's whole log that contain substr ("truncating input
+// prompt": the server cut a prompt to fit its context).
+func (s *Server) LogCount(substr string) int {
+	b, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		return -1
+	}
+	return bytes.Count(b, []byte(substr))
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 10 seconds), kills any runner process it
