@@ -31,12 +31,13 @@ func testGenerations(t *testing.T, eng engine) {
 		t.Fatalf("record read back: %+v", got)
 	}
 	// The one writer appends and finishes.
-	rec.State, rec.Finished, rec.OutputTokens, rec.Pieces, rec.Bytes = GenerationCompleted, t0.Add(time.Second), 24, 5, 40
+	rec.State, rec.Finished, rec.OutputTokens, rec.Pieces, rec.Bytes, rec.FinishReason = GenerationCompleted, t0.Add(time.Second), 24, 5, 40, "length"
 	if err := putGeneration(s, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
 		t.Fatal(err)
 	}
 	got, chunks, err = s.GetGeneration(bg, a, "req_gen1", 0)
 	if err != nil || got.Chunks != 3 || got.State != GenerationCompleted || got.OutputTokens != 24 || got.Pieces != 5 || got.Bytes != 40 ||
+		got.FinishReason != "length" ||
 		!got.Finished.Equal(t0.Add(time.Second)) || len(chunks) != 3 || !bytes.Equal(chunks[2], []byte(marker+"2")) {
 		t.Fatalf("after the final put: %+v %q %v", got, chunks, err)
 	}
@@ -59,6 +60,9 @@ func testGenerations(t *testing.T, eng engine) {
 	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
 	bad = rec
 	bad.State = "done"
+	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
+	bad = rec
+	bad.FinishReason = "tired"
 	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
 	wantErr(t, putGeneration(s, rec, 3, [][]byte{{}}), ErrInvalidArgument)
 	wantErr(t, putGeneration(s, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)

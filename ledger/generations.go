@@ -40,6 +40,9 @@ type GenerationRecord struct {
 	// every reader, and the next sweep deletes them.
 	Expires      time.Time `json:"expires"`
 	OutputTokens int       `json:"output_tokens,omitempty"`
+	// FinishReason is why a completed generation's answer ended: "stop" (the model finished it)
+	// or "length" (it reached its output budget); "" while it runs or when it was interrupted.
+	FinishReason string `json:"finish_reason,omitempty"`
 	// Pieces and Bytes count the pieces and bytes of text in the stored chunks (the caller's
 	// figures: the store cannot read the chunks).
 	Pieces int   `json:"pieces"`
@@ -94,6 +97,11 @@ func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t t
 	case GenerationRunning, GenerationCompleted, GenerationInterrupted:
 	default:
 		return fmt.Errorf("generation state %q: %w", rec.State, ErrInvalidArgument)
+	}
+	switch rec.FinishReason {
+	case "", "stop", "length":
+	default:
+		return fmt.Errorf("generation finish reason %q: %w", rec.FinishReason, ErrInvalidArgument)
 	}
 	if !rec.Expires.After(t) {
 		return fmt.Errorf("generation expiry %v is not in the future: %w", rec.Expires, ErrInvalidArgument)

@@ -15,7 +15,7 @@ import (
 // sweep (every SweepInterval and at OpenPostgres) deletes the rows whose window has ended by the
 // ledger clock; reads check it too.
 
-const pgGenCols = "account_id, request_id, mode, tool, language, state, created, finished, expires, output_tokens, pieces, bytes, chunks"
+const pgGenCols = "account_id, request_id, mode, tool, language, state, created, finished, expires, output_tokens, pieces, bytes, chunks, finish_reason"
 
 // PutGenerations upserts the records and stores the chunks in one transaction, one batch.
 func (s *Postgres) PutGenerations(ctx context.Context, puts ...GenerationPut) error {
@@ -54,11 +54,13 @@ func queueGeneration(b *pgx.Batch, p GenerationPut) {
 		f := rec.Finished.UnixNano()
 		finished = &f
 	}
-	b.Queue(`INSERT INTO generations (`+pgGenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+	b.Queue(`INSERT INTO generations (`+pgGenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 		ON CONFLICT (account_id, request_id) DO UPDATE SET mode = $3, tool = $4, language = $5, state = $6,
-		created = $7, finished = $8, expires = $9, output_tokens = $10, pieces = $11, bytes = $12, chunks = $13`,
+		created = $7, finished = $8, expires = $9, output_tokens = $10, pieces = $11, bytes = $12, chunks = $13,
+		finish_reason = $14`,
 		rec.AccountID, rec.RequestID, string(rec.Mode), rec.Tool, rec.Language, string(rec.State),
-		rec.Created.UnixNano(), finished, rec.Expires.UnixNano(), rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Chunks)
+		rec.Created.UnixNano(), finished, rec.Expires.UnixNano(), rec.OutputTokens, rec.Pieces, rec.Bytes, rec.Chunks,
+		rec.FinishReason)
 	for i, c := range p.Chunks {
 		b.Queue(`INSERT INTO generation_chunks (account_id, request_id, n, data) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (account_id, request_id, n) DO UPDATE SET data = $4`, rec.AccountID, rec.RequestID, p.First+i, c)
@@ -84,7 +86,7 @@ func (s *Postgres) GetGeneration(ctx context.Context, accountID, requestID strin
 		var finished *int64
 		err := tx.QueryRow(qctx, `SELECT `+pgGenCols+` FROM generations WHERE account_id = $1 AND request_id = $2 AND expires > $3`,
 			accountID, requestID, now().UnixNano()).Scan(&rec.AccountID, &rec.RequestID, &mode, &rec.Tool, &rec.Language, &state,
-			&created, &finished, &expires, &rec.OutputTokens, &rec.Pieces, &rec.Bytes, &rec.Chunks)
+			&created, &finished, &expires, &rec.OutputTokens, &rec.Pieces, &rec.Bytes, &rec.Chunks, &rec.FinishReason)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound
 		}
