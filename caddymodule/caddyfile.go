@@ -43,6 +43,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_output_tokens   <n>
 //		temperature         <0..2>
 //		num_ctx             <n>
+//		context             <model> <tokens>
 //		connect_timeout     <duration>
 //		first_piece_timeout <duration>
 //		idle_timeout        <duration>
@@ -146,6 +147,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "num_ctx":
 			err = cfarg.Int(d, &h.NumCtx)
+		case "context":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("context: a model and its window in tokens: context <model> <tokens>")
+			}
+			n, perr := strconv.Atoi(args[1])
+			if perr != nil || n < 1 {
+				return d.Errf("context: %q is not a number of tokens", args[1])
+			}
+			if h.Contexts == nil {
+				h.Contexts = make(map[string]int)
+			}
+			h.Contexts[args[0]] = n
 		case "connect_timeout":
 			err = cfarg.Duration(d, &h.ConnectTimeout)
 		case "first_piece_timeout":

@@ -147,17 +147,16 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 //go:noinline
 func (g *generation) backendRequest(adm backends.Admission, s *streamer) backends.Request {
 	h := g.h
-	system := catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	if h.LogPrompts {
-		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", system), zap.String("input", g.req.Input))
+		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", g.system), zap.String("input", g.req.Input))
 	}
 	return backends.Request{
 		Model:             g.tool.model,
-		System:            system,
+		System:            g.system,
 		Prompt:            g.req.Input,
 		Temperature:       g.tool.temperature,
 		MaxTokens:         g.tool.maxOutputTokens,
-		NumCtx:            h.NumCtx,
+		NumCtx:            g.fit.numCtx,
 		Seed:              h.Seed,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
@@ -172,6 +171,9 @@ func (g *generation) backendRequest(adm backends.Admission, s *streamer) backend
 //go:noinline
 func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genStart time.Time) {
 	g.stats = stats
+	if gerr == nil {
+		gerr = g.contextCut(stats) // a prompt the server cut is not an answer to pay for
+	}
 	if s.texted {
 		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
 		metrics.generation.Observe(time.Since(genStart).Seconds())
@@ -195,13 +197,13 @@ func (g *generation) keep(k *keptText, gerr error) {
 		k.discard()
 		return
 	}
-	state := ledger.GenerationCompleted
+	state, reason := ledger.GenerationCompleted, g.finishReason()
 	if gerr != nil {
-		state = ledger.GenerationInterrupted
+		state, reason = ledger.GenerationInterrupted, ""
 	}
 	// The response has ended already for a client that stayed; the handler waits for the last
 	// write only for an Idempotency-Key, whose record must not be finished before the text is.
-	k.end(state, g.stats.OutputTokens, g.idem != "")
+	k.end(state, g.stats.OutputTokens, reason, g.idem != "")
 }
 
 // refuseAdmission answers a request the model hosts could not take: 503 overloaded (queue full
@@ -243,8 +245,10 @@ func (g *generation) finish(s *streamer, gerr error) {
 	if gerr != nil && !clientGone {
 		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
 	}
+	// A prompt the model server cut (or refused) is never charged, whoever is still listening.
+	cut := gerr != nil && kind == backends.KindTooLong
 	switch {
-	case gerr == nil && s.texted, clientGone && s.delivered:
+	case gerr == nil && s.texted, clientGone && s.delivered && !cut:
 		// Complete, or the client left after text was delivered: the charge stands (now, or
 		// later when the ledger cannot take it now).
 		if g.resolve(bg, g.settleOp()) {
@@ -257,7 +261,8 @@ func (g *generation) finish(s *streamer, gerr error) {
 		}
 		g.status = http.StatusOK
 		if g.sse {
-			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens})
+			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens,
+				FinishReason: g.finishReason()})
 		}
 	case gerr == nil:
 		// The model finished without a single piece of text: nothing to charge for.
@@ -378,6 +383,13 @@ func (g *generation) backendError(err error) *apiError {
 		e = newError(http.StatusGatewayTimeout, "backend_timeout", "", "the model did not start answering in time; no credit was charged")
 	case backends.KindModelMissing:
 		e = newError(http.StatusBadGateway, "backend_error", "", "the model of this tool is not installed on the model server; no credit was charged")
+	case backends.KindTooLong:
+		if be != nil && be.Pieces > 0 {
+			e = newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", "the model server cut the prompt to fit its context, so the text is not an answer to the whole input; shorten the input; no credit was charged")
+		} else {
+			metrics.contextRefusals.WithLabelValues(g.tool.Slug, "server").Inc()
+			e = newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", "the model server refused the input: with the tool's instructions and answer it does not fit the model's context; shorten the input; no credit was charged")
+		}
 	case backends.KindUpstream, backends.KindInterrupted:
 		e = newError(http.StatusBadGateway, "backend_error", "", "the model server answered with an error; no credit was charged")
 	default:

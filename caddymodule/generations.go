@@ -36,8 +36,11 @@ type receipt struct {
 	Finished     *time.Time `json:"finished,omitempty"`
 	Expires      time.Time  `json:"expires"`
 	OutputTokens int        `json:"output_tokens"`
-	Bytes        int64      `json:"bytes"`
-	Text         string     `json:"text"`
+	// FinishReason: why a completed generation's answer ended ("stop", "length"); absent
+	// otherwise.
+	FinishReason string `json:"finish_reason,omitempty"`
+	Bytes        int64  `json:"bytes"`
+	Text         string `json:"text"`
 }
 
 var (
@@ -133,7 +136,7 @@ func (h *Handler) writeReceipt(out *keptWriter, store ledger.Store, acct string)
 	v := out.view
 	rc := receipt{RequestID: v.rec.RequestID, Tool: v.rec.Tool, Language: v.rec.Language, Mode: string(v.rec.Mode),
 		State: string(v.rec.State), Completed: v.rec.State == ledger.GenerationCompleted, Created: v.rec.Created,
-		Expires: v.rec.Expires, OutputTokens: v.rec.OutputTokens, Bytes: v.bytes, Text: strings.Join(v.pieces, "")}
+		Expires: v.rec.Expires, OutputTokens: v.rec.OutputTokens, FinishReason: v.rec.FinishReason, Bytes: v.bytes, Text: strings.Join(v.pieces, "")}
 	if !v.rec.Finished.IsZero() {
 		f := v.rec.Finished
 		rc.Finished = &f

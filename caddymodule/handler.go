@@ -133,6 +133,10 @@ type generation struct {
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool
+	// system is the tool's system prompt in the request's language and tone; fit is the
+	// prompt against its model's context (context.go).
+	system string
+	fit    contextFit
 }
 
 // serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
@@ -155,6 +159,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 			g.fail(err)
 			return
 		}
+		bad = g.fitContext()
 	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's

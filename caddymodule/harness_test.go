@@ -114,7 +114,11 @@ type envOptions struct {
 	// them while their code still runs; "default" leaves the defaults.
 	limits string
 	site   string // more directives of the site block (before textgen)
-	global string // more global options
+	// settings, when set, are the textgen block's settings after ledger, server and model,
+	// instead of the test defaults (temperature, first_piece_timeout, limits, extra): a
+	// configuration as a user writes it, such as the example Caddyfile's (exampleSettings).
+	settings string
+	global   string // more global options
 	// firstPiece is first_piece_timeout. Default 150s: the tiny model evaluates the long
 	// built-in prompts at a few ms a token, several at once and on a loaded machine much
 	// slower, so tests allow it more than the 60s default.
@@ -153,6 +157,15 @@ func caddyfileFor(o envOptions, dir string) string {
 	case "default":
 		limits = ""
 	}
+	settings := o.settings
+	if settings == "" {
+		settings = fmt.Sprintf(`# The tiny test model has random weights: at a low temperature it repeats one token, and
+		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
+		temperature 1
+		first_piece_timeout %s
+		%s
+		%s`, firstPiece, limits, o.extra)
+	}
 	return fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
@@ -168,16 +181,11 @@ http://127.0.0.1:%d {
 		ledger %s
 		%s %s
 		model %s
-		# The tiny test model has random weights: at a low temperature it repeats one token, and
-		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
-		temperature 1
-		first_piece_timeout %s
-		%s
 		%s
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, wire, o.ollama, model, firstPiece, limits, o.extra)
+`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, wire, o.ollama, model, settings)
 }
 
 // newEnv loads a config into the in-process Caddy and returns its ledger.

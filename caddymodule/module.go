@@ -76,8 +76,13 @@ type Handler struct {
 	// built-in values of the tools. Default: the tool's built-in value, else the model's own.
 	Temperature *float64 `json:"temperature,omitempty"`
 
-	// NumCtx is the context size passed to Ollama. Default: the model's own.
+	// NumCtx is the context size (in tokens) Ollama runs every model with. Default: sized per
+	// model for the tools that use it (their longest system prompt, max_input_chars and
+	// max_output_tokens), at most the model's window (context.go).
 	NumCtx int `json:"num_ctx,omitempty"`
+	// Contexts are models' windows in tokens, by model name, for model servers that do not
+	// report them (most OpenAI-compatible ones) or to use less than they report.
+	Contexts map[string]int `json:"context,omitempty"`
 
 	// Seed fixes the model's sampling seed (Ollama's seed option), so that the same request
 	// gives the same text (tests, reproducible output). Default: none (a random seed per
@@ -195,6 +200,8 @@ type Handler struct {
 	lim       *limits
 	// retain keeps generations' text (retention.go); nil when Retention is off.
 	retain *retention
+	// contexts are the models' contexts (context.go).
+	contexts *modelContexts
 }
 
 // ToolConfig overrides the settings of one tool.
@@ -267,6 +274,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.loadTools(explicit); err != nil {
 		return err
 	}
+	h.setupContexts()
 	if err := h.Validate(); err != nil {
 		return err
 	}
@@ -344,6 +352,11 @@ func (h *Handler) Validate() error {
 	}
 	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
 		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")
+	}
+	for model, tokens := range h.Contexts {
+		if strings.TrimSpace(model) == "" || tokens < 1 {
+			return fmt.Errorf("textgen: context %q %d: a model name and its window in tokens, more than 0", model, tokens)
+		}
 	}
 	// A hold that expired while its generation still ran would be voided, and the text it paid
 	// for would go out free. (The zero values are Provision's defaults, which satisfy this.)

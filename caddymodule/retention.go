@@ -132,6 +132,7 @@ type keptText struct {
 	bytes    int64
 	state    ledger.GenerationState
 	tokens   int
+	reason   string // finish reason of a completed generation ("stop", "length")
 	finished time.Time
 	voided   bool          // ended without a charge, or too long: followers stop, nothing is kept
 	overflow bool          // outgrew keptMaxBytes: nothing is kept
@@ -193,13 +194,13 @@ func (k *keptText) notify() {
 
 // end records the end of a charged generation: its final state goes to the ledger, then it is
 // read from there. It waits for the last write when wait is set.
-func (k *keptText) end(state ledger.GenerationState, tokens int, wait bool) {
+func (k *keptText) end(state ledger.GenerationState, tokens int, reason string, wait bool) {
 	k.mu.Lock()
 	if !k.started {
 		k.mu.Unlock()
 		return
 	}
-	k.state, k.tokens, k.finished, k.ended = state, tokens, now().UTC(), true
+	k.state, k.tokens, k.reason, k.finished, k.ended = state, tokens, reason, now().UTC(), true
 	k.notify()
 	k.mu.Unlock()
 	k.r.flusher.due()
@@ -389,7 +390,7 @@ func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 	k.mu.Lock()
 	pieces := k.pieces[k.flushed:]
 	rec := k.rec
-	rec.State, rec.OutputTokens, rec.Finished = k.state, k.tokens, k.finished
+	rec.State, rec.OutputTokens, rec.FinishReason, rec.Finished = k.state, k.tokens, k.reason, k.finished
 	k.mu.Unlock()
 	if len(pieces) == 0 && !final {
 		return keptStep{}, nil
@@ -495,7 +496,7 @@ func (k *keptText) next(ctx context.Context, have int) (keptView, error) {
 		k.mu.Lock()
 		if len(k.pieces) > have || k.state != ledger.GenerationRunning || k.voided {
 			v := keptView{rec: k.rec, pieces: k.pieces[:len(k.pieces):len(k.pieces)], bytes: k.bytes, voided: k.voided}
-			v.rec.State, v.rec.OutputTokens, v.rec.Finished, v.rec.Pieces, v.rec.Bytes = k.state, k.tokens, k.finished, len(k.pieces), k.bytes
+			v.rec.State, v.rec.OutputTokens, v.rec.FinishReason, v.rec.Finished, v.rec.Pieces, v.rec.Bytes = k.state, k.tokens, k.reason, k.finished, len(k.pieces), k.bytes
 			if !k.finished.IsZero() {
 				v.rec.Expires = k.finished.Add(k.r.window)
 			}

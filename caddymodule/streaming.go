@@ -48,6 +48,9 @@ type doneEvent struct {
 	CreditsRemaining int64  `json:"credits_remaining"`
 	RequestID        string `json:"request_id"`
 	OutputTokens     int    `json:"output_tokens"`
+	// FinishReason is why the answer ended: "stop" (the model finished it) or "length" (it
+	// reached the tool's max_output_tokens).
+	FinishReason string `json:"finish_reason"`
 }
 
 // streamer writes the pieces of one generation to the client.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -118,16 +119,24 @@ func (h *Handler) models() []string {
 // blocks the start of the server: the model server may come up after Caddy.
 func (h *Handler) checkModels() {
 	if o := h.backend(); o != nil {
-		h.checkModelsOn(o, h.models())
+		var keys []string
+		for _, slug := range catalog.Default().Slugs() {
+			if rt := h.tools[slug]; rt.backendRef == nil && !slices.Contains(keys, contextKey(rt)) {
+				keys = append(keys, contextKey(rt))
+			}
+		}
+		h.checkModelsOn(o, h.models(), keys)
 	}
 	for _, rt := range h.tools {
 		if o, _ := rt.ownBackend(); o != nil {
-			h.checkModelsOn(o, []string{rt.model})
+			h.checkModelsOn(o, []string{rt.model}, []string{contextKey(rt)})
 		}
 	}
 }
 
-func (h *Handler) checkModelsOn(o *backends.Ollama, models []string) {
+// checkModelsOn checks models on o, then reads their windows and reports the tools whose
+// longest input does not fit (context.go); contexts are the context keys of those models.
+func (h *Handler) checkModelsOn(o *backends.Ollama, models, contexts []string) {
 	pull := h.PullModels
 	logger := h.logger
 	go func() {
@@ -140,6 +149,7 @@ func (h *Handler) checkModelsOn(o *backends.Ollama, models []string) {
 		if err := o.CheckModels(ctx, models, pull); err != nil {
 			logger.Warn("model check", zap.Error(err))
 		}
+		h.reportContexts(ctx, o, contexts)
 	}()
 }
 

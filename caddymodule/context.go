@@ -1,0 +1,324 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/backends"
+	"github.com/caddy-textgen/textgen/backends/modelname"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// A model's context holds the prompt (the chat template, the tool's system prompt, the input)
+// and the answer together. A model server given more cuts the prompt without a word (Ollama
+// drops the system prompt, then the front of the input) and the answer is to another question.
+// So, per model:
+//
+//   - the window (the most its context can hold) is read from the model server, or the
+//     `context` setting;
+//   - num_ctx, the context it runs with, is sized once for the tools that use it: the longest
+//     system prompt, the longest input the configuration accepts and the tool's answer, capped
+//     by the window (an Ollama model reloads whenever num_ctx changes, so one value per model);
+//   - every request is checked before the model is called: its prompt counted with a bound that
+//     never counts low (a token is at least one byte of text, so the UTF-8 bytes), refined by
+//     the prompt sizes the server reported for the same system prompt; what cannot fit with the
+//     answer is refused 413 input_too_large, free;
+//   - every answer is checked after: a reported prompt shorter than the server has counted for
+//     the same system prompt before, a prompt and answer longer than the context, or an answer
+//     stopped by the context's end rather than by the tool's max_output_tokens: the server cut
+//     something, and the generation is not charged.
+
+// templateAllowance is what a chat template may add to the system prompt and the input in
+// tokens: role markers, the BOS token, a date line (llama3's template adds about 40).
+const templateAllowance = 128
+
+// numCtxStep rounds num_ctx up, so that small changes of a setting do not each reload a model.
+const numCtxStep = 512
+
+// windowFinder is a backend that can tell a model's window (backends.Ollama, both wires).
+type windowFinder interface {
+	KnownWindow(model string) (int, bool)
+	ContextWindow(ctx context.Context, model string) (int, error)
+}
+
+// modelContexts are the contexts of the models a handler uses.
+type modelContexts struct {
+	mu     sync.Mutex
+	byName map[string]*modelContext // by contextKey
+}
+
+// contextKey names a model on a set of model servers: the handler's, or a tool's own.
+func contextKey(rt *toolRuntime) string {
+	if rt.backendRef != nil {
+		return rt.Slug + "\x00" + modelname.Normalize(rt.model)
+	}
+	return "\x00" + modelname.Normalize(rt.model)
+}
+
+// modelContext is one model's context: its window, the num_ctx it runs with, and what its
+// server reported of the prompts it was sent.
+type modelContext struct {
+	model string
+	// setting is the `context` setting for the model (0: none), numCtxSetting num_ctx (0: none).
+	setting, numCtxSetting int
+	// need is the most tokens any tool of this model may need (its longest system prompt, its
+	// max_input_chars at one token a character, its max_output_tokens, the allowance).
+	need int
+	// window is the window the server reported (0: not known yet); asking is set while a
+	// request for it runs.
+	window atomic.Int64
+	asking atomic.Bool
+
+	mu sync.Mutex
+	// seen is, per system prompt, what the server reported of prompts that were not cut.
+	seen map[uint64]promptSeen
+}
+
+// promptSeen bounds the tokens of a system prompt with its template, from the reports of the
+// prompts sent with it: at most the fewest prompt tokens reported (upper, the input's tokens
+// included), at least the most reported minus the input's bytes (lower).
+type promptSeen struct{ upper, lower int }
+
+// maxSeen bounds the memory of promptSeen per model (every tool × language × tone is 3,240).
+const maxSeen = 8192
+
+var seed = maphash.MakeSeed()
+
+// setupContexts sizes the context of every model the tools use (Provision).
+func (h *Handler) setupContexts() {
+	h.contexts = &modelContexts{byName: make(map[string]*modelContext)}
+	windows := make(map[string]int, len(h.Contexts))
+	for model, tokens := range h.Contexts {
+		windows[modelname.Normalize(model)] = tokens
+	}
+	for _, slug := range catalog.Default().Slugs() {
+		rt := h.tools[slug]
+		key := contextKey(rt)
+		mc := h.contexts.byName[key]
+		if mc == nil {
+			mc = &modelContext{model: rt.model, setting: windows[modelname.Normalize(rt.model)],
+				numCtxSetting: h.NumCtx, seen: make(map[uint64]promptSeen)}
+			h.contexts.byName[key] = mc
+		}
+		mc.need = max(mc.need, h.toolNeed(rt))
+	}
+}
+
+// toolNeed is the most tokens a request of rt may need: its longest system prompt as bytes, its
+// longest input at one token a character, its answer and the template's allowance.
+func (h *Handler) toolNeed(rt *toolRuntime) int {
+	return h.longestSystem(rt) + templateAllowance + rt.maxInputChars + rt.maxOutputTokens
+}
+
+// longestSystem is the length in bytes of rt's longest system prompt (over the languages and
+// tones a request may name).
+func (h *Handler) longestSystem(rt *toolRuntime) int {
+	longestTag, longestName := 0, 0
+	for _, l := range h.languages.Languages() {
+		longestTag, longestName = max(longestTag, len(l.Tag)), max(longestName, len(l.Name))
+	}
+	n := 0
+	for _, tone := range append([]string{""}, catalog.Tones...) {
+		n = max(n, len(catalog.BuildSystem(rt.Tool, strings.Repeat("x", longestTag), strings.Repeat("x", longestName), tone)))
+	}
+	return n
+}
+
+// context is the context of rt's model.
+func (h *Handler) contextOf(rt *toolRuntime) *modelContext {
+	return h.contexts.byName[contextKey(rt)]
+}
+
+// windowOf is the model's window as known now: the `context` setting, else what its server
+// reported (0: neither). When the server was not asked yet, it is asked in the background.
+func (mc *modelContext) windowOf(wf windowFinder) int {
+	if mc.setting > 0 {
+		return mc.setting
+	}
+	if w := mc.window.Load(); w > 0 {
+		return int(w)
+	}
+	if wf == nil {
+		return 0
+	}
+	if w, ok := wf.KnownWindow(mc.model); ok {
+		mc.window.Store(int64(w))
+		return w
+	}
+	if mc.asking.CompareAndSwap(false, true) {
+		go func() {
+			defer mc.asking.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if w, err := wf.ContextWindow(ctx, mc.model); err == nil {
+				mc.window.Store(int64(w))
+			}
+		}()
+	}
+	return 0
+}
+
+// numCtx is the context the model runs with: num_ctx when set, else what its tools need,
+// rounded up, and at most its window.
+func (mc *modelContext) numCtx(window int) int {
+	if mc.numCtxSetting > 0 {
+		return mc.numCtxSetting
+	}
+	n := (mc.need + numCtxStep - 1) / numCtxStep * numCtxStep
+	if window > 0 && n > window {
+		n = window
+	}
+	return n
+}
+
+// fixedBound is at most how many tokens the template and system take: the bytes of system and
+// the template's allowance, or less where the server reported a smaller prompt with it.
+func (mc *modelContext) fixedBound(system string) int {
+	bound := len(system) + templateAllowance
+	mc.mu.Lock()
+	seen, ok := mc.seen[maphash.String(seed, system)]
+	mc.mu.Unlock()
+	if ok && seen.upper+2 < bound {
+		bound = seen.upper + 2 // two tokens for a merge across the input's edge
+	}
+	return bound
+}
+
+// contextFit is one request's prompt against its model's context.
+type contextFit struct {
+	numCtx int // the context the model runs with
+	fixed  int // at most the tokens of the template and the system prompt
+	input  int // at most the tokens of the input (its bytes)
+	output int // the tool's answer, max_output_tokens
+}
+
+func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
+
+// fitContext checks that the request's prompt and answer fit its model's context, before
+// anything is held or sent: else 413 input_too_large, free. It builds the system prompt.
+func (g *generation) fitContext() *apiError {
+	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
+	mc := g.h.contextOf(g.tool)
+	wf, _ := g.backend.(windowFinder)
+	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(wf)), fixed: mc.fixedBound(g.system),
+		input: len(g.req.Input), output: g.tool.maxOutputTokens}
+	if g.fit.fits() {
+		return nil
+	}
+	metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
+	room := max(g.fit.numCtx-g.fit.fixed-g.fit.output, 0)
+	return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", fmt.Sprintf(
+		"input is too long for the model of the tool %s: it may take up to %d tokens (one per byte of UTF-8), "+
+			"and with the tool's instructions (up to %d tokens) and its answer (up to %d tokens) the model's context of %d tokens "+
+			"has room for %d; shorten it to at most %d bytes (%d characters of plain ASCII text, fewer of other scripts); no credit was charged",
+		g.tool.Slug, g.fit.input, g.fit.fixed, g.fit.output, g.fit.numCtx, room, room, room))
+}
+
+// contextCut checks a complete generation's figures against what was sent: a non-nil error
+// (KindTooLong) when the model server cut the prompt or ran out of context; else it learns
+// from the figures.
+func (g *generation) contextCut(st backends.Stats) error {
+	mc := g.h.contextOf(g.tool)
+	if mc == nil || g.key.Mode != ledger.Live {
+		return nil
+	}
+	key := maphash.String(seed, g.system)
+	prompt, inBytes := st.PromptTokens, len(g.req.Input)
+	why := ""
+	mc.mu.Lock()
+	seen, known := mc.seen[key]
+	switch {
+	case st.DoneReason == "length" && st.OutputTokens < g.tool.maxOutputTokens:
+		why = fmt.Sprintf("the model reached the end of its context after %d tokens of its answer (the tool allows %d)", st.OutputTokens, g.tool.maxOutputTokens)
+	case prompt <= 0:
+		// the server did not report the prompt: nothing to check or learn
+	case prompt+st.OutputTokens > g.fit.numCtx:
+		why = fmt.Sprintf("the prompt (%d tokens) and the answer (%d) took more than the context of %d tokens", prompt, st.OutputTokens, g.fit.numCtx)
+	case known && prompt < seen.lower:
+		why = fmt.Sprintf("the model server read %d tokens of a prompt that has at least %d", prompt, seen.lower)
+	default:
+		if !known && len(mc.seen) >= maxSeen {
+			clear(mc.seen)
+		}
+		lower := prompt - inBytes
+		if known {
+			lower = max(lower, seen.lower)
+			prompt = min(prompt, seen.upper)
+		}
+		mc.seen[key] = promptSeen{upper: prompt, lower: lower}
+	}
+	mc.mu.Unlock()
+	if why == "" {
+		return nil
+	}
+	metrics.contextRefusals.WithLabelValues(g.tool.Slug, "cut").Inc()
+	g.h.logger.Warn("the model server cut the prompt or ran out of context; the generation is not charged",
+		zap.String("request_id", g.id), zap.String("tool", g.tool.Slug), zap.String("model", g.tool.model),
+		zap.Int("prompt_tokens", st.PromptTokens), zap.Int("output_tokens", st.OutputTokens),
+		zap.String("done_reason", st.DoneReason), zap.Int("num_ctx", g.fit.numCtx), zap.String("why", why))
+	return &backends.Error{Kind: backends.KindTooLong, Host: st.Host, Pieces: st.Pieces, Err: fmt.Errorf("context: %s", why)}
+}
+
+// finishReason is why a complete generation ended: "length" when it reached the tool's
+// max_output_tokens, else "stop".
+func (g *generation) finishReason() string {
+	if g.stats.DoneReason == "length" {
+		return "length"
+	}
+	return "stop"
+}
+
+// reportContexts asks the model servers for the windows of the models the tools use and logs,
+// with the numbers, every tool whose longest input does not fit (Provision's start-up check;
+// it blocks, so it runs in the background).
+func (h *Handler) reportContexts(ctx context.Context, wf windowFinder, keys []string) {
+	for _, key := range keys {
+		mc := h.contexts.byName[key]
+		if mc.setting == 0 {
+			w, err := wf.ContextWindow(ctx, mc.model)
+			if err != nil {
+				h.logger.Warn("the model server does not tell the model's context window; set `context <model> <tokens>` so that "+
+					"inputs that cannot fit are refused rather than cut by the server",
+					zap.String("model", mc.model), zap.Error(err))
+				continue
+			}
+			mc.window.Store(int64(w))
+		}
+		window := mc.windowOf(nil)
+		numCtx := mc.numCtx(window)
+		var short []string
+		for _, slug := range catalog.Default().Slugs() {
+			rt := h.tools[slug]
+			if contextKey(rt) != key {
+				continue
+			}
+			fixed := h.longestSystem(rt) + templateAllowance
+			if need := fixed + rt.maxInputChars + rt.maxOutputTokens; need > numCtx {
+				short = append(short, fmt.Sprintf("%s: needs up to %d tokens (instructions %d, input %d, answer %d); inputs fit up to %d characters",
+					slug, need, fixed, rt.maxInputChars, rt.maxOutputTokens, max(numCtx-fixed-rt.maxOutputTokens, 0)))
+			}
+		}
+		sort.Strings(short)
+		fields := []zap.Field{zap.String("model", mc.model), zap.Int("window", window), zap.Int("num_ctx", numCtx)}
+		if len(short) == 0 {
+			h.logger.Info("model context sized for every tool's longest input", fields...)
+			continue
+		}
+		remedy := "lower max_input_chars or the tool's max_output_tokens, or use a model with a larger window"
+		if mc.numCtxSetting > 0 && (window == 0 || mc.numCtxSetting < window) {
+			remedy = "raise num_ctx (up to the model's window), " + remedy
+		}
+		h.logger.Error("the model's context cannot hold the longest input of some tools: longer inputs are refused with 413 input_too_large; "+remedy,
+			append(fields, zap.Strings("tools", short))...)
+	}
+}

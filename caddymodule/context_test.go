@@ -1,0 +1,324 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// The model's context against the real Ollama v0.6.8 and the tiny model, whose GGUF declares a
+// window of ollamatest.TinyWindow tokens and whose tokenizer is byte-level (about a token a
+// character), so that the limits are easy to reach.
+
+// exampleSettings are the settings of the textgen block of the example Caddyfile (the one
+// `./xcaddy.sh dev` runs), without its ledger, model server and model, which a test sets.
+func exampleSettings(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "\ttextgen /api/* {\n")
+	if start < 0 {
+		t.Fatal("the example Caddyfile has no textgen /api/* block")
+	}
+	block := text[start:]
+	block = block[strings.Index(block, "\n")+1 : strings.Index(block, "\n\t}\n")]
+	var keep []string
+	for _, line := range strings.Split(block, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch f[0] {
+		case "ledger", "ollama", "openai", "model":
+		default:
+			keep = append(keep, strings.TrimSpace(line))
+		}
+	}
+	if len(keep) == 0 {
+		t.Fatal("no settings in the example's textgen block")
+	}
+	return strings.Join(keep, "\n\t\t")
+}
+
+// prose is n bytes of plain ASCII text.
+func prose(n int) string {
+	const words = "The tenant shall pay the rent on the first day of each month and give notice in writing. "
+	return strings.Repeat(words, n/len(words)+1)[:n]
+}
+
+// generateSSE sends a generate request for SSE and returns its status, events and error body.
+// Refused by a rate limit (429), it waits and sends it again, as a client would.
+func generateSSE(t *testing.T, e *env, key, body string) (int, []sseEvent, apiErrBody) {
+	t.Helper()
+	resp, err := e.post(context.Background(), key, body, "Accept", "text/event-stream")
+	for err == nil && resp.StatusCode == 429 {
+		resp.Body.Close()
+		time.Sleep(time.Second)
+		resp, err = e.post(context.Background(), key, body, "Accept", "text/event-stream")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, nil, decodeErr(t, resp)
+	}
+	events, err := readSSE(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, events, apiErrBody{}
+}
+
+// lastEvent decodes the stream's last event: done or error.
+func lastEvent(t *testing.T, events []sseEvent) (string, doneEvent, apiErrBody) {
+	t.Helper()
+	if len(events) == 0 {
+		t.Fatal("no events")
+	}
+	last := events[len(events)-1]
+	var done doneEvent
+	var eb apiErrBody
+	var err error
+	switch last.name {
+	case "done":
+		err = json.Unmarshal([]byte(last.data), &done)
+	case "error":
+		err = json.Unmarshal([]byte(last.data), &eb)
+	}
+	if err != nil {
+		t.Fatalf("last event %+v: %v", last, err)
+	}
+	return last.name, done, eb
+}
+
+// Dev mode is the product in small: every one of the 27 tools answers 200 with the example
+// Caddyfile's settings (the tools' own temperatures and output budgets) and the tiny model, a
+// complete answer that is charged once.
+func TestEveryToolAnswersInDevMode(t *testing.T) {
+	o := realOllama(t)
+	e := newEnv(t, envOptions{ollama: o.URL, settings: exampleSettings(t)})
+	slugs := catalog.Default().Slugs()
+	acct, key := e.account(int64(len(slugs)))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4) // the test Ollama runs 4 at once
+	for _, slug := range slugs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			code, events, eb := generateSSE(t, e, key, genBody(slug, "Please help me with the heating of my flat, it has been cold for a week.", "de", "friendly"))
+			if code != 200 {
+				t.Errorf("%s: status %d %+v", slug, code, eb)
+				return
+			}
+			name, done, ev := lastEvent(t, events)
+			if name != "done" || done.CreditsUsed != 1 || done.FinishReason == "" || done.OutputTokens <= 0 {
+				t.Errorf("%s: last event %s %+v %+v", slug, name, done, ev)
+			}
+		}()
+	}
+	wg.Wait()
+	if b := e.balance(acct.ID); b.Balance != 0 || b.Available != 0 {
+		t.Errorf("balance after %d tools: %+v, want 0", len(slugs), b)
+	}
+	e.verify()
+}
+
+var roomRE = regexp.MustCompile(`shorten it to at most (\d+) bytes`)
+
+// The largest input the example Caddyfile accepts (max_input_chars) does not fit the tiny model's
+// window with any tool: it is refused 413 at the door, free, and never reaches the model. The
+// largest input that the check lets through (the number its message gives) is served whole,
+// with no "truncating input prompt" in Ollama's log, and charged; one byte more is refused.
+func TestLongestInputsFitOrAreRefused(t *testing.T) {
+	o := realOllama(t)
+	e := newEnv(t, envOptions{ollama: o.URL, settings: exampleSettings(t)})
+	acct, key := e.account(10)
+	cutsBefore := o.LogCount("truncating input prompt")
+	maxInput := 20000 // max_input_chars in the example
+	if !strings.Contains(exampleSettings(t), "max_input_chars 20000") {
+		t.Fatal("the example Caddyfile's max_input_chars changed; update this test")
+	}
+	rooms := map[string]int{}
+	for _, slug := range catalog.Default().Slugs() {
+		code, _, eb := generateSSE(t, e, key, genBody(slug, prose(maxInput), "en", ""))
+		m := roomRE.FindStringSubmatch(eb.Error.Message)
+		if code != 413 || eb.Error.Code != "input_too_large" || eb.Error.Param != "input" || m == nil {
+			t.Fatalf("%s with %d characters: %d %+v", slug, maxInput, code, eb)
+		}
+		rooms[slug], _ = strconv.Atoi(m[1])
+	}
+	if n := e.count(acct.ID, ledger.KindHold); n != 0 {
+		t.Fatalf("%d holds for refused inputs", n)
+	}
+
+	// At the limit: the tool with the longest answer and a tool with the default one.
+	for _, slug := range []string{"vertrag-erklaerer", "summarizer"} {
+		room := rooms[slug]
+		if room < 1000 {
+			t.Fatalf("%s: room for %d bytes", slug, room)
+		}
+		code, _, eb := generateSSE(t, e, key, genBody(slug, prose(room+1), "en", ""))
+		if code != 413 || eb.Error.Code != "input_too_large" {
+			t.Errorf("%s, one byte over the room: %d %+v", slug, code, eb)
+		}
+		code, events, eb := generateSSE(t, e, key, genBody(slug, prose(room), "en", ""))
+		if code != 200 {
+			t.Fatalf("%s at its room of %d bytes: %d %+v", slug, room, code, eb)
+		}
+		name, done, ev := lastEvent(t, events)
+		if name != "done" || done.CreditsUsed != 1 || done.FinishReason != "length" {
+			t.Errorf("%s at its room: last event %s %+v %+v", slug, name, done, ev)
+		}
+		// The receipt says the same.
+		r, doc := e.getText(key, "/api/v1/generations/"+done.RequestID)
+		var rc receipt
+		if r.StatusCode != 200 || json.Unmarshal([]byte(doc), &rc) != nil || rc.FinishReason != "length" || rc.State != "completed" {
+			t.Errorf("%s: receipt %d %s", slug, r.StatusCode, doc)
+		}
+	}
+	if n := o.LogCount("truncating input prompt") - cutsBefore; n != 0 {
+		t.Errorf("Ollama cut %d prompts", n)
+	}
+	if b := e.balance(acct.ID); b.Balance != 8 {
+		t.Errorf("balance %+v, want 8 (two served)", b)
+	}
+	e.verify()
+}
+
+// A server that runs the model with a smaller context than the plugin was told (the model's
+// num_ctx forced small in its Modelfile, over the OpenAI-compatible wire, which cannot set it)
+// cuts the prompt without a word: Ollama drops the system prompt and answers the input alone.
+// The answer's prompt count gives it away; the generation is not charged, the client gets an
+// error instead of a done event, and the metric counts it.
+func TestServerCutPromptIsNotCharged(t *testing.T) {
+	o := realOllama(t)
+	const model = "tinyctx"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := o.CreateModelWithContext(ctx, model, 24, 2300); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{ollama: o.URL + "/v1", wire: "openai", model: model,
+		extra: "context " + model + " " + strconv.Itoa(ollamatest.TinyWindow)})
+	acct, key := e.account(5)
+	cutBefore := counterValue(metrics.contextRefusals.WithLabelValues("summarizer", "cut"))
+
+	// A short input fits the server's context: served and charged; the server's count of the
+	// prompt is noted.
+	code, events, eb := generateSSE(t, e, key, genBody("summarizer", "Caddy is a web server.", "en", ""))
+	if code != 200 {
+		t.Fatalf("short input: %d %+v", code, eb)
+	}
+	if name, done, ev := lastEvent(t, events); name != "done" || done.CreditsUsed != 1 {
+		t.Fatalf("short input: %s %+v %+v", name, done, ev)
+	}
+
+	// A longer one does not: text streams, then an error event, and nothing is charged.
+	code, events, eb = generateSSE(t, e, key, genBody("summarizer", prose(1200), "en", ""))
+	if code != 200 {
+		t.Fatalf("cut input: %d %+v", code, eb)
+	}
+	name, done, ev := lastEvent(t, events)
+	if name != "error" || ev.Error.Code != "input_too_large" || !strings.Contains(ev.Error.Message, "cut the prompt") {
+		t.Fatalf("cut input: last event %s %+v %+v", name, done, ev)
+	}
+	// The same without SSE: the text is aborted, not ended as if complete.
+	resp, err := e.post(context.Background(), key, genBody("summarizer", prose(1300), "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, readErr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || readErr == nil {
+		t.Errorf("plain text of a cut prompt: status %d, read error %v; want an aborted body", resp.StatusCode, readErr)
+	}
+
+	if b := e.balance(acct.ID); b.Balance != 4 || b.Available != 4 {
+		t.Errorf("balance %+v, want 4: only the short input charged", b)
+	}
+	if n := counterValue(metrics.contextRefusals.WithLabelValues("summarizer", "cut")) - cutBefore; n != 2 {
+		t.Errorf("context_refusals_total{cut} rose by %v, want 2", n)
+	}
+	e.verify()
+}
+
+// An OpenAI-compatible server that refuses an over-long prompt (vLLM's 400 "maximum context
+// length") is answered 413 input_too_large, free.
+func TestServerRefusalIs413(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStatus, Status: 400,
+		Message: "This model's maximum context length is 4096 tokens. However, you requested 6000 tokens."})
+	e := newEnv(t, envOptions{ollama: fs.URL + "/v1", wire: "openai", extra: "context tiny 100000"})
+	acct, key := e.account(2)
+	resp, err := e.post(context.Background(), key, genBody("summarizer", prose(3000), "en", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb := decodeErr(t, resp)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || eb.Error.Code != "input_too_large" || eb.Error.RequestID == "" {
+		t.Fatalf("%d %+v", resp.StatusCode, eb)
+	}
+	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
+		t.Errorf("balance %+v", b)
+	}
+}
+
+// A model whose window is smaller than a tool needs is reported at start, with the numbers and
+// the setting to change; the model server's window is read at start.
+func TestSmallWindowReportedAtStart(t *testing.T) {
+	o := realOllama(t)
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	newEnv(t, envOptions{ollama: o.URL, settings: "max_input_chars 4500",
+		global: "log {\n\t\toutput file " + logFile + "\n\t}"})
+	var line string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && line == ""; time.Sleep(100 * time.Millisecond) {
+		raw, _ := os.ReadFile(logFile)
+		for _, l := range strings.Split(string(raw), "\n") {
+			if strings.Contains(l, "cannot hold the longest input") {
+				line = l
+			}
+		}
+	}
+	if line == "" {
+		t.Fatal("no report of the tools whose longest input does not fit")
+	}
+	var rec struct {
+		Model  string   `json:"model"`
+		Window int      `json:"window"`
+		NumCtx int      `json:"num_ctx"`
+		Tools  []string `json:"tools"`
+		Msg    string   `json:"msg"`
+	}
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("%v: %s", err, line)
+	}
+	if rec.Model != ollamatest.DefaultModel || rec.Window != ollamatest.TinyWindow || rec.NumCtx != ollamatest.TinyWindow ||
+		!strings.Contains(rec.Msg, "max_input_chars") {
+		t.Errorf("report %+v", rec)
+	}
+	// vertrag-erklaerer (3,000 answer tokens) cannot take 4,500 characters in 8,192 tokens;
+	// email-writer (1,024) can.
+	joined := strings.Join(rec.Tools, "\n")
+	if !strings.Contains(joined, "vertrag-erklaerer: needs up to") || !strings.Contains(joined, "input 4500, answer 3000") ||
+		strings.Contains(joined, "email-writer") {
+		t.Errorf("tools reported:\n%s\nline: %s", joined, line)
+	}
+}
