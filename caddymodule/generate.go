@@ -271,7 +271,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
 		if g.sse {
 			g.status = http.StatusOK
-			s.event("error", errorBody{Error: g.backendError(gerr)})
+			g.errorEvent(s, g.backendError(gerr))
 			return
 		}
 		g.status = 0
@@ -300,7 +300,15 @@ func (g *generation) failStream(s *streamer, e *apiError) {
 	if g.errKind == "" {
 		g.errKind = e.Code
 	}
-	s.event("error", errorBody{Error: e})
+	g.errorEvent(s, e)
+}
+
+// errorEvent ends an SSE stream with e as its error event, with the request's id as every
+// error answer has it (e may be one of the shared values: the id goes into a copy).
+func (g *generation) errorEvent(s *streamer, e *apiError) {
+	c := *e
+	c.RequestID = g.id
+	s.event("error", errorBody{Error: &c})
 }
 
 func ctxDone(ctx context.Context) bool {
