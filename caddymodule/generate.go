@@ -39,8 +39,12 @@ func (g *generation) run() {
 		defer adm.Release() // Generate releases it; this covers the returns before
 	}
 	h := g.h
+	// generation_timeout is the model's time: it starts once the credit is held. The waits for
+	// the ledger before (the key, the hold; each bounded by the ledger's own timeout) are the
+	// ledger's, so a slow ledger is answered as one (503 ledger_unavailable), never as a model
+	// that did not answer in time.
 	s := &streamer{g: g, rc: http.NewResponseController(g.w),
-		timeout: time.Duration(h.WriteTimeout), end: g.start.Add(time.Duration(h.GenerationTimeout))}
+		timeout: time.Duration(h.WriteTimeout), end: time.Now().Add(time.Duration(h.GenerationTimeout))}
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
