@@ -37,6 +37,7 @@ type keyCheck struct {
 func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented, e := presentedKey(r)
+	maskKeyHeaders(r)
 	if e != nil {
 		return kc, e
 	}
@@ -143,4 +144,41 @@ func bearerToken(h string) (token string, ok bool) {
 		return "", false
 	}
 	return strings.TrimSpace(h[len(scheme):]), true
+}
+
+// maskKeyHeaders leaves in the request's headers only what a log may show of the keys it carries
+// (maskKey), once they have been read: the handlers after this one, and whatever reads the
+// request's headers later, never see the secret.
+func maskKeyHeaders(r *http.Request) {
+	if vs := r.Header.Values("X-API-Key"); len(vs) > 0 {
+		masked := make([]string, len(vs))
+		for i, v := range vs {
+			masked[i] = maskKey(v)
+		}
+		r.Header["X-Api-Key"] = masked
+	}
+	if vs := r.Header.Values("Authorization"); len(vs) > 0 {
+		masked := make([]string, len(vs))
+		for i, v := range vs {
+			if token, ok := bearerToken(v); ok {
+				masked[i] = v[:len("bearer")] + " " + maskKey(token)
+			} else {
+				masked[i] = "REDACTED"
+			}
+		}
+		r.Header["Authorization"] = masked
+	}
+}
+
+// maskKey is what a log may show of a presented key: its prefix and last 4 characters, as the
+// log line of a generation shows a key ("tg_live_...abcd"); nothing of a value that is not
+// shaped like a key (it may be another secret).
+func maskKey(v string) string {
+	v = strings.TrimSpace(v)
+	for _, prefix := range [...]string{"tg_live_", "tg_test_"} {
+		if len(v) >= len(prefix)+12 && strings.HasPrefix(v, prefix) {
+			return prefix + "..." + v[len(v)-4:]
+		}
+	}
+	return "REDACTED"
 }

@@ -39,8 +39,12 @@ func (g *generation) run() {
 		defer adm.Release() // Generate releases it; this covers the returns before
 	}
 	h := g.h
+	// generation_timeout is the model's time: it starts once the credit is held. The waits for
+	// the ledger before (the key, the hold; each bounded by the ledger's own timeout) are the
+	// ledger's, so a slow ledger is answered as one (503 ledger_unavailable), never as a model
+	// that did not answer in time.
 	s := &streamer{g: g, rc: http.NewResponseController(g.w),
-		timeout: time.Duration(h.WriteTimeout), end: g.start.Add(time.Duration(h.GenerationTimeout))}
+		timeout: time.Duration(h.WriteTimeout), end: time.Now().Add(time.Duration(h.GenerationTimeout))}
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -276,7 +280,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
 		if g.sse {
 			g.status = http.StatusOK
-			s.event("error", errorBody{Error: g.backendError(gerr)})
+			g.errorEvent(s, g.backendError(gerr))
 			return
 		}
 		g.status = 0
@@ -305,7 +309,15 @@ func (g *generation) failStream(s *streamer, e *apiError) {
 	if g.errKind == "" {
 		g.errKind = e.Code
 	}
-	s.event("error", errorBody{Error: e})
+	g.errorEvent(s, e)
+}
+
+// errorEvent ends an SSE stream with e as its error event, with the request's id as every
+// error answer has it (e may be one of the shared values: the id goes into a copy).
+func (g *generation) errorEvent(s *streamer, e *apiError) {
+	c := *e
+	c.RequestID = g.id
+	s.event("error", errorBody{Error: &c})
 }
 
 func ctxDone(ctx context.Context) bool {

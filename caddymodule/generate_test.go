@@ -438,6 +438,8 @@ func TestGenerateErrorAfterPiecesAborts(t *testing.T) {
 	resp.Body.Close()
 	if len(events) != 4 || events[3].name != "error" || !strings.Contains(events[3].data, "backend_error") {
 		t.Errorf("SSE events %+v", events)
+	} else if want := `"request_id":"` + resp.Header.Get("X-Request-Id") + `"`; !strings.HasPrefix(want, `"request_id":"req_`) || !strings.Contains(events[3].data, want) {
+		t.Errorf("SSE error event %s, want the request's id (%s) as every error has it", events[3].data, want)
 	}
 	if b := e.balance(acct.ID); b.Balance != 2 || b.Available != 2 {
 		t.Errorf("balance %+v after the SSE failure: the credit was not returned", b)

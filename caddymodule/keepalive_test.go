@@ -22,6 +22,7 @@ func TestSSEKeepAlive(t *testing.T) {
 	fs.Set(ollamatest.FaultConfig{Model: "mute", Pieces: 1, Piece: "late", Delay: 5 * time.Second})
 	e := newEnv(t, envOptions{ollama: fs.URL, firstPiece: "1500ms", extra: "sse_keepalive 200ms\n\t\ttool email-writer {\n\t\t\tmodel mute\n\t\t}"})
 	acct, key := e.account(10)
+	var rid string // the X-Request-Id of the last answer
 	get := func(tool string, sse bool) (int, string) {
 		t.Helper()
 		hdr := []string{}
@@ -33,6 +34,7 @@ func TestSSEKeepAlive(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
+		rid = resp.Header.Get("X-Request-Id")
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -55,6 +57,9 @@ func TestSSEKeepAlive(t *testing.T) {
 	if status != 200 || !strings.HasPrefix(body, ": keep-alive\n\n") || !strings.Contains(body, "event: error") ||
 		strings.Contains(body, "event: done") || strings.Contains(body, "event: delta") {
 		t.Fatalf("SSE whose first piece never comes: %d %q", status, body)
+	}
+	if want := `"request_id":"` + rid + `"`; rid == "" || !strings.Contains(body, want) {
+		t.Fatalf("SSE error event %q, want the request's id (%s) as every error has it", body, want)
 	}
 	if b := e.balance(acct.ID); b.Balance != 8 || b.Available != 8 {
 		t.Fatalf("balance %+v: the generation without text was charged", b)

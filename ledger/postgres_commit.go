@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ type pgCall struct {
 	scan func(pgx.Row) error
 	err  error
 	done chan struct{}
+	// deadline is the call's time in the committer (queued, then sent): the timeout from its
+	// enqueue. A database that hangs (stopped, frozen, a lost connection) fails a call with
+	// ErrUnavailable by then, however many batches were ahead of it; the caller never waits
+	// for the ledger longer than the ledger's own timeout.
+	deadline time.Time
 }
 
 type pgCommitter struct {
@@ -92,6 +98,7 @@ func (c *pgCommitter) call(acct, sql string, scan func(pgx.Row) error, args ...a
 // enqueue queues op; wait for it with op.wait.
 func (c *pgCommitter) enqueue(op *pgCall) *pgCall {
 	op.done = make(chan struct{})
+	op.deadline = time.Now().Add(c.timeout)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -148,9 +155,28 @@ func (c *pgCommitter) drain() {
 		if n == 0 {
 			return
 		}
+		if batch = c.expire(batch); len(batch) == 0 {
+			continue
+		}
 		slices.SortStableFunc(batch, func(a, b *pgCall) int { return strings.Compare(a.acct, b.acct) })
 		c.commit(batch)
 	}
+}
+
+// expire fails the calls of batch whose deadline passed while they were queued (behind batches
+// that hung on the database) without sending them, and returns the others.
+func (c *pgCommitter) expire(batch []*pgCall) []*pgCall {
+	now := time.Now()
+	live := batch[:0]
+	for _, op := range batch {
+		if op.deadline.IsZero() || now.Before(op.deadline) {
+			live = append(live, op)
+			continue
+		}
+		op.err = fmt.Errorf("committing ledger changes: %w: queued for the query timeout (%s) behind calls the database did not answer", ErrUnavailable, c.timeout)
+		close(op.done)
+	}
+	return live
 }
 
 // commit runs batch as one transaction and wakes its callers.
@@ -179,7 +205,15 @@ func (c *pgCommitter) commit(batch []*pgCall) {
 // send sends batch as one pipeline and reads every call's row. Its error is the batch's: a
 // call's own outcome is in op.err only when the batch committed.
 func (c *pgCommitter) send(batch []*pgCall) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	// The batch ends by the deadline of its oldest call (a call made without enqueue has none:
+	// the timeout from now).
+	deadline := time.Now().Add(c.timeout)
+	for _, op := range batch {
+		if !op.deadline.IsZero() && op.deadline.Before(deadline) {
+			deadline = op.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	b := &pgx.Batch{}
 	var stmts [][]*pgCall // the calls of each queued statement
