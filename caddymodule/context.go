@@ -89,6 +89,11 @@ type modelContext struct {
 // included), at least the most reported minus the input's bytes (lower).
 type promptSeen struct{ upper, lower int }
 
+// cutMargin is the tokens a prompt may count fewer than its system prompt's lower bound without
+// being taken for cut: a few tokens that merge across the edge of the template and the input.
+// A real cut drops the whole system prompt (hundreds of tokens) or the front of the input.
+const cutMargin = 4
+
 // maxSeen bounds the memory of promptSeen per model (every tool × language × tone is 3,240).
 const maxSeen = 8192
 
@@ -244,7 +249,7 @@ func (g *generation) contextCut(st backends.Stats) error {
 		// the server did not report the prompt: nothing to check or learn
 	case prompt+st.OutputTokens > g.fit.numCtx:
 		why = fmt.Sprintf("the prompt (%d tokens) and the answer (%d) took more than the context of %d tokens", prompt, st.OutputTokens, g.fit.numCtx)
-	case known && prompt < seen.lower:
+	case known && prompt < seen.lower-cutMargin:
 		why = fmt.Sprintf("the model server read %d tokens of a prompt that has at least %d", prompt, seen.lower)
 	default:
 		if !known && len(mc.seen) >= maxSeen {
