@@ -89,7 +89,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		name := d.Val()
 		if name != "tool" {
 			id := name
-			if name == "rate_limit" && d.NextArg() { // once per scope
+			if (name == "rate_limit" || name == "context") && d.NextArg() { // once per scope, per model
 				id += " " + d.Val()
 				d.Prev()
 			}

@@ -32,6 +32,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		max_output_tokens 512
 		temperature 0.3
 		num_ctx 4096
+		context llama3.2 131072
+		context qwen2.5-coder 32768
 		connect_timeout 2s
 		first_piece_timeout 30s
 		idle_timeout 10s
@@ -60,7 +62,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		t.Errorf("basic fields: %+v", h)
 	}
 	if strings.Join(h.Languages, ",") != "de,en,tr" || h.MaxInputChars != 5000 || h.MaxBodyBytes != 64*1024 ||
-		h.MaxOutputTokens != 512 || *h.Temperature != 0.3 || h.NumCtx != 4096 {
+		h.MaxOutputTokens != 512 || *h.Temperature != 0.3 || h.NumCtx != 4096 ||
+		h.Contexts["llama3.2"] != 131072 || h.Contexts["qwen2.5-coder"] != 32768 {
 		t.Errorf("limits: %+v", h)
 	}
 	if time.Duration(h.ConnectTimeout) != 2*time.Second || time.Duration(h.FirstPieceTimeout) != 30*time.Second ||
@@ -87,6 +90,9 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		"textgen {\n ledger\n}":                          "wrong argument count",
 		"textgen {\n ledger a b\n}":                      "wrong argument count",
 		"textgen {\n ledger a\n ledger b\n}":             "more than once",
+		"textgen {\n context m 100\n context m 200\n}":   "context m specified more than once",
+		"textgen {\n context m\n}":                       "context <model> <tokens>",
+		"textgen {\n context m 0\n}":                     "not a number of tokens",
 		"textgen {\n bogus 1\n}":                         "unrecognized textgen subdirective 'bogus'",
 		"textgen {\n max_input_chars lots\n}":            "not a whole number",
 		"textgen {\n max_input_chars -5\n}":              "not a whole number",

@@ -214,6 +214,9 @@ func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
 func (g *generation) fitContext() *apiError {
 	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	mc := g.h.contextOf(g.tool)
+	if mc == nil {
+		return nil // not sized (a bug): the server's own answer is the check
+	}
 	wf, _ := g.backend.(windowFinder)
 	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(wf)), fixed: mc.fixedBound(g.system),
 		input: len(g.req.Input), output: g.tool.maxOutputTokens}
@@ -289,6 +292,9 @@ func (g *generation) finishReason() string {
 func (h *Handler) reportContexts(ctx context.Context, wf windowFinder, keys []string) {
 	for _, key := range keys {
 		mc := h.contexts.byName[key]
+		if mc == nil {
+			continue
+		}
 		if mc.setting == 0 {
 			w, err := wf.ContextWindow(ctx, mc.model)
 			if err != nil {

@@ -491,7 +491,7 @@ func TestGenerateDisconnectRealOllama(t *testing.T) {
 	}
 	t.Cleanup(relay.Close)
 	// Retention off: with it on, the generation would run on (TestRetentionCutStreamRealOllama).
-	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 1000000\n\t\tretention off"})
+	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 6000\n\t\tretention off"})
 	acct, key := e.account(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := e.post(ctx, key, genBody("summarizer", "x", "en", ""))

@@ -284,41 +284,12 @@ func TestDatabaseDownUnderLoad(t *testing.T) {
 	key := caddyproc.Str(t, srv.JSON("key", "create", "--account", acct), "key")
 	srv.JSON("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "down")
 
-	client := &http.Client{Timeout: time.Minute}
-	body := genBody("summarizer", "x", "en", "")
-	var ok, unavailable, other atomic.Int64
-	var firstOther atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				status, text, h, err := postTo(client, srv.HTTP, key, body)
-				switch {
-				case err == nil && status == 200 && text == "tok tok tok ":
-					ok.Add(1)
-				case err == nil && status == 503 && strings.Contains(text, "ledger_unavailable") && h.Get("X-Credits-Used") == "0":
-					unavailable.Add(1)
-					time.Sleep(20 * time.Millisecond)
-				default:
-					other.Add(1)
-					firstOther.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", status, text, err))
-				}
-			}
-		}()
-	}
-	waitCount(t, "requests served before the stop", func() bool { return ok.Load() > 50 })
+	load := startLedgerLoad(srv.HTTP, key, 20*time.Millisecond)
+	waitCount(t, "requests served before the stop", func() bool { return load.ok.Load() > 50 })
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitCount(t, "503s while the database is down", func() bool { return unavailable.Load() > 20 })
+	waitCount(t, "503s while the database is down", func() bool { return load.unavailable.Load() > 20 })
 	resp, err := http.Get("http://" + srv.HTTP + "/api/v1/ready")
 	if err != nil {
 		t.Fatal(err)
@@ -331,23 +302,80 @@ func TestDatabaseDownUnderLoad(t *testing.T) {
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
-	served := ok.Load()
-	waitCount(t, "requests served again after the start", func() bool { return ok.Load() > served+50 })
-	close(stop)
-	wg.Wait()
-	if other.Load() != 0 {
-		t.Fatalf("%d answers neither 200 nor 503 ledger_unavailable (first: %v)", other.Load(), firstOther.Load())
-	}
+	served := load.ok.Load()
+	waitCount(t, "requests served again after the start", func() bool { return load.ok.Load() > served+50 })
+	load.end(t)
 	// A text that went out while the database went away is charged once it is back (the
 	// settle is retried), never dropped: every 200 is charged, nothing else.
+	checkEveryOKCharged(t, srv, acct, load.ok.Load())
+}
+
+// ledgerLoad is 8 clients sending generate requests for "tok tok tok " to an instance until
+// end, counting the complete 200s, the 503 ledger_unavailable answers that charged nothing, and
+// any other answer.
+type ledgerLoad struct {
+	ok, unavailable, other atomic.Int64
+	firstOther             atomic.Value
+	stop                   chan struct{}
+	wg                     sync.WaitGroup
+}
+
+// startLedgerLoad starts the clients against addr with key; pause is a client's wait after a
+// 503.
+func startLedgerLoad(addr, key string, pause time.Duration) *ledgerLoad {
+	l := &ledgerLoad{stop: make(chan struct{})}
+	client := &http.Client{Timeout: time.Minute}
+	body := genBody("summarizer", "x", "en", "")
+	for range 8 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				status, text, h, err := postTo(client, addr, key, body)
+				switch {
+				case err == nil && status == 200 && text == "tok tok tok ":
+					l.ok.Add(1)
+				case err == nil && status == 503 && strings.Contains(text, "ledger_unavailable") && h.Get("X-Credits-Used") == "0":
+					l.unavailable.Add(1)
+					time.Sleep(pause)
+				default:
+					l.other.Add(1)
+					l.firstOther.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", status, text, err))
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// end stops the clients and fails the test if any answer was neither 200 nor 503
+// ledger_unavailable.
+func (l *ledgerLoad) end(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if l.other.Load() != 0 {
+		t.Fatalf("%d answers neither 200 nor 503 ledger_unavailable (first: %v)", l.other.Load(), l.firstOther.Load())
+	}
+}
+
+// checkEveryOKCharged waits until the account's holds are resolved and checks that its 1,000
+// credits were charged once for each of its ok answers 200, and that the ledger verifies.
+func checkEveryOKCharged(t *testing.T, srv *caddyproc.Server, acct string, ok int64) {
+	t.Helper()
 	var v, av int64
-	waitCount(t, "every settle to be taken", func() bool {
+	waitCount(t, "every settle to be taken and every unconfirmed hold voided", func() bool {
 		bal := srv.JSON("balance", "--account", acct)
 		v, av = caddyproc.Num(t, bal, "balance"), caddyproc.Num(t, bal, "available")
 		return v == av
 	})
-	if v != 1000-ok.Load() {
-		t.Fatalf("balance %d after %d answers 200; want %d", v, ok.Load(), 1000-ok.Load())
+	if v != 1000-ok {
+		t.Fatalf("balance %d after %d answers 200; want %d", v, ok, 1000-ok)
 	}
 	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
 		t.Fatalf("verify: %v", v)

@@ -1,11 +1,6 @@
 package caddymodule
 
 import (
-	"fmt"
-	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,36 +23,8 @@ func TestLedgerFrozenUnderLoad(t *testing.T) {
 	key := caddyproc.Str(t, srv.JSON("key", "create", "--account", acct), "key")
 	srv.JSON("credits", "grant", "--account", acct, "--credits", "1000", "--reference", "frozen")
 
-	client := &http.Client{Timeout: time.Minute}
-	body := genBody("summarizer", "x", "en", "")
-	var ok, unavailable, other atomic.Int64
-	var firstOther atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				status, text, h, err := postTo(client, srv.HTTP, key, body)
-				switch {
-				case err == nil && status == 200 && text == "tok tok tok ":
-					ok.Add(1)
-				case err == nil && status == 503 && strings.Contains(text, "ledger_unavailable") && h.Get("X-Credits-Used") == "0":
-					unavailable.Add(1)
-				default:
-					other.Add(1)
-					firstOther.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", status, text, err))
-				}
-			}
-		}()
-	}
-	waitCount(t, "requests served before the freeze", func() bool { return ok.Load() > 50 })
+	load := startLedgerLoad(srv.HTTP, key, 0)
+	waitCount(t, "requests served before the freeze", func() bool { return load.ok.Load() > 50 })
 	if err := pg.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,26 +34,11 @@ func TestLedgerFrozenUnderLoad(t *testing.T) {
 	if err := pg.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	served := ok.Load()
-	waitCount(t, "requests served after the thaw", func() bool { return ok.Load() > served+50 })
-	close(stop)
-	wg.Wait()
-	if other.Load() != 0 {
-		t.Fatalf("%d answers neither 200 nor 503 ledger_unavailable while the ledger was frozen (first: %v)", other.Load(), firstOther.Load())
-	}
+	served := load.ok.Load()
+	waitCount(t, "requests served after the thaw", func() bool { return load.ok.Load() > served+50 })
+	load.end(t)
 	// A hold whose commit the frozen database took but never confirmed is not this request's
 	// charge (it was answered 503): it expires (hold_ttl, 10 s) and is voided.
-	var v, av int64
-	waitCount(t, "every settle to be taken and every unconfirmed hold voided", func() bool {
-		bal := srv.JSON("balance", "--account", acct)
-		v, av = caddyproc.Num(t, bal, "balance"), caddyproc.Num(t, bal, "available")
-		return v == av
-	})
-	if v != 1000-ok.Load() {
-		t.Fatalf("balance %d after %d answers 200; want %d", v, ok.Load(), 1000-ok.Load())
-	}
-	if v := srv.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
-		t.Fatalf("verify: %v", v)
-	}
-	t.Logf("%d served, %d answered ledger_unavailable", ok.Load(), unavailable.Load())
+	checkEveryOKCharged(t, srv, acct, load.ok.Load())
+	t.Logf("%d served, %d answered ledger_unavailable", load.ok.Load(), load.unavailable.Load())
 }

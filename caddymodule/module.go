@@ -274,7 +274,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.loadTools(explicit); err != nil {
 		return err
 	}
-	h.setupContexts()
+
 	if err := h.Validate(); err != nil {
 		return err
 	}
@@ -306,6 +306,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.openToolBackends(app); err != nil {
 		return err
 	}
+	h.setupContexts() // after the tools' own backends: they have contexts of their own
 	if err := h.setupRetention(app); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}

@@ -63,7 +63,7 @@ func TestOpenAIBackendThroughCaddy(t *testing.T) {
 	body := string(raw)
 	// The tiny model's every token is one piece: the server's count is the number of deltas.
 	deltas := strings.Count(body, "event: delta\n")
-	if err != nil || resp.StatusCode != 200 || deltas == 0 || !strings.Contains(body, fmt.Sprintf(`"output_tokens":%d}`, deltas)) {
+	if err != nil || resp.StatusCode != 200 || deltas == 0 || !strings.Contains(body, fmt.Sprintf(`"output_tokens":%d,"finish_reason":"`, deltas)) {
 		t.Fatalf("SSE answer %d (%v):\n%s", resp.StatusCode, err, body)
 	}
 
