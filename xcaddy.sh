@@ -82,7 +82,7 @@ dev() {
 	acct=$("$out" textgen account create --email "demo-$(date +%s)@example.com" --json | sed -n 's/.*"id": *"\([^"]*\)".*/\1/p')
 	key=$("$out" textgen key create --account "$acct" --name demo --json | sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
 	"$out" textgen credits grant --account "$acct" --credits 10 --reference "dev-$acct" --json >/dev/null
-	local buying="buying is off: set the Stripe variables, README \"Try a purchase locally\""
+	local buying="buying is off: set the Stripe variables, docs/ACCOUNT.md \"Try a purchase locally\""
 	if [ -n "${TEXTGEN_STRIPE_SECRET_KEY:-}" ]; then
 		buying="buying goes to ${TEXTGEN_STRIPE_API_URL:-https://api.stripe.com}; complete a local purchase with
 ./caddy textgen stripe webhook --account <id> --session <cs_...>, both from the 'checkout session created' line of the log"

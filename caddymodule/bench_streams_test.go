@@ -21,7 +21,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 )
 
-// BenchmarkLongStreams is the real load of this product (issue 15): many generations open at
+// BenchmarkLongStreams is the real load of this product: many generations open at
 // once, each streaming for a long time at a few pieces a second. By default 10,000 concurrent
 // generations of 60 pieces 500 ms apart (30 s each) go through a caddy process (the built
 // binary) with textgen, then through another with a bare reverse_proxy to the same backend; load
@@ -300,7 +300,7 @@ func envInt(b *testing.B, name string, def int) int {
 	return i
 }
 
-// BenchmarkStreamsSteady holds the long-stream load for a long time (issue 15: memory stays
+// BenchmarkStreamsSteady holds the long-stream load for a long time (memory must stay
 // flat): TEXTGEN_BENCH_STREAMS clients (default 2,000) each run one generation of 60 pieces
 // 500 ms apart after another, for TEXTGEN_BENCH_STEADY (default 10m), through one caddy process
 // with textgen (retention on, durable charging). Every 10 s it samples the process's RSS and

@@ -25,7 +25,7 @@ import (
 )
 
 // cutProxy is a TCP relay in front of the in-process Caddy that cuts its first connection a
-// few bytes into the response body: the bad mobile network of the issue. Later connections
+// few bytes into the response body: a bad mobile network. Later connections
 // pass unchanged.
 type cutProxy struct {
 	ln    net.Listener

@@ -10,7 +10,7 @@ import (
 
 // CORS lets browser apps on other origins call the API (cors_origins; off by default). The key
 // travels in a header, never in a cookie, so no credentials are allowed: a page can spend only a
-// key it holds itself (README "Browser apps").
+// key it holds itself (docs/USING-THE-API.md, "Browser apps").
 
 // The request headers a browser app may send, and the response headers it may read.
 const (

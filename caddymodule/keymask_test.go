@@ -15,7 +15,7 @@ import (
 // for X-API-Key and for Authorization: Bearer.
 //
 // Caddy's access log is not such a reader: it takes a copy of the request before any handler
-// runs (README, "Logs").
+// runs (docs/OPERATING.md, "Logs").
 func TestKeyMaskedDownstream(t *testing.T) {
 	fs := fastBackend(t)
 	e := newEnv(t, envOptions{ollama: fs.URL, site: "header {\n\t\tdefer\n\t\tX-Seen-Key \"{http.request.header.X-Api-Key}\"\n\t\tX-Seen-Auth \"{http.request.header.Authorization}\"\n\t}"})

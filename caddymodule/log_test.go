@@ -12,7 +12,7 @@ import (
 // TestLogsHoldNoKeyOrInput runs requests of every kind (success from the real Ollama, SSE,
 // client error, rate limited, invalid key) with the plugin's logs at debug level in a file and
 // a site access log in another, and scans both for the full API key and the input text. The
-// access log is configured as the README advises (Caddy logs request headers, X-Api-Key among
+// access log is configured as docs/OPERATING.md advises (Caddy logs request headers, X-Api-Key among
 // them, unless filtered). With log_prompts on, the same scan must find the input: the scan
 // itself works.
 func TestLogsHoldNoKeyOrInput(t *testing.T) {

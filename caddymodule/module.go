@@ -156,8 +156,8 @@ type Handler struct {
 	// generations) and max_in_flight in Redis, shared by every instance that names the same
 	// store and ledger: redis://[user:password@]host:port/db (rediss:// for TLS), placeholders
 	// resolved at start. Default: each instance counts in its own memory. While Redis cannot
-	// answer, each instance counts in its own memory again (README "Limits on several
-	// instances").
+	// answer, each instance counts its share of every limit in its own memory (docs/SCALING.md,
+	// "the limits on Redis").
 	LimitsStore string `json:"limits_store,omitempty"`
 	// SlotExpiry is how long a concurrent place kept in Redis outlives an instance that died
 	// holding it (the instance renews its places three times per expiry). Default: 30s.

@@ -40,7 +40,7 @@ type RateLimits struct {
 	Account *RateLimit `json:"account,omitempty"`
 }
 
-// Defaults of the limits (README "Limits and monitoring").
+// Defaults of the limits (docs/OPERATING.md, "Limits and monitoring").
 var (
 	defaultKeyLimit         = RateLimit{Requests: 60, Window: caddy.Duration(time.Minute), Burst: 20}
 	defaultAccountLimit     = RateLimit{Requests: 120, Window: caddy.Duration(time.Minute)}

@@ -168,7 +168,7 @@ func TestTestKeys(t *testing.T) {
 
 func TestIdempotencyKey(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 4, Piece: "ok "})
-	// Without retention (issue 16), the replay behaviour this test pins; retention_test.go has
+	// Without retention (retention off), the replay behaviour this test pins; retention_test.go has
 	// the replays of kept text.
 	e := newEnv(t, envOptions{ollama: fs.URL, extra: "retention off"})
 	acct, key := e.account(5)

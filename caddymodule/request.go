@@ -47,7 +47,7 @@ func (g *generation) readRequest() *apiError {
 	return nil
 }
 
-// genRequest is the body of POST /api/v1/generate (README, "Using the API": request fields).
+// genRequest is the body of POST /api/v1/generate (docs/USING-THE-API.md: request fields).
 type genRequest struct {
 	Tool     string
 	Input    string

@@ -1,6 +1,6 @@
 package caddymodule
 
-// Kept generations (issue 16) through the real Caddy runtime and Badger on disk: the real
+// Kept generations through the real Caddy runtime and Badger on disk: the real
 // Ollama (fixed seed) where the text itself matters, the fault server where a stream must be
 // paced so that a client can leave in its middle.
 
@@ -101,7 +101,7 @@ func numbered(piece string, n int) string {
 	return b.String()
 }
 
-// TestRetentionCutStreamRealOllama: the issue's case against the real model with a fixed seed.
+// TestRetentionCutStreamRealOllama: a cut stream against the real model with a fixed seed.
 // A client that leaves after the first piece is charged once, and gets the whole text by request
 // id (plain, and resumed with Range) and by an Idempotency-Key retry, without a second charge;
 // that text is the one an uninterrupted generation with the same seed produces.
@@ -437,7 +437,7 @@ func TestRetentionWindowEnds(t *testing.T) {
 		t.Fatalf("after the sweep (%d): %v", n, err)
 	}
 	assertNotInDir(t, e.dir, secret, phrase)
-	// After the window a replay answers as before the issue: the first status, no text.
+	// After the window a replay answers as without retention: the first status, no text.
 	resp, err = e.post(context.Background(), key, body, "Idempotency-Key", "win-1")
 	if err != nil {
 		t.Fatal(err)
@@ -466,7 +466,7 @@ func TestRetentionWindowEnds(t *testing.T) {
 	e.verify()
 }
 
-// TestRetentionOff: retention off is the behaviour before the issue: nothing kept, a replay
+// TestRetentionOff: with retention off nothing is kept, a replay
 // answers with the first status only, and the endpoint answers 404.
 func TestRetentionOff(t *testing.T) {
 	fsrv := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 4, Piece: "p", Numbered: true})

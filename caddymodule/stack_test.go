@@ -17,7 +17,7 @@ import (
 // TestStreamStack: a stream waits for the model on the stack of the caddy connection goroutine
 // that serves it, which Go grows by doubling and keeps at the largest it ever was, and the
 // deepest moment of a request is its first flush, when net/http writes the response headers
-// under the whole handler chain. In a site as the README's production example, with textgen in
+// under the whole handler chain. In a site as the example Caddyfile's production block, with textgen in
 // a handle block (as Caddy's documentation writes sites), the plugin's frames once took that
 // moment past 16 KiB: every stream then held a 32 KiB stack for as long as it ran. This runs
 // streams through the built binary in such a site and reads the stack memory they hold from

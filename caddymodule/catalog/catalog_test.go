@@ -89,7 +89,7 @@ func TestEveryToolIsComplete(t *testing.T) {
 	}
 }
 
-// TestToolSpecifics checks the shapes the issue requires of particular tools.
+// TestToolSpecifics checks the shapes particular tools must give their answers.
 func TestToolSpecifics(t *testing.T) {
 	want := map[string][]string{
 		"sql-generator":      {"only SQL", "one code block", "SQL comments"},

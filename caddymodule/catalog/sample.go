@@ -1,8 +1,9 @@
 package catalog
 
 // SampleText returns the fixed text streamed to requests made with a test key (test keys never
-// call the model: README, "Test keys"), split into pieces so clients see streaming. It is
-// deterministic and clearly marked; tool and lang are the request's validated values.
+// call the model: docs/API.md, "Live and test keys"), split into pieces so clients see
+// streaming. It is deterministic and clearly marked; tool and lang are the request's validated
+// values.
 func SampleText(tool, lang string) []string {
 	return []string{
 		"[caddy-textgen test mode: sample output for tool " + tool + " in language " + lang + ", no model was called]\n",

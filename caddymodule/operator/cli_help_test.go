@@ -53,8 +53,8 @@ func lastOr(words []string, def string) string {
 
 // TestCLIHelpNamesRealCommands checks every help text against the command tree: the usage line
 // lists the real commands, each group's summary names each of its subcommands, and every
-// "caddy textgen ..." in the help, in the package's messages and in the README is a command
-// that exists.
+// "caddy textgen ..." in the help, in the package's messages, in the README and in the manual
+// (docs/*.md) is a command that exists.
 func TestCLIHelpNamesRealCommands(t *testing.T) {
 	root, tg := textgenTree(t)
 
@@ -94,9 +94,15 @@ func TestCLIHelpNamesRealCommands(t *testing.T) {
 	}
 	walk(tg)
 
-	// messages and hints in the code, and the operator guide
+	// messages and hints in the code, the README and the manual (docs/OPERATING.md has the
+	// operator guide; the other pages name commands too)
 	files, _ := filepath.Glob("*.go")
+	docs, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if !slices.Contains(docs, filepath.Join("..", "..", "docs", "OPERATING.md")) {
+		t.Fatalf("docs/OPERATING.md, the operator guide, is not among %v", docs)
+	}
 	files = append(files, filepath.Join("..", "..", "README.md"))
+	files = append(files, docs...)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
