@@ -310,4 +310,3 @@ func TestWebhookDelayedPayment(t *testing.T) {
 		t.Fatalf("purchases %v", got)
 	}
 }
-
