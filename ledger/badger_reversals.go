@@ -52,7 +52,7 @@ func (s *Badger) RecordPayment(ctx context.Context, p Payment) (Payment, bool, e
 	if repeated {
 		return rec, true, nil
 	}
-	ws := []write{set(payKey(rec.ID), mustJSON(rec))}
+	ws := []write{set(payKey(rec.ID), mustJSON(rec)), set(key1(prefixPaymentRef, rec.Reference), []byte(rec.ID))}
 	if rec.AccountID != "" {
 		ws = append(ws, set(acctPayKey(rec.AccountID, rec.ID), nil))
 	}
@@ -76,6 +76,28 @@ func (s *Badger) GetPayment(ctx context.Context, id string) (Payment, error) {
 		err = fmt.Errorf("payment %q: %w", id, ErrNotFound)
 	}
 	return p, err
+}
+
+// PaymentOf returns the payment of a purchase reference, through its index.
+func (s *Badger) PaymentOf(ctx context.Context, reference string) (Payment, error) {
+	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+		return Payment{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Payment{}, err
+	}
+	defer s.end()
+	id, ok, err := s.get(key1(prefixPaymentRef, reference))
+	if err == nil && ok {
+		var p Payment
+		if p, ok, err = s.payRecord(string(id)); ok {
+			return p, nil
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("payment of %q: %w", reference, ErrNotFound)
+	}
+	return Payment{}, err
 }
 
 // AccountPayments lists an account's payments, newest first.

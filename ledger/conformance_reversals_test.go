@@ -379,6 +379,11 @@ func testPayments(t *testing.T, eng engine) {
 	}
 	_, err = s.GetPayment(bg, "pi_none")
 	wantErr(t, err, ErrNotFound)
+	if p, err := s.PaymentOf(bg, "cs_async"); err != nil || p.ID != "pi_async" || p.Status != PaymentPaid {
+		t.Fatalf("payment of cs_async: %+v %v", p, err)
+	}
+	_, err = s.PaymentOf(bg, "cs_none")
+	wantErr(t, err, ErrNotFound)
 
 	// A paid session that credited nothing, for no account: its refund is kept, with no entry.
 	mustRecordPayment(t, s, Payment{ID: "pi_unmatched", Reference: "cs_unmatched", AmountCents: 150, Currency: "eur", Status: PaymentPaid})

@@ -19,7 +19,7 @@
 //	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, ListMail, DropMail,
 //	             tokens, address state, low-balance alert (LowBalanceChanges)
 //	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
-//	Reversals    RecordPayment, GetPayment, AccountPayments, Reverse, ListReversals
+//	Reversals    RecordPayment, GetPayment, PaymentOf, AccountPayments, Reverse, ListReversals
 //
 // # Invariants
 //
@@ -90,6 +90,7 @@
 //	14 payment id          -> Payment (JSON): a payment that refunds and disputes name
 //	15 acct payment id     -> (empty): an account's payments
 //	16 reversal id         -> Reversal (JSON): a refund or dispute as applied; never deleted
+//	17 reference           -> payment id: the payment of a purchase
 //
 // Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12 (ids.go).
 //

@@ -131,6 +131,30 @@ func (s *Postgres) GetPayment(ctx context.Context, id string) (Payment, error) {
 	return p, nil
 }
 
+// PaymentOf returns the payment of a purchase reference (index payments_reference).
+func (s *Postgres) PaymentOf(ctx context.Context, reference string) (Payment, error) {
+	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+		return Payment{}, err
+	}
+	if err := pgStorable("reference", reference); err != nil {
+		return Payment{}, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return Payment{}, err
+	}
+	defer done()
+	rows, err := s.pool.Query(qctx, `SELECT `+pgPayCols+` FROM payments WHERE reference = $1 ORDER BY created LIMIT 1`, reference)
+	p, ok, err := pgOne(rows, err, scanPay)
+	switch {
+	case err != nil:
+		return Payment{}, pgErr(ctx, "reading a payment", err)
+	case !ok:
+		return Payment{}, fmt.Errorf("payment of %q: %w", reference, ErrNotFound)
+	}
+	return p, nil
+}
+
 // AccountPayments lists an account's payments, newest first (by id among those of one time:
 // Badger's order).
 func (s *Postgres) AccountPayments(ctx context.Context, accountID string, limit int) ([]Payment, error) {

@@ -43,6 +43,14 @@ type Reversals interface {
 	//   - ErrClosed; ctx's error.
 	GetPayment(ctx context.Context, id string) (Payment, error)
 
+	// PaymentOf returns the payment of the purchase reference (its Checkout Session id).
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: reference empty or too long.
+	//   - ErrNotFound: no payment has that reference.
+	//   - ErrClosed; ctx's error.
+	PaymentOf(ctx context.Context, reference string) (Payment, error)
+
 	// AccountPayments returns the account's payments, newest first, at most limit (0: 50, at
 	// most 1000).
 	//

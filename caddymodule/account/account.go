@@ -119,6 +119,8 @@ type Handler struct {
 	app *atomic.Pointer[app]
 	// unregisterInviter withdraws the app from the admin API's invitations (invite.go).
 	unregisterInviter func()
+	// unregisterRefunder withdraws the app from the admin API's refunds (refund.go).
+	unregisterRefunder func()
 }
 
 // Package is a credit package on sale. The price is in euro cents.
@@ -246,6 +248,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.app.Store(a)
 		h.unregisterInviter = textgenapp.RegisterInviter(store, a)
+		if a.stripe != nil {
+			h.unregisterRefunder = textgenapp.RegisterRefunder(store, a)
+		}
 		return nil
 	})
 	return nil
@@ -322,6 +327,9 @@ func (h *Handler) Cleanup() error {
 func (h *Handler) release() error {
 	if h.unregisterInviter != nil {
 		h.unregisterInviter()
+	}
+	if h.unregisterRefunder != nil {
+		h.unregisterRefunder()
 	}
 	if h.app != nil {
 		if a := h.app.Load(); a != nil {

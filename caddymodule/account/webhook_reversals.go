@@ -75,7 +75,7 @@ func (a *app) webhookReversal(w http.ResponseWriter, r *http.Request, log *zap.L
 	var replies []string
 	for _, rev := range rs {
 		rev.req.Event = ev.ID
-		status, reply := a.applyReversal(r.Context(), log, rev)
+		status, reply, _ := a.applyReversal(r.Context(), log, rev)
 		if status != http.StatusOK {
 			webhookReply(w, status, reply)
 			return true
@@ -92,33 +92,33 @@ func (a *app) webhookReversal(w http.ResponseWriter, r *http.Request, log *zap.L
 // applyReversal applies one refund or dispute to the ledger and says what to answer Stripe.
 // It is the one path of every refund and dispute: the operator's refund command takes it too,
 // with the Refund that Stripe's API answered.
-func (a *app) applyReversal(ctx context.Context, log *zap.Logger, rev reversal) (int, string) {
+func (a *app) applyReversal(ctx context.Context, log *zap.Logger, rev reversal) (int, string, ledger.ReversalResult) {
 	req := rev.req
 	log = log.With(zap.String(rev.what, req.ID), zap.String("payment_intent", req.Payment), zap.String("status", req.Status))
 	if req.Payment == "" {
 		// A charge made outside Checkout (no PaymentIntent): not a purchase of this service.
 		log.Info("a " + rev.what + " of a charge without a payment intent; not a purchase, nothing taken")
-		return http.StatusOK, "ignored: " + rev.what + " of no purchase"
+		return http.StatusOK, "ignored: " + rev.what + " of no purchase", ledger.ReversalResult{}
 	}
 	res, err := a.store.Reverse(ctx, req)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		log.Warn("a " + rev.what + " of a payment the ledger does not know (yet); answering 500 so that Stripe retries once its purchase is recorded")
-		return http.StatusInternalServerError, "unknown payment: retry later"
+		return http.StatusInternalServerError, "unknown payment: retry later", res
 	case errors.Is(err, ledger.ErrInvalidArgument):
 		log.Error("a "+rev.what+" event the ledger refuses; nothing taken", zap.Error(err))
-		return http.StatusOK, "ignored: " + err.Error()
+		return http.StatusOK, "ignored: " + err.Error(), res
 	case err != nil:
 		log.Error("applying a "+rev.what+" failed; answering 500 so that Stripe retries", zap.Error(err))
-		return http.StatusInternalServerError, "ledger error"
+		return http.StatusInternalServerError, "ledger error", res
 	case res.Repeated:
 		log.Info("the " + rev.what + " was applied before; nothing changed")
-		return http.StatusOK, "duplicate: " + rev.what + " applied before"
+		return http.StatusOK, "duplicate: " + rev.what + " applied before", res
 	}
 	log.Info(rev.what+" applied", zap.String("account", res.Reversal.AccountID), zap.String("checkout_session", res.Reversal.Reference),
 		zap.Int64("amount_cents", req.AmountCents), zap.Int64("credits", res.Entry.Amount), zap.Int64("balance", res.Balance.Balance))
 	a.reversalApplied(ctx, log, res)
-	return http.StatusOK, rev.what + " " + res.Reversal.Status
+	return http.StatusOK, rev.what + " " + res.Reversal.Status, res
 }
 
 // refundReversal is the ledger's request for Stripe's Refund re (of payment pi when the refund

@@ -130,6 +130,17 @@ type paymentList struct {
 	Payments []ledger.UnmatchedPayment `json:"payments"`
 	// OpenOnly: only the payments not resolved yet are listed (the default; ?all=true lists all).
 	OpenOnly bool `json:"open_only"`
+	// Reversals are the refunds and disputes, last changed first (as many as limit): money that
+	// flowed back, each applied to the ledger once.
+	Reversals []ledger.Reversal `json:"reversals"`
+}
+
+// refundRequest asks for a refund of a purchase (POST /textgen/payments/{reference}/refund).
+type refundRequest struct {
+	// AmountCents is what to refund; 0: all that is left.
+	AmountCents int64 `json:"amount_cents"`
+	// Reason is Stripe's: duplicate, fraudulent or requested_by_customer; "" for none.
+	Reason string `json:"reason"`
 }
 
 type resolvePaymentRequest struct {

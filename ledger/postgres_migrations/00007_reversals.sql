@@ -41,6 +41,7 @@ CREATE TABLE payments (
     CHECK (refunded_credits >= 0 AND disputed_credits >= 0 AND refunded_credits + disputed_credits <= credits)
 );
 CREATE INDEX payments_account ON payments (account_id, created);
+CREATE INDEX payments_reference ON payments (reference);
 
 -- One row per refund or dispute id.
 CREATE TABLE reversals (
