@@ -1,6 +1,7 @@
 package account
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -86,7 +87,9 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 
 type successData struct {
 	Purchase *ledger.Entry
-	Balance  ledger.Balance
+	// Unpaid is the session's payment when it is pending (a delayed payment method) or failed.
+	Unpaid  *ledger.Payment
+	Balance ledger.Balance
 }
 
 // buySuccess is Stripe's return page. It shows whether the webhook has credited the session
@@ -102,6 +105,17 @@ func (a *app) buySuccess(w http.ResponseWriter, r *http.Request, sc *sessionCtx)
 	for i := range purchases {
 		if sid != "" && purchases[i].Reference == sid {
 			d.Purchase = &purchases[i]
+		}
+	}
+	if d.Purchase == nil && sid != "" {
+		// Another account's session says nothing here, as on the receipt.
+		p, err := a.store.PaymentOf(r.Context(), sid)
+		switch {
+		case err == nil && p.AccountID == sc.acct.ID && p.Status != ledger.PaymentPaid:
+			d.Unpaid = &p
+		case err != nil && !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrInvalidArgument):
+			a.internalError(w, r, sc, "reading the payment", err)
+			return
 		}
 	}
 	if d.Balance, err = a.store.Balance(r.Context(), sc.acct.ID); err != nil {
