@@ -1,10 +1,13 @@
 package account
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/stripe/stripe-go/v82"
@@ -185,6 +188,56 @@ func disputeReversal(d *stripe.Dispute, created bool) (reversal, bool) {
 }
 
 // reversalApplied is what follows a refund or dispute the ledger applied now (not a repeat):
-// the e-mails (the customer's of a refund, the operator's of a new dispute).
+// the e-mails (the customer's of a refund, the operator's of a new dispute). Only the instance
+// whose Reverse changed the ledger gets here, so each is queued once however often and to
+// however many instances Stripe delivers the event. The reversal is durable before the e-mail
+// is queued: a ledger that fails in between loses the e-mail (logged), never money.
 func (a *app) reversalApplied(ctx context.Context, log *zap.Logger, res ledger.ReversalResult) {
+	rv, p := res.Reversal, res.Payment
+	d := mailData{ID: rv.ID, Amount: money(rv.AmountCents, rv.Currency), Total: money(p.AmountCents, p.Currency),
+		Reference: rv.Reference, Payment: rv.Payment, AccountID: rv.AccountID, Credits: rv.Credits,
+		Reason: cmp.Or(rv.Reason, "none given"), Status: rv.Status, Date: rv.Created.UTC().Format("2006-01-02 15:04")}
+	switch {
+	case rv.Kind == ledger.ReversalRefund && rv.Status == ledger.RefundApplied:
+		if a.mail == nil || rv.AccountID == "" {
+			return
+		}
+		acct, err := a.store.GetAccount(ctx, rv.AccountID)
+		if err != nil {
+			log.Error("the refund is applied, but its e-mail to the customer is not sent: reading the account", zap.Error(err))
+			return
+		}
+		d.Refund = "partial"
+		if p.RefundedCents >= p.AmountCents {
+			d.Refund = "full"
+		}
+		d.Link = a.publicURL + a.prefix + "/receipts/" + url.PathEscape(rv.Reference)
+		if err := a.queueMail(ctx, acct, "refund", d); err != nil {
+			log.Error("the refund is applied, but its e-mail to the customer is not sent", zap.Error(err))
+		}
+	case rv.Kind == ledger.ReversalDispute && rv.Created.Equal(rv.Updated) && rv.Status != ledger.DisputeWon:
+		// New: open, or lost before its creation arrived. The operator has days to answer it.
+		log.Warn("a new dispute: answer it in the Stripe Dashboard", zap.String("account", rv.AccountID),
+			zap.String("reason", rv.Reason), zap.Int64("amount_cents", rv.AmountCents))
+		if a.mail == nil || a.operatorEmail == "" {
+			return
+		}
+		if rv.AccountID != "" {
+			if acct, err := a.store.GetAccount(ctx, rv.AccountID); err == nil {
+				d.Email = acct.Email
+			}
+		}
+		d.Email = cmp.Or(d.Email, "no account")
+		if err := a.queueMailTo(ctx, rv.AccountID, a.operatorEmail, "dispute", d); err != nil {
+			log.Error("the dispute is applied, but its e-mail to the operator is not sent", zap.Error(err))
+		}
+	}
+}
+
+// money writes cents of currency: euros as the pages do (€2.00), others as 2.00 USD.
+func money(cents int64, currency string) string {
+	if strings.EqualFold(currency, "eur") || currency == "" {
+		return formatEuro(cents)
+	}
+	return fmt.Sprintf("%d.%02d %s", cents/100, cents%100, strings.ToUpper(currency))
 }
