@@ -34,7 +34,7 @@ func init() {
 //	GET  /textgen/ledgers                                  the ledger directories open in this process
 //	POST /textgen/accounts                                 {"email"} → the account (201)
 //	GET  /textgen/accounts?cursor=&limit=                  {"accounts", "next_cursor"}
-//	GET  /textgen/accounts/{id}                            the account with its balance and keys
+//	GET  /textgen/accounts/{id}                            the account with its balance, keys and disputes ("disputed": one open or lost)
 //	POST /textgen/accounts/{id}/disable                    the account
 //	POST /textgen/accounts/{id}/enable                     the account
 //	POST /textgen/accounts/{id}/invite                     {"link", "mailed", ...}: the password link, e-mailed by My Account

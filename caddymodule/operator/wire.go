@@ -25,11 +25,17 @@ type accountList struct {
 	NextCursor string           `json:"next_cursor"`
 }
 
-// accountDetail is an account with what an operator looks at next: its credits and keys.
+// accountDetail is an account with what an operator looks at next: its credits and keys, and
+// whether a payment of it is disputed.
 type accountDetail struct {
 	ledger.Account
 	Credits ledger.Balance `json:"credits"`
 	Keys    []keyView      `json:"keys"`
+	// Disputed is true while the account has a dispute (chargeback) that is open or was lost;
+	// Disputes are all of its disputes, won ones too, last changed first, each with its id,
+	// purchase, amount, credits taken off, status and the bank's reason.
+	Disputed bool              `json:"disputed"`
+	Disputes []ledger.Reversal `json:"disputes"`
 }
 
 // keyView is what the admin API shows of a key. It is built field by field so that nothing but
