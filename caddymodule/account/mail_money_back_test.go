@@ -46,7 +46,9 @@ func TestRefundAndDisputeMail(t *testing.T) {
 	payload := refundEvent("refund.created", "re_test_mail_1", pi1, 50, "pending")
 	var wg sync.WaitGroup
 	for i := range 5 {
-		wg.Go(func() { deliver(t, envs[i%2].srv.URL+"/account/stripe/webhook", payload, testWebhookSecret, time.Now()) })
+		wg.Go(func() {
+			deliver(t, envs[i%2].srv.URL+"/account/stripe/webhook", payload, testWebhookSecret, time.Now())
+		})
 	}
 	wg.Wait()
 	hook(t, envs[1], refundEvent("refund.updated", "re_test_mail_1", pi1, 50, "succeeded"), 200, "duplicate")
