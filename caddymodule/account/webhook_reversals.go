@@ -30,9 +30,11 @@ import (
 //     lost. Other dispute events change nothing.
 //   - They name the PaymentIntent, which the ledger knows from the purchase's
 //     checkout.session.completed (webhook.go records it). An event whose payment is not known
-//     yet (Stripe does not promise order: a refund may arrive before the session's completion)
-//     is answered 500, so Stripe delivers it again later, when the purchase is there; the same
-//     for a ledger that cannot take it. Nothing is lost and nothing is applied twice.
+//     is looked up at Stripe (webhook_link.go: a purchase credited before payments were
+//     recorded is linked then); one whose purchase is not there yet (Stripe does not promise
+//     order: a refund may arrive before the session's completion) is answered 500, so Stripe
+//     delivers it again later, when the purchase is there; the same for a ledger that cannot
+//     take it. Nothing is lost and nothing is applied twice.
 
 // reversal is one refund or dispute event as the ledger takes it, and what the webhook reports.
 type reversal struct {
@@ -104,6 +106,16 @@ func (a *app) applyReversal(ctx context.Context, log *zap.Logger, rev reversal) 
 		return http.StatusOK, "ignored: " + rev.what + " of no purchase", ledger.ReversalResult{}
 	}
 	res, err := a.store.Reverse(ctx, req)
+	if errors.Is(err, ledger.ErrNotFound) {
+		// A purchase from before payments were recorded, or one whose completion has not
+		// arrived: Stripe's API says which session it paid (webhook_link.go).
+		switch a.linkPayment(ctx, log, req.Payment) {
+		case linkLinked:
+			res, err = a.store.Reverse(ctx, req)
+		case linkNotOurs:
+			return http.StatusOK, "ignored: " + rev.what + " of no purchase", res
+		}
+	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		log.Warn("a " + rev.what + " of a payment the ledger does not know (yet); answering 500 so that Stripe retries once its purchase is recorded")
