@@ -96,7 +96,8 @@ type Handler struct {
 	TaxIDCollection bool `json:"tax_id_collection,omitempty"`
 
 	// SMTP is the server that sends the account area's e-mail: address verification,
-	// password reset, invitations and low-balance alerts (mail.go). Default: none; then no
+	// password reset, invitations, low-balance alerts, refunds and, to operator_email, new
+	// disputes (mail.go). Default: none; then no
 	// e-mail is sent, sign-ups count as verified, and password reset is off (the pages say
 	// so). Needs public_url, for the links in the messages.
 	SMTP *SMTP `json:"smtp,omitempty"`
