@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/mailtest"
+	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
 // withOperatorEmail sets operator_email and public_url.
@@ -20,17 +22,31 @@ func withOperatorEmail(addr string) envOpt {
 // Badger ledger on disk, with Stripe's signed events: a refund sends the customer one e-mail
 // (amount, of what, partial or full, the refund's id, the credits, the receipt's link), however
 // often and to however many instances the event is delivered (here two account areas on one
-// ledger, five deliveries at once, and the refund's later refund.updated); a new dispute sends
+// ledger, Badger on disk or PostgreSQL, five deliveries at once, and the refund's later
+// refund.updated); a new dispute sends
 // the operator one e-mail with its id, reason, amount and account, and its close sends none; a
 // refund that failed sends none.
 func TestRefundAndDisputeMail(t *testing.T) {
 	fastMail(t)
+	t.Run("badger", func(t *testing.T) {
+		store := diskLedger(t, t.TempDir())
+		t.Cleanup(func() { store.Close() })
+		refundAndDisputeMail(t, store, store)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		// Two instances, each with its own connection pool, on one PostgreSQL ledger.
+		open := postgresOpener(t, pgtest.NewDatabase(t))
+		refundAndDisputeMail(t, open(), open())
+	})
+}
+
+// refundAndDisputeMail runs the test on two account areas, one on each store.
+func refundAndDisputeMail(t *testing.T, stores ...ledger.Store) {
 	mp := mailtest.New(t)
-	store := diskLedger(t, t.TempDir())
-	t.Cleanup(func() { store.Close() })
+	store := stores[0]
 	envs := make([]*testEnv, 2)
 	for i := range envs {
-		envs[i] = newTestEnvOn(t, store, withMail(t, mp), withStripe("http://127.0.0.1:1", testWebhookSecret), withOperatorEmail("ops@example.com"))
+		envs[i] = newTestEnvOn(t, stores[i], withMail(t, mp), withStripe("http://127.0.0.1:1", testWebhookSecret), withOperatorEmail("ops@example.com"))
 		t.Cleanup(envs[i].app.close)
 	}
 	e := envs[0]
