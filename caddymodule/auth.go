@@ -69,6 +69,9 @@ func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Re
 	if key.Mode == ledger.Test {
 		kc.balance, kc.available = b.TestBalance, b.TestAvailable
 	}
+	// An account in debt (a refund or dispute took back credits already spent) has a negative
+	// available figure in the ledger; the API says it has none left (the balance shows the debt).
+	kc.available = max(kc.available, 0)
 	if acct.Status == ledger.StatusDisabled {
 		return kc, errAccountDisabled
 	}

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -357,6 +358,9 @@ func (g *generation) insufficient() *apiError {
 		where = g.h.app.AccountArea(g.h.ledgerRef.Key())
 	}
 	msg := "no credits left; "
+	if debt := g.debt(); debt > 0 {
+		msg = fmt.Sprintf("this account owes %d credits (a refund or dispute took back credits that were already spent) and can generate again once a purchase pays the debt; ", debt)
+	}
 	switch {
 	case g.key.Mode == ledger.Test && where != "":
 		msg = "no test credits left; refill the test balance at " + where
@@ -368,6 +372,19 @@ func (g *generation) insufficient() *apiError {
 		msg += "ask the operator of this service for credits"
 	}
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
+}
+
+// debt is how many live credits the account owes (0: none): a negative balance, which only a
+// refund or dispute of a purchase can leave (ledger.Reversals). Read only for a 402.
+func (g *generation) debt() int64 {
+	if g.key.Mode != ledger.Live {
+		return 0
+	}
+	b, err := g.store.Balance(g.r.Context(), g.acct.ID)
+	if err != nil || b.Balance >= 0 {
+		return 0
+	}
+	return -b.Balance
 }
 
 // backendError maps a backend failure to its error answer (docs/API.md, "Errors").

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // The plugin's Prometheus metrics, in Caddy's metrics registry (served by Caddy's metrics
@@ -40,6 +41,7 @@ var metrics = struct {
 	instances       prometheus.GaugeFunc     // instances sharing the Redis limits store
 	unmatched       prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
 	mail            mailCollector            // e-mail waiting in the outboxes, and the oldest's age
+	reversals       reversalCollector        // refunds and open disputes in the ledgers
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -121,7 +123,39 @@ func initMetrics() {
 			oldest: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "mail_oldest_seconds"),
 				"Age of the oldest e-mail waiting in the open ledgers' outboxes (0 when none waits): stuck e-mail grows it.", nil, nil),
 		}
+		metrics.reversals = reversalCollector{
+			refunds: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "refunds_total"),
+				"Refunds of purchases the open ledgers took credits back for, each once whichever instance received it (caddy textgen payments list; at most 1000 a ledger counted).", nil, nil),
+			disputes: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "disputes_open"),
+				"Disputes (chargebacks) of purchases still open in the open ledgers: their credits are frozen until won or lost (at most 1000 a ledger counted).", nil, nil),
+		}
 	})
+}
+
+// reversalCollector exports the refunds and the open disputes from the ledgers a scrape: the
+// ledger keeps each once, so every instance of a shared ledger reports the same figures.
+type reversalCollector struct{ refunds, disputes *prometheus.Desc }
+
+func (c reversalCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.refunds; ch <- c.disputes }
+
+func (c reversalCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var refunds, open float64
+	for _, s := range textgenapp.OpenLedgers() {
+		if rs, err := s.ListReversals(ctx, "", ledger.ReversalRefund, maxCountedPerScrape); err == nil {
+			refunds += float64(len(rs))
+		}
+		if ds, err := s.ListReversals(ctx, "", ledger.ReversalDispute, maxCountedPerScrape); err == nil {
+			for _, d := range ds {
+				if d.Status == ledger.DisputeOpen {
+					open++
+				}
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.refunds, prometheus.CounterValue, refunds)
+	ch <- prometheus.MustNewConstMetric(c.disputes, prometheus.GaugeValue, open)
 }
 
 // mailCollector exports the outboxes' two gauges from one read of them a scrape.
@@ -213,7 +247,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.contextRefusals, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
 		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.instances, metrics.unmatched,
-		metrics.mail,
+		metrics.mail, metrics.reversals,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -206,3 +206,44 @@ func TestMetricsMailOutbox(t *testing.T) {
 		t.Errorf("after the message was dropped: %s %v, %s %v; want 0 and 0", queued, gone[queued], oldest, gone[oldest])
 	}
 }
+
+// TestMetricsReversals checks the refunds counter and the open disputes gauge: read from the
+// ledger, so a refund delivered twice counts once and a dispute leaves the gauge when it closes.
+func TestMetricsReversals(t *testing.T) {
+	e := newEnv(t, envOptions{ollama: "http://127.0.0.1:1", site: "handle /metrics {\n\t\tmetrics\n\t}"}) // no model call
+	const refunds, disputes = `caddy_textgen_refunds_total`, `caddy_textgen_disputes_open`
+	ctx := context.Background()
+	before := scrape(t, e)
+	if _, ok := before[refunds]; !ok {
+		t.Fatalf("%s: not exported", refunds)
+	}
+	acct, _ := e.account(0)
+	for _, pi := range []string{"pi_metric_1", "pi_metric_2"} {
+		if _, _, err := e.store.RecordPayment(ctx, ledger.Payment{ID: pi, Reference: "cs_" + pi, AccountID: acct.ID,
+			AmountCents: 200, Currency: "eur", Status: ledger.PaymentPaid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // Stripe delivers at least once
+		for _, req := range []ledger.ReversalRequest{
+			{ID: "re_metric", Kind: ledger.ReversalRefund, Payment: "pi_metric_1", AmountCents: 100, Status: ledger.RefundApplied},
+			{ID: "du_metric", Kind: ledger.ReversalDispute, Payment: "pi_metric_2", AmountCents: 200, Status: ledger.DisputeOpen},
+		} {
+			if _, err := e.store.Reverse(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after := scrape(t, e)
+	if after[refunds]-before[refunds] != 1 || after[disputes]-before[disputes] != 1 {
+		t.Errorf("after one refund and one dispute: %s +%v, %s +%v; want +1, +1", refunds, after[refunds]-before[refunds],
+			disputes, after[disputes]-before[disputes])
+	}
+	if _, err := e.store.Reverse(ctx, ledger.ReversalRequest{ID: "du_metric", Kind: ledger.ReversalDispute, Payment: "pi_metric_2",
+		AmountCents: 200, Status: ledger.DisputeWon}); err != nil {
+		t.Fatal(err)
+	}
+	if d := scrape(t, e)[disputes] - before[disputes]; d != 0 {
+		t.Errorf("%s after the dispute was won: +%v, want +0", disputes, d)
+	}
+}

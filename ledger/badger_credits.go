@@ -43,8 +43,10 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 			return GrantResult{Entry: first, Balance: b, Repeated: true}, nil
 		}
 	}
+	// Only what takes credits away needs them available: a purchase or grant to an account in
+	// debt (reversals.go) credits, however small against the debt.
 	bal, held := a.figures(req.Mode)
-	if bal+req.Credits-held < 0 {
+	if req.Credits < 0 && bal+req.Credits-held < 0 {
 		a.mu.Unlock()
 		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
 	}

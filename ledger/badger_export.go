@@ -123,6 +123,20 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				}
 				return sink.UnmatchedPayment(p)
 			}},
+			{prefixPaymentIntent, func(k, v []byte) error {
+				p, err := readJSON[Payment](v, fmt.Sprintf("payment %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.Payment(p)
+			}},
+			{prefixReversal, func(k, v []byte) error {
+				r, err := readJSON[Reversal](v, fmt.Sprintf("reversal %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.Reversal(r)
+			}},
 			{prefixOutbox, func(k, v []byte) error {
 				var r outboxRecord
 				if err := json.Unmarshal(v, &r); err != nil {

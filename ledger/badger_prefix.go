@@ -32,6 +32,11 @@ const (
 	prefixToken  byte = 0x12 // SHA-256 digest of a verify/reset/invite token (32 bytes) -> tokenRecord (JSON), Badger TTL = expiry
 	// Payments that credited nothing (badger_payments.go).
 	prefixPayment byte = 0x13 // reference -> UnmatchedPayment (JSON), kept for good
+	// Money that flows back (badger_reversals.go), kept for good.
+	prefixPaymentIntent byte = 0x14 // payment id -> Payment (JSON)
+	prefixAcctPayment   byte = 0x15 // acct id + payment id -> empty: finds an account's payments
+	prefixReversal      byte = 0x16 // refund or dispute id -> Reversal (JSON)
+	prefixPaymentRef    byte = 0x17 // purchase reference -> payment id
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

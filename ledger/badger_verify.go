@@ -136,11 +136,12 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 			if m, ok := mem[id]; ok && seq < m.nextSeq {
 				c.cut[e.Mode] = *ms
 			}
-			if ms.bal < 0 && !c.negBal {
+			negBal, negAv := ms.negative()
+			if negBal && !c.negBal {
 				c.negBal = true
 				add(id, "negative_balance", "%s balance is %d after entry %d", e.Mode, ms.bal, seq)
 			}
-			if ms.bal-ms.open < 0 && !c.negAv {
+			if negAv && !c.negAv {
 				c.negAv = true
 				add(id, "negative_available", "%s available is %d after entry %d", e.Mode, ms.bal-ms.open, seq)
 			}
@@ -250,7 +251,7 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 			add(id, "memory_mismatch", "in memory balance %d, test %d, open holds %d, test %d; entries give %d, %d, %d, %d",
 				m.bal, m.testBal, m.held, m.testHeld, live.bal, test.bal, live.open, test.open)
 		}
-		if m.bal-m.held < 0 || m.testBal-m.testHeld < 0 {
+		if m.bal-m.held < -live.reversed || m.testBal-m.testHeld < 0 {
 			add(id, "negative_available", "in memory available %d, test %d", m.bal-m.held, m.testBal-m.testHeld)
 		}
 	}

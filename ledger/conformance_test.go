@@ -85,6 +85,16 @@ var conformanceTests = []struct {
 	{"ResolveUnmatchedPayment", testResolveUnmatchedPayment},
 	{"ResolveUnmatchedPaymentConcurrent", testResolveUnmatchedPaymentConcurrent},
 	{"UnmatchedPaymentsInvalid", testUnmatchedPaymentsInvalid},
+	// Reversals (conformance_reversals_test.go).
+	{"RefundIntoDebt", testRefundIntoDebt},
+	{"RefundSmallPurchaseAgainstDebt", testRefundSmallPurchaseAgainstDebt},
+	{"RefundPartialRounding", testRefundPartialRounding},
+	{"RefundBeforePayment", testRefundBeforePayment},
+	{"RefundConcurrent", testRefundConcurrent},
+	{"RefundFailed", testRefundFailed},
+	{"Disputes", testDisputes},
+	{"Payments", testPayments},
+	{"ReversalsInvalid", testReversalsInvalid},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

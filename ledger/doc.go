@@ -19,6 +19,7 @@
 //	Mail         EnqueueMail, ClaimMail, MarkMailSent, RetryMail, ListMail, DropMail,
 //	             tokens, address state, low-balance alert (LowBalanceChanges)
 //	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
+//	Reversals    RecordPayment, GetPayment, PaymentOf, AccountPayments, Reverse, ListReversals
 //
 // # Invariants
 //
@@ -26,6 +27,11 @@
 //
 //	balance   = sum of the account's entries of that mode >= 0
 //	available = balance - open holds                     >= 0
+//
+// with one exception, debt: a refund or dispute (reversals.go) takes a purchase's credits back
+// even if they were spent, so a live balance may go below zero, never by more than the credits
+// reversals took and did not give back (available >= -reversed); holds refuse until purchases
+// pay it.
 //
 // A hold (entry amount 0) reserves one credit; it is resolved exactly once, by a settle (amount
 // -1) or a void (amount 0). A request id is held at most once per account and resolved at most
@@ -81,6 +87,10 @@
 //	0F-12                  -> kept generations, the e-mail outbox and tokens (badger_prefix.go)
 //	13 reference           -> UnmatchedPayment (JSON): a payment that credited nothing; never
 //	                          deleted
+//	14 payment id          -> Payment (JSON): a payment that refunds and disputes name
+//	15 acct payment id     -> (empty): an account's payments
+//	16 reversal id         -> Reversal (JSON): a refund or dispute as applied; never deleted
+//	17 reference           -> payment id: the payment of a purchase
 //
 // Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12 (ids.go).
 //

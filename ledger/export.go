@@ -30,6 +30,11 @@ type ExportSink interface {
 	Idempotency(IdempotencyRecord) error
 	// UnmatchedPayment is a payment that credited nothing (Payments); its account may not exist.
 	UnmatchedPayment(UnmatchedPayment) error
+	// Payment is a payment that refunds and disputes name (Reversals); its account may not
+	// exist. Every payment comes before the reversals that name it.
+	Payment(Payment) error
+	// Reversal is a refund or dispute as applied; its entries are among the account's.
+	Reversal(Reversal) error
 	// Mail is a queued e-mail as stored, its sealed bytes as the caller gave them, with its
 	// attempts, next attempt, last error, and the claim and lease of a sender that held it
 	// (zero if none). Its AccountID, if any, is not checked: EnqueueMail does not check it.

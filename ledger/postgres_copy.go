@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -51,7 +52,10 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 		if err := ex.Export(ctx, imp); err != nil {
 			return err
 		}
-		return imp.flush()
+		if err := imp.flush(); err != nil {
+			return err
+		}
+		return imp.countReversed()
 	})
 	return pgErr(ctx, "copying ledger", err)
 }
@@ -71,7 +75,7 @@ var pgImportTables = []struct {
 	cols []string
 }{
 	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq",
-		"unverified", "low_balance_alert", "low_balance_notified"}},
+		"unverified", "low_balance_alert", "low_balance_notified", "reversed"}},
 	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
@@ -80,6 +84,8 @@ var pgImportTables = []struct {
 	{"idempotency", []string{"account_id", "idem_key", "request_id", "fingerprint", "status", "created", "hold_ttl"}},
 	{"unmatched_payments", []string{"reference", "event", "account_id", "package", "credits", "amount_cents", "currency",
 		"problem", "detail", "created", "resolved", "resolution"}},
+	{"payments", strings.Split(pgPayCols, ", ")},
+	{"reversals", strings.Split(pgReversalCols, ", ")},
 	{"mail_outbox", []string{"id", "account_id", "kind", "sealed", "created", "attempts", "next_attempt", "lease_until", "claim", "last_error"}},
 	{"account_tokens", []string{"digest", "account_id", "purpose", "expires"}},
 }
@@ -109,9 +115,37 @@ func (p *pgImport) flush() error {
 	return nil
 }
 
+// Account stores an account. Its reversed credits (what refunds and disputes took, the floor of
+// a debt) are not an exported figure: they start at what the row's check needs and are counted
+// from the copied entries at the end (countReversed).
 func (p *pgImport) Account(a ExportAccount) error {
 	return p.add("accounts", a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Balance, a.Held,
-		a.TestBalance, a.TestHeld, int64(a.NextSeq), a.Unverified, a.LowBalanceAlert, a.LowBalanceNotified)
+		a.TestBalance, a.TestHeld, int64(a.NextSeq), a.Unverified, a.LowBalanceAlert, a.LowBalanceNotified,
+		max(a.Held-a.Balance, 0))
+}
+
+// countReversed sets every account's reversed credits from its refund and dispute entries, as
+// Reverse keeps them.
+func (p *pgImport) countReversed() error {
+	_, err := p.tx.Exec(p.ctx, `UPDATE accounts a SET reversed = r.credits
+		FROM (SELECT account_id, -sum(amount) AS credits FROM entries
+			WHERE kind IN ('refund', 'dispute') AND mode = 'live' GROUP BY account_id) r
+		WHERE a.id = r.account_id`)
+	if err != nil {
+		return fmt.Errorf("counting reversed credits: %w", err)
+	}
+	return nil
+}
+
+// Payment stores a payment that refunds and disputes name.
+func (p *pgImport) Payment(pay Payment) error {
+	return p.add("payments", payArgs(pay)...)
+}
+
+// Reversal stores a refund or dispute as applied.
+func (p *pgImport) Reversal(r Reversal) error {
+	return p.add("reversals", r.ID, string(r.Kind), r.Payment, r.AccountID, r.Reference, r.AmountCents, r.Currency,
+		r.Credits, r.Status, r.Reason, r.Event, r.Created.UnixNano(), r.Updated.UnixNano())
 }
 
 func (p *pgImport) Key(k ExportKey) error {

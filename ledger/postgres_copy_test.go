@@ -75,6 +75,18 @@ func TestCopyLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// r4 stays open.
+	// Money that flows back: cs_1 refunded in full, cs_2 disputed, which leaves alice in debt;
+	// a delayed payment of bob's still pending.
+	for _, p := range []Payment{
+		{ID: "pi_1", Reference: "cs_1", AccountID: alice.ID, Credits: 10, AmountCents: 900, Currency: "eur", Status: PaymentPaid},
+		{ID: "pi_2", Reference: "cs_2", AccountID: alice.ID, Credits: 10, AmountCents: 900, Currency: "eur", Status: PaymentPaid},
+		{ID: "pi_bob", Reference: "cs_bob", AccountID: bob.ID, AmountCents: 200, Currency: "eur", Status: PaymentPending},
+	} {
+		mustRecordPayment(t, from, p)
+	}
+	mustReverse(t, from, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Currency: "eur", Status: RefundApplied})
+	mustReverse(t, from, ReversalRequest{ID: "du_2", Kind: ReversalDispute, Payment: "pi_2", AmountCents: 900, Currency: "eur",
+		Status: DisputeOpen, Reason: "fraudulent"})
 	token, _, err := from.CreateSession(bg, alice.ID, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +231,30 @@ func TestCopyLedger(t *testing.T) {
 		Problem: ProblemUnknownPackage}); err != nil || !repeated || p != wantPay[0] {
 		t.Errorf("recording a payment recorded on Badger: %+v %v %v", p, repeated, err)
 	}
+	// Payments and reversals: the same; a repeated refund takes nothing, the dispute closes.
+	for _, acct := range []string{alice.ID, bob.ID} {
+		got, err := to.AccountPayments(bg, acct, 0)
+		want, _ := from.AccountPayments(bg, acct, 0)
+		if err != nil || len(got) == 0 || !reflect.DeepEqual(got, want) {
+			t.Errorf("payments of %s after the copy:\n got %+v %v\nwant %+v", acct, got, err, want)
+		}
+	}
+	gotRev, err := to.ListReversals(bg, "", "", 0)
+	wantRev, _ := from.ListReversals(bg, "", "", 0)
+	if err != nil || len(gotRev) != 2 || !reflect.DeepEqual(gotRev, wantRev) {
+		t.Errorf("reversals after the copy:\n got %+v %v\nwant %+v", gotRev, err, wantRev)
+	}
+	if r, err := to.Reverse(bg, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Status: RefundApplied}); err != nil || !r.Repeated {
+		t.Errorf("a refund applied on Badger applies again: %+v %v", r, err)
+	}
+	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-20 || b.Available != 20-1-20-1 {
+		t.Errorf("alice's debt after the copy: %+v", b)
+	}
 	rep := verifyClean(t, to)
+	if r, err := to.Reverse(bg, ReversalRequest{ID: "du_2", Kind: ReversalDispute, Payment: "pi_2", AmountCents: 900, Status: DisputeWon}); err != nil || r.Entry.Amount != 10 {
+		t.Errorf("the dispute copied open, won: %+v %v", r, err)
+	}
+	verifyClean(t, to)
 	if want, _ := from.Verify(bg); rep.Accounts != want.Accounts || rep.Entries != want.Entries {
 		t.Errorf("verify counts %d accounts / %d entries, Badger %d / %d", rep.Accounts, rep.Entries, want.Accounts, want.Entries)
 	}
@@ -330,6 +365,8 @@ type exported struct {
 	sessions    []ExportSession
 	idempotency []IdempotencyRecord
 	payments    []UnmatchedPayment
+	paid        []Payment
+	reversals   []Reversal
 	mail        []MailMessage
 	tokens      []ExportToken
 }
@@ -351,6 +388,8 @@ func (x *exported) UnmatchedPayment(p UnmatchedPayment) error {
 	x.payments = append(x.payments, p)
 	return nil
 }
+func (x *exported) Payment(p Payment) error   { x.paid = append(x.paid, p); return nil }
+func (x *exported) Reversal(r Reversal) error { x.reversals = append(x.reversals, r); return nil }
 func (x *exported) Mail(m MailMessage) error  { x.mail = append(x.mail, m); return nil }
 func (x *exported) Token(t ExportToken) error { x.tokens = append(x.tokens, t); return nil }
 
@@ -366,6 +405,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.sessions, func(a, b ExportSession) int { return by(a, b) })
 	slices.SortFunc(x.idempotency, func(a, b IdempotencyRecord) int { return by(a, b) })
 	slices.SortFunc(x.payments, func(a, b UnmatchedPayment) int { return by(a, b) })
+	slices.SortFunc(x.paid, func(a, b Payment) int { return by(a, b) })
+	slices.SortFunc(x.reversals, func(a, b Reversal) int { return by(a, b) })
 	slices.SortFunc(x.mail, func(a, b MailMessage) int { return by(a, b) })
 	slices.SortFunc(x.tokens, func(a, b ExportToken) int { return by(a, b) })
 	return x
@@ -429,6 +470,16 @@ func pgExported(t *testing.T, s *Postgres) exported {
 		p.Created, p.Resolved = pgTime(pr.created), pgTimeOrZero(pr.resolved)
 		x.payments = append(x.payments, p)
 	})
+	rows, _ := s.pool.Query(bg, `SELECT `+pgPayCols+` FROM payments`)
+	paid, err := pgx.CollectRows(rows, scanPay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.paid = paid
+	rows, _ = s.pool.Query(bg, `SELECT `+pgReversalCols+` FROM reversals`)
+	if x.reversals, err = pgx.CollectRows(rows, scanReversal); err != nil {
+		t.Fatal(err)
+	}
 	var or outboxRow
 	each(`SELECT `+pgOutboxCols+` FROM mail_outbox`, or.dest(), func() {
 		or.m.LeaseUntil = time.Time{}

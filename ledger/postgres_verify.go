@@ -28,9 +28,12 @@ func pgLongStatements(ctx context.Context, tx pgx.Tx) error {
 type pgVerifyAccount struct {
 	stored  [4]int64 // balance, held, test_balance, test_held
 	nextSeq int64
-	sums    map[Mode]*modeSums
-	lastSeq int64
-	flagged map[string]bool // problem kinds reported once per account
+	// reversed is the stored count of credits that refunds and disputes took and did not give
+	// back (the floor of the live available figure).
+	reversed int64
+	sums     map[Mode]*modeSums
+	lastSeq  int64
+	flagged  map[string]bool // problem kinds reported once per account
 }
 
 // Verify recomputes every account's figures from its entries, in one consistent snapshot (a
@@ -82,11 +85,11 @@ func (s *Postgres) Verify(ctx context.Context) (VerifyReport, error) {
 }
 
 func verifyLoadAccounts(ctx context.Context, tx pgx.Tx) (map[string]*pgVerifyAccount, error) {
-	rows, _ := tx.Query(ctx, `SELECT id, balance, held, test_balance, test_held, next_seq FROM accounts`)
+	rows, _ := tx.Query(ctx, `SELECT id, balance, held, test_balance, test_held, next_seq, reversed FROM accounts`)
 	accts := map[string]*pgVerifyAccount{}
 	var id string
 	var a pgVerifyAccount
-	_, err := pgx.ForEachRow(rows, []any{&id, &a.stored[0], &a.stored[1], &a.stored[2], &a.stored[3], &a.nextSeq}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &a.stored[0], &a.stored[1], &a.stored[2], &a.stored[3], &a.nextSeq, &a.reversed}, func() error {
 		c := a
 		c.sums = map[Mode]*modeSums{Live: {}, Test: {}}
 		c.flagged = map[string]bool{}
@@ -127,10 +130,11 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAcc
 			return nil
 		}
 		ms.apply(kind, amount)
-		if ms.bal < 0 {
+		negBal, negAv := ms.negative()
+		if negBal {
 			once("negative_balance", "%s balance is %d after entry %d", mode, ms.bal, seq)
 		}
-		if ms.bal-ms.open < 0 {
+		if negAv {
 			once("negative_available", "%s available is %d after entry %d", mode, ms.bal-ms.open, seq)
 		}
 		if balAfter != ms.bal || availAfter != ms.bal-ms.open {
@@ -165,6 +169,9 @@ func verifyFigures(id string, a *pgVerifyAccount, open map[Mode]int64, add func(
 	if a.stored[0] != live.bal || a.stored[2] != test.bal {
 		add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d", a.stored[0], a.stored[2], live.bal, test.bal)
 	}
+	if a.reversed != live.reversed {
+		add(id, "balance_mismatch", "stored reversed credits %d, refunds and disputes in the entries took %d", a.reversed, live.reversed)
+	}
 	if a.stored[1] != live.open || a.stored[3] != test.open {
 		add(id, "open_hold_mismatch", "stored open holds %d / test %d, the entries leave %d / %d open", a.stored[1], a.stored[3], live.open, test.open)
 	}
@@ -173,7 +180,7 @@ func verifyFigures(id string, a *pgVerifyAccount, open map[Mode]int64, add func(
 			add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", got, m, a.sums[m].open)
 		}
 	}
-	if a.stored[0]-a.stored[1] < 0 || a.stored[2]-a.stored[3] < 0 {
+	if a.stored[0]-a.stored[1] < -live.reversed || a.stored[2]-a.stored[3] < 0 {
 		add(id, "negative_available", "stored available %d, test %d", a.stored[0]-a.stored[1], a.stored[2]-a.stored[3])
 	}
 	if a.nextSeq != a.lastSeq+1 {

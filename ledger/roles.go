@@ -433,4 +433,5 @@ type Store interface {
 	Maintenance
 	Mail
 	Payments
+	Reversals
 }

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
+	"net/mail"
 	"net/url"
 	"regexp"
 	"strings"
@@ -95,13 +96,15 @@ type Handler struct {
 	TaxIDCollection bool `json:"tax_id_collection,omitempty"`
 
 	// SMTP is the server that sends the account area's e-mail: address verification,
-	// password reset, invitations and low-balance alerts (mail.go). Default: none; then no
+	// password reset, invitations, low-balance alerts, refunds and, to operator_email, new
+	// disputes (mail.go). Default: none; then no
 	// e-mail is sent, sign-ups count as verified, and password reset is off (the pages say
 	// so). Needs public_url, for the links in the messages.
 	SMTP *SMTP `json:"smtp,omitempty"`
 
 	// MailTemplates is a directory whose files replace the built-in e-mail templates of the
-	// same name (verify, reset, invite, low_balance; .txt and .html). Default: the built-in ones.
+	// same name (verify, reset, invite, low_balance, refund, dispute; .txt and .html). Default:
+	// the built-in ones.
 	MailTemplates string `json:"mail_templates,omitempty"`
 
 	// MailKey seals queued e-mail, which carries live links (32 bytes in base64: openssl rand
@@ -109,6 +112,16 @@ type Handler struct {
 	// set the same one. Default: the key file textgen/retention.key in Caddy's data directory,
 	// the one kept generations use.
 	MailKey string `json:"mail_key,omitempty"`
+
+	// OperatorEmail is the address that gets an e-mail about every new dispute (chargeback) of
+	// a purchase, with its id, reason, amount and account. Needs smtp. Default: none (the dispute
+	// is logged at warning level, and listed by caddy textgen payments list).
+	OperatorEmail string `json:"operator_email,omitempty"`
+
+	// RefuseDisputedPurchases refuses new Checkout purchases from an account that has an open
+	// or lost dispute, with a message that says why and whom to ask. Default: off (a disputed
+	// account may buy again; the credits of the disputed purchase are taken off either way).
+	RefuseDisputedPurchases bool `json:"refuse_disputed_purchases,omitempty"`
 
 	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
 
@@ -119,6 +132,8 @@ type Handler struct {
 	app *atomic.Pointer[app]
 	// unregisterInviter withdraws the app from the admin API's invitations (invite.go).
 	unregisterInviter func()
+	// unregisterRefunder withdraws the app from the admin API's refunds (refund.go).
+	unregisterRefunder func()
 }
 
 // Package is a credit package on sale. The price is in euro cents.
@@ -219,6 +234,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		maxKeys:          h.MaxKeys,
 		invoiceCreation:  h.InvoiceCreation,
 		taxIDCollection:  h.TaxIDCollection,
+		operatorEmail:    h.OperatorEmail,
+		refuseDisputed:   h.RefuseDisputedPurchases,
 	}
 	if h.LimitsStore != "" {
 		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {
@@ -246,6 +263,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.app.Store(a)
 		h.unregisterInviter = textgenapp.RegisterInviter(store, a)
+		if a.stripe != nil {
+			h.unregisterRefunder = textgenapp.RegisterRefunder(store, a)
+		}
 		return nil
 	})
 	return nil
@@ -301,6 +321,14 @@ func (h *Handler) Validate() error {
 	if h.MaxKeys < 0 {
 		return fmt.Errorf("textgen_account: max_keys must not be negative")
 	}
+	if h.OperatorEmail != "" {
+		if _, err := mail.ParseAddress(h.OperatorEmail); err != nil {
+			return fmt.Errorf("textgen_account: operator_email: %q is not an e-mail address: %v", h.OperatorEmail, err)
+		}
+		if h.SMTP == nil {
+			return fmt.Errorf("textgen_account: operator_email needs smtp: without it no e-mail is sent")
+		}
+	}
 	if h.SMTP != nil {
 		if err := h.SMTP.Validate(); err != nil {
 			return err
@@ -322,6 +350,9 @@ func (h *Handler) Cleanup() error {
 func (h *Handler) release() error {
 	if h.unregisterInviter != nil {
 		h.unregisterInviter()
+	}
+	if h.unregisterRefunder != nil {
+		h.unregisterRefunder()
 	}
 	if h.app != nil {
 		if a := h.app.Load(); a != nil {

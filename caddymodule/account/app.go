@@ -42,6 +42,10 @@ type appConfig struct {
 	httpClient *http.Client
 	// mail sends e-mail (mail.go); nil: no smtp, no e-mail.
 	mail *mailer
+	// operatorEmail gets the notice of a new dispute ("": none is sent).
+	operatorEmail string
+	// refuseDisputed refuses Checkout to an account with an open or lost dispute (buy.go).
+	refuseDisputed bool
 }
 
 // app is the account area: its routes and everything they share. It is independent of Caddy's

@@ -1,6 +1,8 @@
 package account
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -19,12 +21,51 @@ import (
 type buyData struct {
 	Packages []Package
 	Enabled  bool
+	Refused  bool // refuse_disputed_purchases: the account has a dispute
+}
+
+// With refuse_disputed_purchases, an account with an open or lost dispute (chargeback) buys
+// nothing: its bank took or may take a payment back, and another purchase could go the same
+// way. The buy page says so instead of offering packages, and a form sent anyway is refused
+// with 403 before Stripe is asked for anything. A dispute won (or refunds) does not count.
+
+// disputeRefusal is the message of a refused purchase.
+const disputeRefusal = "Buying credits is not available for this account while a payment of it is disputed with your bank (a chargeback). " +
+	"Please contact the operator of this service to settle it."
+
+// disputedBy returns the account's open or lost dispute when purchases from it are refused.
+func (a *app) disputedBy(ctx context.Context, acct string) (ledger.Reversal, bool, error) {
+	if !a.refuseDisputed {
+		return ledger.Reversal{}, false, nil
+	}
+	ds, err := a.store.ListReversals(ctx, acct, ledger.ReversalDispute, maxReversals)
+	if err != nil {
+		return ledger.Reversal{}, false, err
+	}
+	for _, d := range ds {
+		if d.Status == ledger.DisputeOpen || d.Status == ledger.DisputeLost {
+			return d, true, nil
+		}
+	}
+	return ledger.Reversal{}, false, nil
 }
 
 func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	p := sc.page("Buy credits", "buy")
 	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil}
-	a.render(w, r, http.StatusOK, "buy", p)
+	status := http.StatusOK
+	if a.stripe != nil {
+		d, refused, err := a.disputedBy(r.Context(), sc.acct.ID)
+		if err != nil {
+			a.internalError(w, r, sc, "reading the account's disputes", err)
+			return
+		}
+		if refused {
+			a.logger.Info("buy page of a disputed account: buying refused", zap.String("account", sc.acct.ID), zap.String("dispute", d.ID))
+			p.Error, p.Data, status = disputeRefusal, buyData{Packages: a.packages, Refused: true}, http.StatusForbidden
+		}
+	}
+	a.render(w, r, status, "buy", p)
 }
 
 func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -40,6 +81,18 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		p.Error = "There is no such package. Choose one of the packages below."
 		p.Data = buyData{Packages: a.packages, Enabled: true}
 		a.render(w, r, http.StatusBadRequest, "buy", p)
+		return
+	}
+	if d, refused, err := a.disputedBy(r.Context(), sc.acct.ID); err != nil {
+		a.internalError(w, r, sc, "reading the account's disputes", err)
+		return
+	} else if refused {
+		a.logger.Warn("a purchase from an account with a dispute was refused (refuse_disputed_purchases)",
+			zap.String("account", sc.acct.ID), zap.String("dispute", d.ID), zap.String("dispute_status", d.Status))
+		p := sc.page("Buy credits", "buy")
+		p.Error = disputeRefusal
+		p.Data = buyData{Packages: a.packages, Refused: true}
+		a.render(w, r, http.StatusForbidden, "buy", p)
 		return
 	}
 	base := a.baseURL(r) + a.prefix
@@ -86,7 +139,9 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 
 type successData struct {
 	Purchase *ledger.Entry
-	Balance  ledger.Balance
+	// Unpaid is the session's payment when it is pending (a delayed payment method) or failed.
+	Unpaid  *ledger.Payment
+	Balance ledger.Balance
 }
 
 // buySuccess is Stripe's return page. It shows whether the webhook has credited the session
@@ -102,6 +157,17 @@ func (a *app) buySuccess(w http.ResponseWriter, r *http.Request, sc *sessionCtx)
 	for i := range purchases {
 		if sid != "" && purchases[i].Reference == sid {
 			d.Purchase = &purchases[i]
+		}
+	}
+	if d.Purchase == nil && sid != "" {
+		// Another account's session says nothing here, as on the receipt.
+		p, err := a.store.PaymentOf(r.Context(), sid)
+		switch {
+		case err == nil && p.AccountID == sc.acct.ID && p.Status != ledger.PaymentPaid:
+			d.Unpaid = &p
+		case err != nil && !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrInvalidArgument):
+			a.internalError(w, r, sc, "reading the payment", err)
+			return
 		}
 	}
 	if d.Balance, err = a.store.Balance(r.Context(), sc.acct.ID); err != nil {

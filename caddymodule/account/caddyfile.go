@@ -57,6 +57,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		}
 //		mail_templates        <dir>
 //		mail_key              <base64>   # e.g. {env.TEXTGEN_MAIL_KEY}
+//		operator_email        <address>  # gets an e-mail about every new dispute (needs smtp)
+//		refuse_disputed_purchases        # no Checkout for an account with an open or lost dispute
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -123,6 +125,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.String(d, &h.MailTemplates)
 		case "mail_key":
 			err = cfarg.String(d, &h.MailKey)
+		case "operator_email":
+			err = cfarg.String(d, &h.OperatorEmail)
+		case "refuse_disputed_purchases":
+			err = flag(d, name, &h.RefuseDisputedPurchases)
 		case "package":
 			args := d.RemainingArgs()
 			if len(args) != 3 {

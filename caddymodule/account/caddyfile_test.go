@@ -33,6 +33,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		max_keys 5
 		invoice_creation
 		tax_id_collection
+		refuse_disputed_purchases
+		operator_email "Billing <billing@example.com>"
 	}`)
 	var h Handler
 	if err := h.UnmarshalCaddyfile(d); err != nil {
@@ -44,7 +46,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		StripeAPIURL: "http://127.0.0.1:12111", WebhookTolerance: caddy.Duration(10 * time.Minute),
 		Packages:  []Package{{ID: "small", Credits: 10, PriceCents: 200}, {ID: "big", Credits: 100, PriceCents: 1500}},
 		PublicURL: "https://api.example.com", TestCredits: 20, SiteName: "Example API", MaxKeys: 5,
-		InvoiceCreation: true, TaxIDCollection: true,
+		InvoiceCreation: true, TaxIDCollection: true, RefuseDisputedPurchases: true, OperatorEmail: "Billing <billing@example.com>",
 	}
 	gotJSON, _ := json.Marshal(h)
 	wantJSON, _ := json.Marshal(want)
@@ -65,6 +67,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		`textgen_account { package p10 ten 200 }`,
 		`textgen_account { package p10 10 2.00 }`,
 		`textgen_account { test_credits many }`,
+		`textgen_account { refuse_disputed_purchases yes }`,
+		`textgen_account { operator_email a@example.com b@example.com }`,
+		"textgen_account {\n operator_email\n}",
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
@@ -79,21 +84,23 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for field, h := range map[string]Handler{
-		"ledger":            {},
-		"path_prefix":       {Ledger: "/x", PathPrefix: "account"},
-		"path_prefix /":     {Ledger: "/x", PathPrefix: "/"},
-		"path_prefix //":    {Ledger: "/x", PathPrefix: "//"},
-		"session_lifetime":  {Ledger: "/x", SessionLifetime: caddy.Duration(365 * 24 * time.Hour)},
-		"cookie_name":       {Ledger: "/x", CookieName: "bad name;"},
-		"package":           {Ledger: "/x", Packages: []Package{{ID: "a b", Credits: 1, PriceCents: 100}}},
-		"package twice":     {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 100}, {ID: "a", Credits: 2, PriceCents: 200}}},
-		"package credits":   {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 0, PriceCents: 100}}},
-		"package price":     {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 10}}},
-		"public_url":        {Ledger: "/x", PublicURL: "api.example.com"},
-		"public_url path":   {Ledger: "/x", PublicURL: "https://api.example.com/account"},
-		"stripe_api_url":    {Ledger: "/x", StripeAPIURL: "ftp://x"},
-		"test_credits":      {Ledger: "/x", TestCredits: -1},
-		"webhook_tolerance": {Ledger: "/x", WebhookTolerance: -1},
+		"ledger":              {},
+		"path_prefix":         {Ledger: "/x", PathPrefix: "account"},
+		"path_prefix /":       {Ledger: "/x", PathPrefix: "/"},
+		"path_prefix //":      {Ledger: "/x", PathPrefix: "//"},
+		"session_lifetime":    {Ledger: "/x", SessionLifetime: caddy.Duration(365 * 24 * time.Hour)},
+		"cookie_name":         {Ledger: "/x", CookieName: "bad name;"},
+		"package":             {Ledger: "/x", Packages: []Package{{ID: "a b", Credits: 1, PriceCents: 100}}},
+		"package twice":       {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 100}, {ID: "a", Credits: 2, PriceCents: 200}}},
+		"package credits":     {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 0, PriceCents: 100}}},
+		"package price":       {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 10}}},
+		"public_url":          {Ledger: "/x", PublicURL: "api.example.com"},
+		"public_url path":     {Ledger: "/x", PublicURL: "https://api.example.com/account"},
+		"stripe_api_url":      {Ledger: "/x", StripeAPIURL: "ftp://x"},
+		"test_credits":        {Ledger: "/x", TestCredits: -1},
+		"webhook_tolerance":   {Ledger: "/x", WebhookTolerance: -1},
+		"operator_email":      {Ledger: "/x", OperatorEmail: "not an address", SMTP: &SMTP{Host: "h", From: "a@example.com"}, PublicURL: "https://x.example"},
+		"operator_email smtp": {Ledger: "/x", OperatorEmail: "ops@example.com"},
 	} {
 		err := h.Validate()
 		name := strings.Fields(field)[0]

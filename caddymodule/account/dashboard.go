@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -13,6 +14,10 @@ import (
 const (
 	recentRequests = 20
 	historyWindow  = 300 // entries read to find the latest requests
+	// recentPayments is how many of the account's latest payments are read for the ones not
+	// paid (pending or failed), recentReversals how many refunds and disputes are listed.
+	recentPayments  = 20
+	recentReversals = 20
 )
 
 // requestRow is one generate request as the dashboard lists it.
@@ -27,9 +32,13 @@ type requestRow struct {
 }
 
 type dashboardData struct {
-	Balance    ledger.Balance
-	Requests   []requestRow
-	Purchases  []ledger.Entry
+	Balance   ledger.Balance
+	Requests  []requestRow
+	Purchases []ledger.Entry
+	// Unpaid are the latest payments that are pending (a delayed payment method: nothing is
+	// credited until it succeeds) or failed; Reversals the latest refunds and disputes.
+	Unpaid     []ledger.Payment
+	Reversals  []ledger.Reversal
 	Usage      usageSummary
 	TestTarget int64
 	CanBuy     bool
@@ -52,6 +61,11 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		a.internalError(w, r, sc, "reading purchases", err)
 		return
 	}
+	unpaid, reversals, err := a.moneyBack(ctx, sc.acct.ID)
+	if err != nil {
+		a.internalError(w, r, sc, "reading payments, refunds and disputes", err)
+		return
+	}
 	first := now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-chartDays)
 	usage, err := a.store.Usage(ctx, ledger.UsageQuery{AccountID: sc.acct.ID, From: first})
 	if err != nil {
@@ -68,8 +82,26 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		}
 	}
 	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
+		Unpaid: unpaid, Reversals: reversals,
 		Usage: summarizeUsage(usage, first), TestTarget: a.testCredits, CanBuy: a.stripe != nil}
 	a.render(w, r, http.StatusOK, "dashboard", p)
+}
+
+// moneyBack returns the account's latest payments that are not paid (pending or failed) and its
+// latest refunds and disputes, for the dashboard.
+func (a *app) moneyBack(ctx context.Context, acct string) ([]ledger.Payment, []ledger.Reversal, error) {
+	ps, err := a.store.AccountPayments(ctx, acct, recentPayments)
+	if err != nil {
+		return nil, nil, err
+	}
+	var unpaid []ledger.Payment
+	for _, p := range ps {
+		if p.Status != ledger.PaymentPaid {
+			unpaid = append(unpaid, p)
+		}
+	}
+	rs, err := a.store.ListReversals(ctx, acct, "", recentReversals)
+	return unpaid, rs, err
 }
 
 // latestRequests turns ledger entries (newest first) into the newest n requests: a hold opens

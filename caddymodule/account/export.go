@@ -14,7 +14,7 @@ import (
 )
 
 // The CSV export of an account's whole history: every ledger entry (purchases, grants, holds,
-// charges, releases), newest first as the dashboard lists them, read from the ledger a page at a
+// charges, releases, refunds, disputes), newest first as the dashboard lists them, read from the ledger a page at a
 // time so that a long history is never held in memory.
 
 // exportPage is how many entries one ledger read returns (the History maximum).
@@ -53,7 +53,11 @@ func (a *app) exportCSV(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 	}
 }
 
-// exportRow is one entry as CSV fields; amounts of money in euros with two decimals.
+// exportRow is one entry as CSV fields; amounts of money in euros with two decimals, the
+// currency in capitals (Stripe's refund and dispute events, whose entries keep what Stripe sent,
+// write it in small letters; a purchase in capitals). A refund's or dispute's row has its id as
+// the reference (with /failed, /won or /lost when it gave credits back or became final) and the
+// amount refunded or disputed.
 func exportRow(e ledger.Entry) []string {
 	amount := ""
 	if e.AmountCents != 0 {
@@ -62,7 +66,7 @@ func exportRow(e ledger.Entry) []string {
 	return []string{
 		e.Time.UTC().Format(time.RFC3339), string(e.Kind), string(e.Mode),
 		strconv.FormatInt(e.Amount, 10), strconv.FormatInt(e.BalanceAfter, 10), strconv.FormatInt(e.AvailableAfter, 10),
-		csvText(e.RequestID), csvText(e.KeyID), csvText(e.Tool), csvText(e.Reference), amount, csvText(e.Currency), csvText(e.Reason),
+		csvText(e.RequestID), csvText(e.KeyID), csvText(e.Tool), csvText(e.Reference), amount, csvText(strings.ToUpper(e.Currency)), csvText(e.Reason),
 	}
 }
 

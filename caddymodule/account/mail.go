@@ -25,8 +25,8 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// E-mail of the account area: address verification, password reset, invitations and the
-// low-balance alert. A request never waits for SMTP: it renders the message, seals it (the
+// E-mail of the account area: address verification, password reset, invitations, the
+// low-balance alert, the customer's refund notice and the operator's notice of a new dispute. A request never waits for SMTP: it renders the message, seals it (the
 // message may carry a live link) and queues it in the ledger's outbox (ledger.Mail); the
 // sender (mail_sender.go) delivers it, retrying with backoff, and on a shared PostgreSQL
 // ledger several instances drain one queue without sending a message twice.
@@ -95,7 +95,7 @@ var mailTemplateFS embed.FS
 // mailKinds are the messages the account area sends; each has <kind>.txt (a "Subject:" line,
 // an empty line and the plain-text body, text/template) and <kind>.html (the HTML body,
 // html/template).
-var mailKinds = []string{"verify", "reset", "invite", "low_balance"}
+var mailKinds = []string{"verify", "reset", "invite", "low_balance", "refund", "dispute"}
 
 // mailTemplates are the parsed templates of every kind.
 type mailTemplates struct {
@@ -148,6 +148,12 @@ func loadMailTemplates(dir string) (*mailTemplates, error) {
 type mailData struct {
 	Site, Email, Link, Valid string
 	Available, Threshold     int64
+	// A refund's or dispute's (refund, dispute): its id, the amount and of what payment total,
+	// the purchase's reference and payment id, the account, the credits it took off, Refund
+	// "full" or "partial", the provider's reason, the status, the date.
+	ID, Amount, Total, Reference, Payment, AccountID string
+	Credits                                          int64
+	Refund, Reason, Status, Date                     string
 }
 
 // outgoing is a rendered message, what is sealed into the outbox.
@@ -202,11 +208,18 @@ func newMailer(smtp SMTP, key []byte, templateDir string) (*mailer, error) {
 	return &mailer{sealer: s, templates: mt, smtp: smtp}, nil
 }
 
-// queue renders kind for the account, seals it and puts it in the outbox.
+// queueMail renders kind for the account, seals it and puts it in the outbox.
 func (a *app) queueMail(ctx context.Context, acct ledger.Account, kind string, d mailData) error {
+	d.Email = acct.Email
+	return a.queueMailTo(ctx, acct.ID, acct.Email, kind, d)
+}
+
+// queueMailTo renders kind for the address to (an account's, or the operator's about account
+// acctID), seals it and puts it in the outbox.
+func (a *app) queueMailTo(ctx context.Context, acctID, to, kind string, d mailData) error {
 	m := a.mail
-	d.Site, d.Email = a.siteName, acct.Email
-	out, err := m.templates.render(kind, acct.Email, d)
+	d.Site = a.siteName
+	out, err := m.templates.render(kind, to, d)
 	if err != nil {
 		return err
 	}
@@ -215,7 +228,7 @@ func (a *app) queueMail(ctx context.Context, acct ledger.Account, kind string, d
 		return err
 	}
 	if _, err := m.store.EnqueueMail(context.WithoutCancel(ctx), ledger.MailMessage{
-		AccountID: acct.ID, Kind: kind, Sealed: m.sealer.Seal(plain, mailAD(acct.ID, kind)),
+		AccountID: acctID, Kind: kind, Sealed: m.sealer.Seal(plain, mailAD(acctID, kind)),
 	}); err != nil {
 		return fmt.Errorf("queueing %s mail: %w", kind, err)
 	}

@@ -107,7 +107,8 @@ func (a *app) smtpClient() (*gomail.Client, error) {
 
 // mailUsefulFor is how long after it was queued a message of kind is still worth sending: as
 // long as the link it carries works (a reset link of an hour ago would only tell the customer
-// that it expired), and a day for a low-balance alert (the balance has changed since).
+// that it expired), a week for a refund's or a dispute's notice, and a day for a low-balance
+// alert (the balance has changed since).
 func mailUsefulFor(kind string) time.Duration {
 	switch kind {
 	case "verify":
@@ -116,9 +117,15 @@ func mailUsefulFor(kind string) time.Duration {
 		return resetTTL
 	case "invite":
 		return inviteTTL
+	case "refund", "dispute":
+		// About money, and still true a week later: a dispute must be answered within days.
+		return mailUsefulMoney
 	}
 	return mailUsefulOther
 }
+
+// mailUsefulMoney is how long a refund's or dispute's notice is worth sending.
+const mailUsefulMoney = 7 * 24 * time.Hour
 
 // mailUsefulOther is how long a message without a link (a low-balance alert) is worth sending.
 const mailUsefulOther = 24 * time.Hour

@@ -44,6 +44,24 @@ var funcs = template.FuncMap{
 	"perCredit": func(p Package) string {
 		return formatEuro(p.PriceCents / p.Credits)
 	},
+	"customerStatus": customerStatus,
+}
+
+// customerStatus says where a refund or dispute stands, in the customer's words (a dispute the
+// ledger calls won is one the payment stands in; lost, one the bank gave the money back in).
+func customerStatus(r ledger.Reversal) string {
+	switch {
+	case r.Kind == ledger.ReversalRefund && r.Status == ledger.RefundFailed:
+		return "refund failed: nothing was refunded, the credits are yours again"
+	case r.Kind == ledger.ReversalRefund:
+		return "refunded"
+	case r.Status == ledger.DisputeOpen:
+		return "dispute open: the credits of this purchase are on hold until it is decided"
+	case r.Status == ledger.DisputeWon:
+		return "dispute closed: the payment stands, the credits are yours again"
+	default:
+		return "dispute closed: the payment was returned through your bank, the credits were taken back"
+	}
 }
 
 // formatEuro writes integer cents as euros: 200 -> "€2.00".

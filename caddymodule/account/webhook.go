@@ -21,9 +21,12 @@ import (
 //   - The signature (Stripe-Signature, HMAC-SHA256 with the endpoint's secret) and its
 //     timestamp (at most WebhookTolerance old) are checked first; a failure is 400.
 //   - checkout.session.completed and checkout.session.async_payment_succeeded credit the
-//     session's package when payment_status is "paid". Other events, unpaid sessions (an async
-//     payment still pending: its async_payment_succeeded event comes later) are acknowledged
-//     with 200 and logged, because retrying cannot change them.
+//     session's package when payment_status is "paid", and record its payment intent, which
+//     refunds and disputes name (webhook_reversals.go). An unpaid session (a delayed payment
+//     method: its async_payment_succeeded or _failed event comes later) is recorded as a pending
+//     payment, which My Account shows; checkout.session.async_payment_failed records it failed
+//     and credits nothing. Other events are acknowledged with 200 and logged, because retrying
+//     cannot change them.
 //   - A session is credited only when it paid the price of its package in EUR (the package as
 //     the session was created for it: its metadata). A paid session that cannot be credited
 //     (another amount or currency, an unknown package, an unknown account) is kept in the
@@ -49,6 +52,9 @@ type checkoutSession struct {
 	Currency          string            `json:"currency"`
 	Mode              string            `json:"mode"`
 	Metadata          map[string]string `json:"metadata"`
+	// PaymentIntent is what refunds and disputes of the session name (an id: the webhook's
+	// payloads do not expand it).
+	PaymentIntent string `json:"payment_intent"`
 }
 
 func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
@@ -73,8 +79,11 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := a.logger.With(zap.String("event", ev.ID), zap.String("type", string(ev.Type)))
+	if ev.Data != nil && a.webhookReversal(w, r, log, ev) {
+		return
+	}
 	switch ev.Type {
-	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded", "checkout.session.async_payment_failed":
 	default:
 		log.Debug("ignored a Stripe event of another type")
 		webhookReply(w, http.StatusOK, "ignored: event type")
@@ -87,11 +96,12 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.With(zap.String("checkout_session", cs.ID), zap.String("account", cs.ClientReferenceID))
-	if cs.PaymentStatus != "paid" {
-		log.Info("checkout session not paid (yet); not credited", zap.String("payment_status", cs.PaymentStatus))
-		webhookReply(w, http.StatusOK, "ignored: not paid")
+	if ev.Type == "checkout.session.async_payment_failed" || cs.PaymentStatus != "paid" {
+		a.delayedPayment(w, r, log, cs, ev.Type == "checkout.session.async_payment_failed")
 		return
 	}
+	payment := ledger.Payment{ID: cs.PaymentIntent, Reference: cs.ID, AccountID: cs.ClientReferenceID,
+		Package: cs.Metadata["package"], AmountCents: cs.AmountTotal, Currency: cs.Currency, Status: ledger.PaymentPaid}
 	unmatched := ledger.UnmatchedPayment{
 		Reference: cs.ID, Event: ev.ID, AccountID: cs.ClientReferenceID, Package: cs.Metadata["package"],
 		AmountCents: cs.AmountTotal, Currency: cs.Currency,
@@ -99,7 +109,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	pkg, ok := a.sessionPackage(cs)
 	if !ok {
 		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownPackage, "no package of this id is configured"
-		a.keepUnmatched(w, r, log, unmatched, "ignored: unknown package")
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown package")
 		return
 	}
 	unmatched.Credits = pkg.Credits
@@ -110,7 +120,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		unmatched.Problem = ledger.ProblemAmountMismatch
 		unmatched.Detail = fmt.Sprintf("paid %d %s cents; package %s costs %d EUR cents for %d credits",
 			cs.AmountTotal, strings.ToUpper(cs.Currency), pkg.ID, pkg.PriceCents, pkg.Credits)
-		a.keepUnmatched(w, r, log, unmatched, "ignored: amount differs from the package price")
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: amount differs from the package price")
 		return
 	}
 	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
@@ -125,12 +135,18 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	})
 	if errors.Is(err, ledger.ErrNotFound) {
 		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownAccount, "no account has this id"
-		a.keepUnmatched(w, r, log, unmatched, "ignored: unknown account")
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown account")
 		return
 	}
 	if err != nil {
 		log.Error("crediting a paid checkout session failed; answering 500 so that Stripe retries", zap.Error(err))
 		webhookReply(w, http.StatusInternalServerError, "ledger error")
+		return
+	}
+	// The payment that refunds and disputes will name, recorded after the purchase (also when
+	// the purchase is a repeat: a delivery that failed between the two records it now).
+	payment.Credits = pkg.Credits
+	if !a.recordPayment(w, r, log, payment) {
 		return
 	}
 	if res.Repeated {
@@ -146,7 +162,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 // keepUnmatched keeps a paid session that credits nothing in the ledger's unmatched payments
 // and acknowledges it with reply. The event is acknowledged only once the record is durable: if
 // the ledger fails, 500, and Stripe delivers it again.
-func (a *app) keepUnmatched(w http.ResponseWriter, r *http.Request, log *zap.Logger, p ledger.UnmatchedPayment, reply string) {
+func (a *app) keepUnmatched(w http.ResponseWriter, r *http.Request, log *zap.Logger, p ledger.UnmatchedPayment, payment ledger.Payment, reply string) {
 	fields := []zap.Field{zap.String("problem", p.Problem), zap.String("detail", p.Detail),
 		zap.String("package", p.Package), zap.Int64("amount_cents", p.AmountCents), zap.String("currency", p.Currency)}
 	_, repeated, err := a.store.RecordUnmatchedPayment(r.Context(), p)
@@ -156,6 +172,8 @@ func (a *app) keepUnmatched(w http.ResponseWriter, r *http.Request, log *zap.Log
 			append(fields, zap.Error(err))...)
 		webhookReply(w, http.StatusInternalServerError, "ledger error")
 		return
+	case !a.recordPayment(w, r, log, payment): // its refund (the operator's remedy) must be found
+		return
 	case repeated:
 		log.Info("a PAID checkout session that credits nothing was kept before", fields...)
 	default:
@@ -163,6 +181,65 @@ func (a *app) keepUnmatched(w http.ResponseWriter, r *http.Request, log *zap.Log
 			fields...)
 	}
 	webhookReply(w, http.StatusOK, reply)
+}
+
+// recordPayment records the payment of a Checkout Session, which refunds and disputes name, and
+// answers 500 when the ledger cannot (Stripe delivers the event again). A session without a
+// payment intent (an API version or mode without one) has nothing to record.
+func (a *app) recordPayment(w http.ResponseWriter, r *http.Request, log *zap.Logger, p ledger.Payment) bool {
+	if p.ID == "" {
+		log.Warn("a checkout session without a payment intent: its refunds and disputes cannot be traced to it")
+		return true
+	}
+	if p.Currency == "" {
+		p.Currency = "eur"
+	}
+	if _, _, err := a.store.RecordPayment(r.Context(), p); err != nil {
+		log.Error("recording the payment of a checkout session failed; answering 500 so that Stripe retries",
+			zap.String("payment_intent", p.ID), zap.Error(err))
+		webhookReply(w, http.StatusInternalServerError, "ledger error")
+		return false
+	}
+	return true
+}
+
+// delayedPayment handles a Checkout Session whose payment settles later (SEPA Direct Debit and
+// other delayed methods): completed but not paid yet, it is recorded as pending, which My
+// Account shows; its async_payment_failed event records it failed and credits nothing (its
+// async_payment_succeeded event credits it, as a paid completion does).
+func (a *app) delayedPayment(w http.ResponseWriter, r *http.Request, log *zap.Logger, cs checkoutSession, failed bool) {
+	status, reply := ledger.PaymentPending, "ignored: not paid (payment pending)"
+	if failed {
+		status, reply = ledger.PaymentFailed, "ignored: payment failed"
+	}
+	log.Info("checkout session not paid; not credited", zap.String("payment_status", cs.PaymentStatus), zap.String("recorded", string(status)))
+	known, err := a.accountKnown(r, cs.ClientReferenceID)
+	if err != nil {
+		log.Error("reading the account of a delayed payment failed; answering 500 so that Stripe retries", zap.Error(err))
+		webhookReply(w, http.StatusInternalServerError, "ledger error")
+		return
+	}
+	if cs.PaymentIntent != "" && known {
+		p := ledger.Payment{ID: cs.PaymentIntent, Reference: cs.ID, AccountID: cs.ClientReferenceID, Package: cs.Metadata["package"],
+			AmountCents: cs.AmountTotal, Currency: cs.Currency, Status: status}
+		if !a.recordPayment(w, r, log, p) {
+			return
+		}
+	}
+	webhookReply(w, http.StatusOK, reply)
+}
+
+// accountKnown reports whether an account has id (a session for no account records nothing
+// pending).
+func (a *app) accountKnown(r *http.Request, id string) (bool, error) {
+	if id == "" {
+		return false, nil
+	}
+	_, err := a.store.GetAccount(r.Context(), id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // What an operator runs for a paid session the webhook could not credit.

@@ -46,11 +46,15 @@ func checkoutEventIn(evType, sessionID, acctID, paymentStatus, pkg string, amoun
 			"amount_total":        amount,
 			"currency":            currency,
 			"metadata":            md,
+			"payment_intent":      paymentIntentOf(sessionID),
 		}},
 	}
 	b, _ := json.Marshal(ev)
 	return b
 }
+
+// paymentIntentOf is the PaymentIntent of a Checkout Session in the tests' events.
+func paymentIntentOf(sessionID string) string { return "pi_of_" + sessionID }
 
 // deliver posts a payload signed as Stripe signs it (secret and timestamp as given).
 func deliver(t *testing.T, url string, payload []byte, secret string, at time.Time) (int, string) {

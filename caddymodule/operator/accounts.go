@@ -73,7 +73,18 @@ func (adminAPI) getAccount(w http.ResponseWriter, r *http.Request, store ledger.
 	if err != nil {
 		return accountError(err, id, "listing the keys of account %s", id)
 	}
-	return writeAdminJSON(w, http.StatusOK, accountDetail{Account: acct, Credits: bal, Keys: keyViews(keys)})
+	disputes, err := store.ListReversals(r.Context(), id, ledger.ReversalDispute, 1000)
+	if err != nil {
+		return accountError(err, id, "listing the disputes of account %s", id)
+	}
+	d := accountDetail{Account: acct, Credits: bal, Keys: keyViews(keys), Disputes: disputes}
+	if d.Disputes == nil {
+		d.Disputes = []ledger.Reversal{}
+	}
+	for _, rv := range disputes {
+		d.Disputed = d.Disputed || rv.Status == ledger.DisputeOpen || rv.Status == ledger.DisputeLost
+	}
+	return writeAdminJSON(w, http.StatusOK, d)
 }
 
 func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {

@@ -242,7 +242,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
 			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")
 		}),
-		cliGroup("payments", "Payments that came in and credited nothing (another amount, an unknown package or account): list, resolve",
+		cliGroup("payments", "Payments that came in and credited nothing (another amount, an unknown package or account), refunds and disputes: list, resolve, refund",
 			cliLeaf("list", "Lists paid Checkout Sessions that credited nothing, newest first (open ones unless --all)", cmdPaymentsList, func(c *cobra.Command) {
 				c.Flags().Bool("all", false, "Also list the resolved ones")
 				c.Flags().Int("limit", 50, "Number of payments (at most 1000)")
@@ -250,6 +250,11 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("resolve", "Marks an unmatched payment resolved, with what was done (credited by hand, refunded)", cmdPaymentsResolve, func(c *cobra.Command) {
 				c.Flags().String("reference", "", "The payment's reference: its Checkout Session id (required; see 'caddy textgen payments list')")
 				c.Flags().String("note", "", "What was done, e.g. \"credited acct_... by hand\" or \"refunded\" (required; stays in the ledger)")
+			}),
+			cliLeaf("refund", "Refunds a purchase through Stripe's API; the ledger takes the refunded share of its credits off once (rounded up), as for a refund made in Stripe", cmdPaymentsRefund, func(c *cobra.Command) {
+				c.Flags().String("reference", "", "The purchase's reference: its Checkout Session id (required; see 'caddy textgen history')")
+				c.Flags().Int64("amount", 0, "Cents to refund (default: all that is left)")
+				c.Flags().String("reason", "", "Stripe's reason: duplicate, fraudulent or requested_by_customer")
 			}),
 		),
 		cliGroup("mail", "E-mail outbox: list, drop",

@@ -89,10 +89,14 @@ func cmdAccountGet(c *cliContext) error {
 	}
 	return c.print(raw, func(w io.Writer) {
 		printAccount(w, d.Account)
+		if d.Disputed {
+			fmt.Fprintln(w, "DISPUTED: a payment of this account is disputed (open) or was taken back by its bank (lost); see below.")
+		}
 		fmt.Fprintln(w)
 		printBalance(w, d.Credits)
 		fmt.Fprintln(w)
 		printKeys(w, d.Keys)
+		printReversals(w, d.Disputes)
 	})
 }
 

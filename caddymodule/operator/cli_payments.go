@@ -11,7 +11,7 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// caddy textgen payments list|resolve
+// caddy textgen payments list|resolve|refund
 
 func cmdPaymentsList(c *cliContext) error {
 	q := url.Values{}
@@ -30,6 +30,7 @@ func cmdPaymentsList(c *cliContext) error {
 		return err
 	}
 	return c.print(raw, func(w io.Writer) {
+		defer printReversals(w, pl.Reversals)
 		if len(pl.Payments) == 0 {
 			if all {
 				fmt.Fprintln(w, "No payment has come in that credited nothing.")
@@ -82,4 +83,52 @@ func printPayments(w io.Writer, ps []ledger.UnmatchedPayment) {
 			p.Problem, cliDash(p.Detail), resolved)
 	}
 	tw.Flush()
+}
+
+func cmdPaymentsRefund(c *cliContext) error {
+	ref, err := requireString(c.fl, "reference")
+	if err != nil {
+		return err
+	}
+	amount, err := c.fl.GetInt64("amount")
+	if err != nil {
+		return err
+	}
+	if amount < 0 {
+		return fmt.Errorf("--amount %d: give the cents to refund (default: all that is left)", amount)
+	}
+	var res ledger.ReversalResult
+	raw, err := c.call(http.MethodPost, "/textgen/payments/"+url.PathEscape(ref)+"/refund", nil,
+		refundRequest{AmountCents: amount, Reason: c.fl.String("reason")}, &res)
+	if err != nil {
+		return err
+	}
+	return c.print(raw, func(w io.Writer) {
+		rv := res.Reversal
+		fmt.Fprintf(w, "Refund %s of %s of purchase %s: %d credits taken off account %s.\n", rv.ID, cliMoney(rv.AmountCents, rv.Currency),
+			ref, rv.Credits, cliDash(rv.AccountID))
+		if res.Repeated {
+			fmt.Fprintln(w, "(Stripe's event for it had arrived first; nothing was taken twice.)")
+		}
+	})
+}
+
+// printReversals lists refunds and disputes, if any.
+func printReversals(w io.Writer, rs []ledger.Reversal) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRefunds and disputes:")
+	tw := cliTable(w)
+	fmt.Fprintln(tw, "ID\tKIND\tPURCHASE\tACCOUNT\tAMOUNT\tCREDITS\tSTATUS\tREASON\tCHANGED")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Kind, r.Reference, cliDash(r.AccountID),
+			cliMoney(r.AmountCents, r.Currency), r.Credits, r.Status, cliDash(r.Reason), cliTime(r.Updated))
+	}
+	tw.Flush()
+}
+
+// cliMoney writes cents of currency as "1.00 EUR".
+func cliMoney(cents int64, currency string) string {
+	return fmt.Sprintf("%d.%02d %s", cents/100, cents%100, strings.ToUpper(currency))
 }

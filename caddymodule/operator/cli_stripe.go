@@ -137,6 +137,7 @@ func checkoutCompleted(session, acct, pkg string, credits, cents int64) ([]byte,
 			"client_reference_id": acct,
 			"amount_total":        cents,
 			"currency":            "eur",
+			"payment_intent":      "pi_local_" + strings.TrimPrefix(session, "cs_"),
 			"metadata": map[string]string{
 				"package": pkg, "credits": fmt.Sprint(credits), "price_cents": fmt.Sprint(cents), "account_id": acct,
 			},

@@ -34,7 +34,7 @@ func init() {
 //	GET  /textgen/ledgers                                  the ledger directories open in this process
 //	POST /textgen/accounts                                 {"email"} → the account (201)
 //	GET  /textgen/accounts?cursor=&limit=                  {"accounts", "next_cursor"}
-//	GET  /textgen/accounts/{id}                            the account with its balance and keys
+//	GET  /textgen/accounts/{id}                            the account with its balance, keys and disputes ("disputed": one open or lost)
 //	POST /textgen/accounts/{id}/disable                    the account
 //	POST /textgen/accounts/{id}/enable                     the account
 //	POST /textgen/accounts/{id}/invite                     {"link", "mailed", ...}: the password link, e-mailed by My Account
@@ -47,8 +47,9 @@ func init() {
 //	GET  /textgen/accounts/{id}/ledger?cursor=&limit=      {"entries", "next_cursor"}
 //	GET  /textgen/usage?account=&from=&to=                 requests and credits per tool and per day;
 //	                                                       from/to: a day (UTC; "to" includes it) or an RFC 3339 time ("to" excluded)
-//	GET  /textgen/payments?all=&limit=                     {"payments", "open_only"}: paid sessions that credited nothing, newest first
+//	GET  /textgen/payments?all=&limit=                     {"payments", "open_only", "reversals"}: paid sessions that credited nothing, newest first; refunds and disputes
 //	POST /textgen/payments/{reference}/resolve             {"note"} → {"payment", "repeated"}
+//	POST /textgen/payments/{reference}/refund              {"amount_cents", "reason"} → {"reversal", "payment", "entry", "balance", "repeated"}
 //	GET  /textgen/mail?limit=                              {"messages"}: the e-mail waiting to go out, oldest first
 //	POST /textgen/mail/{id}/drop                           {"dropped": id}: gives up on a queued e-mail
 //	GET  /textgen/ledger/verify                            ledger.VerifyReport (200 also when not ok)
@@ -124,6 +125,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/usage", a.usage)
 	handle("GET /textgen/payments", a.listPayments)
 	handle("POST /textgen/payments/{reference}/resolve", a.resolvePayment)
+	handle("POST /textgen/payments/{reference}/refund", a.refund)
 	handle("GET /textgen/mail", a.listMail)
 	handle("POST /textgen/mail/{id}/drop", a.dropMail)
 	handle("GET /textgen/ledger/verify", a.verify)

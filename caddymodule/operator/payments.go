@@ -1,16 +1,21 @@
 package operator
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// Unmatched payments: GET /textgen/payments and POST /textgen/payments/{reference}/resolve.
-// A paid Checkout Session the webhook could not credit (another amount, an unknown package or
-// account) is kept in the ledger; these routes are the operator's to-do list of them.
+// Payments: GET /textgen/payments, POST /textgen/payments/{reference}/resolve and
+// POST /textgen/payments/{reference}/refund. A paid Checkout Session the webhook could not credit
+// (another amount, an unknown package or account) is kept in the ledger; these routes are the
+// operator's to-do list of them, the refunds and disputes the ledger applied, and a refund.
 
 func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
 	q := r.URL.Query()
@@ -33,7 +38,43 @@ func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store ledge
 	if ps == nil {
 		ps = []ledger.UnmatchedPayment{}
 	}
-	return writeAdminJSON(w, http.StatusOK, paymentList{Payments: ps, OpenOnly: openOnly})
+	rs, err := store.ListReversals(r.Context(), "", "", limit)
+	if err != nil {
+		return ledgerError(err, "listing refunds and disputes")
+	}
+	return writeAdminJSON(w, http.StatusOK, paymentList{Payments: ps, OpenOnly: openOnly, Reversals: rs})
+}
+
+// refund asks My Account of the ledger, which holds the Stripe key, to refund a purchase through
+// Stripe's API; the ledger takes the credits off through the path of Stripe's refund events,
+// once, by the refund's id (so the event that follows changes nothing).
+func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+	var req refundRequest
+	if err := decodeAdminJSON(r, &req, true); err != nil {
+		return err
+	}
+	switch req.Reason {
+	case "", "duplicate", "fraudulent", "requested_by_customer":
+	default:
+		return badRequest("reason: %q is not one of duplicate, fraudulent, requested_by_customer", req.Reason)
+	}
+	if req.AmountCents < 0 {
+		return badRequest("amount_cents: %d is negative; give the cents to refund, or 0 for all that is left", req.AmountCents)
+	}
+	ref := r.PathValue("reference")
+	rf := textgenapp.RefunderFor(store)
+	if rf == nil {
+		return caddy.APIError{HTTPStatus: http.StatusConflict,
+			Err: errors.New("no textgen_account with Stripe serves this ledger: a refund needs its Stripe key (refund in Stripe's dashboard instead: the ledger follows its event)")}
+	}
+	res, err := rf.Refund(r.Context(), ref, req.AmountCents, req.Reason)
+	if errors.Is(err, textgenapp.ErrRefund) {
+		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: err}
+	}
+	if err != nil {
+		return ledgerError(err, "refunding %s", ref)
+	}
+	return writeAdminJSON(w, http.StatusOK, res)
 }
 
 func (adminAPI) resolvePayment(w http.ResponseWriter, r *http.Request, store ledger.Store) error {

@@ -25,11 +25,17 @@ type accountList struct {
 	NextCursor string           `json:"next_cursor"`
 }
 
-// accountDetail is an account with what an operator looks at next: its credits and keys.
+// accountDetail is an account with what an operator looks at next: its credits and keys, and
+// whether a payment of it is disputed.
 type accountDetail struct {
 	ledger.Account
 	Credits ledger.Balance `json:"credits"`
 	Keys    []keyView      `json:"keys"`
+	// Disputed is true while the account has a dispute (chargeback) that is open or was lost;
+	// Disputes are all of its disputes, won ones too, last changed first, each with its id,
+	// purchase, amount, credits taken off, status and the bank's reason.
+	Disputed bool              `json:"disputed"`
+	Disputes []ledger.Reversal `json:"disputes"`
 }
 
 // keyView is what the admin API shows of a key. It is built field by field so that nothing but
@@ -130,6 +136,17 @@ type paymentList struct {
 	Payments []ledger.UnmatchedPayment `json:"payments"`
 	// OpenOnly: only the payments not resolved yet are listed (the default; ?all=true lists all).
 	OpenOnly bool `json:"open_only"`
+	// Reversals are the refunds and disputes, last changed first (as many as limit): money that
+	// flowed back, each applied to the ledger once.
+	Reversals []ledger.Reversal `json:"reversals"`
+}
+
+// refundRequest asks for a refund of a purchase (POST /textgen/payments/{reference}/refund).
+type refundRequest struct {
+	// AmountCents is what to refund; 0: all that is left.
+	AmountCents int64 `json:"amount_cents"`
+	// Reason is Stripe's: duplicate, fraudulent or requested_by_customer; "" for none.
+	Reason string `json:"reason"`
 }
 
 type resolvePaymentRequest struct {

@@ -1,0 +1,69 @@
+package textgenapp
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Refunds for the admin API: `caddy textgen payments refund` asks My Account of the same ledger,
+// which holds the Stripe key, to refund a purchase through Stripe's API; the ledger follows
+// through the path of Stripe's refund events. My Account registers itself when it starts (with
+// buying on) and withdraws in its Cleanup; during a reload the newest registration answers.
+
+// ErrRefund is a refund the operator asked for that cannot be made, and nothing was refunded:
+// the purchase has no payment, the amount is more than what is left, Stripe refused it.
+var ErrRefund = errors.New("refund not made")
+
+// Refunder refunds purchases at the payment provider.
+type Refunder interface {
+	// Refund refunds amountCents (0: what is left) of the purchase reference with reason (the
+	// provider's: duplicate, fraudulent, requested_by_customer; "" for none) and applies it to
+	// the ledger as the provider's event would.
+	Refund(ctx context.Context, reference string, amountCents int64, reason string) (ledger.ReversalResult, error)
+}
+
+var refunders struct {
+	mu   sync.Mutex
+	byLS map[ledger.Store][]*Refunder
+}
+
+// RegisterRefunder makes r answer refunds for store until the returned func is called.
+func RegisterRefunder(store ledger.Store, r Refunder) (unregister func()) {
+	refunders.mu.Lock()
+	defer refunders.mu.Unlock()
+	if refunders.byLS == nil {
+		refunders.byLS = map[ledger.Store][]*Refunder{}
+	}
+	p := &r
+	refunders.byLS[store] = append(refunders.byLS[store], p)
+	return func() {
+		refunders.mu.Lock()
+		defer refunders.mu.Unlock()
+		l := refunders.byLS[store]
+		for n, q := range l {
+			if q == p {
+				l = append(l[:n:n], l[n+1:]...)
+				break
+			}
+		}
+		if len(l) == 0 {
+			delete(refunders.byLS, store)
+		} else {
+			refunders.byLS[store] = l
+		}
+	}
+}
+
+// RefunderFor returns the newest refunder registered for store, or nil.
+func RefunderFor(store ledger.Store) Refunder {
+	refunders.mu.Lock()
+	defer refunders.mu.Unlock()
+	l := refunders.byLS[store]
+	if len(l) == 0 {
+		return nil
+	}
+	return *l[len(l)-1]
+}

@@ -1,0 +1,261 @@
+package ledger
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Money that flows back in the Badger engine (reversals.go): payments (prefixPaymentIntent, with
+// an index by account), and refunds and disputes (prefixReversal) by their id. Recording a
+// payment and applying a reversal read records and then write them; one process owns a Badger
+// directory, so s.revMu, held until the write is durable, makes each one step: of events racing
+// with one id, one applies it and the others find it applied. The entry a reversal writes goes
+// in the same commit as its records, so a crash keeps both or neither.
+
+func payKey(id string) []byte           { return key1(prefixPaymentIntent, id) }
+func acctPayKey(acct, id string) []byte { return key2(prefixAcctPayment, acct, id) }
+func reversalKey(id string) []byte      { return key1(prefixReversal, id) }
+func readJSON[T any](v []byte, what string) (T, error) {
+	var out T
+	if err := json.Unmarshal(v, &out); err != nil {
+		return out, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// RecordPayment stores or advances a payment.
+func (s *Badger) RecordPayment(ctx context.Context, p Payment) (Payment, bool, error) {
+	if err := checkPayment(p); err != nil {
+		return Payment{}, false, err
+	}
+	if err := s.beginWrite(); err != nil {
+		return Payment{}, false, err
+	}
+	defer s.end()
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	old, ok, err := s.payRecord(p.ID)
+	if err != nil {
+		return Payment{}, false, err
+	}
+	var prev *Payment
+	if ok {
+		prev = &old
+	}
+	rec, repeated := advancePayment(prev, p, now().UTC())
+	if repeated {
+		return rec, true, nil
+	}
+	ws := []write{set(payKey(rec.ID), mustJSON(rec)), set(key1(prefixPaymentRef, rec.Reference), []byte(rec.ID))}
+	if rec.AccountID != "" {
+		ws = append(ws, set(acctPayKey(rec.AccountID, rec.ID), nil))
+	}
+	if err := s.c.enqueue(ws).wait(); err != nil {
+		return Payment{}, false, err
+	}
+	return rec, false, nil
+}
+
+// GetPayment returns a payment.
+func (s *Badger) GetPayment(ctx context.Context, id string) (Payment, error) {
+	if err := checkString("payment id", id, maxReferenceLen, true); err != nil {
+		return Payment{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Payment{}, err
+	}
+	defer s.end()
+	p, ok, err := s.payRecord(id)
+	if err == nil && !ok {
+		err = fmt.Errorf("payment %q: %w", id, ErrNotFound)
+	}
+	return p, err
+}
+
+// PaymentOf returns the payment of a purchase reference, through its index.
+func (s *Badger) PaymentOf(ctx context.Context, reference string) (Payment, error) {
+	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+		return Payment{}, err
+	}
+	if err := s.begin(); err != nil {
+		return Payment{}, err
+	}
+	defer s.end()
+	id, ok, err := s.get(key1(prefixPaymentRef, reference))
+	if err == nil && ok {
+		var p Payment
+		if p, ok, err = s.payRecord(string(id)); ok {
+			return p, nil
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("payment of %q: %w", reference, ErrNotFound)
+	}
+	return Payment{}, err
+}
+
+// AccountPayments lists an account's payments, newest first.
+func (s *Badger) AccountPayments(ctx context.Context, accountID string, limit int) ([]Payment, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := []Payment{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		prefix := key1(prefixAcctPayment, accountID)
+		return iterate(txn, prefix, func(k, _ []byte) error {
+			if len(accountID) != accountIDLen {
+				return nil // another account's, whose id starts with this one
+			}
+			id := string(k[len(prefix):])
+			v, ok, err := getValue(txn, payKey(id))
+			if err != nil || !ok {
+				return err
+			}
+			p, err := readJSON[Payment](v, "payment "+id)
+			if err != nil {
+				return err
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Payment) int {
+		return cmp.Or(b.Created.Compare(a.Created), strings.Compare(a.ID, b.ID))
+	})
+	return out[:min(len(out), limit)], nil
+}
+
+// Reverse applies one refund or dispute event, once.
+func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResult, error) {
+	if err := checkReversal(req); err != nil {
+		return ReversalResult{}, err
+	}
+	// Taking back credits protects the operator: it runs within the space reserve, as settling
+	// does.
+	if err := s.beginChange(); err != nil {
+		return ReversalResult{}, err
+	}
+	defer s.end()
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	p, ok, err := s.payRecord(req.Payment)
+	if err != nil {
+		return ReversalResult{}, err
+	}
+	if !ok {
+		return ReversalResult{}, fmt.Errorf("payment %q of %s %q: %w", req.Payment, req.Kind, req.ID, ErrNotFound)
+	}
+	var prev *Reversal
+	if v, ok, err := s.get(reversalKey(req.ID)); err != nil {
+		return ReversalResult{}, err
+	} else if ok {
+		r, err := readJSON[Reversal](v, "reversal "+req.ID)
+		if err != nil {
+			return ReversalResult{}, err
+		}
+		prev = &r
+	}
+	if err := checkSameReversal(prev, req); err != nil {
+		return ReversalResult{}, err
+	}
+	st := reverse(p, prev, req, now().UTC())
+	res := ReversalResult{Reversal: st.reversal, Payment: st.payment, Repeated: st.repeated}
+	var a *account
+	if p.AccountID != "" {
+		if a, err = s.account(p.AccountID); err != nil && st.entry {
+			return ReversalResult{}, err
+		}
+	}
+	if st.repeated {
+		if a != nil {
+			a.mu.Lock()
+			res.Balance = a.balance()
+			a.mu.Unlock()
+		}
+		return res, nil
+	}
+	ws := []write{set(payKey(p.ID), mustJSON(st.payment)), set(reversalKey(req.ID), mustJSON(st.reversal))}
+	var op *pendingOp
+	if st.entry {
+		a.mu.Lock()
+		ent, ews := a.appendEntry(st.entryOf(), st.delta, 0, st.reversal.Updated)
+		// The entry's reference is indexed like a grant's, as PostgreSQL's unique index does.
+		ws = append(append(ews, set(grantRefKey(a.id, ent.Reference), seqBytes(ent.Seq))), ws...)
+		op = s.c.enqueue(ws)
+		a.refs[ent.Reference] = &refMem{entry: ent, op: op.id}
+		a.recent = append(a.recent, recentItem{kind: 'r', key: ent.Reference, op: op.id})
+		res.Entry, res.Balance = ent, a.balance()
+		a.mu.Unlock()
+	} else {
+		op = s.c.enqueue(ws)
+		if a != nil {
+			a.mu.Lock()
+			res.Balance = a.balance()
+			a.mu.Unlock()
+		}
+	}
+	if err := op.wait(); err != nil {
+		return ReversalResult{}, err
+	}
+	return res, nil
+}
+
+// ListReversals lists refunds and disputes, last changed first.
+func (s *Badger) ListReversals(ctx context.Context, accountID string, kind ReversalKind, limit int) ([]Reversal, error) {
+	limit, err := checkListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkReversalKind(kind); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := []Reversal{}
+	err = s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixReversal}, func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			r, err := readJSON[Reversal](v, fmt.Sprintf("reversal %q", k[1:]))
+			if err != nil {
+				return err
+			}
+			if (accountID == "" || r.AccountID == accountID) && (kind == "" || r.Kind == kind) {
+				out = append(out, r)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, compareReversals)
+	return out[:min(len(out), limit)], nil
+}
+
+// payRecord reads the payment of id; ok is false when there is none.
+func (s *Badger) payRecord(id string) (Payment, bool, error) {
+	v, ok, err := s.get(payKey(id))
+	if err != nil || !ok {
+		return Payment{}, false, err
+	}
+	p, err := readJSON[Payment](v, "payment "+id)
+	return p, err == nil, err
+}
