@@ -1,4 +1,4 @@
--- Kept generations (issue 16): the encrypted text of charged generations for their retention
+-- Kept generations: the encrypted text of charged generations for their retention
 -- window, so that any instance can serve or resume it. The ledger keeps only ciphertext (the
 -- handler encrypts every chunk); the sweep deletes rows whose window has ended.
 
