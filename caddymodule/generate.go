@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -353,9 +354,12 @@ func (g *generation) ledgerUnavailable(err error) {
 }
 
 func (g *generation) insufficient() *apiError {
-	where := g.h.BuyURL
+	// Where to buy: buy_url, else My Account of this ledger, with the packages it sells (none
+	// when its buying is off: then it is where the account is kept, and test credits refilled).
+	where, packages, buying := g.h.BuyURL, []string(nil), g.h.BuyURL != ""
 	if where == "" {
-		where = g.h.app.AccountArea(g.h.ledgerRef.Key())
+		area := g.h.app.AccountArea(g.h.ledgerRef.Key())
+		where, packages, buying = area.Where, area.Packages, len(area.Packages) > 0
 	}
 	msg := "no credits left; "
 	if debt := g.debt(); debt > 0 {
@@ -366,8 +370,10 @@ func (g *generation) insufficient() *apiError {
 		msg = "no test credits left; refill the test balance at " + where
 	case g.key.Mode == ledger.Test:
 		msg = "no test credits left; ask the operator of this service to refill them"
-	case where != "":
-		msg += "buy a credit package (10 credits = 2.00 EUR) at " + where
+	case buying && len(packages) > 0:
+		msg += "buy a credit package (" + strings.Join(packages, ", ") + ") at " + where
+	case buying:
+		msg += "buy credits at " + where
 	default:
 		msg += "ask the operator of this service for credits"
 	}

@@ -215,8 +215,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
 	// The API's 402 names this area (textgen_account's own address when it has public_url,
-	// else its path on the site).
-	tg.SetAccountArea(h.ledgerRef.Key(), strings.TrimRight(h.PublicURL, "/")+h.PathPrefix+"/")
+	// else its path on the site) and, when buying is on, the packages it sells.
+	area := textgenapp.AccountArea{Where: strings.TrimRight(h.PublicURL, "/") + h.PathPrefix + "/"}
+	if secretKey != "" {
+		for _, p := range h.Packages {
+			area.Packages = append(area.Packages, fmt.Sprintf("%d credits = %d.%02d EUR", p.Credits, p.PriceCents/100, p.PriceCents%100))
+		}
+	}
+	tg.SetAccountArea(h.ledgerRef.Key(), area)
 	cfg := appConfig{
 		limitsName:       h.ledgerRef.Key(),
 		logger:           h.logger,

@@ -44,7 +44,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // Provision sets up the app's logger.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	a.areas = &accountAreas{where: map[string]string{}}
+	a.areas = &accountAreas{where: map[string]AccountArea{}}
 	return nil
 }
 
