@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // shared is one real Ollama server for the tests that do not need special settings.
@@ -40,6 +41,7 @@ func TestMain(m *testing.M) {
 
 func sharedOllama(t testing.TB) *ollamatest.Server {
 	t.Helper()
+	tier.Full(t, "the real Ollama")
 	shared.once.Do(func() {
 		shared.srv, shared.err = ollamatest.Start(context.Background(), ollamatest.Options{})
 	})

@@ -15,8 +15,8 @@ import (
 // the balance shows -3 with nothing available, and it costs nothing; a new purchase of 10 pays
 // the debt and generating works again, 7 left. Verify is clean all along.
 func TestGenerateInDebt(t *testing.T) {
-	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL})
+	ollama := modelServer(t)
+	e := newEnv(t, envOptions{ollama: ollama})
 	ctx := context.Background()
 	acct, key := e.account(0)
 	buy := func(session, pi string) {

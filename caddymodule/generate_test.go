@@ -66,14 +66,14 @@ func assertPiecesOverTime(t *testing.T, chunks []chunk) {
 }
 
 func TestGenerateStreamsAndSettles(t *testing.T) {
-	o := realOllama(t)
+	ollama := modelServer(t)
 	for _, encode := range []bool{false, true} {
 		name := "plain"
 		if encode {
 			name = "behind encode"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, envOptions{ollama: o.URL, encode: encode})
+			e := newEnv(t, envOptions{ollama: ollama, encode: encode})
 			acct, key := e.account(3)
 			resp, err := e.post(context.Background(), key, genBody("email-writer", "Ask my landlord to fix the heating.", "en", "friendly"))
 			if err != nil {
@@ -116,8 +116,8 @@ func TestGenerateStreamsAndSettles(t *testing.T) {
 }
 
 func TestGenerateSSE(t *testing.T) {
-	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL})
+	ollama := modelServer(t)
+	e := newEnv(t, envOptions{ollama: ollama})
 	acct, key := e.account(2)
 	resp, err := e.post(context.Background(), key, genBody("summarizer", "Caddy is a web server.", "de", ""), "Accept", "text/event-stream")
 	if err != nil {
@@ -156,8 +156,8 @@ func TestGenerateSSE(t *testing.T) {
 // TestGenerateClientErrors sends every error a client can cause and checks the answer and
 // that nothing was charged or even held.
 func TestGenerateClientErrors(t *testing.T) {
-	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL, extra: "max_input_chars 100\nmax_body_size 2KiB\nlanguages de en tr pt"})
+	ollama := modelServer(t)
+	e := newEnv(t, envOptions{ollama: ollama, extra: "max_input_chars 100\nmax_body_size 2KiB\nlanguages de en tr pt"})
 	ctx := context.Background()
 	acct, key := e.account(5)
 	broke, brokeKey := e.account(0)
@@ -312,8 +312,8 @@ func mustAccountOf(t *testing.T, e *env, key string) string {
 
 // TestGenerateConcurrentSmallBalance: 50 simultaneous requests against 5 credits.
 func TestGenerateConcurrentSmallBalance(t *testing.T) {
-	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL})
+	ollama := modelServer(t)
+	e := newEnv(t, envOptions{ollama: ollama})
 	acct, key := e.account(5)
 	var wg sync.WaitGroup
 	var mu sync.Mutex

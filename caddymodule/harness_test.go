@@ -20,11 +20,12 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/tier"
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
@@ -82,6 +83,7 @@ func ledgerDir(t testing.TB) string {
 // needs Ollama fails when it cannot run.
 func realOllama(t testing.TB) *ollamatest.Server {
 	t.Helper()
+	tier.Full(t, "the real Ollama")
 	ollamaOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
@@ -93,10 +95,21 @@ func realOllama(t testing.TB) *ollamatest.Server {
 	return ollamaSrv
 }
 
+// modelServer is the model server of the tests of the handler's own rules: the real Ollama in the
+// full tier; in the fast tier (-short) the in-process fault server (a fake Ollama), streaming 24
+// pieces 2 ms apart, so that those rules are checked without the real one.
+func modelServer(t *testing.T) string {
+	t.Helper()
+	if !testing.Short() {
+		return realOllama(t).URL
+	}
+	return ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 24, Delay: 2 * time.Millisecond,
+		Window: ollamatest.TinyWindow}).URL
+}
+
 // env is one loaded Caddy config with its ledger.
 type env struct {
 	t      testing.TB
-	tester *caddytest.Tester
 	dir    string
 	store  ledger.Store
 	client *http.Client
@@ -188,6 +201,24 @@ http://127.0.0.1:%d {
 `, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, wire, o.ollama, model, settings)
 }
 
+// loadConfig adapts a Caddyfile and loads it into the in-process Caddy, as its admin endpoint's
+// /load does (caddytest would skip in the fast tier: the handler's rules are tested there too).
+func loadConfig(t *testing.T, caddyfile string) {
+	t.Helper()
+	cfg, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting the Caddyfile: %v\n%s", err, caddyfile)
+	}
+	for _, w := range warnings {
+		if !strings.Contains(w.Message, "not formatted") { // the tests' Caddyfiles are indented for Go
+			t.Logf("Caddyfile: %s", w.String())
+		}
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading the config: %v\n%s", err, caddyfile)
+	}
+}
+
 // newEnv loads a config into the in-process Caddy and returns its ledger.
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
@@ -195,19 +226,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if dir == "" {
 		dir = ledgerDir(t)
 	}
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		AdminPort: adminPort, TestRequestTimeout: 2 * time.Minute, LoadRequestTimeout: 30 * time.Second,
-	})
-	tester.InitServer(caddyfileFor(o, dir), "caddyfile")
-	if t.Skipped() || t.Failed() {
-		t.Fatalf("the Caddy config did not load")
-	}
+	loadConfig(t, caddyfileFor(o, dir))
 	abs, _ := filepath.Abs(dir)
 	store := textgenapp.OpenLedgers()[abs]
 	if store == nil {
 		t.Fatalf("ledger %s is not open after loading the config", abs)
 	}
-	return &env{t: t, tester: tester, dir: dir, store: store,
+	return &env{t: t, dir: dir, store: store,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 }
 

@@ -85,9 +85,6 @@ var caddyOnce sync.Once
 // caddytest finds it running and never takes its skip path.
 func startCaddy(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Fatal("this integration test does not run with -short")
-	}
 	var err error
 	caddyOnce.Do(func() {
 		err = caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, caddyAdminPort)), true)

@@ -23,6 +23,7 @@ import (
 	_ "github.com/caddy-textgen/textgen/caddymodule"
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
 	"github.com/caddy-textgen/textgen/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/tier"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -65,6 +66,7 @@ func TestMain(m *testing.M) {
 // It never skips: without it the test fails, naming the command that installs it.
 func realStripeMock(t testing.TB) *stripemocktest.Server {
 	t.Helper()
+	tier.Full(t, "stripe-mock")
 	stripeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -78,6 +80,7 @@ func realStripeMock(t testing.TB) *stripemocktest.Server {
 
 func realOllama(t testing.TB) *ollamatest.Server {
 	t.Helper()
+	tier.Full(t, "the real Ollama")
 	ollamaOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // TestCLIRefund: `payments refund` refunds through Stripe's API (the real stripe-mock, which
@@ -21,6 +22,7 @@ import (
 // refund's id; the refund event Stripe sends for it afterwards takes nothing more. `payments list`
 // shows it; a refund of more than is left, or of no purchase, is refused before Stripe is asked.
 func TestCLIRefund(t *testing.T) {
+	tier.Full(t, "stripe-mock and the caddy binary")
 	const secret = "whsec_cli_refund"
 	sm, err := stripemocktest.Start(context.Background())
 	if err != nil {

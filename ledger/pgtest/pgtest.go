@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/caddy-textgen/textgen/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // InstallHint is what to run on a machine without PostgreSQL.
@@ -252,6 +253,7 @@ var (
 // PostgreSQL is missing or does not start (it never skips: the tests need the real thing).
 func Shared(t testing.TB) *Server {
 	t.Helper()
+	tier.Full(t, "a real PostgreSQL server")
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if shared == nil && sharedErr == nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // The dev-mode command, built and run as a user runs it.
@@ -21,6 +23,7 @@ import (
 // The dev-mode command prints one line with the server's address, serves until SIGINT, and
 // then stops Ollama.
 func TestTinyOllamaCommand(t *testing.T) {
+	tier.Full(t, "the real Ollama")
 	bin := filepath.Join(t.TempDir(), "tinyollama")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {

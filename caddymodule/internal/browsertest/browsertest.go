@@ -4,6 +4,7 @@ package browsertest
 
 import (
 	"context"
+	"github.com/caddy-textgen/textgen/internal/tier"
 	"os"
 	"os/exec"
 	"testing"
@@ -18,6 +19,7 @@ const Install = "apt-get update && apt-get install -y chromium"
 // machine without it fails the test, saying how to install it.
 func Path(t testing.TB) string {
 	t.Helper()
+	tier.Full(t, "Chromium")
 	if p := os.Getenv("TEXTGEN_CHROMIUM"); p != "" {
 		return p
 	}

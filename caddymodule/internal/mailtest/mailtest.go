@@ -40,6 +40,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest/gobin"
 	"github.com/caddy-textgen/textgen/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // Version is the pinned mailpit.
@@ -74,6 +75,7 @@ type Server struct {
 // built or does not start (it never skips).
 func New(t testing.TB) *Server {
 	t.Helper()
+	tier.Full(t, "a real SMTP server (mailpit)")
 	s, err := Start(t.TempDir())
 	if err != nil {
 		t.Fatalf("mailtest: %v", err)
@@ -101,6 +103,7 @@ func NewImplicitTLS(t testing.TB, user, password string) *Server {
 // how TLS is required.
 func newTLS(t testing.TB, user, password, require string) *Server {
 	t.Helper()
+	tier.Full(t, "a real SMTP server (mailpit)")
 	dir := t.TempDir()
 	pool, err := writeCert(dir)
 	if err != nil {

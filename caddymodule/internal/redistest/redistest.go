@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-textgen/textgen/internal/freeport"
+	"github.com/caddy-textgen/textgen/internal/tier"
 )
 
 // InstallHint is what to run on a machine without redis-server.
@@ -43,6 +44,7 @@ type Server struct {
 // the test when redis-server is missing or does not start (it never skips).
 func New(t testing.TB) *Server {
 	t.Helper()
+	tier.Full(t, "a real redis-server")
 	s, err := Start(t.TempDir())
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
