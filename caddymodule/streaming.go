@@ -280,6 +280,8 @@ func (s *streamer) startKeepAlive(every time.Duration) (stop func()) {
 		return func() {}
 	}
 	var t *time.Timer
+	s.mu.Lock() // the callback reads t under mu: it may fire before AfterFunc returns
+	defer s.mu.Unlock()
 	t = time.AfterFunc(every, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
