@@ -101,7 +101,7 @@ with free test credits; $buying).
 Demo account $acct has 10 credits. Try:
 
   curl -N http://localhost:8080/api/v1/generate \\
-    -H 'X-API-Key: $key' -H 'Content-Type: application/json' \\
+    -H 'Authorization: Bearer $key' -H 'Content-Type: application/json' \\
     -d '{"tool":"email-writer","input":"Ask my landlord to fix the heating","language":"en","tone":"friendly"}' -i
 
 Press Ctrl-C to stop.

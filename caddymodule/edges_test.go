@@ -26,10 +26,22 @@ import (
 // server's writes block. It returns the status and a func that closes the connection.
 func stalledReader(t *testing.T, key, body string) (int, func()) {
 	t.Helper()
+	return stalledReaderSegments(t, key, body, 0)
+}
+
+// stalledReaderSegments is stalledReader with segments of at most mss bytes (0: the loopback's
+// own, about 64 KiB): Linux sizes the server's send buffer by its peer's segments, so with
+// 536-byte ones the server's socket takes about 90 KB of a reader that never reads, instead of
+// about 2.8 MB.
+func stalledReaderSegments(t *testing.T, key, body string, mss int) (int, func()) {
+	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
 			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+			if serr == nil && mss > 0 {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, mss)
+			}
 		})
 		if err != nil {
 			return err

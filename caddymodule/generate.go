@@ -45,21 +45,18 @@ func (g *generation) run() {
 	// the ledger before (the key, the hold; each bounded by the ledger's own timeout) are the
 	// ledger's, so a slow ledger is answered as one (503 ledger_unavailable), never as a model
 	// that did not answer in time.
-	s := &streamer{g: g, rc: http.NewResponseController(g.w),
-		timeout: time.Duration(h.WriteTimeout), end: time.Now().Add(time.Duration(h.GenerationTimeout))}
+	s := newStreamer(g, time.Now().Add(time.Duration(h.GenerationTimeout)))
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
 	// while nothing was delivered.
 	base := g.r.Context()
-	if h.retain != nil {
-		s.kept = h.retain.newKept(g)
-	}
 	if s.kept != nil {
 		base = context.WithoutCancel(base)
 	}
 	genCtx, cancel := context.WithDeadline(base, s.end)
 	defer cancel()
+	s.stop = cancel
 	if s.kept != nil {
 		stop := context.AfterFunc(g.r.Context(), func() { s.clientLeft(cancel) })
 		defer stop()
@@ -69,8 +66,12 @@ func (g *generation) run() {
 	// The stream waits for the model in here for as long as it runs, on the stack of Caddy's
 	// connection goroutine, which Go keeps at the largest it ever grew: what this frame holds
 	// beyond the call (the reservation, the prompt, the metrics) is done in functions of its
-	// own (see backends' generateOn).
+	// own (see backends' generateOn). Generate gives the model's place back when the model is
+	// done; a slow client then reads the rest from what the streamer holds (drain).
 	stats, gerr := backend.Generate(genCtx, g.backendRequest(adm, s), s.emit)
+	if err := s.drain(); err != nil && gerr == nil {
+		gerr = &backends.Error{Kind: backends.KindCanceled, Pieces: stats.Pieces, Err: err} // the client did not get it all
+	}
 	stopKeepAlive()
 	g.ended(s, stats, gerr, genStart)
 }

@@ -45,6 +45,10 @@ const (
 	// max_output_tokens is far shorter). A longer generation is not kept at all, and stops once
 	// its client has gone.
 	keptMaxBytes = 1 << 20
+	// keptRetryBytes bounds the text of ended generations that wait for a ledger that cannot take
+	// it now (a database that restarts): past it the oldest is given up (its text, never its
+	// charge). About 16,000 answers of 4 KiB.
+	keptRetryBytes = 64 << 20
 )
 
 // errKeptFull stops a detached generation that outgrew keptMaxBytes.
@@ -145,6 +149,8 @@ type keptText struct {
 	flushedBytes int64
 	chunks       int
 	written      bool
+	retrying     bool // its end waits for a retry (later)
+	let          bool // stopped is closed
 }
 
 // newKept prepares the keeping of g's text; nil when the key is not loaded yet.
@@ -233,6 +239,10 @@ type keptFlusher struct {
 	kept    map[*keptText]struct{} // started and not yet written to their end
 	running bool
 	wake    chan struct{} // one buffered signal: something has ended
+	// The flusher's own: the ended generations that wait for a retry, and their text's bytes.
+	retrying   int
+	retryBytes int64
+	failing    bool // the last write failed: the next failure is not logged again
 }
 
 // add hands a generation that has text to the flusher, starting the flusher if it is idle.
@@ -262,7 +272,8 @@ func (w *keptFlusher) due() {
 	}
 }
 
-// run is the flusher's loop; it returns once no generation is left.
+// run is the flusher's loop; it returns once no generation is left. While ended generations wait
+// for the ledger it tries them again, retryFirst to retryMax apart, as settles are retried.
 func (w *keptFlusher) run(r *retention) {
 	var ticks <-chan time.Time
 	if r.shared {
@@ -270,12 +281,16 @@ func (w *keptFlusher) run(r *retention) {
 		defer t.Stop()
 		ticks = t.C
 	}
+	var retry <-chan time.Time
+	pause := retryFirst
 	for {
 		tick := false
 		select {
 		case <-ticks:
 			tick = true
 		case <-w.wake:
+		case <-retry:
+			retry = nil
 		}
 		w.mu.Lock()
 		var batch []*keptText
@@ -289,6 +304,13 @@ func (w *keptFlusher) run(r *retention) {
 		}
 		w.mu.Unlock()
 		r.write(batch)
+		switch {
+		case w.retrying == 0:
+			retry, pause = nil, retryFirst
+		case retry == nil:
+			retry = time.After(pause)
+			pause = min(2*pause, retryMax)
+		}
 		w.mu.Lock()
 		if len(w.kept) == 0 {
 			w.running = false
@@ -301,7 +323,8 @@ func (w *keptFlusher) run(r *retention) {
 
 // write writes what the ledger lacks of the generations in batch: one PutGenerations per
 // ledger, and deletes what was written of those that ended without a charge. A generation whose
-// end was written (or failed to be) leaves the flusher.
+// end was written leaves the flusher; one whose end the ledger could not take now
+// (ErrUnavailable) stays for another try (later).
 func (r *retention) write(batch []*keptText) {
 	type pending struct {
 		k     *keptText
@@ -315,8 +338,13 @@ func (r *retention) write(batch []*keptText) {
 		ended, voided := k.ended, k.voided
 		k.mu.Unlock()
 		if voided {
-			k.deleteWritten()
-			r.done(k)
+			if err := k.deleteWritten(); err != nil && !r.later(k, err) {
+				r.log.Error("deleting the kept text of a generation that was not charged; it goes at the end of its window",
+					zap.String("request_id", k.rec.RequestID), zap.Error(err))
+				r.done(k)
+			} else if err == nil {
+				r.done(k)
+			}
 			continue
 		}
 		step, kp := k.prepare(ended)
@@ -332,48 +360,126 @@ func (r *retention) write(batch []*keptText) {
 		puts[k.store] = append(puts[k.store], kp...)
 		todo = append(todo, pending{k, ended, step})
 	}
-	failed := map[ledger.Store]bool{}
+	failed := map[ledger.Store]error{}
 	for store, p := range puts {
 		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
 		err := store.PutGenerations(ctx, p...)
 		cancel()
 		if err != nil {
-			// Running generations try again with these pieces at the next tick; the end of
-			// one that ended is lost (its text, never its charge).
-			r.log.Error("keeping generated text", zap.Int("generations", len(p)), zap.Error(err))
-			failed[store] = true
+			// Running generations try again with these pieces at the next tick, ended ones
+			// later.
+			if !r.flusher.failing {
+				r.log.Warn("keeping generated text: the ledger did not take it; trying again", zap.Int("generations", len(p)), zap.Error(err))
+			}
+			r.flusher.failing = true
+			failed[store] = err
+		} else {
+			r.flusher.failing = false
 		}
 	}
 	for _, t := range todo {
-		if !failed[t.k.store] {
+		err := failed[t.k.store]
+		if err == nil {
 			t.k.wrote(t.step)
 		}
-		if t.final {
-			r.done(t.k)
+		if !t.final || err != nil && r.later(t.k, err) {
+			continue
+		}
+		if err != nil {
+			r.log.Error("keeping generated text: given up; its text is lost, not its charge", zap.String("request_id", t.k.rec.RequestID), zap.Error(err))
+		} else if t.k.retrying {
+			r.log.Info("the ledger took the delayed kept text", zap.String("request_id", t.k.rec.RequestID))
+		}
+		r.done(t.k)
+	}
+}
+
+// later keeps an ended generation whose end (its last write, or the delete of one not charged)
+// the ledger could not take (err) for another try, as settles are retried (resolve.go): while
+// err is ErrUnavailable, the generation's window lasts, and the text of all that wait stays
+// within keptRetryBytes (past it the oldest is given up). Its waiters go meanwhile: a replay on
+// this instance reads it from memory. It reports false when the generation is given up.
+func (r *retention) later(k *keptText, err error) bool {
+	w := &r.flusher
+	if !errors.Is(err, ledger.ErrUnavailable) || now().After(k.keptUntil()) {
+		return false
+	}
+	if !k.retrying {
+		k.retrying = true
+		w.retrying++
+		w.retryBytes += k.heldBytes()
+		r.let(k)
+	}
+	for w.retryBytes > keptRetryBytes {
+		oldest := k
+		w.mu.Lock()
+		for o := range w.kept {
+			if o.retrying && o.heldBytes() > 0 && o.finished.Before(oldest.finished) {
+				oldest = o
+			}
+		}
+		w.mu.Unlock()
+		r.log.Error("keeping generated text: more waits for the ledger than is kept meanwhile; the oldest is given up (its text, not its charge)",
+			zap.String("request_id", oldest.rec.RequestID), zap.Int64("waiting_bytes", w.retryBytes))
+		r.done(oldest)
+		if oldest == k {
+			return true // done already: nothing left to try
 		}
 	}
+	return true
+}
+
+// keptUntil is the end of the generation's window: nothing is written past it.
+func (k *keptText) keptUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.finished.IsZero() {
+		return k.rec.Expires
+	}
+	return k.finished.Add(k.r.window)
+}
+
+// heldBytes is the text the generation holds in memory: none once it ended without a charge.
+func (k *keptText) heldBytes() int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.voided {
+		return 0
+	}
+	return k.bytes
 }
 
 // done takes an ended generation out of the flusher and lets its waiters go.
 func (r *retention) done(k *keptText) {
-	r.flusher.mu.Lock()
-	delete(r.flusher.kept, k)
-	r.flusher.mu.Unlock()
+	w := &r.flusher
+	w.mu.Lock()
+	delete(w.kept, k)
+	w.mu.Unlock()
+	if k.retrying {
+		k.retrying = false
+		w.retrying--
+		w.retryBytes -= k.heldBytes()
+	}
 	liveKept.Delete(liveKey{k.store, k.rec.RequestID})
-	close(k.stopped)
+	r.let(k)
+}
+
+// let lets the generation's waiters (end, discard) go, once.
+func (r *retention) let(k *keptText) {
+	if !k.let {
+		k.let = true
+		close(k.stopped)
+	}
 }
 
 // deleteWritten deletes what reached the ledger of a generation that was not charged.
-func (k *keptText) deleteWritten() {
+func (k *keptText) deleteWritten() error {
 	if !k.written {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
 	defer cancel()
-	if err := k.store.DeleteGeneration(ctx, k.rec.AccountID, k.rec.RequestID); err != nil {
-		k.r.log.Error("deleting the kept text of a generation that was not charged; it goes at the end of its window",
-			zap.String("request_id", k.rec.RequestID), zap.Error(err))
-	}
+	return k.store.DeleteGeneration(ctx, k.rec.AccountID, k.rec.RequestID)
 }
 
 // keptStep is what one write adds to what the ledger has of a generation.

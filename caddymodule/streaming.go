@@ -53,13 +53,30 @@ type doneEvent struct {
 	FinishReason string `json:"finish_reason"`
 }
 
+// streamBufferBytes bounds the text of one generation that waits for its client with
+// retention off (with retention on, the kept text is what waits, bounded by keptMaxBytes). A
+// tool's answer within its max_output_tokens is far shorter: in practice the whole answer waits,
+// and the model's place goes back when the model is done; past the bound the model waits for
+// the client, as write_timeout allows.
+const streamBufferBytes = 256 << 10
+
+// streamFlushBytes is the most text the writer writes between two flushes.
+const streamFlushBytes = 16 << 10
+
 // streamer writes the pieces of one generation to the client.
+//
+// The model and the client each go at their own pace: emit queues a piece and a writer
+// goroutine, started while pieces wait (kick) and gone once they are written, writes them to the
+// client. So a model that has sent its last piece gives its place back (Generate returns) while a
+// slow client still reads the rest from what the server holds: the kept text, or the queue of at
+// most streamBufferBytes with retention off (beyond it, emit waits for the writer). The handler
+// waits for the writer (drain) before it settles.
 //
 // Every write has a deadline: WriteTimeout from its start, and never later than the end of the
 // generation (the whole response). A client that stops reading (a stalled or deliberately slow
-// reader whose socket buffers are full) would otherwise keep its model place, its account's place
-// and its hold for as long as it likes; with the deadline the write fails, the generation stops,
-// and the text it was sent is charged.
+// reader whose socket buffers are full) would otherwise keep its account's place and its hold
+// for as long as it likes; with the deadline the write fails, the generation stops (or, with
+// retention, runs on without it), and the text it was sent is charged.
 type streamer struct {
 	g       *generation
 	rc      *http.ResponseController
@@ -67,41 +84,188 @@ type streamer struct {
 	end     time.Time     // the generation's deadline: no write outlives it
 	armed   time.Time     // the write deadline set last (zero: none)
 	started bool          // the 200 headers were written
-	texted  bool          // a piece of text was written (started may be true before: keep-alives)
+	buf     []byte
+	stop    context.CancelFunc // cancels the model call (a failed write that ends the generation)
+
+	// mu orders the model's side (emit, flush), the writer, the keep-alives and clientLeft.
+	mu sync.Mutex
+	// moved is signalled when the writer has written a batch or stopped.
+	moved    sync.Cond
+	queue    []string // pieces emitted, not yet taken by the writer
+	spare    []string // the writer's last batch, for the next queue
+	queued   int      // bytes of the pieces emitted and not yet written
+	limit    int      // the bound of queued
+	writing  bool     // a writer goroutine runs
+	sent     int      // pieces the writer took: the SSE id of the last one
+	texted   bool     // a piece of text was handed to the writer (started may be true before: keep-alives)
+	writeErr error
 	// delivered: a piece reached the client's connection (a write and its flush succeeded);
 	// only then may a client that leaves be charged.
 	delivered bool
-	writeErr  error
-	buf       []byte
 
 	// With retention on (kept != nil), every piece is kept, and a client that leaves after text
 	// was delivered detaches the generation from the response: it runs to its end for the
-	// followers and the ledger. mu orders a piece's delivery with clientLeft.
+	// followers and the ledger.
 	kept     *keptText
-	mu       sync.Mutex
 	gone     bool // the request's context ended
 	detached bool // no more writes: the generation goes on for kept alone
-	n        int  // pieces emitted: the SSE id of the last one
+	n        int  // pieces emitted
 
-	// keepAlive: SSE comments are sent until the first piece (startKeepAlive); mu then orders
-	// them with the pieces.
-	keepAlive bool
+	// kaStopped: SSE comments are sent until the first piece (startKeepAlive).
 	kaStopped bool
-	// pending: pieces were written but not flushed; the backend calls flush once it holds no
-	// further piece (backends.Request.Flush), so pieces that arrive together go out together.
-	pending bool
 }
 
-// emit sends one piece. The first piece sends the 200 headers.
-func (s *streamer) emit(piece string) error {
+// newStreamer prepares the stream of g's generation, which ends at end.
+func newStreamer(g *generation, end time.Time) *streamer {
+	s := &streamer{g: g, rc: http.NewResponseController(g.w), timeout: time.Duration(g.h.WriteTimeout), end: end,
+		stop: func() {}, limit: streamBufferBytes}
+	s.moved.L = &s.mu
+	if g.h.retain != nil {
+		s.kept = g.h.retain.newKept(g)
+	}
 	if s.kept != nil {
-		return s.emitKept(piece)
+		s.limit = keptMaxBytes // the kept text is what waits: no more than is kept
 	}
-	if s.keepAlive {
+	return s
+}
+
+// emit queues one piece for the writer (and keeps it, with retention on). It waits while more
+// than the bound waits for a slow client. The first piece sends the 200 headers.
+func (s *streamer) emit(piece string) error {
+	kept := s.kept == nil || s.kept.add(piece)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.kept != nil && s.gone && s.delivered {
+		s.detached = true
+	}
+	if s.detached {
+		if !kept {
+			return errKeptFull // nobody reads it any more
+		}
+		return nil
+	}
+	if err := s.failed(); err != nil || s.detached {
+		return err
+	}
+	s.queue = append(s.queue, piece)
+	s.queued += len(piece)
+	for s.queued > s.limit && s.writeErr == nil {
+		s.kick()
+		s.moved.Wait()
+	}
+	return s.failed()
+}
+
+// flush hands the queued pieces to the writer (backends.Request.Flush: the backend holds no
+// further piece now). It never waits for the client.
+func (s *streamer) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kick()
+	return s.failed()
+}
+
+// failed is the error that ends the generation after a failed write; none while the writes
+// succeed, or once the generation has detached: with retention on, a client that had text
+// leaves the generation to run on for the kept text. Called with mu held.
+func (s *streamer) failed() error {
+	if s.writeErr == nil || s.detached {
+		return nil
+	}
+	if s.kept != nil && s.delivered {
+		s.detached = true
+		return nil
+	}
+	return s.writeErr
+}
+
+// kick starts the writer if pieces wait and none runs. Called with mu held.
+func (s *streamer) kick() {
+	if s.writing || len(s.queue) == 0 || s.writeErr != nil || s.detached {
+		return
+	}
+	s.writing, s.texted = true, true
+	go s.writeQueued()
+}
+
+// writeQueued is the writer: it writes the queued pieces, a batch and one flush at a time, until
+// none is left or a write fails. It alone writes while it runs.
+func (s *streamer) writeQueued() {
+	s.mu.Lock()
+	for len(s.queue) > 0 && s.writeErr == nil && !s.detached {
+		batch, id := s.queue, s.sent
+		s.queue, s.sent = s.spare[:0], s.sent+len(batch)
+		s.mu.Unlock()
+		bytes, err := s.writeBatch(batch, id)
+		clear(batch) // the pieces are the kept text's or garbage, not the writer's
 		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.spare = batch
+		s.queued -= bytes
+		if err != nil {
+			s.writeErr = err
+			s.queue, s.queued = nil, 0
+			if s.failed() != nil {
+				s.stop() // the generation has no reader left: the model stops
+			}
+		}
+		s.moved.Broadcast()
 	}
-	return s.write(piece)
+	s.writing = false
+	s.moved.Broadcast()
+	s.mu.Unlock()
+}
+
+// writeBatch writes pieces, the first one's SSE id after id, and flushes them to the client,
+// at least every streamFlushBytes, so that what a client that stops reading got is known
+// (delivered) to about that much. It returns their bytes.
+func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
+	n, unflushed := 0, 0
+	for i, p := range pieces {
+		id++
+		n += len(p)
+		unflushed += len(p)
+		if err := s.write(p, id); err != nil {
+			return n, err
+		}
+		if unflushed < streamFlushBytes && i < len(pieces)-1 {
+			continue
+		}
+		unflushed = 0
+		if err := s.flushed(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// flushed flushes what was written to the client and records that it was delivered.
+func (s *streamer) flushed() error {
+	if err := s.rc.Flush(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.delivered = true
+	s.mu.Unlock()
+	if s.g.r.ProtoMajor >= 2 {
+		// On HTTP/2 an armed deadline resets the stream when it fires, even while no write is
+		// in flight: between pieces only the whole response's deadline stays armed. (On
+		// HTTP/1.1 a deadline only bounds the next write, which sets its own.)
+		s.rearm()
+	}
+	return nil
+}
+
+// drain waits until the writer has written every queued piece, or a write failed. It returns
+// the error that ends the generation: a write that failed, unless the generation detached.
+func (s *streamer) drain() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kick()
+	for s.writing {
+		s.moved.Wait()
+	}
+	return s.failed()
 }
 
 // keepAliveComment is an SSE comment: clients ignore it, proxies see traffic.
@@ -115,13 +279,14 @@ func (s *streamer) startKeepAlive(every time.Duration) (stop func()) {
 	if !s.g.sse || every <= 0 {
 		return func() {}
 	}
-	s.keepAlive = true
 	var t *time.Timer
+	s.mu.Lock() // the callback reads t under mu: it may fire before AfterFunc returns
+	defer s.mu.Unlock()
 	t = time.AfterFunc(every, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.texted || s.kaStopped || s.gone || s.writeErr != nil {
-			return
+			return // the writer alone writes once text has come
 		}
 		s.writeHeader()
 		s.deadline(s.end)
@@ -170,33 +335,6 @@ func (s *streamer) writeHeader() {
 	s.started = true
 }
 
-// emitKept keeps the piece, then sends it while the client is there. A piece that cannot be
-// delivered after others were stops nothing: the generation detaches and runs on.
-func (s *streamer) emitKept(piece string) error {
-	kept := s.kept.add(piece)
-	s.n++
-	if s.detached {
-		if !kept {
-			return errKeptFull // nobody reads it any more
-		}
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gone && s.delivered {
-		s.detached = true
-		return nil
-	}
-	if err := s.write(piece); err != nil {
-		if s.delivered {
-			s.detached = true
-			return nil
-		}
-		return err
-	}
-	return nil
-}
-
 // clientLeft is called once the request's context ends: a generation that delivered nothing
 // yet is canceled (nothing is charged or kept), one that did runs on.
 func (s *streamer) clientLeft(cancel context.CancelFunc) {
@@ -208,17 +346,16 @@ func (s *streamer) clientLeft(cancel context.CancelFunc) {
 	}
 }
 
-// write sends one piece to the client.
-func (s *streamer) write(piece string) error {
+// write sends one piece to the client, with SSE id id where a stream can be resumed (the
+// writer's).
+func (s *streamer) write(piece string, id int) error {
 	g := s.g
 	s.writeHeader()
-	s.texted = true
 	s.deadline(s.end)
 	var err error
 	if g.sse {
-		id := 0 // SSE ids only where a stream can be resumed
-		if s.kept != nil {
-			id = s.n
+		if s.kept == nil {
+			id = 0 // SSE ids only where a stream can be resumed
 		}
 		s.buf = appendDelta(s.buf[:0], id, piece)
 		_, err = g.w.Write(s.buf)
@@ -226,40 +363,7 @@ func (s *streamer) write(piece string) error {
 		s.buf = append(s.buf[:0], piece...)
 		_, err = g.w.Write(s.buf)
 	}
-	if err != nil {
-		s.writeErr = err
-		return err
-	}
-	s.pending = true
-	return nil
-}
-
-// flush sends the written pieces on to the client (backends.Request.Flush).
-func (s *streamer) flush() error {
-	if s.kept != nil || s.keepAlive {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-	}
-	if !s.pending || s.detached {
-		return nil
-	}
-	s.pending = false
-	if err := s.rc.Flush(); err != nil {
-		s.writeErr = err
-		if s.kept != nil && s.delivered {
-			s.detached = true // the generation runs on for the kept text
-			return nil
-		}
-		return err
-	}
-	s.delivered = true
-	if s.g.r.ProtoMajor >= 2 {
-		// On HTTP/2 an armed deadline resets the stream when it fires, even while no write is
-		// in flight: between pieces only the whole response's deadline stays armed. (On
-		// HTTP/1.1 a deadline only bounds the next write, which sets its own.)
-		s.rearm()
-	}
-	return nil
+	return err
 }
 
 // deadline sets the write deadline of the next write: WriteTimeout from now, at the latest

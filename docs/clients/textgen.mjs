@@ -28,7 +28,7 @@ const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 export async function generate({ api, key, body, idempotencyKey = crypto.randomUUID(), onText, log = console.error, tries = 8 }) {
   let rid = null, lastId = 0, backoff = 1;
   for (let i = 0; i < tries; i++) {
-    const headers = { "X-API-Key": key, Accept: "text/event-stream" };
+    const headers = { Authorization: `Bearer ${key}`, Accept: "text/event-stream" };
     let resp;
     try {
       resp = rid === null // a new generation; the same Idempotency-Key makes a retry free

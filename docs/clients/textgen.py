@@ -40,11 +40,11 @@ def generate(body, idempotency_key=None, out=sys.stdout, tries=8, log=sys.stderr
     for _ in range(tries):
         if rid is None:  # a new generation; the same Idempotency-Key makes a retry free
             req = urllib.request.Request(API + "/api/v1/generate", json.dumps(body).encode(), {
-                "X-API-Key": KEY, "Content-Type": "application/json",
+                "Authorization": "Bearer " + KEY, "Content-Type": "application/json",
                 "Accept": "text/event-stream", "Idempotency-Key": idempotency_key})
         else:  # resume the kept generation after the last event we have, at no charge
             req = urllib.request.Request(f"{API}/api/v1/generations/{rid}", headers={
-                "X-API-Key": KEY, "Accept": "text/event-stream", "Last-Event-ID": str(last_id)})
+                "Authorization": "Bearer " + KEY, "Accept": "text/event-stream", "Last-Event-ID": str(last_id)})
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 rid = rid or resp.headers.get("X-Generation-Id") or resp.headers["X-Request-Id"]

@@ -64,7 +64,7 @@ func (c *Client) Generate(body any, idempotencyKey string, out io.Writer) (*Done
 			req, _ = http.NewRequest(http.MethodGet, c.API+"/api/v1/generations/"+rid, nil)
 			req.Header.Set("Last-Event-ID", strconv.Itoa(lastID))
 		}
-		req.Header.Set("X-API-Key", c.Key)
+		req.Header.Set("Authorization", "Bearer "+c.Key) // Caddy's access log redacts it
 		req.Header.Set("Accept", "text/event-stream")
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
