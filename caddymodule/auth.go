@@ -37,6 +37,7 @@ type keyCheck struct {
 func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented, e := presentedKey(r)
+	h.warnKeyInAccessLog(r)
 	maskKeyHeaders(r)
 	if e != nil {
 		return kc, e

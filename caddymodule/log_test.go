@@ -132,8 +132,10 @@ func equalInts(a, b []int) bool {
 func TestAccessLogBearerKey(t *testing.T) {
 	fs := fastBackend(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
+	pluginLog := filepath.Join(t.TempDir(), "caddy.log")
 	e := newEnv(t, envOptions{ollama: fs.URL, site: "log {\n\t\toutput file " + accessLog + "\n\t}",
-		extra: "retention_key " + testRetentionKey})
+		global: "log {\n\t\toutput file " + pluginLog + "\n\t}",
+		extra:  "retention_key " + testRetentionKey})
 	_, key := e.account(10)
 	_, xKey := e.account(10)
 	do := func(method, path, body string, hdr ...string) *http.Response {
@@ -165,13 +167,21 @@ func TestAccessLogBearerKey(t *testing.T) {
 	do(http.MethodPost, "/api/v1/generate", body, "Authorization", bearer, "Accept", "text/event-stream")
 	do(http.MethodGet, "/api/v1/balance", "", "Authorization", bearer)
 	do(http.MethodGet, "/api/v1/generations/"+rid, "", "Authorization", bearer, "Accept", "text/plain")
+	const warning = "an API key sent in X-API-Key is written there in clear"
+	if strings.Contains(readFile(t, pluginLog), warning) {
+		t.Errorf("warned of X-API-Key in the access log before any key came in X-API-Key")
+	}
+	do(http.MethodGet, "/api/v1/balance", "", "X-API-Key", xKey)
 	do(http.MethodGet, "/api/v1/balance", "", "X-API-Key", xKey)
 	// The log lines are written when the requests end; the file is synced on the next config
 	// load, so read it after loading another.
 	newEnv(t, envOptions{ollama: fs.URL})
+	if n := strings.Count(readFile(t, pluginLog), warning); n != 1 {
+		t.Errorf("the warning of keys in the access log was logged %d times, want once", n)
+	}
 	access := readFile(t, accessLog)
-	if n := strings.Count(access, `"msg":"handled request"`); n < 5 {
-		t.Fatalf("%d access log lines, want 5", n)
+	if n := strings.Count(access, `"msg":"handled request"`); n < 6 {
+		t.Fatalf("%d access log lines, want 6", n)
 	}
 	if !strings.Contains(access, `"Authorization":["REDACTED"]`) {
 		t.Errorf("the access log shows no redacted Authorization header: the scan proves nothing about it")
