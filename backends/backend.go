@@ -1,5 +1,6 @@
 // Package backends turns a prepared prompt into a stream of text pieces from a model server.
-// It imports nothing from Caddy. The first backend is Ollama (ollama.go).
+// It imports nothing from Caddy. Chat (chat.go) is the backend of model servers that stream chat
+// completions over HTTP, on Ollama's wire or the OpenAI-compatible one (openai.go).
 package backends
 
 import (

@@ -16,9 +16,9 @@ import (
 // server-sent events ("data: {chunk}" lines, "data: [DONE]" at the end). vLLM, llama.cpp's
 // server, LM Studio, hosted services and Ollama itself speak it. Everything around the wire
 // (hosts and failover, admission, the watchdog, typed errors, batching pieces into flushes) is
-// the backend's own and the same for both wires (ollama.go, ollama_chat.go).
+// the backend's own and the same for both wires (chat.go, attempt.go).
 
-// The wires a backend can speak (OllamaConfig.API).
+// The wires a backend can speak (ChatConfig.API).
 const (
 	APIOllama = "ollama" // Ollama's own /api/chat (NDJSON)
 	APIOpenAI = "openai" // /v1/chat/completions (SSE), OpenAI-compatible servers
@@ -89,7 +89,7 @@ func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
 }
 
 // openaiChunk walks one chat.completion.chunk the way chunk walks an Ollama line (see
-// ollama_decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
+// decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
 // error ({"message": ...} or a string). Other members are skipped without allocating.
 func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
 	return s.document(func(key []byte) error {
@@ -197,8 +197,8 @@ func openaiErrorMessage(raw json.RawMessage) string {
 }
 
 // openaiModels lists the models of an OpenAI-compatible host (GET /v1/models).
-func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, error) {
-	resp, err := o.getModels(ctx, h)
+func (c *Chat) openaiModels(ctx context.Context, h *chatHost) ([]string, error) {
+	resp, err := c.getModels(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -226,13 +226,13 @@ func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, err
 }
 
 // getModels sends GET /v1/models to h, with the key: the model check and the probe both ask it.
-func (o *Ollama) getModels(ctx context.Context, h *ollamaHost) (*http.Response, error) {
+func (c *Chat) getModels(ctx context.Context, h *chatHost) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	o.authorize(req)
-	return o.client.Do(req)
+	c.authorize(req)
+	return c.client.Do(req)
 }
 
 // errProbeStatus marks a host that answers its probe with a server error.
@@ -240,8 +240,8 @@ var errProbeStatus = errors.New("server error")
 
 // openaiProbe checks that an OpenAI-compatible host answers: any answer to GET /v1/models below
 // 500 shows a server (a 401 is a wrong key, which the first generation reports).
-func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
-	resp, err := o.getModels(ctx, h)
+func (c *Chat) openaiProbe(ctx context.Context, h *chatHost) error {
+	resp, err := c.getModels(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -254,8 +254,8 @@ func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
 }
 
 // authorize adds the bearer key of an OpenAI-compatible backend, if it has one.
-func (o *Ollama) authorize(req *http.Request) {
-	if o.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+o.cfg.APIKey)
+func (c *Chat) authorize(req *http.Request) {
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
 }

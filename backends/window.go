@@ -31,10 +31,10 @@ type windows struct {
 }
 
 // KnownWindow is the window found earlier for model, if any; it asks no server.
-func (o *Ollama) KnownWindow(model string) (int, bool) {
-	o.windows.mu.Lock()
-	defer o.windows.mu.Unlock()
-	w, ok := o.windows.known[NormalizeModel(model)]
+func (c *Chat) KnownWindow(model string) (int, bool) {
+	c.windows.mu.Lock()
+	defer c.windows.mu.Unlock()
+	w, ok := c.windows.known[NormalizeModel(model)]
 	return w, ok
 }
 
@@ -43,19 +43,19 @@ func (o *Ollama) KnownWindow(model string) (int, bool) {
 // the server's model list says of it (context_length, max_model_len, ...). With several hosts
 // it is the smallest any host reports, as a request may go to any of them. ErrWindowUnknown:
 // no host reports it (a `context` setting must say it then).
-func (o *Ollama) ContextWindow(ctx context.Context, model string) (int, error) {
-	if w, ok := o.KnownWindow(model); ok {
+func (c *Chat) ContextWindow(ctx context.Context, model string) (int, error) {
+	if w, ok := c.KnownWindow(model); ok {
 		return w, nil
 	}
 	smallest := 0
 	var errs []error
-	for _, h := range o.hosts {
+	for _, h := range c.hosts {
 		var (
 			w   int
 			err error
 		)
-		if o.cfg.API == APIOpenAI {
-			w, err = o.openaiWindow(ctx, h, model)
+		if c.cfg.API == APIOpenAI {
+			w, err = c.openaiWindow(ctx, h, model)
 		} else {
 			w, err = ollamaWindow(ctx, h, model)
 		}
@@ -73,17 +73,17 @@ func (o *Ollama) ContextWindow(ctx context.Context, model string) (int, error) {
 		}
 		return 0, errors.Join(errs...)
 	}
-	o.windows.mu.Lock()
-	if o.windows.known == nil {
-		o.windows.known = make(map[string]int)
+	c.windows.mu.Lock()
+	if c.windows.known == nil {
+		c.windows.known = make(map[string]int)
 	}
-	o.windows.known[NormalizeModel(model)] = smallest
-	o.windows.mu.Unlock()
+	c.windows.known[NormalizeModel(model)] = smallest
+	c.windows.mu.Unlock()
 	return smallest, nil
 }
 
 // ollamaWindow reads the model's context length from Ollama's /api/show.
-func ollamaWindow(ctx context.Context, h *ollamaHost, model string) (int, error) {
+func ollamaWindow(ctx context.Context, h *chatHost, model string) (int, error) {
 	show, err := h.api.Show(ctx, &api.ShowRequest{Model: model})
 	if err != nil {
 		return 0, err
@@ -102,8 +102,8 @@ func ollamaWindow(ctx context.Context, h *ollamaHost, model string) (int, error)
 // openaiWindow looks for the model in the host's GET /v1/models and reads the field its server
 // reports the window in: context_length (OpenRouter, LM Studio), max_model_len (vLLM),
 // context_window, max_context_length, or meta.n_ctx_train (llama.cpp's server).
-func (o *Ollama) openaiWindow(ctx context.Context, h *ollamaHost, model string) (int, error) {
-	resp, err := o.getModels(ctx, h)
+func (c *Chat) openaiWindow(ctx context.Context, h *chatHost, model string) (int, error) {
+	resp, err := c.getModels(ctx, h)
 	if err != nil {
 		return 0, err
 	}

@@ -89,7 +89,7 @@ func (h *Handler) releaseToolBackends() error {
 
 // ownBackend is the tool's own backend: has is false when the tool uses the handler's, o is
 // nil until the textgen app has opened it (Caddy starts apps in no order).
-func (rt *toolRuntime) ownBackend() (o *backends.Ollama, has bool) {
+func (rt *toolRuntime) ownBackend() (o *backends.Chat, has bool) {
 	if rt.backendRef == nil {
 		return nil, false
 	}

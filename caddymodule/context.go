@@ -45,7 +45,7 @@ const templateAllowance = 128
 // numCtxStep rounds num_ctx up, so that small changes of a setting do not each reload a model.
 const numCtxStep = 512
 
-// windowFinder is a backend that can tell a model's window (backends.Ollama, both wires).
+// windowFinder is a backend that can tell a model's window (backends.Chat, both wires).
 type windowFinder interface {
 	KnownWindow(model string) (int, bool)
 	ContextWindow(ctx context.Context, model string) (int, error)

@@ -430,9 +430,9 @@ func counterValue(c prometheus.Counter) float64 {
 }
 
 // backendOf returns the pooled Ollama backend that talks to url.
-func backendOf(t *testing.T, url string) *backends.Ollama {
+func backendOf(t *testing.T, url string) *backends.Chat {
 	t.Helper()
-	var o *backends.Ollama
+	var o *backends.Chat
 	for k, v := range textgenapp.OpenOllamas() {
 		if strings.Contains(k, url) {
 			o = v

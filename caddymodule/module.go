@@ -439,7 +439,7 @@ func (h *Handler) store() ledger.Store {
 }
 
 // backend is the model backend once the app has started it, else nil.
-func (h *Handler) backend() *backends.Ollama {
+func (h *Handler) backend() *backends.Chat {
 	o, err := h.ollamaRef.Get()
 	if err != nil {
 		return nil
@@ -455,14 +455,14 @@ var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
 
-func (h *Handler) ollamaConfig() backends.OllamaConfig {
+func (h *Handler) ollamaConfig() backends.ChatConfig {
 	return h.backendConfig(h.Ollama, h.OpenAI, h.APIKey)
 }
 
 // backendConfig is the backend of the handler's settings with these model servers: Ollama
 // hosts, or OpenAI-compatible ones and their key.
-func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.OllamaConfig {
-	cfg := backends.OllamaConfig{
+func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.ChatConfig {
+	cfg := backends.ChatConfig{
 		Hosts:             ollama,
 		API:               backends.APIOllama,
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),

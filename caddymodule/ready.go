@@ -35,7 +35,7 @@ type readyDoc struct {
 // with no healthy host is named. It needs no key
 // and costs no credit; it reads only in-memory state (the hosts' health comes from the
 // backend's periodic checks), so it can be polled often.
-func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, o *backends.Ollama) {
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, o *backends.Chat) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
@@ -63,7 +63,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 			ce.Write(zap.Error(err))
 		}
 	}
-	seen := map[*backends.Ollama]bool{}
+	seen := map[*backends.Chat]bool{}
 	if !countHosts(&doc, o, seen) && doc.Reason == "" {
 		doc.Reason = "no model host is healthy"
 	}
@@ -94,7 +94,7 @@ func (h *Handler) ledgerHealth(store ledger.Store) error {
 
 // countHosts adds o's hosts and queue to doc once (seen: tools may share a backend) and reports
 // whether one of its hosts is healthy.
-func countHosts(doc *readyDoc, o *backends.Ollama, seen map[*backends.Ollama]bool) (healthy bool) {
+func countHosts(doc *readyDoc, o *backends.Chat, seen map[*backends.Chat]bool) (healthy bool) {
 	first := !seen[o]
 	seen[o] = true
 	for _, hs := range o.Hosts() {

@@ -136,7 +136,7 @@ func (h *Handler) checkModels() {
 
 // checkModelsOn checks models on o, then reads their windows and reports the tools whose
 // longest input does not fit (context.go); contexts are the context keys of those models.
-func (h *Handler) checkModelsOn(o *backends.Ollama, models, contexts []string) {
+func (h *Handler) checkModelsOn(o *backends.Chat, models, contexts []string) {
 	pull := h.PullModels
 	logger := h.logger
 	go func() {

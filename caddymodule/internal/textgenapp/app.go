@@ -94,7 +94,7 @@ func (a *App) Ledger(spec string, opts ledger.Options) (*LedgerRef, error) {
 }
 
 // Ollama returns a share of the Ollama backend with cfg, started when the app starts.
-func (a *App) Ollama(cfg backends.OllamaConfig) (*OllamaRef, error) {
+func (a *App) Ollama(cfg backends.ChatConfig) (*OllamaRef, error) {
 	ref, err := newOllamaRef(cfg)
 	if err != nil {
 		return nil, err

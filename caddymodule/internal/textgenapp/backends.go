@@ -17,9 +17,9 @@ import (
 var ollamas = caddy.NewUsagePool()
 
 // OllamaRef is a module's share of a pooled Ollama backend.
-type OllamaRef = Ref[*backends.Ollama]
+type OllamaRef = Ref[*backends.Chat]
 
-func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
+func newOllamaRef(cfg backends.ChatConfig) (*OllamaRef, error) {
 	logger := cfg.Logger
 	cfg.Logger = nil
 	keyJSON, err := json.Marshal(cfg)
@@ -36,22 +36,22 @@ func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
 		key += "|key " + hex.EncodeToString(sum[:8])
 	}
 	return acquire(ollamas, key,
-		func() (*backends.Ollama, error) {
-			o, err := backends.NewOllama(cfg)
+		func() (*backends.Chat, error) {
+			o, err := backends.NewChat(cfg)
 			if err != nil {
 				return nil, fmt.Errorf("ollama backend: %w", err)
 			}
 			return o, nil
 		},
-		func(o *backends.Ollama) error { return o.Close() }, nil, nil)
+		func(o *backends.Chat) error { return o.Close() }, nil, nil)
 }
 
 // OpenOllamas returns the Ollama backends open in this process, keyed by their configuration
 // (JSON), for tests.
-func OpenOllamas() map[string]*backends.Ollama {
-	out := map[string]*backends.Ollama{}
+func OpenOllamas() map[string]*backends.Chat {
+	out := map[string]*backends.Chat{}
 	ollamas.Range(func(k, v any) bool {
-		if p, ok := v.(*pooled[*backends.Ollama]); ok {
+		if p, ok := v.(*pooled[*backends.Chat]); ok {
 			if o, err := p.get(); err == nil {
 				out[k.(string)] = o
 			}

@@ -21,10 +21,10 @@ import (
 // DefaultOllamaHost is the Ollama server used when neither the config nor $OLLAMA_HOST names one.
 const DefaultOllamaHost = "http://127.0.0.1:11434"
 
-// OllamaConfig configures an Ollama backend. Zero values take the defaults stated per field.
-type OllamaConfig struct {
-	// Hosts are the Ollama servers, as URLs ("http://10.0.0.5:11434") or, as Ollama itself
-	// accepts them, "host:port" or "host" without a scheme (http, port 11434). Requests go to a
+// ChatConfig configures a Chat backend. Zero values take the defaults stated per field.
+type ChatConfig struct {
+	// Hosts are the model servers, as URLs ("http://10.0.0.5:11434") or, on Ollama's wire and as
+	// Ollama itself accepts them, "host:port" or "host" without a scheme (http, port 11434). Requests go to a
 	// healthy host with the fewest requests in flight. Default: $OLLAMA_HOST, else
 	// http://127.0.0.1:11434.
 	Hosts []string `json:"hosts,omitempty"`
@@ -88,14 +88,17 @@ type OllamaConfig struct {
 	Logger *zap.Logger `json:"-"`
 }
 
-// Ollama is a Backend that streams from one or more Ollama servers through /api/chat.
+// Chat is a Backend that streams chat completions from one or more model servers that speak one
+// wire (ChatConfig.API: Ollama's /api/chat or the OpenAI-compatible /v1/chat/completions). It
+// owns what is the same on every wire: the hosts and their health, admission, failover before the
+// first piece, the first-piece and idle watchdog, batching pieces into flushes and typed errors.
 // It is safe for concurrent use. Close stops its health checker.
-type Ollama struct {
-	cfg       OllamaConfig
-	hosts     []*ollamaHost
+type Chat struct {
+	cfg       ChatConfig
+	hosts     []*chatHost
 	client    *http.Client
 	transport *http.Transport
-	// dial opens the chat streams' own connections (ollama_conn.go); the Transport's dialer.
+	// dial opens the chat streams' own connections (conn.go); the Transport's dialer.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	log       *zap.Logger
 	keepAlive *api.Duration
@@ -111,9 +114,9 @@ type Ollama struct {
 	closeOnce sync.Once
 }
 
-// NewOllama validates cfg, applies its defaults and starts the health checker. It does not
+// NewChat validates cfg, applies its defaults and starts the health checker. It does not
 // contact the hosts; call CheckModels at start-up for that.
-func NewOllama(cfg OllamaConfig) (*Ollama, error) {
+func NewChat(cfg ChatConfig) (*Chat, error) {
 	if len(cfg.Hosts) == 0 {
 		if env := strings.TrimSpace(os.Getenv("OLLAMA_HOST")); env != "" {
 			cfg.Hosts = []string{env}
@@ -166,7 +169,7 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 	// The Transport carries the health probes, the model checks, and the chat streams to
 	// https:// and proxied hosts; those to plain http:// hosts go over connections of their own
-	// (ollama_conn.go), with the same limits.
+	// (conn.go), with the same limits.
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
@@ -186,7 +189,7 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 		// No ResponseHeaderTimeout: Ollama sends the headers with the first piece, after loading
 		// the model, so the first-piece timer bounds that wait instead.
 	}
-	o := &Ollama{
+	o := &Chat{
 		cfg:       cfg,
 		transport: transport,
 		dial:      dialer.DialContext,
@@ -213,7 +216,7 @@ func NewOllama(cfg OllamaConfig) (*Ollama, error) {
 			return nil, fmt.Errorf("ollama hosts: %s is listed twice", name)
 		}
 		seen[name] = true
-		h := &ollamaHost{
+		h := &chatHost{
 			name:    name,
 			chatURL: u.JoinPath("/api/chat").String(),
 			api:     api.NewClient(u, o.client),
@@ -276,16 +279,16 @@ func ParseOllamaHost(s string) (*url.URL, error) {
 // slot's host and gives the slot back at the end. If the host cannot be reached or is
 // overloaded, and no text was emitted yet, it tries the next one (without queueing again).
 // Failures are *Error values; ctx's deadline counts like Request.Deadline.
-func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
+func (c *Chat) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
 	start := time.Now()
-	allowDown := !o.anyHealthy()
-	slot, chat, err := o.prepare(ctx, &req, emit)
+	allowDown := !c.anyHealthy()
+	slot, chat, err := c.prepare(ctx, &req, emit)
 	if err != nil {
 		return Stats{}, err
 	}
 	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
 	var stats Stats
-	err = o.attempts(ctx, slot, &req, chat, emit, start, allowDown, &stats)
+	err = c.attempts(ctx, slot, &req, chat, emit, start, allowDown, &stats)
 	return stats, err
 }
 
@@ -295,9 +298,9 @@ func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, e
 // (chatBody).
 //
 //go:noinline
-func (o *Ollama) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *chatBody, error) {
+func (c *Chat) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *chatBody, error) {
 	slot, ok := req.Admission.(*Slot)
-	if req.Admission != nil && (!ok || slot == nil || slot.o != o) {
+	if req.Admission != nil && (!ok || slot == nil || slot.chat != c) {
 		req.Admission.Release()
 		return nil, nil, &Error{Kind: KindInternal, Err: errors.New("the admission was not made by this backend")}
 	}
@@ -308,13 +311,13 @@ func (o *Ollama) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *
 	if req.Model == "" || emit == nil {
 		return fail(&Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")})
 	}
-	body, err := o.encodeChat(*req)
+	body, err := c.encodeChat(*req)
 	if err != nil {
 		return fail(&Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)})
 	}
 	req.System, req.Prompt = "", ""
 	if slot == nil {
-		adm, err := o.Admit(ctx)
+		adm, err := c.Admit(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -326,7 +329,7 @@ func (o *Ollama) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *
 // attempts runs the generation on slot's host and, if that host cannot be reached or is
 // overloaded before any text was emitted, on the next one (without queueing again), and leaves
 // the last attempt's figures in stats. Hosts marked down are tried only if allowDown.
-func (o *Ollama) attempts(ctx context.Context, slot *Slot, req *Request, chat *chatBody, emit Emit, start time.Time, allowDown bool, stats *Stats) error {
+func (c *Chat) attempts(ctx context.Context, slot *Slot, req *Request, chat *chatBody, emit Emit, start time.Time, allowDown bool, stats *Stats) error {
 	var (
 		tried   triedSet // allocated only when failing over
 		lastErr *Error
@@ -335,20 +338,20 @@ func (o *Ollama) attempts(ctx context.Context, slot *Slot, req *Request, chat *c
 	var releaseShared func() // the shared place of a failover host
 	for {
 		var err error
-		*stats, err = o.generateOn(ctx, h, req, chat, emit, start)
+		*stats, err = c.generateOn(ctx, h, req, chat, emit, start)
 		if h == slot.h {
 			slot.Release()
 		} else {
-			o.release(h)
+			c.release(h)
 			releaseShared()
 		}
 		if err == nil {
-			h.up(o.log)
+			h.up(c.log)
 			return nil
 		}
 		be := err.(*Error)
 		if be.Kind == KindUnavailable {
-			h.down(o.log, be.Err)
+			h.down(c.log, be.Err)
 		}
 		// Never after text went out (the two kinds imply no piece; the first test states the rule).
 		if be.Pieces > 0 || (be.Kind != KindUnavailable && be.Kind != KindOverloaded) || ctx.Err() != nil {
@@ -359,64 +362,64 @@ func (o *Ollama) attempts(ctx context.Context, slot *Slot, req *Request, chat *c
 			lastErr = be
 		}
 		if tried == nil {
-			tried = make([]bool, len(o.hosts))
+			tried = make([]bool, len(c.hosts))
 		}
-		for i, x := range o.hosts {
+		for i, x := range c.hosts {
 			if x == h {
 				tried[i] = true
 			}
 		}
-		next, rel := o.pickShared(ctx, tried, allowDown)
+		next, rel := c.pickShared(ctx, tried, allowDown)
 		if next == nil {
 			return lastErr
 		}
 		releaseShared = rel
-		o.logFailover(h, be)
+		c.logFailover(h, be)
 		h = next
 	}
 }
 
 //go:noinline
-func (o *Ollama) logFailover(h *ollamaHost, be *Error) {
-	o.log.Warn("ollama host failed before the first piece; trying another host",
+func (c *Chat) logFailover(h *chatHost, be *Error) {
+	c.log.Warn("ollama host failed before the first piece; trying another host",
 		zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
 }
 
 // pick chooses the least busy untried host and counts the request in its in-flight number.
 // Hosts marked down are chosen only if allowDown (no host was healthy when Generate began).
 // full reports that some candidate was skipped because of MaxInFlight.
-func (o *Ollama) pick(tried triedSet, allowDown bool) (h *ollamaHost, full bool) {
-	n := len(o.hosts)
+func (c *Chat) pick(tried triedSet, allowDown bool) (h *chatHost, full bool) {
+	n := len(c.hosts)
 	for {
-		var best *ollamaHost
+		var best *chatHost
 		bestLoad := int64(-1)
 		off := 0
 		if n > 1 {
-			off = int(o.rr.Add(1) % uint32(n))
+			off = int(c.rr.Add(1) % uint32(n))
 		}
 		for i := 0; i < n; i++ {
 			j := (i + off) % n
 			if tried.has(j) {
 				continue
 			}
-			c := o.hosts[j]
-			if !allowDown && !c.healthy.Load() {
+			x := c.hosts[j]
+			if !allowDown && !x.healthy.Load() {
 				continue
 			}
-			load := c.inFlight.Load()
-			if o.cfg.MaxInFlight > 0 && load >= int64(o.cfg.MaxInFlight) {
+			load := x.inFlight.Load()
+			if c.cfg.MaxInFlight > 0 && load >= int64(c.cfg.MaxInFlight) {
 				full = true
 				continue
 			}
 			if best == nil || load < bestLoad {
-				best, bestLoad = c, load
+				best, bestLoad = x, load
 			}
 		}
 		if best == nil {
 			return nil, full
 		}
 		// Another request may have taken the last slot since we looked; then look again.
-		if got := best.inFlight.Add(1); o.cfg.MaxInFlight > 0 && got > int64(o.cfg.MaxInFlight) {
+		if got := best.inFlight.Add(1); c.cfg.MaxInFlight > 0 && got > int64(c.cfg.MaxInFlight) {
 			best.inFlight.Add(-1)
 			continue
 		}
@@ -428,8 +431,8 @@ type triedSet []bool
 
 func (t triedSet) has(i int) bool { return t != nil && t[i] }
 
-func (o *Ollama) anyHealthy() bool {
-	for _, h := range o.hosts {
+func (c *Chat) anyHealthy() bool {
+	for _, h := range c.hosts {
 		if h.healthy.Load() {
 			return true
 		}
@@ -438,12 +441,12 @@ func (o *Ollama) anyHealthy() bool {
 }
 
 // Close stops the health checker and closes idle connections. Generations in progress go on.
-func (o *Ollama) Close() error {
-	o.closeOnce.Do(func() {
-		close(o.stop)
-		o.wg.Wait()
-		o.transport.CloseIdleConnections()
-		for _, h := range o.hosts {
+func (c *Chat) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		c.transport.CloseIdleConnections()
+		for _, h := range c.hosts {
 			if h.lean != nil {
 				h.lean.close()
 			}
@@ -454,6 +457,6 @@ func (o *Ollama) Close() error {
 
 // Interface guards
 var (
-	_ Backend  = (*Ollama)(nil)
-	_ Admitter = (*Ollama)(nil)
+	_ Backend  = (*Chat)(nil)
+	_ Admitter = (*Chat)(nil)
 )

@@ -55,7 +55,7 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 		{"invalid UTF-8", Request{Model: "m", Prompt: "a\xffb"}, &api.Duration{Duration: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := &Ollama{keepAlive: tc.keepAlive}
+			o := &Chat{keepAlive: tc.keepAlive}
 			got, err := o.encodeChat(tc.req)
 			if err != nil {
 				t.Fatal(err)
@@ -78,7 +78,7 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 func BenchmarkEncodeChat(b *testing.B) {
 	temp := 0.7
 	req := Request{Model: "llama3.2:1b", System: "You are a writing assistant.", Prompt: "Write a short e-mail to a customer about a late delivery.", MaxTokens: 256, Temperature: &temp}
-	o := &Ollama{}
+	o := &Chat{}
 	b.Run("struct", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -20,26 +20,26 @@ var pullLogInterval = 5 * time.Second
 // fixes it. With pull it pulls each missing model instead, logging the progress. It returns
 // nil when every host answers and has every model, else an error listing what is wrong;
 // whether that stops the start-up is the caller's choice (a host may come up later).
-func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) error {
-	if o.cfg.API == APIOpenAI {
-		return o.checkOpenAIModels(ctx, models)
+func (c *Chat) CheckModels(ctx context.Context, models []string, pull bool) error {
+	if c.cfg.API == APIOpenAI {
+		return c.checkOpenAIModels(ctx, models)
 	}
 	var errs []error
-	for _, h := range o.hosts {
+	for _, h := range c.hosts {
 		version, err := h.api.Version(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				h.down(o.log, err)
+				h.down(c.log, err)
 			}
-			o.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
+			c.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
 				zap.String("host", h.name), zap.Error(err))
 			errs = append(errs, fmt.Errorf("ollama host %s does not answer: %w", h.name, err))
 			continue
 		}
-		h.up(o.log)
+		h.up(c.log)
 		list, err := h.api.List(ctx)
 		if err != nil {
-			o.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
+			c.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
 			errs = append(errs, fmt.Errorf("ollama host %s: listing models: %w", h.name, err))
 			continue
 		}
@@ -49,32 +49,32 @@ func (o *Ollama) CheckModels(ctx context.Context, models []string, pull bool) er
 			have[NormalizeModel(m.Model)] = true
 		}
 		missing := missingModels(models, have)
-		o.log.Info("ollama host answers",
+		c.log.Info("ollama host answers",
 			zap.String("host", h.name), zap.String("version", version),
 			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
 
 		for _, m := range missing {
 			command := pullCommand(h, m)
 			if !pull {
-				o.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
+				c.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
 					zap.String("host", h.name), zap.String("model", m), zap.String("command", command))
 				errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.name, command))
 				continue
 			}
-			o.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
-			if err := o.pull(ctx, h, m); err != nil {
-				o.log.Error("pulling model failed; pull it by hand with the command given",
+			c.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
+			if err := c.pull(ctx, h, m); err != nil {
+				c.log.Error("pulling model failed; pull it by hand with the command given",
 					zap.String("host", h.name), zap.String("model", m), zap.String("command", command), zap.Error(err))
 				errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.name, err))
 				continue
 			}
-			o.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
+			c.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (o *Ollama) pull(ctx context.Context, h *ollamaHost, model string) error {
+func (c *Chat) pull(ctx context.Context, h *chatHost, model string) error {
 	var (
 		lastStatus string
 		lastLog    time.Time
@@ -91,7 +91,7 @@ func (o *Ollama) pull(ctx context.Context, h *ollamaHost, model string) error {
 				zap.String("progress", fmt.Sprintf("%.1f%%", 100*float64(p.Completed)/float64(p.Total))),
 				zap.Int64("completed_bytes", p.Completed), zap.Int64("total_bytes", p.Total))
 		}
-		o.log.Info("pulling model", fields...)
+		c.log.Info("pulling model", fields...)
 		return nil
 	})
 	// The api client reports a stream cut short as success; Ollama's last line is "success".
@@ -102,7 +102,7 @@ func (o *Ollama) pull(ctx context.Context, h *ollamaHost, model string) error {
 }
 
 // pullCommand is the shell command an operator runs to get model onto h.
-func pullCommand(h *ollamaHost, model string) string {
+func pullCommand(h *chatHost, model string) string {
 	if h.name == DefaultOllamaHost {
 		return "ollama pull " + model
 	}
@@ -127,28 +127,28 @@ func missingModels(models []string, have map[string]bool) []string {
 
 // checkOpenAIModels is CheckModels for OpenAI-compatible hosts: GET /v1/models on each, every
 // model looked for among the ids. Such hosts cannot pull models: a missing one is reported.
-func (o *Ollama) checkOpenAIModels(ctx context.Context, models []string) error {
+func (c *Chat) checkOpenAIModels(ctx context.Context, models []string) error {
 	var errs []error
-	for _, h := range o.hosts {
-		ids, err := o.openaiModels(ctx, h)
+	for _, h := range c.hosts {
+		ids, err := c.openaiModels(ctx, h)
 		if err != nil {
 			if ctx.Err() == nil {
-				h.down(o.log, err)
+				h.down(c.log, err)
 			}
-			o.log.Error("model server does not answer its model list; check the host and the api_key in the config",
+			c.log.Error("model server does not answer its model list; check the host and the api_key in the config",
 				zap.String("host", h.name), zap.Error(err))
 			errs = append(errs, fmt.Errorf("openai host %s: %w", h.name, err))
 			continue
 		}
-		h.up(o.log)
+		h.up(c.log)
 		have := make(map[string]bool, len(ids))
 		for _, id := range ids {
 			have[NormalizeModel(id)] = true
 		}
 		missing := missingModels(models, have)
-		o.log.Info("model server answers", zap.String("host", h.name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
+		c.log.Info("model server answers", zap.String("host", h.name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
 		for _, m := range missing {
-			o.log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
+			c.log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
 				zap.String("host", h.name), zap.String("model", m))
 			errs = append(errs, fmt.Errorf("model %q is not served by openai host %s", m, h.name))
 		}

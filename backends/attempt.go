@@ -54,11 +54,11 @@ const (
 	emitting
 )
 
-func (o *Ollama) encodeChat(req Request) ([]byte, error) {
-	if o.cfg.API == APIOpenAI {
+func (c *Chat) encodeChat(req Request) ([]byte, error) {
+	if c.cfg.API == APIOpenAI {
 		return encodeOpenAIChat(req)
 	}
-	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: o.keepAlive,
+	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: c.keepAlive,
 		Truncate: &noCut, Shift: &noCut}
 	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
 	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
@@ -83,8 +83,8 @@ func chatMessages(req Request) []chatMessage {
 }
 
 // newDecoder is the decoder of one stream on the backend's wire.
-func (o *Ollama) newDecoder() streamDecoder {
-	if o.cfg.API == APIOpenAI {
+func (c *Chat) newDecoder() streamDecoder {
+	if c.cfg.API == APIOpenAI {
 		return &openaiStream{}
 	}
 	return ollamaLines{}
@@ -126,14 +126,14 @@ type chatBody struct{ raw []byte }
 // functions of their own, not inlined here, and it defers one call. In a site with textgen in
 // a handle block behind encode and a log, that keeps a stream on a 16 KiB stack instead of 32
 // (caddymodule's TestStreamStack); Generate and the handler's run are kept small alike.
-func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req *Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
-	a := o.newAttempt(h, req)
-	err := a.run(ctx, o, req, chat, emit, start)
+func (c *Chat) generateOn(ctx context.Context, h *chatHost, req *Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
+	a := c.newAttempt(h, req)
+	err := a.run(ctx, c, req, chat, emit, start)
 	return a.stats, err
 }
 
 // run is the attempt: open the stream, emit its pieces, end by how it ends.
-func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBody, emit Emit, start time.Time) error {
+func (a *attempt) run(ctx context.Context, c *Chat, req *Request, chat *chatBody, emit Emit, start time.Time) error {
 	defer a.end() // one deferred call: more would each take a record in this frame
 	h := a.h
 	// inner is cancelled, with a recorded cause, by the watchdog timer, the deadline, an emit
@@ -146,14 +146,14 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 	}
 	a.watchdog = time.AfterFunc(a.firstTimeout, a.watch)
 
-	resp, err := o.open(ctx, inner, h, chat)
+	resp, err := c.open(ctx, inner, h, chat)
 	if err != nil {
 		return err
 	}
 	a.body = resp.Body
 	lines := newLineReader(resp.Body)
 	a.lines = lines
-	dec := o.newDecoder()
+	dec := c.newDecoder()
 	for {
 		// Pieces emitted and not yet flushed go before any wait for the server.
 		if a.pending && !lines.hasLine() {
@@ -172,7 +172,7 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 			return a.readFailed(ctx, inner, err)
 		}
 		if a.chunk.Error != "" {
-			return a.modelFailed(o.cfg.API)
+			return a.modelFailed(c.cfg.API)
 		}
 		if piece := a.chunk.Message.Content; piece != "" {
 			if a.stats.Pieces == 0 {
@@ -199,7 +199,7 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 // attempt is the state of one attempt (generateOn): what it streamed, its watchdog and how to
 // cancel it.
 type attempt struct {
-	h     *ollamaHost
+	h     *chatHost
 	flush func() error // Request.Flush
 	stats Stats
 	chunk chatChunk // the line just read
@@ -221,10 +221,10 @@ type attempt struct {
 }
 
 //go:noinline
-func (o *Ollama) newAttempt(h *ollamaHost, req *Request) *attempt {
+func (c *Chat) newAttempt(h *chatHost, req *Request) *attempt {
 	return &attempt{h: h, flush: req.Flush, stats: Stats{Host: h.name},
-		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), o.cfg.FirstPieceTimeout),
-		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), o.cfg.IdleTimeout)}
+		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), c.cfg.FirstPieceTimeout),
+		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), c.cfg.IdleTimeout)}
 }
 
 // end releases what the attempt holds, the last thing it took first.
@@ -353,7 +353,7 @@ func (a *attempt) done(body io.Reader, start time.Time) error {
 // connection goroutine's stack for as long as the model streams.
 //
 //go:noinline
-func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody) (*http.Response, error) {
+func (c *Chat) open(ctx, inner context.Context, h *chatHost, chat *chatBody) (*http.Response, error) {
 	fail := func(kind Kind, err error, retry time.Duration) (*http.Response, error) {
 		if k, cause, ok := stopped(ctx, inner, 0); ok {
 			kind, err, retry = k, cause, 0
@@ -365,9 +365,9 @@ func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody)
 		return nil, &Error{Kind: KindInternal, Host: h.name, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	if o.cfg.API == APIOpenAI {
+	if c.cfg.API == APIOpenAI {
 		hreq.Header.Set("Accept", "text/event-stream")
-		o.authorize(hreq)
+		c.authorize(hreq)
 	} else {
 		hreq.Header.Set("Accept", "application/x-ndjson")
 	}
@@ -379,12 +379,12 @@ func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody)
 
 	var resp *http.Response
 	if h.lean != nil {
-		resp, err = o.leanRoundTrip(h, hreq)
+		resp, err = c.leanRoundTrip(h, hreq)
 	} else {
-		resp, err = o.client.Do(hreq)
+		resp, err = c.client.Do(hreq)
 	}
 	if err != nil {
-		return fail(KindUnavailable, err, o.cfg.HealthInterval) // when the health checker looks again
+		return fail(KindUnavailable, err, c.cfg.HealthInterval) // when the health checker looks again
 	}
 	resp.Request = nil // it holds the body
 	if resp.StatusCode >= http.StatusBadRequest {
