@@ -17,9 +17,9 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// The chat stream is read here rather than through api.Client.Chat, which the rest of this
-// backend uses. Its stream loop (api/client.go, v0.17.4) allocates an 8 MB line buffer per
-// request, decodes every line twice (once for an "error" field, once into api.ChatResponse,
+// The chat stream is read here rather than through api.Client.Chat, which the rest of the
+// Ollama wire uses (ollama.go). Its stream loop (api/client.go, v0.17.4) allocates an 8 MB line
+// buffer per request, decodes every line twice (once for an "error" field, once into api.ChatResponse,
 // whose Message decodes a third time), ignores the scanner's error, and returns success when
 // the body ends early: a dropped connection or a stream cut before "done":true would pass for
 // a complete generation. The wire types are still the api package's.
@@ -53,63 +53,6 @@ const (
 	waitNext
 	emitting
 )
-
-func (c *Chat) encodeChat(req Request) ([]byte, error) {
-	if c.cfg.API == APIOpenAI {
-		return encodeOpenAIChat(req)
-	}
-	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: c.keepAlive,
-		Truncate: &noCut, Shift: &noCut}
-	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
-	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
-	return json.Marshal(&body)
-}
-
-// noCut is the false that Truncate and Shift point to.
-var noCut = false
-
-// chatMessage is one message of a chat request, the same on both wires.
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// chatMessages are req's system message (if any) and its prompt.
-func chatMessages(req Request) []chatMessage {
-	if req.System == "" {
-		return []chatMessage{{Role: "user", Content: req.Prompt}}
-	}
-	return []chatMessage{{Role: "system", Content: req.System}, {Role: "user", Content: req.Prompt}}
-}
-
-// newDecoder is the decoder of one stream on the backend's wire.
-func (c *Chat) newDecoder() streamDecoder {
-	if c.cfg.API == APIOpenAI {
-		return &openaiStream{}
-	}
-	return ollamaLines{}
-}
-
-// ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
-// api.ChatRequest with its options in a map took twice the time and allocations to encode (a
-// test checks both give the same JSON).
-type ollamaChatRequest struct {
-	Model     string        `json:"model"`
-	Messages  []chatMessage `json:"messages"`
-	Stream    bool          `json:"stream"`
-	KeepAlive *api.Duration `json:"keep_alive,omitempty"`
-	Options   struct {
-		NumPredict  int      `json:"num_predict,omitempty"`
-		Temperature *float64 `json:"temperature,omitempty"`
-		NumCtx      int      `json:"num_ctx,omitempty"`
-		Seed        *int     `json:"seed,omitempty"`
-	} `json:"options"`
-	// Truncate and Shift false: a server that knows them (recent Ollama) refuses a prompt that
-	// does not fit (KindTooLong) and stops at the context's end rather than cutting the prompt
-	// or dropping the start of the context; older servers ignore them.
-	Truncate *bool `json:"truncate,omitempty"`
-	Shift    *bool `json:"shift,omitempty"`
-}
 
 // chatBody is the encoded chat request of a generation's attempts. The first piece of text
 // ends the need for it (no other attempt follows text), and generateOn drops it then, so that
@@ -153,7 +96,7 @@ func (a *attempt) run(ctx context.Context, c *Chat, req *Request, chat *chatBody
 	a.body = resp.Body
 	lines := newLineReader(resp.Body)
 	a.lines = lines
-	dec := c.newDecoder()
+	dec := c.wire.decoder()
 	for {
 		// Pieces emitted and not yet flushed go before any wait for the server.
 		if a.pending && !lines.hasLine() {
@@ -365,12 +308,7 @@ func (c *Chat) open(ctx, inner context.Context, h *chatHost, chat *chatBody) (*h
 		return nil, &Error{Kind: KindInternal, Host: h.name, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	if c.cfg.API == APIOpenAI {
-		hreq.Header.Set("Accept", "text/event-stream")
-		c.authorize(hreq)
-	} else {
-		hreq.Header.Set("Accept", "application/x-ndjson")
-	}
+	c.wire.header(hreq.Header)
 	hreq.Header.Set("User-Agent", "caddy-textgen")
 	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
 	// the server before it read anything (net/http, and leanRoundTrip, then retry instead of

@@ -1,6 +1,7 @@
 // Package backends turns a prepared prompt into a stream of text pieces from a model server.
 // It imports nothing from Caddy. Chat (chat.go) is the backend of model servers that stream chat
-// completions over HTTP, on Ollama's wire or the OpenAI-compatible one (openai.go).
+// completions over HTTP, on Ollama's wire (ollama.go) or the OpenAI-compatible one (openai.go),
+// each a wire (wire.go).
 package backends
 
 import (

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
 )
 
@@ -48,8 +47,8 @@ type ChatConfig struct {
 	// (5 minutes, or the server's OLLAMA_KEEP_ALIVE).
 	KeepAlive *time.Duration `json:"keep_alive,omitempty"`
 
-	// HealthInterval is how often every host is probed (HEAD /), so a host marked down after a
-	// failed connection comes back. Default 10s.
+	// HealthInterval is how often every host is probed (Ollama: HEAD /; OpenAI-compatible:
+	// GET /v1/models), so a host marked down after a failed connection comes back. Default 10s.
 	HealthInterval time.Duration `json:"health_interval,omitempty"`
 
 	// MaxInFlight caps the requests sent to one host at a time; when every host is at its cap,
@@ -99,11 +98,11 @@ type Chat struct {
 	client    *http.Client
 	transport *http.Transport
 	// dial opens the chat streams' own connections (conn.go); the Transport's dialer.
-	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
-	log       *zap.Logger
-	keepAlive *api.Duration
-	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
-	adm       admission
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	log  *zap.Logger
+	wire wire          // how the hosts are spoken to (ChatConfig.API)
+	rr   atomic.Uint32 // rotates the tie-break among equally busy hosts
+	adm  admission
 	// sharedWaiting counts the requests waiting for a host that is full across the instances.
 	sharedWaiting atomic.Int64
 	// windows are the models' context windows found so far (window.go).
@@ -154,13 +153,13 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		return nil, fmt.Errorf("ollama queue_size: must not be negative")
 	case cfg.QueueTimeout < 0:
 		return nil, fmt.Errorf("ollama queue_timeout: must not be negative")
-	case cfg.API != "" && cfg.API != APIOllama && cfg.API != APIOpenAI:
-		return nil, fmt.Errorf("backend api: %q is neither %q nor %q", cfg.API, APIOllama, APIOpenAI)
-	case cfg.APIKey != "" && cfg.API != APIOpenAI:
-		return nil, fmt.Errorf("backend api_key: only OpenAI-compatible hosts take a key")
 	}
 	if cfg.API == "" {
 		cfg.API = APIOllama
+	}
+	w, err := newWire(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -189,24 +188,23 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		// No ResponseHeaderTimeout: Ollama sends the headers with the first piece, after loading
 		// the model, so the first-piece timer bounds that wait instead.
 	}
-	o := &Chat{
+	c := &Chat{
 		cfg:       cfg,
 		transport: transport,
 		dial:      dialer.DialContext,
 		// No Client.Timeout: a generation may stream for minutes; the connect, first-piece,
 		// idle timeouts and the request's deadline bound it instead.
 		client: &http.Client{Transport: transport},
+		wire:   w,
 		log:    cfg.Logger,
 		stop:   make(chan struct{}),
-	}
-	if cfg.KeepAlive != nil {
-		o.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
 	}
 	seen := make(map[string]bool)
 	for _, raw := range cfg.Hosts {
 		u, err := ParseOllamaHost(raw)
-		if err == nil && cfg.API == APIOpenAI && !strings.Contains(raw, "://") {
-			err = fmt.Errorf("host %q: an OpenAI-compatible host is a URL with http:// or https://", raw)
+		var chatURL string
+		if err == nil {
+			chatURL, err = w.chatURL(raw, u)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s hosts: %w", cfg.API, err)
@@ -216,24 +214,17 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 			return nil, fmt.Errorf("ollama hosts: %s is listed twice", name)
 		}
 		seen[name] = true
-		h := &chatHost{
-			name:    name,
-			chatURL: u.JoinPath("/api/chat").String(),
-			api:     api.NewClient(u, o.client),
-		}
-		if cfg.API == APIOpenAI {
-			h.chatURL, h.modelsURL = openaiURL(u, "chat/completions"), openaiURL(u, "models")
-		}
+		h := &chatHost{name: name, base: u, chatURL: chatURL}
 		if addr := leanHost(u, transport.Proxy); addr != "" {
 			h.lean = &leanConns{addr: addr}
 		}
 		h.healthy.Store(true) // until proven otherwise
-		o.hosts = append(o.hosts, h)
+		c.hosts = append(c.hosts, h)
 	}
 
-	o.wg.Add(1)
-	go o.healthLoop()
-	return o, nil
+	c.wg.Add(1)
+	go c.healthLoop()
+	return c, nil
 }
 
 // ParseOllamaHost parses a host the way Ollama parses OLLAMA_HOST: a URL, or "host:port" /
@@ -311,7 +302,7 @@ func (c *Chat) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *ch
 	if req.Model == "" || emit == nil {
 		return fail(&Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")})
 	}
-	body, err := c.encodeChat(*req)
+	body, err := c.wire.encode(*req)
 	if err != nil {
 		return fail(&Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)})
 	}

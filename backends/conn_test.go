@@ -499,7 +499,7 @@ func TestStreamDropsPrompt(t *testing.T) {
 	emit, first = started()
 	var body weak.Pointer[byte]
 	func() {
-		raw, err := o.encodeChat(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
+		raw, err := o.wire.encode(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,21 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
 )
 
 // chatHost is one model server of a backend and its runtime state.
 type chatHost struct {
-	name    string // url.String(), as reported in errors, stats and logs
-	chatURL string
-	api     *api.Client
-	// modelsURL is GET /v1/models of an OpenAI-compatible host: its model list and its probe.
-	modelsURL string
+	name    string   // url.String(), as reported in errors, stats and logs
+	base    *url.URL // as ParseOllamaHost read it: the wire's addresses are under it
+	chatURL string   // where chat requests go (wire.chatURL)
 	// lean are the idle connections of the chat streams, when they do not go through the
 	// Transport (conn.go): nil for https:// hosts and proxied ones.
 	lean *leanConns
@@ -57,8 +55,8 @@ func (c *Chat) Hosts() []HostStatus {
 	return out
 }
 
-// Check probes every host now (HEAD /), updates their health and returns nil if at least one
-// answers, else an error naming each host's failure. A readiness endpoint can call it.
+// Check probes every host now (the wire's probe), updates their health and returns nil if at
+// least one answers, else an error naming each host's failure. A readiness endpoint can call it.
 func (c *Chat) Check(ctx context.Context) error {
 	errs := c.probeAll(ctx)
 	if len(errs) < len(c.hosts) {
@@ -134,11 +132,7 @@ func (c *Chat) probeAll(ctx context.Context) []error {
 			// A probe is one small round trip; allow a connection plus as much again.
 			pctx, cancel := context.WithTimeout(ctx, 2*c.cfg.ConnectTimeout)
 			defer cancel()
-			probe := h.api.Heartbeat
-			if c.cfg.API == APIOpenAI {
-				probe = func(ctx context.Context) error { return c.openaiProbe(ctx, h) }
-			}
-			if err := probe(pctx); err != nil {
+			if err := c.wire.probe(pctx, c, h); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", h.name, err)
 				if ctx.Err() == nil { // else we are shutting down: no verdict on the host
 					h.down(c.log, err)

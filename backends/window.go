@@ -1,17 +1,10 @@
 package backends
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
-
-	"github.com/ollama/ollama/api"
 )
 
 // A model's window is the most tokens its context can hold: the prompt (the chat template, the
@@ -50,15 +43,7 @@ func (c *Chat) ContextWindow(ctx context.Context, model string) (int, error) {
 	smallest := 0
 	var errs []error
 	for _, h := range c.hosts {
-		var (
-			w   int
-			err error
-		)
-		if c.cfg.API == APIOpenAI {
-			w, err = c.openaiWindow(ctx, h, model)
-		} else {
-			w, err = ollamaWindow(ctx, h, model)
-		}
+		w, err := c.wire.window(ctx, c, h, model)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.name, err))
 			continue
@@ -80,65 +65,6 @@ func (c *Chat) ContextWindow(ctx context.Context, model string) (int, error) {
 	c.windows.known[NormalizeModel(model)] = smallest
 	c.windows.mu.Unlock()
 	return smallest, nil
-}
-
-// ollamaWindow reads the model's context length from Ollama's /api/show.
-func ollamaWindow(ctx context.Context, h *chatHost, model string) (int, error) {
-	show, err := h.api.Show(ctx, &api.ShowRequest{Model: model})
-	if err != nil {
-		return 0, err
-	}
-	for k, v := range show.ModelInfo {
-		if !strings.HasSuffix(k, ".context_length") {
-			continue
-		}
-		if n, ok := positiveInt(v); ok {
-			return n, nil
-		}
-	}
-	return 0, ErrWindowUnknown
-}
-
-// openaiWindow looks for the model in the host's GET /v1/models and reads the field its server
-// reports the window in: context_length (OpenRouter, LM Studio), max_model_len (vLLM),
-// context_window, max_context_length, or meta.n_ctx_train (llama.cpp's server).
-func (c *Chat) openaiWindow(ctx context.Context, h *chatHost, model string) (int, error) {
-	resp, err := c.getModels(ctx, h)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s: %s", h.modelsURL, resp.Status, clip(bytes.TrimSpace(raw)))
-	}
-	var list struct {
-		Data []map[string]any `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return 0, fmt.Errorf("GET %s: %w", h.modelsURL, err)
-	}
-	want := NormalizeModel(model)
-	for _, m := range list.Data {
-		if id, _ := m["id"].(string); NormalizeModel(id) != want {
-			continue
-		}
-		for _, field := range []string{"context_length", "max_model_len", "context_window", "max_context_length"} {
-			if n, ok := positiveInt(m[field]); ok {
-				return n, nil
-			}
-		}
-		if meta, ok := m["meta"].(map[string]any); ok {
-			if n, ok := positiveInt(meta["n_ctx_train"]); ok {
-				return n, nil
-			}
-		}
-		return 0, ErrWindowUnknown
-	}
-	return 0, fmt.Errorf("model %q is not in the model list", model)
 }
 
 // positiveInt is v as a positive int when it is a JSON number that is one.

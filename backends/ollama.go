@@ -1,0 +1,252 @@
+package backends
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"go.uber.org/zap"
+)
+
+// Ollama's own wire: POST /api/chat answered with NDJSON (a chunk a line, the last one
+// "done":true), HEAD / as the health probe, /api/version and /api/tags for the start-up check,
+// /api/pull to fetch a missing model, /api/show for a model's context window. All but the chat
+// stream go through the ollama api package's client; the stream is read here (attempt.go says
+// why).
+
+// ollamaWire speaks Ollama's API.
+type ollamaWire struct {
+	// keepAlive is sent with every chat request (ChatConfig.KeepAlive); nil: Ollama's default.
+	keepAlive *api.Duration
+}
+
+func newOllamaWire(cfg ChatConfig) (*ollamaWire, error) {
+	if cfg.APIKey != "" {
+		return nil, fmt.Errorf("backend api_key: only OpenAI-compatible hosts take a key")
+	}
+	w := &ollamaWire{}
+	if cfg.KeepAlive != nil {
+		w.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
+	}
+	return w, nil
+}
+
+// ollamaClient is the api package's client for h, on c's Transport.
+func ollamaClient(c *Chat, h *chatHost) *api.Client { return api.NewClient(h.base, c.client) }
+
+// chatURL: any host ParseOllamaHost reads, with or without a scheme.
+func (w *ollamaWire) chatURL(_ string, u *url.URL) (string, error) {
+	return u.JoinPath("/api/chat").String(), nil
+}
+
+func (w *ollamaWire) encode(req Request) ([]byte, error) {
+	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: w.keepAlive,
+		Truncate: &noCut, Shift: &noCut}
+	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
+	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
+	return json.Marshal(&body)
+}
+
+// noCut is the false that Truncate and Shift point to.
+var noCut = false
+
+// ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
+// api.ChatRequest with its options in a map took twice the time and allocations to encode (a
+// test checks both give the same JSON).
+type ollamaChatRequest struct {
+	Model     string        `json:"model"`
+	Messages  []chatMessage `json:"messages"`
+	Stream    bool          `json:"stream"`
+	KeepAlive *api.Duration `json:"keep_alive,omitempty"`
+	Options   struct {
+		NumPredict  int      `json:"num_predict,omitempty"`
+		Temperature *float64 `json:"temperature,omitempty"`
+		NumCtx      int      `json:"num_ctx,omitempty"`
+		Seed        *int     `json:"seed,omitempty"`
+	} `json:"options"`
+	// Truncate and Shift false: a server that knows them (recent Ollama) refuses a prompt that
+	// does not fit (KindTooLong) and stops at the context's end rather than cutting the prompt
+	// or dropping the start of the context; older servers ignore them.
+	Truncate *bool `json:"truncate,omitempty"`
+	Shift    *bool `json:"shift,omitempty"`
+}
+
+func (w *ollamaWire) header(h http.Header) { h.Set("Accept", "application/x-ndjson") }
+
+func (w *ollamaWire) decoder() streamDecoder { return ollamaLines{} }
+
+// ollamaLines decodes Ollama's NDJSON: every line a chunk, the end a "done":true chunk.
+type ollamaLines struct{}
+
+func (ollamaLines) decode(line []byte, c *chatChunk) error { return decodeChunk(line, c) }
+func (ollamaLines) atEOF(*chatChunk) bool                  { return false }
+
+// decodeChunk parses one line into c, which it zeroes first. Keys match exactly (encoding/json
+// would also accept other letter cases; Ollama never sends them). The walker is decode.go's.
+func decodeChunk(line []byte, c *chatChunk) error {
+	*c = chatChunk{}
+	s := scan{b: line}
+	if err := s.chunk(c); err != nil {
+		return fmt.Errorf("malformed line %q: %w", clip(line), err)
+	}
+	return nil
+}
+
+func (s *scan) chunk(c *chatChunk) error {
+	return s.document(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "message":
+			err = s.message(c)
+		case "done":
+			c.Done, err = s.boolean(c.Done)
+		case "done_reason":
+			c.DoneReason, err = s.str(c.DoneReason)
+		case "error":
+			c.Error, err = s.str(c.Error)
+		case "prompt_eval_count":
+			c.PromptEvalCount, err = s.integer(c.PromptEvalCount)
+		case "eval_count":
+			c.EvalCount, err = s.integer(c.EvalCount)
+		default:
+			err = s.skip()
+		}
+		return err
+	})
+}
+
+func (s *scan) message(c *chatChunk) error {
+	return s.objectOrNull(func(key []byte) error {
+		if string(key) == "content" {
+			var err error
+			c.Message.Content, err = s.str(c.Message.Content)
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// probe: HEAD /, which Ollama answers with 200 "Ollama is running".
+func (w *ollamaWire) probe(ctx context.Context, c *Chat, h *chatHost) error {
+	return ollamaClient(c, h).Heartbeat(ctx)
+}
+
+// checkModels asks every host for its version and its models, and pulls a missing model when
+// pull is set, else names the command that does.
+func (w *ollamaWire) checkModels(ctx context.Context, c *Chat, models []string, pull bool) error {
+	var errs []error
+	for _, h := range c.hosts {
+		oc := ollamaClient(c, h)
+		version, err := oc.Version(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.down(c.log, err)
+			}
+			c.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
+				zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s does not answer: %w", h.name, err))
+			continue
+		}
+		h.up(c.log)
+		list, err := oc.List(ctx)
+		if err != nil {
+			c.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s: listing models: %w", h.name, err))
+			continue
+		}
+		have := make(map[string]bool, 2*len(list.Models))
+		for _, m := range list.Models {
+			have[NormalizeModel(m.Name)] = true
+			have[NormalizeModel(m.Model)] = true
+		}
+		missing := missingModels(models, have)
+		c.log.Info("ollama host answers",
+			zap.String("host", h.name), zap.String("version", version),
+			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
+
+		for _, m := range missing {
+			command := pullCommand(h, m)
+			if !pull {
+				c.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command))
+				errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.name, command))
+				continue
+			}
+			c.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
+			if err := w.pull(ctx, c, h, m); err != nil {
+				c.log.Error("pulling model failed; pull it by hand with the command given",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command), zap.Error(err))
+				errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.name, err))
+				continue
+			}
+			c.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pullLogInterval throttles pull progress in the log; a variable so tests can shorten it.
+var pullLogInterval = 5 * time.Second
+
+// pull pulls model onto h, logging its progress.
+func (w *ollamaWire) pull(ctx context.Context, c *Chat, h *chatHost, model string) error {
+	var (
+		lastStatus string
+		lastLog    time.Time
+	)
+	err := ollamaClient(c, h).Pull(ctx, &api.PullRequest{Model: model}, func(p api.ProgressResponse) error {
+		now := time.Now()
+		if p.Status == lastStatus && now.Sub(lastLog) < pullLogInterval {
+			return nil
+		}
+		lastStatus, lastLog = p.Status, now
+		fields := []zap.Field{zap.String("host", h.name), zap.String("model", model), zap.String("status", p.Status)}
+		if p.Total > 0 {
+			fields = append(fields,
+				zap.String("progress", fmt.Sprintf("%.1f%%", 100*float64(p.Completed)/float64(p.Total))),
+				zap.Int64("completed_bytes", p.Completed), zap.Int64("total_bytes", p.Total))
+		}
+		c.log.Info("pulling model", fields...)
+		return nil
+	})
+	// The api client reports a stream cut short as success; Ollama's last line is "success".
+	if err == nil && lastStatus != "success" {
+		err = fmt.Errorf("pull ended without success (last status %q)", lastStatus)
+	}
+	return err
+}
+
+// pullCommand is the shell command an operator runs to get model onto h.
+func pullCommand(h *chatHost, model string) string {
+	if h.name == DefaultOllamaHost {
+		return "ollama pull " + model
+	}
+	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
+}
+
+// window reads the model's context length from Ollama's /api/show (the
+// "<architecture>.context_length" of the model file).
+func (w *ollamaWire) window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error) {
+	show, err := ollamaClient(c, h).Show(ctx, &api.ShowRequest{Model: model})
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range show.ModelInfo {
+		if !strings.HasSuffix(k, ".context_length") {
+			continue
+		}
+		if n, ok := positiveInt(v); ok {
+			return n, nil
+		}
+	}
+	return 0, ErrWindowUnknown
+}
+
+// Interface guards
+var _ wire = (*ollamaWire)(nil)
