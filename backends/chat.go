@@ -448,6 +448,7 @@ func (c *Chat) Close() error {
 
 // Interface guards
 var (
-	_ Backend  = (*Chat)(nil)
-	_ Admitter = (*Chat)(nil)
+	_ Backend      = (*Chat)(nil)
+	_ Admitter     = (*Chat)(nil)
+	_ ModelServers = (*Chat)(nil)
 )

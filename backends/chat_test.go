@@ -58,8 +58,8 @@ func sharedOllama(t testing.TB) *ollamatest.Server {
 }
 
 // eachAPI runs a test of the backend's contract once for each wire, against the same server:
-// Ollama's own API and its OpenAI-compatible one (/v1/chat/completions), so the OpenAI backend
-// passes the very suite the Ollama backend does.
+// Ollama's own API and its OpenAI-compatible one (/v1/chat/completions), so the OpenAI wire
+// passes the very suite Ollama's wire does.
 func eachAPI(t *testing.T, test func(t *testing.T, api string)) {
 	for _, api := range []string{backends.APIOllama, backends.APIOpenAI} {
 		t.Run(api, func(t *testing.T) { test(t, api) })
