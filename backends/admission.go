@@ -31,13 +31,13 @@ const (
 	queueTimeoutRetry = 5 * time.Second
 )
 
-// Slot is a place on one host, taken by Admit: the Ollama backend's Admission. Pass it in
+// Slot is a place on one host, taken by Admit: the Chat backend's Admission. Pass it in
 // Request.Admission: Generate then starts on that host and gives the slot back when it ends. A
 // slot that is not passed to Generate must be released with Release. Release may be called more
 // than once.
 type Slot struct {
-	o        *Ollama
-	h        *ollamaHost
+	chat     *Chat
+	h        *chatHost
 	released atomic.Bool
 	waited   time.Duration
 	shared   func() // gives back the place counted by the HostCounter; nil: none
@@ -51,7 +51,7 @@ func (s *Slot) Release() {
 	if s == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.o.release(s.h)
+	s.chat.release(s.h)
 	if s.shared != nil {
 		s.shared()
 	}
@@ -61,7 +61,7 @@ func (s *Slot) Release() {
 // it (a hand-off); it then picks a host itself.
 type waiter struct{ ch chan struct{} }
 
-// admission is the queue state of an Ollama backend.
+// admission is the queue state of a Chat backend.
 type admission struct {
 	// waiting counts the requests inside Admit's queue path. It is raised before the request
 	// looks for a host, and release reads it after lowering a host's count: either the release
@@ -80,90 +80,90 @@ type admission struct {
 // KindOverloaded (ErrQueueFull, ErrQueueTimeout, or every host at MaxInFlight without a queue),
 // KindUnavailable (no healthy host) or KindCanceled (ctx ended while waiting). With a
 // HostCounter the place must also be free across the instances that share it (sharedAdmit).
-func (o *Ollama) Admit(ctx context.Context) (Admission, error) {
-	if o.cfg.HostCounter != nil && o.cfg.MaxInFlight > 0 {
-		return o.sharedAdmitHeld(ctx, "", nil)
+func (c *Chat) Admit(ctx context.Context) (Admission, error) {
+	if c.cfg.HostCounter != nil && c.cfg.MaxInFlight > 0 {
+		return c.sharedAdmitHeld(ctx, "", nil)
 	}
-	return o.admitLocal(ctx)
+	return c.admitLocal(ctx)
 }
 
 // admitLocal is Admit within this process.
-func (o *Ollama) admitLocal(ctx context.Context) (Admission, error) {
-	allowDown := !o.anyHealthy()
-	if o.cfg.MaxInFlight == 0 || o.cfg.QueueSize <= 0 {
-		h, full := o.pick(nil, allowDown)
+func (c *Chat) admitLocal(ctx context.Context) (Admission, error) {
+	allowDown := !c.anyHealthy()
+	if c.cfg.MaxInFlight == 0 || c.cfg.QueueSize <= 0 {
+		h, full := c.pick(nil, allowDown)
 		if h == nil {
-			return nil, o.noHost(full)
+			return nil, c.noHost(full)
 		}
-		return &Slot{o: o, h: h}, nil
+		return &Slot{chat: c, h: h}, nil
 	}
 
-	a := &o.adm
+	a := &c.adm
 	a.waiting.Add(1)
 	defer a.waiting.Add(-1)
 	a.mu.Lock()
 	if len(a.queue) == 0 && a.handoffs == 0 {
-		h, full := o.pick(nil, allowDown)
+		h, full := c.pick(nil, allowDown)
 		if h != nil || !full {
 			a.mu.Unlock()
 			if h == nil {
-				return nil, o.noHost(false)
+				return nil, c.noHost(false)
 			}
-			return &Slot{o: o, h: h}, nil
+			return &Slot{chat: c, h: h}, nil
 		}
 	}
-	if len(a.queue) >= o.cfg.QueueSize {
+	if len(a.queue) >= c.cfg.QueueSize {
 		a.mu.Unlock()
 		return nil, &Error{Kind: KindOverloaded, RetryAfter: queueFullRetry,
-			Err: fmt.Errorf("%w (%d waiting)", ErrQueueFull, o.cfg.QueueSize)}
+			Err: fmt.Errorf("%w (%d waiting)", ErrQueueFull, c.cfg.QueueSize)}
 	}
 	w := &waiter{ch: make(chan struct{}, 1)}
 	a.queue = append(a.queue, w)
 	a.mu.Unlock()
 
 	start := time.Now()
-	timer := time.NewTimer(o.cfg.QueueTimeout)
+	timer := time.NewTimer(c.cfg.QueueTimeout)
 	defer timer.Stop()
 	for {
 		select {
 		case <-w.ch:
 			a.mu.Lock()
 			a.handoffs--
-			h, full := o.pick(nil, !o.anyHealthy())
+			h, full := c.pick(nil, !c.anyHealthy())
 			if h != nil || !full {
 				a.mu.Unlock()
 				if h == nil {
-					return nil, o.noHost(false)
+					return nil, c.noHost(false)
 				}
-				return &Slot{o: o, h: h, waited: time.Since(start)}, nil
+				return &Slot{chat: c, h: h, waited: time.Since(start)}, nil
 			}
 			// The place went to a failover attempt of a running request: wait again, first in line.
 			a.queue = append([]*waiter{w}, a.queue...)
 			a.mu.Unlock()
 		case <-timer.C:
-			o.leave(w)
+			c.leave(w)
 			return nil, &Error{Kind: KindOverloaded, RetryAfter: queueTimeoutRetry,
-				Err: fmt.Errorf("%w (%s)", ErrQueueTimeout, o.cfg.QueueTimeout)}
+				Err: fmt.Errorf("%w (%s)", ErrQueueTimeout, c.cfg.QueueTimeout)}
 		case <-ctx.Done():
-			o.leave(w)
+			c.leave(w)
 			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for an ollama host: %w", context.Cause(ctx))}
 		}
 	}
 }
 
 // noHost is the error when pick found no host: all at their cap (full) or none healthy.
-func (o *Ollama) noHost(full bool) error {
+func (c *Chat) noHost(full bool) error {
 	if full {
 		return &Error{Kind: KindOverloaded, RetryAfter: time.Second,
-			Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", o.cfg.MaxInFlight)}
+			Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", c.cfg.MaxInFlight)}
 	}
-	return &Error{Kind: KindUnavailable, RetryAfter: o.cfg.HealthInterval, Err: errors.New("no healthy ollama host")}
+	return &Error{Kind: KindUnavailable, RetryAfter: c.cfg.HealthInterval, Err: errors.New("no healthy ollama host")}
 }
 
 // leave takes a waiter that gives up out of the queue. If a place had already been handed to it,
 // the place goes to the next in line.
-func (o *Ollama) leave(w *waiter) {
-	a := &o.adm
+func (c *Chat) leave(w *waiter) {
+	a := &c.adm
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i, x := range a.queue {
@@ -174,12 +174,12 @@ func (o *Ollama) leave(w *waiter) {
 	}
 	// Not queued: it was woken (its channel holds the hand-off) while it gave up.
 	a.handoffs--
-	o.wakeLocked()
+	c.wakeLocked()
 }
 
 // wakeLocked hands the turn to the first queued request. Called with adm.mu held.
-func (o *Ollama) wakeLocked() {
-	a := &o.adm
+func (c *Chat) wakeLocked() {
+	a := &c.adm
 	if len(a.queue) == 0 {
 		return
 	}
@@ -191,18 +191,18 @@ func (o *Ollama) wakeLocked() {
 }
 
 // release frees a place on h and wakes the first queued request.
-func (o *Ollama) release(h *ollamaHost) {
+func (c *Chat) release(h *chatHost) {
 	h.inFlight.Add(-1)
-	if o.adm.waiting.Load() > 0 {
-		o.adm.mu.Lock()
-		o.wakeLocked()
-		o.adm.mu.Unlock()
+	if c.adm.waiting.Load() > 0 {
+		c.adm.mu.Lock()
+		c.wakeLocked()
+		c.adm.mu.Unlock()
 	}
 }
 
 // QueueLen is the number of requests waiting in the admission queue.
-func (o *Ollama) QueueLen() int {
-	o.adm.mu.Lock()
-	defer o.adm.mu.Unlock()
-	return len(o.adm.queue)
+func (c *Chat) QueueLen() int {
+	c.adm.mu.Lock()
+	defer c.adm.mu.Unlock()
+	return len(c.adm.queue)
 }

@@ -25,7 +25,7 @@ type HeldAdmitter interface {
 	AdmitHeld(ctx context.Context, host string, release func()) (Admission, error)
 }
 
-var _ HeldAdmitter = (*Ollama)(nil)
+var _ HeldAdmitter = (*Chat)(nil)
 
 // sharedPoll is how often a request waiting for a host that is full across the instances looks
 // again: a place freed by another instance wakes nobody here.
@@ -35,13 +35,13 @@ var sharedPoll = 50 * time.Millisecond
 // healthy one here), so that a caller counting its own limits in the HostCounter's store can
 // take the host's shared place in the same round trip and hand it to AdmitHeld. "" when no host
 // is free here.
-func (o *Ollama) PreferredHost() string {
-	var best *ollamaHost
-	for _, h := range o.hosts {
-		if !h.healthy.Load() && o.anyHealthy() {
+func (c *Chat) PreferredHost() string {
+	var best *chatHost
+	for _, h := range c.hosts {
+		if !h.healthy.Load() && c.anyHealthy() {
 			continue
 		}
-		if o.cfg.MaxInFlight > 0 && h.inFlight.Load() >= int64(o.cfg.MaxInFlight) {
+		if c.cfg.MaxInFlight > 0 && h.inFlight.Load() >= int64(c.cfg.MaxInFlight) {
 			continue
 		}
 		if best == nil || h.inFlight.Load() < best.inFlight.Load() {
@@ -58,12 +58,12 @@ func (o *Ollama) PreferredHost() string {
 // the HostCounter, with release to give it back: the place is used when the local admission
 // lands on that host, else given back (and the host's place taken as Admit would). The
 // Admission owns release from then on, whatever the outcome.
-func (o *Ollama) AdmitHeld(ctx context.Context, host string, release func()) (Admission, error) {
-	if o.cfg.HostCounter == nil || o.cfg.MaxInFlight <= 0 {
+func (c *Chat) AdmitHeld(ctx context.Context, host string, release func()) (Admission, error) {
+	if c.cfg.HostCounter == nil || c.cfg.MaxInFlight <= 0 {
 		release()
-		return o.Admit(ctx)
+		return c.Admit(ctx)
 	}
-	return o.sharedAdmitHeld(ctx, host, release)
+	return c.sharedAdmitHeld(ctx, host, release)
 }
 
 // sharedAdmitHeld is Admit with a HostCounter: a place on a host that is free in this process
@@ -71,7 +71,7 @@ func (o *Ollama) AdmitHeld(ctx context.Context, host string, release func()) (Ad
 // could use is full across the instances, the request waits, polling, within QueueTimeout, and
 // at most QueueSize requests wait so; without a queue it fails at once. held, when not nil, gives
 // back a shared place already taken on host, used if the local admission lands there.
-func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) (Admission, error) {
+func (c *Chat) sharedAdmitHeld(ctx context.Context, host string, held func()) (Admission, error) {
 	start := time.Now()
 	var timer *time.Timer
 	waiting := false
@@ -80,14 +80,14 @@ func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) 
 			timer.Stop()
 		}
 		if waiting {
-			o.sharedWaiting.Add(-1)
+			c.sharedWaiting.Add(-1)
 		}
 		if held != nil {
 			held()
 		}
 	}()
 	for {
-		adm, err := o.admitLocal(ctx)
+		adm, err := c.admitLocal(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -101,21 +101,21 @@ func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) 
 			held()
 			held = nil
 		}
-		if o.shareSlot(ctx, s) {
+		if c.shareSlot(ctx, s) {
 			s.waited = time.Since(start)
 			return s, nil
 		}
-		if o.cfg.QueueSize <= 0 {
-			return nil, o.noHost(true)
+		if c.cfg.QueueSize <= 0 {
+			return nil, c.noHost(true)
 		}
 		if !waiting {
-			if o.sharedWaiting.Add(1) > int64(o.cfg.QueueSize) {
-				o.sharedWaiting.Add(-1)
+			if c.sharedWaiting.Add(1) > int64(c.cfg.QueueSize) {
+				c.sharedWaiting.Add(-1)
 				return nil, &Error{Kind: KindOverloaded, RetryAfter: queueFullRetry,
-					Err: fmt.Errorf("%w (%d waiting for a host that is full across the instances)", ErrQueueFull, o.cfg.QueueSize)}
+					Err: fmt.Errorf("%w (%d waiting for a host that is full across the instances)", ErrQueueFull, c.cfg.QueueSize)}
 			}
 			waiting = true
-			timer = time.NewTimer(o.cfg.QueueTimeout)
+			timer = time.NewTimer(c.cfg.QueueTimeout)
 		}
 		poll := time.NewTimer(sharedPoll)
 		select {
@@ -123,7 +123,7 @@ func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) 
 		case <-timer.C:
 			poll.Stop()
 			return nil, &Error{Kind: KindOverloaded, RetryAfter: queueTimeoutRetry,
-				Err: fmt.Errorf("%w (%s; every host is full across the instances)", ErrQueueTimeout, o.cfg.QueueTimeout)}
+				Err: fmt.Errorf("%w (%s; every host is full across the instances)", ErrQueueTimeout, c.cfg.QueueTimeout)}
 		case <-ctx.Done():
 			poll.Stop()
 			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for an ollama host: %w", context.Cause(ctx))}
@@ -134,19 +134,19 @@ func (o *Ollama) sharedAdmitHeld(ctx context.Context, host string, held func()) 
 // shareSlot counts the local slot s in the HostCounter too. When its host is full across the
 // instances it tries the other hosts (least busy here first); it moves s to the first with a
 // shared place, or releases s and reports false.
-func (o *Ollama) shareSlot(ctx context.Context, s *Slot) bool {
-	if rel, ok := o.cfg.HostCounter.Take(ctx, s.h.name, o.cfg.MaxInFlight); ok {
+func (c *Chat) shareSlot(ctx context.Context, s *Slot) bool {
+	if rel, ok := c.cfg.HostCounter.Take(ctx, s.h.name, c.cfg.MaxInFlight); ok {
 		s.shared = rel
 		return true
 	}
-	tried := make(triedSet, len(o.hosts))
-	o.markTried(tried, s.h)
-	next, rel := o.pickShared(ctx, tried, !o.anyHealthy())
+	tried := make(triedSet, len(c.hosts))
+	c.markTried(tried, s.h)
+	next, rel := c.pickShared(ctx, tried, !c.anyHealthy())
 	if next == nil {
 		s.Release()
 		return false
 	}
-	o.release(s.h)
+	c.release(s.h)
 	s.h, s.shared = next, rel
 	return true
 }
@@ -154,30 +154,30 @@ func (o *Ollama) shareSlot(ctx context.Context, s *Slot) bool {
 // pickShared is pick with a shared place on the host as well (with a HostCounter): hosts full
 // across the instances are skipped. release gives the shared place back (a no-op without a
 // HostCounter).
-func (o *Ollama) pickShared(ctx context.Context, tried triedSet, allowDown bool) (h *ollamaHost, release func()) {
-	if o.cfg.HostCounter == nil || o.cfg.MaxInFlight <= 0 {
-		h, _ = o.pick(tried, allowDown)
+func (c *Chat) pickShared(ctx context.Context, tried triedSet, allowDown bool) (h *chatHost, release func()) {
+	if c.cfg.HostCounter == nil || c.cfg.MaxInFlight <= 0 {
+		h, _ = c.pick(tried, allowDown)
 		return h, func() {}
 	}
 	if tried == nil {
-		tried = make(triedSet, len(o.hosts))
+		tried = make(triedSet, len(c.hosts))
 	}
 	for {
-		h, _ = o.pick(tried, allowDown)
+		h, _ = c.pick(tried, allowDown)
 		if h == nil {
 			return nil, nil
 		}
-		if rel, ok := o.cfg.HostCounter.Take(ctx, h.name, o.cfg.MaxInFlight); ok {
+		if rel, ok := c.cfg.HostCounter.Take(ctx, h.name, c.cfg.MaxInFlight); ok {
 			return h, rel
 		}
-		o.release(h)
-		o.markTried(tried, h)
+		c.release(h)
+		c.markTried(tried, h)
 	}
 }
 
 // markTried marks h in tried.
-func (o *Ollama) markTried(tried triedSet, h *ollamaHost) {
-	for i, x := range o.hosts {
+func (c *Chat) markTried(tried triedSet, h *chatHost) {
+	for i, x := range c.hosts {
 		if x == h {
 			tried[i] = true
 		}

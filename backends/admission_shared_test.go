@@ -50,8 +50,8 @@ func (c *sharedCount) get(host string) int {
 func TestSharedMaxInFlight(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall})
 	hc := &sharedCount{n: map[string]int{}}
-	cfg := backends.OllamaConfig{Hosts: []string{fs.URL}, MaxInFlight: 2, QueueSize: 4, QueueTimeout: time.Minute, HostCounter: hc}
-	a, b := newOllama(t, cfg), newOllama(t, cfg)
+	cfg := backends.ChatConfig{Hosts: []string{fs.URL}, MaxInFlight: 2, QueueSize: 4, QueueTimeout: time.Minute, HostCounter: hc}
+	a, b := newChat(t, cfg), newChat(t, cfg)
 	a1, err := a.Admit(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestSharedMaxInFlight(t *testing.T) {
 
 	// Without a queue: refused at once while the other instance fills the host.
 	cfg.QueueSize = 0
-	c := newOllama(t, cfg)
+	c := newChat(t, cfg)
 	x1, _ := a.Admit(testCtx(t))
 	x2, _ := a.Admit(testCtx(t))
 	_, err = c.Admit(testCtx(t))
@@ -101,13 +101,13 @@ func TestSharedMaxInFlightOtherHost(t *testing.T) {
 	fs2 := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall})
 	hc := &sharedCount{n: map[string]int{}}
 	// The other instance fills host 1 (it sends to host 1 only).
-	a := newOllama(t, backends.OllamaConfig{Hosts: []string{fs1.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: time.Minute, HostCounter: hc})
+	a := newChat(t, backends.ChatConfig{Hosts: []string{fs1.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: time.Minute, HostCounter: hc})
 	held, err := a.Admit(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release()
-	b := newOllama(t, backends.OllamaConfig{Hosts: []string{fs1.URL, fs2.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: time.Minute, HostCounter: hc})
+	b := newChat(t, backends.ChatConfig{Hosts: []string{fs1.URL, fs2.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: time.Minute, HostCounter: hc})
 	for range 3 { // whichever host b prefers, it lands on host 2
 		s, err := b.Admit(testCtx(t))
 		if err != nil {
@@ -129,7 +129,7 @@ func TestSharedMaxInFlightOtherHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Release()
-	b2 := newOllama(t, backends.OllamaConfig{Hosts: []string{fs1.URL, fs2.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: 100 * time.Millisecond, HostCounter: hc})
+	b2 := newChat(t, backends.ChatConfig{Hosts: []string{fs1.URL, fs2.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: 100 * time.Millisecond, HostCounter: hc})
 	_, err = b2.Admit(testCtx(t))
 	if !errors.Is(err, backends.ErrQueueTimeout) {
 		t.Fatalf("both hosts full across the instances: %v, want a queue timeout", err)

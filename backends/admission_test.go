@@ -17,7 +17,7 @@ import (
 func noEmit(string) error { return nil }
 
 // holdOne starts a generation that stalls on the host until its context is cancelled.
-func holdOne(t *testing.T, o *backends.Ollama) (cancel func(), done <-chan error) {
+func holdOne(t *testing.T, o *backends.Chat) (cancel func(), done <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	ch := make(chan error, 1)
@@ -30,7 +30,7 @@ func holdOne(t *testing.T, o *backends.Ollama) (cancel func(), done <-chan error
 
 func TestAdmissionQueueFullAndTimeout(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall})
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: 200 * time.Millisecond})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 1, QueueTimeout: 200 * time.Millisecond})
 	cancelHold, held := holdOne(t, o)
 	waitFor(t, "the first request to be in flight", func() bool { return o.Hosts()[0].InFlight == 1 })
 
@@ -67,7 +67,7 @@ func TestAdmissionQueueFullAndTimeout(t *testing.T) {
 // and a newcomer does not overtake them.
 func TestAdmissionHandsOffInOrder(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall})
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 8, QueueTimeout: time.Minute})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 8, QueueTimeout: time.Minute})
 	first, err := o.Admit(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestAdmissionHandsOffInOrder(t *testing.T) {
 // cancelled wait leaves the queue.
 func TestAdmissionSlotToGenerate(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Piece: "x "})
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 4})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, MaxInFlight: 1, QueueSize: 4})
 	s, err := o.Admit(testCtx(t))
 	if err != nil {
 		t.Fatal(err)

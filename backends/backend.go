@@ -1,11 +1,14 @@
 // Package backends turns a prepared prompt into a stream of text pieces from a model server.
-// It imports nothing from Caddy. The first backend is Ollama (ollama.go).
+// It imports nothing from Caddy. Chat (chat.go) is the backend of model servers that stream chat
+// completions over HTTP, on Ollama's wire (ollama.go) or the OpenAI-compatible one (openai.go),
+// each a wire (wire.go).
 package backends
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -75,6 +78,50 @@ type Admission interface {
 type Admitter interface {
 	Backend
 	Admit(ctx context.Context) (Admission, error)
+}
+
+// ModelServers is a set of model servers as the HTTP layer uses them (caddymodule depends on
+// this, not on a concrete type): it generates with admission, a place held across instances
+// too (HeldAdmitter), checks at start-up that the servers have the models (ModelChecker), tells
+// its hosts' state for readiness (HostReporter) and a model's context window (WindowFinder).
+// Close stops what runs in the background; generations in progress go on. Chat is one, for
+// every server that streams chat completions over HTTP (chat.go).
+type ModelServers interface {
+	HeldAdmitter
+	ModelChecker
+	HostReporter
+	WindowFinder
+	io.Closer
+}
+
+// ModelChecker is the start-up check of a set of model servers.
+type ModelChecker interface {
+	// CheckModels asks every host whether it has models, marks it up or down by whether it
+	// answers, logs what is wrong with how to fix it, and with pull fetches a missing model where
+	// the server can. It returns nil when every host answers and has every model, else one
+	// error listing what is wrong; a host may come up later, so the caller decides whether that
+	// stops the start-up.
+	CheckModels(ctx context.Context, models []string, pull bool) error
+}
+
+// HostReporter tells the state of a set of model servers from memory (the health checker's
+// last findings), cheaply enough for a readiness endpoint that is polled often.
+type HostReporter interface {
+	// Hosts is every host's state, in configuration order.
+	Hosts() []HostStatus
+	// QueueLen is the number of requests waiting for admission.
+	QueueLen() int
+}
+
+// WindowFinder tells a model's context window: the most tokens its prompt and answer may take
+// together (window.go).
+type WindowFinder interface {
+	// KnownWindow is the window found earlier for model, if any; it asks no server.
+	KnownWindow(model string) (int, bool)
+	// ContextWindow finds model's window, asking the servers unless it is known. The error
+	// wraps ErrWindowUnknown when no server reports it (a setting must say it then), else says
+	// why none could be asked.
+	ContextWindow(ctx context.Context, model string) (int, error)
 }
 
 // Kind classifies a backend failure so the HTTP layer can map it to a status code.

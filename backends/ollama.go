@@ -2,458 +2,251 @@ package backends
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
 )
 
-// DefaultOllamaHost is the Ollama server used when neither the config nor $OLLAMA_HOST names one.
-const DefaultOllamaHost = "http://127.0.0.1:11434"
+// Ollama's own wire: POST /api/chat answered with NDJSON (a chunk a line, the last one
+// "done":true), HEAD / as the health probe, /api/version and /api/tags for the start-up check,
+// /api/pull to fetch a missing model, /api/show for a model's context window. All but the chat
+// stream go through the ollama api package's client; the stream is read here (attempt.go says
+// why).
 
-// OllamaConfig configures an Ollama backend. Zero values take the defaults stated per field.
-type OllamaConfig struct {
-	// Hosts are the Ollama servers, as URLs ("http://10.0.0.5:11434") or, as Ollama itself
-	// accepts them, "host:port" or "host" without a scheme (http, port 11434). Requests go to a
-	// healthy host with the fewest requests in flight. Default: $OLLAMA_HOST, else
-	// http://127.0.0.1:11434.
-	Hosts []string `json:"hosts,omitempty"`
-
-	// ConnectTimeout bounds establishing a connection (and a TLS handshake) to a host.
-	// Default 5s.
-	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
-
-	// FirstPieceTimeout bounds the wait for the first piece of text, which includes loading the
-	// model. Exceeding it fails with KindTimeout. Request.FirstPieceTimeout overrides it.
-	// Default 60s.
-	FirstPieceTimeout time.Duration `json:"first_piece_timeout,omitempty"`
-
-	// IdleTimeout bounds the wait for the next piece once text is flowing (time spent inside
-	// emit does not count). Exceeding it fails with KindInterrupted. Request.IdleTimeout
-	// overrides it. Default 30s.
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-
-	// KeepAlive is sent as keep_alive with every request: how long Ollama keeps the model loaded
-	// afterwards (negative: forever, 0: unload at once). Default nil: Ollama's own default
-	// (5 minutes, or the server's OLLAMA_KEEP_ALIVE).
-	KeepAlive *time.Duration `json:"keep_alive,omitempty"`
-
-	// HealthInterval is how often every host is probed (HEAD /), so a host marked down after a
-	// failed connection comes back. Default 10s.
-	HealthInterval time.Duration `json:"health_interval,omitempty"`
-
-	// MaxInFlight caps the requests sent to one host at a time; when every host is at its cap,
-	// a request waits in the admission queue (QueueSize) or, without one, fails at once with
-	// KindOverloaded. Default 0: no cap (Ollama queues and answers 503 when its own
-	// OLLAMA_MAX_QUEUE is full).
-	MaxInFlight int `json:"max_in_flight,omitempty"`
-
-	// QueueSize is how many requests may wait, first come first served, for a host below
-	// MaxInFlight; one more fails at once with KindOverloaded (ErrQueueFull). Only with
-	// MaxInFlight > 0. Default 0: no queue.
-	QueueSize int `json:"queue_size,omitempty"`
-
-	// QueueTimeout is the longest wait in the admission queue; past it the request fails with
-	// KindOverloaded (ErrQueueTimeout). Default 10s.
-	QueueTimeout time.Duration `json:"queue_timeout,omitempty"`
-
-	// HostCounter, when set, counts the requests of every instance that shares it on each host
-	// (by host URL), so that MaxInFlight holds for the host rather than for this process. Only
-	// with MaxInFlight > 0. Default nil: this process counts its own.
-	HostCounter HostCounter `json:"-"`
-
-	// API is the wire the hosts speak: "ollama" (Ollama's own /api/chat, the default) or
-	// "openai" (/v1/chat/completions with server-sent events: vLLM, llama.cpp's server, hosted
-	// OpenAI-compatible services, and Ollama too). With "openai" Hosts are URLs with a scheme,
-	// the base URL an OpenAI client is given ("https://api.example.com/v1") or a server's address
-	// (to which /v1 is added); the readiness probe and the model check use GET /v1/models, and
-	// models cannot be pulled.
-	API string `json:"api,omitempty"`
-
-	// APIKey is sent as "Authorization: Bearer <key>" to OpenAI-compatible hosts that need one.
-	// Default: none.
-	APIKey string `json:"-"`
-
-	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
-	Logger *zap.Logger `json:"-"`
-}
-
-// Ollama is a Backend that streams from one or more Ollama servers through /api/chat.
-// It is safe for concurrent use. Close stops its health checker.
-type Ollama struct {
-	cfg       OllamaConfig
-	hosts     []*ollamaHost
-	client    *http.Client
-	transport *http.Transport
-	// dial opens the chat streams' own connections (ollama_conn.go); the Transport's dialer.
-	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
-	log       *zap.Logger
+// ollamaWire speaks Ollama's API.
+type ollamaWire struct {
+	// keepAlive is sent with every chat request (ChatConfig.KeepAlive); nil: Ollama's default.
 	keepAlive *api.Duration
-	rr        atomic.Uint32 // rotates the tie-break among equally busy hosts
-	adm       admission
-	// sharedWaiting counts the requests waiting for a host that is full across the instances.
-	sharedWaiting atomic.Int64
-	// windows are the models' context windows found so far (window.go).
-	windows windows
-
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
 }
 
-// NewOllama validates cfg, applies its defaults and starts the health checker. It does not
-// contact the hosts; call CheckModels at start-up for that.
-func NewOllama(cfg OllamaConfig) (*Ollama, error) {
-	if len(cfg.Hosts) == 0 {
-		if env := strings.TrimSpace(os.Getenv("OLLAMA_HOST")); env != "" {
-			cfg.Hosts = []string{env}
-		} else {
-			cfg.Hosts = []string{DefaultOllamaHost}
-		}
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 5 * time.Second
-	}
-	if cfg.FirstPieceTimeout == 0 {
-		cfg.FirstPieceTimeout = 60 * time.Second
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = 30 * time.Second
-	}
-	if cfg.HealthInterval == 0 {
-		cfg.HealthInterval = 10 * time.Second
-	}
-	if cfg.QueueTimeout == 0 {
-		cfg.QueueTimeout = 10 * time.Second
-	}
-	switch {
-	case cfg.ConnectTimeout < 0:
-		return nil, fmt.Errorf("ollama connect_timeout: must not be negative")
-	case cfg.FirstPieceTimeout < 0:
-		return nil, fmt.Errorf("ollama first_piece_timeout: must not be negative")
-	case cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("ollama idle_timeout: must not be negative")
-	case cfg.HealthInterval < 0:
-		return nil, fmt.Errorf("ollama health_interval: must not be negative")
-	case cfg.MaxInFlight < 0:
-		return nil, fmt.Errorf("ollama max_in_flight: must not be negative")
-	case cfg.QueueSize < 0:
-		return nil, fmt.Errorf("ollama queue_size: must not be negative")
-	case cfg.QueueTimeout < 0:
-		return nil, fmt.Errorf("ollama queue_timeout: must not be negative")
-	case cfg.API != "" && cfg.API != APIOllama && cfg.API != APIOpenAI:
-		return nil, fmt.Errorf("backend api: %q is neither %q nor %q", cfg.API, APIOllama, APIOpenAI)
-	case cfg.APIKey != "" && cfg.API != APIOpenAI:
+func newOllamaWire(cfg ChatConfig) (*ollamaWire, error) {
+	if cfg.APIKey != "" {
 		return nil, fmt.Errorf("backend api_key: only OpenAI-compatible hosts take a key")
 	}
-	if cfg.API == "" {
-		cfg.API = APIOllama
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
-	// The Transport carries the health probes, the model checks, and the chat streams to
-	// https:// and proxied hosts; those to plain http:// hosts go over connections of their own
-	// (ollama_conn.go), with the same limits.
-	transport := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
-		ForceAttemptHTTP2:   true,
-		TLSHandshakeTimeout: cfg.ConnectTimeout,
-		// Many generations run at once against few hosts; the default of 2 idle connections
-		// per host would make most requests dial anew.
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		// A compressing proxy in between would buffer the stream; Ollama never compresses.
-		DisableCompression: true,
-		// Every open stream holds its connection's buffers: the request is a few KB at most
-		// (and a longer one is written through), the response is read line by line into the
-		// line reader's own buffer. The defaults are 4 KiB each.
-		WriteBufferSize: 1 << 10,
-		ReadBufferSize:  1 << 10,
-		// No ResponseHeaderTimeout: Ollama sends the headers with the first piece, after loading
-		// the model, so the first-piece timer bounds that wait instead.
-	}
-	o := &Ollama{
-		cfg:       cfg,
-		transport: transport,
-		dial:      dialer.DialContext,
-		// No Client.Timeout: a generation may stream for minutes; the connect, first-piece,
-		// idle timeouts and the request's deadline bound it instead.
-		client: &http.Client{Transport: transport},
-		log:    cfg.Logger,
-		stop:   make(chan struct{}),
-	}
+	w := &ollamaWire{}
 	if cfg.KeepAlive != nil {
-		o.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
+		w.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
 	}
-	seen := make(map[string]bool)
-	for _, raw := range cfg.Hosts {
-		u, err := ParseOllamaHost(raw)
-		if err == nil && cfg.API == APIOpenAI && !strings.Contains(raw, "://") {
-			err = fmt.Errorf("host %q: an OpenAI-compatible host is a URL with http:// or https://", raw)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s hosts: %w", cfg.API, err)
-		}
-		name := u.String()
-		if seen[name] {
-			return nil, fmt.Errorf("ollama hosts: %s is listed twice", name)
-		}
-		seen[name] = true
-		h := &ollamaHost{
-			name:    name,
-			chatURL: u.JoinPath("/api/chat").String(),
-			api:     api.NewClient(u, o.client),
-		}
-		if cfg.API == APIOpenAI {
-			h.chatURL, h.modelsURL = openaiURL(u, "chat/completions"), openaiURL(u, "models")
-		}
-		if addr := leanHost(u, transport.Proxy); addr != "" {
-			h.lean = &leanConns{addr: addr}
-		}
-		h.healthy.Store(true) // until proven otherwise
-		o.hosts = append(o.hosts, h)
-	}
-
-	o.wg.Add(1)
-	go o.healthLoop()
-	return o, nil
+	return w, nil
 }
 
-// ParseOllamaHost parses a host the way Ollama parses OLLAMA_HOST: a URL, or "host:port" /
-// "host" / ":port" without a scheme (meaning http, host 127.0.0.1, port 11434). A URL without
-// a port gets its scheme's default port.
-func ParseOllamaHost(s string) (*url.URL, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, fmt.Errorf("empty host")
-	}
-	defaultPort := "11434"
-	scheme, hostport, ok := strings.Cut(s, "://")
-	switch {
-	case !ok:
-		scheme, hostport = "http", s
-	case scheme == "http":
-		defaultPort = "80"
-	case scheme == "https":
-		defaultPort = "443"
-	default:
-		return nil, fmt.Errorf("host %q: scheme must be http or https", s)
-	}
-	hostport, path, _ := strings.Cut(hostport, "/")
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host, port = strings.Trim(hostport, "[]"), defaultPort
-	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return nil, fmt.Errorf("host %q: invalid port %q", s, port)
-	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port)}
-	if path = strings.Trim(path, "/"); path != "" {
-		u.Path = "/" + path
-	}
-	return u, nil
+// ollamaClient is the api package's client for h, on c's Transport.
+func ollamaClient(c *Chat, h *chatHost) *api.Client { return api.NewClient(h.base, c.client) }
+
+// chatURL: any host ParseOllamaHost reads, with or without a scheme.
+func (w *ollamaWire) chatURL(_ string, u *url.URL) (string, error) {
+	return u.JoinPath("/api/chat").String(), nil
 }
 
-// Generate implements Backend. Without req.Admission it first admits the request (Admit: a host
-// below MaxInFlight, waiting in the admission queue if need be); with it, it starts on the
-// slot's host and gives the slot back at the end. If the host cannot be reached or is
-// overloaded, and no text was emitted yet, it tries the next one (without queueing again).
-// Failures are *Error values; ctx's deadline counts like Request.Deadline.
-func (o *Ollama) Generate(ctx context.Context, req Request, emit Emit) (Stats, error) {
-	start := time.Now()
-	allowDown := !o.anyHealthy()
-	slot, chat, err := o.prepare(ctx, &req, emit)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer slot.Release() // the slot's host is released after its attempt; this covers early returns
-	var stats Stats
-	err = o.attempts(ctx, slot, &req, chat, emit, start, allowDown, &stats)
-	return stats, err
+func (w *ollamaWire) encode(req Request) ([]byte, error) {
+	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: w.keepAlive,
+		Truncate: &noCut, Shift: &noCut}
+	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
+	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
+	return json.Marshal(&body)
 }
 
-// prepare checks a request, encodes its chat request and admits it (Admit) unless it came with
-// its place (req.Admission). The prompt is in the encoded body afterwards, and the body is needed
-// only until text went out (no attempt follows then): a stream of minutes holds neither
-// (chatBody).
-//
-//go:noinline
-func (o *Ollama) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *chatBody, error) {
-	slot, ok := req.Admission.(*Slot)
-	if req.Admission != nil && (!ok || slot == nil || slot.o != o) {
-		req.Admission.Release()
-		return nil, nil, &Error{Kind: KindInternal, Err: errors.New("the admission was not made by this backend")}
-	}
-	fail := func(err error) (*Slot, *chatBody, error) {
-		slot.Release()
-		return nil, nil, err
-	}
-	if req.Model == "" || emit == nil {
-		return fail(&Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")})
-	}
-	body, err := o.encodeChat(*req)
-	if err != nil {
-		return fail(&Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)})
-	}
-	req.System, req.Prompt = "", ""
-	if slot == nil {
-		adm, err := o.Admit(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		slot = adm.(*Slot)
-	}
-	return slot, &chatBody{raw: body}, nil
+// noCut is the false that Truncate and Shift point to.
+var noCut = false
+
+// ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
+// api.ChatRequest with its options in a map took twice the time and allocations to encode (a
+// test checks both give the same JSON).
+type ollamaChatRequest struct {
+	Model     string        `json:"model"`
+	Messages  []chatMessage `json:"messages"`
+	Stream    bool          `json:"stream"`
+	KeepAlive *api.Duration `json:"keep_alive,omitempty"`
+	Options   struct {
+		NumPredict  int      `json:"num_predict,omitempty"`
+		Temperature *float64 `json:"temperature,omitempty"`
+		NumCtx      int      `json:"num_ctx,omitempty"`
+		Seed        *int     `json:"seed,omitempty"`
+	} `json:"options"`
+	// Truncate and Shift false: a server that knows them (recent Ollama) refuses a prompt that
+	// does not fit (KindTooLong) and stops at the context's end rather than cutting the prompt
+	// or dropping the start of the context; older servers ignore them.
+	Truncate *bool `json:"truncate,omitempty"`
+	Shift    *bool `json:"shift,omitempty"`
 }
 
-// attempts runs the generation on slot's host and, if that host cannot be reached or is
-// overloaded before any text was emitted, on the next one (without queueing again), and leaves
-// the last attempt's figures in stats. Hosts marked down are tried only if allowDown.
-func (o *Ollama) attempts(ctx context.Context, slot *Slot, req *Request, chat *chatBody, emit Emit, start time.Time, allowDown bool, stats *Stats) error {
-	var (
-		tried   triedSet // allocated only when failing over
-		lastErr *Error
-	)
-	h := slot.h
-	var releaseShared func() // the shared place of a failover host
-	for {
-		var err error
-		*stats, err = o.generateOn(ctx, h, req, chat, emit, start)
-		if h == slot.h {
-			slot.Release()
-		} else {
-			o.release(h)
-			releaseShared()
-		}
-		if err == nil {
-			h.up(o.log)
-			return nil
-		}
-		be := err.(*Error)
-		if be.Kind == KindUnavailable {
-			h.down(o.log, be.Err)
-		}
-		// Never after text went out (the two kinds imply no piece; the first test states the rule).
-		if be.Pieces > 0 || (be.Kind != KindUnavailable && be.Kind != KindOverloaded) || ctx.Err() != nil {
-			return be
-		}
-		// Prefer reporting "overloaded" (retry soon) over "unavailable" when hosts differ.
-		if lastErr == nil || be.Kind == KindOverloaded {
-			lastErr = be
-		}
-		if tried == nil {
-			tried = make([]bool, len(o.hosts))
-		}
-		for i, x := range o.hosts {
-			if x == h {
-				tried[i] = true
-			}
-		}
-		next, rel := o.pickShared(ctx, tried, allowDown)
-		if next == nil {
-			return lastErr
-		}
-		releaseShared = rel
-		o.logFailover(h, be)
-		h = next
+func (w *ollamaWire) header(h http.Header) { h.Set("Accept", "application/x-ndjson") }
+
+func (w *ollamaWire) decoder() streamDecoder { return ollamaLines{} }
+
+// ollamaLines decodes Ollama's NDJSON: every line a chunk, the end a "done":true chunk.
+type ollamaLines struct{}
+
+func (ollamaLines) decode(line []byte, c *chatChunk) error { return decodeChunk(line, c) }
+func (ollamaLines) atEOF(*chatChunk) bool                  { return false }
+
+// decodeChunk parses one line into c, which it zeroes first. Keys match exactly (encoding/json
+// would also accept other letter cases; Ollama never sends them). The walker is decode.go's.
+func decodeChunk(line []byte, c *chatChunk) error {
+	*c = chatChunk{}
+	s := scan{b: line}
+	if err := s.chunk(c); err != nil {
+		return fmt.Errorf("malformed line %q: %w", clip(line), err)
 	}
-}
-
-//go:noinline
-func (o *Ollama) logFailover(h *ollamaHost, be *Error) {
-	o.log.Warn("ollama host failed before the first piece; trying another host",
-		zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
-}
-
-// pick chooses the least busy untried host and counts the request in its in-flight number.
-// Hosts marked down are chosen only if allowDown (no host was healthy when Generate began).
-// full reports that some candidate was skipped because of MaxInFlight.
-func (o *Ollama) pick(tried triedSet, allowDown bool) (h *ollamaHost, full bool) {
-	n := len(o.hosts)
-	for {
-		var best *ollamaHost
-		bestLoad := int64(-1)
-		off := 0
-		if n > 1 {
-			off = int(o.rr.Add(1) % uint32(n))
-		}
-		for i := 0; i < n; i++ {
-			j := (i + off) % n
-			if tried.has(j) {
-				continue
-			}
-			c := o.hosts[j]
-			if !allowDown && !c.healthy.Load() {
-				continue
-			}
-			load := c.inFlight.Load()
-			if o.cfg.MaxInFlight > 0 && load >= int64(o.cfg.MaxInFlight) {
-				full = true
-				continue
-			}
-			if best == nil || load < bestLoad {
-				best, bestLoad = c, load
-			}
-		}
-		if best == nil {
-			return nil, full
-		}
-		// Another request may have taken the last slot since we looked; then look again.
-		if got := best.inFlight.Add(1); o.cfg.MaxInFlight > 0 && got > int64(o.cfg.MaxInFlight) {
-			best.inFlight.Add(-1)
-			continue
-		}
-		return best, full
-	}
-}
-
-type triedSet []bool
-
-func (t triedSet) has(i int) bool { return t != nil && t[i] }
-
-func (o *Ollama) anyHealthy() bool {
-	for _, h := range o.hosts {
-		if h.healthy.Load() {
-			return true
-		}
-	}
-	return false
-}
-
-// Close stops the health checker and closes idle connections. Generations in progress go on.
-func (o *Ollama) Close() error {
-	o.closeOnce.Do(func() {
-		close(o.stop)
-		o.wg.Wait()
-		o.transport.CloseIdleConnections()
-		for _, h := range o.hosts {
-			if h.lean != nil {
-				h.lean.close()
-			}
-		}
-	})
 	return nil
 }
 
+func (s *scan) chunk(c *chatChunk) error {
+	return s.document(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "message":
+			err = s.message(c)
+		case "done":
+			c.Done, err = s.boolean(c.Done)
+		case "done_reason":
+			c.DoneReason, err = s.str(c.DoneReason)
+		case "error":
+			c.Error, err = s.str(c.Error)
+		case "prompt_eval_count":
+			c.PromptEvalCount, err = s.integer(c.PromptEvalCount)
+		case "eval_count":
+			c.EvalCount, err = s.integer(c.EvalCount)
+		default:
+			err = s.skip()
+		}
+		return err
+	})
+}
+
+func (s *scan) message(c *chatChunk) error {
+	return s.objectOrNull(func(key []byte) error {
+		if string(key) == "content" {
+			var err error
+			c.Message.Content, err = s.str(c.Message.Content)
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// probe: HEAD /, which Ollama answers with 200 "Ollama is running".
+func (w *ollamaWire) probe(ctx context.Context, c *Chat, h *chatHost) error {
+	return ollamaClient(c, h).Heartbeat(ctx)
+}
+
+// checkModels asks every host for its version and its models, and pulls a missing model when
+// pull is set, else names the command that does.
+func (w *ollamaWire) checkModels(ctx context.Context, c *Chat, models []string, pull bool) error {
+	var errs []error
+	for _, h := range c.hosts {
+		oc := ollamaClient(c, h)
+		version, err := oc.Version(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.down(c.log, err)
+			}
+			c.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
+				zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s does not answer: %w", h.name, err))
+			continue
+		}
+		h.up(c.log)
+		list, err := oc.List(ctx)
+		if err != nil {
+			c.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("ollama host %s: listing models: %w", h.name, err))
+			continue
+		}
+		have := make(map[string]bool, 2*len(list.Models))
+		for _, m := range list.Models {
+			have[NormalizeModel(m.Name)] = true
+			have[NormalizeModel(m.Model)] = true
+		}
+		missing := missingModels(models, have)
+		c.log.Info("ollama host answers",
+			zap.String("host", h.name), zap.String("version", version),
+			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
+
+		for _, m := range missing {
+			command := pullCommand(h, m)
+			if !pull {
+				c.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command))
+				errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.name, command))
+				continue
+			}
+			c.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
+			if err := w.pull(ctx, c, h, m); err != nil {
+				c.log.Error("pulling model failed; pull it by hand with the command given",
+					zap.String("host", h.name), zap.String("model", m), zap.String("command", command), zap.Error(err))
+				errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.name, err))
+				continue
+			}
+			c.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pullLogInterval throttles pull progress in the log; a variable so tests can shorten it.
+var pullLogInterval = 5 * time.Second
+
+// pull pulls model onto h, logging its progress.
+func (w *ollamaWire) pull(ctx context.Context, c *Chat, h *chatHost, model string) error {
+	var (
+		lastStatus string
+		lastLog    time.Time
+	)
+	err := ollamaClient(c, h).Pull(ctx, &api.PullRequest{Model: model}, func(p api.ProgressResponse) error {
+		now := time.Now()
+		if p.Status == lastStatus && now.Sub(lastLog) < pullLogInterval {
+			return nil
+		}
+		lastStatus, lastLog = p.Status, now
+		fields := []zap.Field{zap.String("host", h.name), zap.String("model", model), zap.String("status", p.Status)}
+		if p.Total > 0 {
+			fields = append(fields,
+				zap.String("progress", fmt.Sprintf("%.1f%%", 100*float64(p.Completed)/float64(p.Total))),
+				zap.Int64("completed_bytes", p.Completed), zap.Int64("total_bytes", p.Total))
+		}
+		c.log.Info("pulling model", fields...)
+		return nil
+	})
+	// The api client reports a stream cut short as success; Ollama's last line is "success".
+	if err == nil && lastStatus != "success" {
+		err = fmt.Errorf("pull ended without success (last status %q)", lastStatus)
+	}
+	return err
+}
+
+// pullCommand is the shell command an operator runs to get model onto h.
+func pullCommand(h *chatHost, model string) string {
+	if h.name == DefaultOllamaHost {
+		return "ollama pull " + model
+	}
+	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
+}
+
+// window reads the model's context length from Ollama's /api/show (the
+// "<architecture>.context_length" of the model file).
+func (w *ollamaWire) window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error) {
+	show, err := ollamaClient(c, h).Show(ctx, &api.ShowRequest{Model: model})
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range show.ModelInfo {
+		if !strings.HasSuffix(k, ".context_length") {
+			continue
+		}
+		if n, ok := positiveInt(v); ok {
+			return n, nil
+		}
+	}
+	return 0, ErrWindowUnknown
+}
+
 // Interface guards
-var (
-	_ Backend  = (*Ollama)(nil)
-	_ Admitter = (*Ollama)(nil)
-)
+var _ wire = (*ollamaWire)(nil)

@@ -10,19 +10,34 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 // The OpenAI-compatible wire: POST /v1/chat/completions with "stream": true, answered with
 // server-sent events ("data: {chunk}" lines, "data: [DONE]" at the end). vLLM, llama.cpp's
 // server, LM Studio, hosted services and Ollama itself speak it. Everything around the wire
 // (hosts and failover, admission, the watchdog, typed errors, batching pieces into flushes) is
-// the backend's own and the same for both wires (ollama.go, ollama_chat.go).
+// the backend's own and the same for both wires (chat.go, attempt.go).
 
-// The wires a backend can speak (OllamaConfig.API).
-const (
-	APIOllama = "ollama" // Ollama's own /api/chat (NDJSON)
-	APIOpenAI = "openai" // /v1/chat/completions (SSE), OpenAI-compatible servers
-)
+// openaiWire speaks the OpenAI-compatible API.
+type openaiWire struct {
+	key string // ChatConfig.APIKey: sent as a bearer token when set
+}
+
+func newOpenAIWire(cfg ChatConfig) *openaiWire { return &openaiWire{key: cfg.APIKey} }
+
+// chatURL: a URL with its scheme, the base URL an OpenAI client is given or the server's
+// address.
+func (w *openaiWire) chatURL(raw string, u *url.URL) (string, error) {
+	if !strings.Contains(raw, "://") {
+		return "", fmt.Errorf("host %q: an OpenAI-compatible host is a URL with http:// or https://", raw)
+	}
+	return openaiURL(u, "chat/completions"), nil
+}
+
+// modelsURL is GET /v1/models of h: its model list, its probe and its models' windows.
+func modelsURL(h *chatHost) string { return openaiURL(h.base, "models") }
 
 // openaiURL is the address of path ("chat/completions", "models") under the base URL u. An
 // OpenAI client's base URL usually ends in /v1 ("https://api.openai.com/v1"); a server's bare
@@ -47,7 +62,7 @@ type openaiChatRequest struct {
 	Seed        *int     `json:"seed,omitempty"`
 }
 
-func encodeOpenAIChat(req Request) ([]byte, error) {
+func (w *openaiWire) encode(req Request) ([]byte, error) {
 	body := openaiChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
 	// Usage in a last chunk before [DONE], so that token counts are the server's own.
@@ -89,7 +104,7 @@ func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
 }
 
 // openaiChunk walks one chat.completion.chunk the way chunk walks an Ollama line (see
-// ollama_decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
+// decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
 // error ({"message": ...} or a string). Other members are skipped without allocating.
 func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
 	return s.document(func(key []byte) error {
@@ -159,6 +174,13 @@ func (s *scan) openaiChoice(c *chatChunk, st *openaiStream) error {
 	})
 }
 
+func (w *openaiWire) header(h http.Header) {
+	h.Set("Accept", "text/event-stream")
+	w.authorize(h)
+}
+
+func (w *openaiWire) decoder() streamDecoder { return &openaiStream{} }
+
 // decode reads one line of the event stream (decodeOpenAILine).
 func (st *openaiStream) decode(line []byte, c *chatChunk) error { return decodeOpenAILine(line, c, st) }
 
@@ -196,9 +218,9 @@ func openaiErrorMessage(raw json.RawMessage) string {
 	return strings.TrimSpace(string(raw))
 }
 
-// openaiModels lists the models of an OpenAI-compatible host (GET /v1/models).
-func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, error) {
-	resp, err := o.getModels(ctx, h)
+// models lists the models of h (GET /v1/models).
+func (w *openaiWire) models(ctx context.Context, c *Chat, h *chatHost) ([]string, error) {
+	resp, err := w.getModels(ctx, c, h)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +230,7 @@ func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, err
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", h.modelsURL, resp.Status, clip(bytes.TrimSpace(raw)))
+		return nil, fmt.Errorf("GET %s: %s: %s", modelsURL(h), resp.Status, clip(bytes.TrimSpace(raw)))
 	}
 	var list struct {
 		Data []struct {
@@ -216,7 +238,7 @@ func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, err
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", h.modelsURL, err)
+		return nil, fmt.Errorf("GET %s: %w", modelsURL(h), err)
 	}
 	ids := make([]string, len(list.Data))
 	for i, m := range list.Data {
@@ -226,22 +248,22 @@ func (o *Ollama) openaiModels(ctx context.Context, h *ollamaHost) ([]string, err
 }
 
 // getModels sends GET /v1/models to h, with the key: the model check and the probe both ask it.
-func (o *Ollama) getModels(ctx context.Context, h *ollamaHost) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.modelsURL, nil)
+func (w *openaiWire) getModels(ctx context.Context, c *Chat, h *chatHost) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, modelsURL(h), nil)
 	if err != nil {
 		return nil, err
 	}
-	o.authorize(req)
-	return o.client.Do(req)
+	w.authorize(req.Header)
+	return c.client.Do(req)
 }
 
 // errProbeStatus marks a host that answers its probe with a server error.
 var errProbeStatus = errors.New("server error")
 
-// openaiProbe checks that an OpenAI-compatible host answers: any answer to GET /v1/models below
-// 500 shows a server (a 401 is a wrong key, which the first generation reports).
-func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
-	resp, err := o.getModels(ctx, h)
+// probe: any answer to GET /v1/models below 500 shows a server (a 401 is a wrong key, which the
+// first generation reports).
+func (w *openaiWire) probe(ctx context.Context, c *Chat, h *chatHost) error {
+	resp, err := w.getModels(ctx, c, h)
 	if err != nil {
 		return err
 	}
@@ -253,9 +275,85 @@ func (o *Ollama) openaiProbe(ctx context.Context, h *ollamaHost) error {
 	return nil
 }
 
-// authorize adds the bearer key of an OpenAI-compatible backend, if it has one.
-func (o *Ollama) authorize(req *http.Request) {
-	if o.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+o.cfg.APIKey)
+// authorize adds the bearer key, if there is one.
+func (w *openaiWire) authorize(h http.Header) {
+	if w.key != "" {
+		h.Set("Authorization", "Bearer "+w.key)
 	}
 }
+
+// checkModels: GET /v1/models on each host, every model looked for among the ids. Such hosts
+// cannot pull models (pull is ignored): a missing one is reported.
+func (w *openaiWire) checkModels(ctx context.Context, c *Chat, models []string, _ bool) error {
+	var errs []error
+	for _, h := range c.hosts {
+		ids, err := w.models(ctx, c, h)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.down(c.log, err)
+			}
+			c.log.Error("model server does not answer its model list; check the host and the api_key in the config",
+				zap.String("host", h.name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("openai host %s: %w", h.name, err))
+			continue
+		}
+		h.up(c.log)
+		have := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			have[NormalizeModel(id)] = true
+		}
+		missing := missingModels(models, have)
+		c.log.Info("model server answers", zap.String("host", h.name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
+		for _, m := range missing {
+			c.log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
+				zap.String("host", h.name), zap.String("model", m))
+			errs = append(errs, fmt.Errorf("model %q is not served by openai host %s", m, h.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// window looks for the model in the host's GET /v1/models and reads the field its server
+// reports the window in: context_length (OpenRouter, LM Studio), max_model_len (vLLM),
+// context_window, max_context_length, or meta.n_ctx_train (llama.cpp's server).
+func (w *openaiWire) window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error) {
+	resp, err := w.getModels(ctx, c, h)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s: %s", modelsURL(h), resp.Status, clip(bytes.TrimSpace(raw)))
+	}
+	var list struct {
+		Data []map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return 0, fmt.Errorf("GET %s: %w", modelsURL(h), err)
+	}
+	want := NormalizeModel(model)
+	for _, m := range list.Data {
+		if id, _ := m["id"].(string); NormalizeModel(id) != want {
+			continue
+		}
+		for _, field := range []string{"context_length", "max_model_len", "context_window", "max_context_length"} {
+			if n, ok := positiveInt(m[field]); ok {
+				return n, nil
+			}
+		}
+		if meta, ok := m["meta"].(map[string]any); ok {
+			if n, ok := positiveInt(meta["n_ctx_train"]); ok {
+				return n, nil
+			}
+		}
+		return 0, ErrWindowUnknown
+	}
+	return 0, fmt.Errorf("model %q is not in the model list", model)
+}
+
+// Interface guards
+var _ wire = (*openaiWire)(nil)

@@ -12,7 +12,7 @@ import (
 // API; its OpenAI-compatible model list does not, so that wire needs a `context` setting.
 func TestContextWindowReal(t *testing.T) {
 	srv := sharedOllama(t)
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{srv.URL}})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{srv.URL}})
 	if _, ok := o.KnownWindow(srv.Model); ok {
 		t.Fatal("a window known before anyone asked")
 	}
@@ -27,7 +27,7 @@ func TestContextWindowReal(t *testing.T) {
 		t.Error("a window for a model the server does not have")
 	}
 
-	oa := newOllama(t, backends.OllamaConfig{API: backends.APIOpenAI, Hosts: []string{srv.URL + "/v1"}})
+	oa := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{srv.URL + "/v1"}})
 	if w, err := oa.ContextWindow(testCtx(t), srv.Model); !errors.Is(err, backends.ErrWindowUnknown) {
 		t.Errorf("OpenAI wire of Ollama: window %d, %v; want ErrWindowUnknown", w, err)
 	}
@@ -43,7 +43,7 @@ func TestContextWindowSmallestOfHosts(t *testing.T) {
 		if api == backends.APIOpenAI {
 			hosts = []string{big.URL + "/v1", small.URL + "/v1"}
 		}
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: hosts})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: hosts})
 		if w, err := o.ContextWindow(testCtx(t), ollamatest.DefaultModel); err != nil || w != 8192 {
 			t.Fatalf("window %d, %v; want 8192", w, err)
 		}
@@ -52,7 +52,7 @@ func TestContextWindowSmallestOfHosts(t *testing.T) {
 		if api == backends.APIOpenAI {
 			hosts = []string{none.URL + "/v1"}
 		}
-		o = newOllama(t, backends.OllamaConfig{API: api, Hosts: hosts})
+		o = newChat(t, backends.ChatConfig{API: api, Hosts: hosts})
 		if w, err := o.ContextWindow(testCtx(t), ollamatest.DefaultModel); !errors.Is(err, backends.ErrWindowUnknown) {
 			t.Errorf("a server that reports no window: %d, %v", w, err)
 		}

@@ -68,7 +68,7 @@ func (h *Handler) openToolBackends(app *textgenapp.App) error {
 		if tc == nil || len(tc.Ollama)+len(tc.OpenAI) == 0 {
 			continue
 		}
-		ref, err := app.Ollama(h.backendConfig(tc.Ollama, tc.OpenAI, tc.APIKey))
+		ref, err := app.ModelServers(h.backendConfig(tc.Ollama, tc.OpenAI, tc.APIKey))
 		if err != nil {
 			return fmt.Errorf("textgen: tool %s: %w", slug, err)
 		}
@@ -87,27 +87,27 @@ func (h *Handler) releaseToolBackends() error {
 	return errors.Join(errs...)
 }
 
-// ownBackend is the tool's own backend: has is false when the tool uses the handler's, o is
-// nil until the textgen app has opened it (Caddy starts apps in no order).
-func (rt *toolRuntime) ownBackend() (o *backends.Ollama, has bool) {
+// ownBackend is the tool's own model servers: has is false when the tool uses the handler's,
+// s is nil until the textgen app has opened them (Caddy starts apps in no order).
+func (rt *toolRuntime) ownBackend() (s backends.ModelServers, has bool) {
 	if rt.backendRef == nil {
 		return nil, false
 	}
-	o, _ = rt.backendRef.Get()
-	return o, true
+	s, _ = rt.backendRef.Get()
+	return s, true
 }
 
 // useToolBackend sends the generation to its tool's own model servers, if the tool has them.
 // Until they are open (between the HTTP app's start and the textgen app's) the request gets
 // 503 backend_unavailable, free, and never goes to the handler's servers instead.
 func (g *generation) useToolBackend() *apiError {
-	o, has := g.tool.ownBackend()
+	s, has := g.tool.ownBackend()
 	switch {
 	case !has:
 		return nil
-	case o == nil:
+	case s == nil:
 		return g.backendError(&backends.Error{Kind: backends.KindUnavailable, Err: errors.New("the tool's model servers are not open yet")})
 	}
-	g.backend = o
+	g.backend = s
 	return nil
 }

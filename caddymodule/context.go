@@ -45,12 +45,6 @@ const templateAllowance = 128
 // numCtxStep rounds num_ctx up, so that small changes of a setting do not each reload a model.
 const numCtxStep = 512
 
-// windowFinder is a backend that can tell a model's window (backends.Ollama, both wires).
-type windowFinder interface {
-	KnownWindow(model string) (int, bool)
-	ContextWindow(ctx context.Context, model string) (int, error)
-}
-
 // modelContexts are the contexts of the models a handler uses.
 type modelContexts struct {
 	mu     sync.Mutex
@@ -146,7 +140,7 @@ func (h *Handler) contextOf(rt *toolRuntime) *modelContext {
 
 // windowOf is the model's window as known now: the `context` setting, else what its server
 // reported (0: neither). When the server was not asked yet, it is asked in the background.
-func (mc *modelContext) windowOf(wf windowFinder) int {
+func (mc *modelContext) windowOf(wf backends.WindowFinder) int {
 	if mc.setting > 0 {
 		return mc.setting
 	}
@@ -217,8 +211,7 @@ func (g *generation) fitContext() *apiError {
 	if mc == nil {
 		return nil // not sized (a bug): the server's own answer is the check
 	}
-	wf, _ := g.backend.(windowFinder)
-	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(wf)), fixed: mc.fixedBound(g.system),
+	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(g.backend)), fixed: mc.fixedBound(g.system),
 		input: len(g.req.Input), output: g.tool.maxOutputTokens}
 	if g.fit.fits() {
 		return nil
@@ -289,7 +282,7 @@ func (g *generation) finishReason() string {
 // reportContexts asks the model servers for the windows of the models the tools use and logs,
 // with the numbers, every tool whose longest input does not fit (Provision's start-up check;
 // it blocks, so it runs in the background).
-func (h *Handler) reportContexts(ctx context.Context, wf windowFinder, keys []string) {
+func (h *Handler) reportContexts(ctx context.Context, wf backends.WindowFinder, keys []string) {
 	for _, key := range keys {
 		mc := h.contexts.byName[key]
 		if mc == nil {

@@ -83,7 +83,7 @@ func (g *generation) run() {
 func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
-	backend := g.backend
+	var backend backends.Backend = g.backend // or the sample text of a test key
 	var adm backends.Admission
 	reserved := false
 	defer func() {

@@ -95,7 +95,7 @@ type generation struct {
 	h     *Handler
 	store ledger.Store
 	// backend is the model backend of live keys (test keys get a sample).
-	backend backends.Backend
+	backend backends.ModelServers
 	w       http.ResponseWriter
 	r       *http.Request
 	id      string
@@ -143,7 +143,7 @@ type generation struct {
 // request: auth.go (who calls), request.go (what they ask for), ratelimit.go and slots.go
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
 // wire).
-func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, backend *backends.Ollama) {
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, backend backends.ModelServers) {
 	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
 	defer g.end()
 	if r.Method != http.MethodPost {

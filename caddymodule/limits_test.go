@@ -431,19 +431,19 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// backendOf returns the pooled Ollama backend that talks to url.
-func backendOf(t *testing.T, url string) *backends.Ollama {
+// serversOf returns the pooled model servers that talk to url.
+func serversOf(t *testing.T, url string) backends.ModelServers {
 	t.Helper()
-	var o *backends.Ollama
-	for k, v := range textgenapp.OpenOllamas() {
+	var s backends.ModelServers
+	for k, v := range textgenapp.OpenServers() {
 		if strings.Contains(k, url) {
-			o = v
+			s = v
 		}
 	}
-	if o == nil {
-		t.Fatalf("no backend for %s", url)
+	if s == nil {
+		t.Fatalf("no model servers for %s", url)
 	}
-	return o
+	return s
 }
 
 // TestAdmissionQueue: with every host at max_in_flight, requests wait in the bounded queue; a
@@ -454,7 +454,7 @@ func TestAdmissionQueue(t *testing.T) {
 	// Retention off: the place must free when the stalled stream's client leaves (with retention
 	// a generation that delivered text keeps its place until it ends).
 	e := newEnv(t, envOptions{ollama: fs.URL, limits: "max_in_flight 1\n\t\tqueue_size 1\n\t\tqueue_timeout 500ms", extra: stallTool + "\n\t\tretention off"})
-	o := backendOf(t, fs.URL)
+	o := serversOf(t, fs.URL)
 	full0 := counterValue(metrics.rejections.WithLabelValues("queue_full"))
 	timeout0 := counterValue(metrics.rejections.WithLabelValues("queue_timeout"))
 	a1, k1 := e.account(5)

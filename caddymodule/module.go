@@ -190,14 +190,14 @@ type Handler struct {
 	// Caddy cleans up the old config of a reload while its requests may still stream.
 	inFlight *inflight.Guard
 
-	logger    *zap.Logger
-	ledgerRef *textgenapp.LedgerRef // opened by the textgen app's Start
-	app       *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
-	ollamaRef *textgenapp.OllamaRef
-	tools     map[string]*toolRuntime
-	languages *catalog.LanguageMatcher
-	toolsJSON []byte
-	lim       *limits
+	logger     *zap.Logger
+	ledgerRef  *textgenapp.LedgerRef // opened by the textgen app's Start
+	app        *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
+	serversRef *textgenapp.ServersRef
+	tools      map[string]*toolRuntime
+	languages  *catalog.LanguageMatcher
+	toolsJSON  []byte
+	lim        *limits
 	// retain keeps generations' text (retention.go); nil when Retention is off.
 	retain *retention
 	// contexts are the models' contexts (context.go).
@@ -300,7 +300,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
 		return fmt.Errorf("textgen: limits: %w", err)
 	}
-	if h.ollamaRef, err = app.Ollama(h.ollamaConfig()); err != nil {
+	if h.serversRef, err = app.ModelServers(h.chatConfig()); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
 	if err := h.openToolBackends(app); err != nil {
@@ -424,7 +424,7 @@ func (h *Handler) Cleanup() error {
 
 // release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
-	err := errors.Join(h.ledgerRef.Release(), h.ollamaRef.Release(), h.releaseToolBackends())
+	err := errors.Join(h.ledgerRef.Release(), h.serversRef.Release(), h.releaseToolBackends())
 	h.lim.release() // after the backend, whose host counter it holds
 	return err
 }
@@ -438,13 +438,13 @@ func (h *Handler) store() ledger.Store {
 	return s
 }
 
-// backend is the model backend once the app has started it, else nil.
-func (h *Handler) backend() *backends.Ollama {
-	o, err := h.ollamaRef.Get()
+// backend is the handler's model servers once the app has opened them, else nil.
+func (h *Handler) backend() backends.ModelServers {
+	s, err := h.serversRef.Get()
 	if err != nil {
 		return nil
 	}
-	return o
+	return s
 }
 
 // Interface guards
@@ -455,14 +455,14 @@ var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
 
-func (h *Handler) ollamaConfig() backends.OllamaConfig {
+func (h *Handler) chatConfig() backends.ChatConfig {
 	return h.backendConfig(h.Ollama, h.OpenAI, h.APIKey)
 }
 
 // backendConfig is the backend of the handler's settings with these model servers: Ollama
 // hosts, or OpenAI-compatible ones and their key.
-func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.OllamaConfig {
-	cfg := backends.OllamaConfig{
+func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.ChatConfig {
+	cfg := backends.ChatConfig{
 		Hosts:             ollama,
 		API:               backends.APIOllama,
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),

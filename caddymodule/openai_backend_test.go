@@ -213,12 +213,12 @@ func TestReadyCountsToolBackends(t *testing.T) {
 func TestToolBackendNotOpenYet(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Model: "hosted-model", Pieces: 1})
 	app := &textgenapp.App{}
-	ref, err := app.Ollama(backends.OllamaConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
+	ref, err := app.ModelServers(backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Release()
-	handlers := &backends.Ollama{} // stands for the handler's backend: must never be chosen here
+	handlers := &backends.Chat{} // stands for the handler's servers: must never be chosen here
 	g := &generation{h: &Handler{logger: zap.NewNop()}, tool: &toolRuntime{backendRef: ref}, backend: handlers}
 	if e := g.useToolBackend(); e == nil || e.Code != "backend_unavailable" || e.Status != http.StatusServiceUnavailable || g.backend != handlers {
 		t.Fatalf("before the tool's servers are open: %v, backend changed %v", e, g.backend != handlers)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -384,12 +383,10 @@ func (g *generation) admit(valid bool) bool {
 		// The model host's place across the instances, in the same round trip: taken if free
 		// (else the backend's admission waits for one), handed to the backend in run.
 		if lm.hosts != nil && g.key.Mode == ledger.Live && g.remaining != 0 {
-			if ha, ok := g.backend.(backends.HeldAdmitter); ok {
-				if host := ha.PreferredHost(); host != "" {
-					places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: g.h.MaxInFlight, Optional: true}
-					np++
-					g.host = host
-				}
+			if host := g.backend.PreferredHost(); host != "" {
+				places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: g.h.MaxInFlight, Optional: true}
+				np++
+				g.host = host
 			}
 		}
 	}

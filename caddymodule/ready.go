@@ -35,7 +35,7 @@ type readyDoc struct {
 // with no healthy host is named. It needs no key
 // and costs no credit; it reads only in-memory state (the hosts' health comes from the
 // backend's periodic checks), so it can be polled often.
-func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, o *backends.Ollama) {
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, servers backends.HostReporter) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
@@ -63,8 +63,8 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 			ce.Write(zap.Error(err))
 		}
 	}
-	seen := map[*backends.Ollama]bool{}
-	if !countHosts(&doc, o, seen) && doc.Reason == "" {
+	seen := map[backends.HostReporter]bool{}
+	if !countHosts(&doc, servers, seen) && doc.Reason == "" {
 		doc.Reason = "no model host is healthy"
 	}
 	for _, slug := range slices.Sorted(maps.Keys(h.tools)) {
@@ -92,12 +92,12 @@ func (h *Handler) ledgerHealth(store ledger.Store) error {
 	return store.Health(context.Background())
 }
 
-// countHosts adds o's hosts and queue to doc once (seen: tools may share a backend) and reports
-// whether one of its hosts is healthy.
-func countHosts(doc *readyDoc, o *backends.Ollama, seen map[*backends.Ollama]bool) (healthy bool) {
-	first := !seen[o]
-	seen[o] = true
-	for _, hs := range o.Hosts() {
+// countHosts adds the hosts and queue of servers to doc once (seen: tools may share them) and
+// reports whether one of its hosts is healthy.
+func countHosts(doc *readyDoc, servers backends.HostReporter, seen map[backends.HostReporter]bool) (healthy bool) {
+	first := !seen[servers]
+	seen[servers] = true
+	for _, hs := range servers.Hosts() {
 		healthy = healthy || hs.Healthy
 		if first {
 			doc.Hosts++
@@ -107,7 +107,7 @@ func countHosts(doc *readyDoc, o *backends.Ollama, seen map[*backends.Ollama]boo
 		}
 	}
 	if first {
-		doc.Queued += o.QueueLen()
+		doc.Queued += servers.QueueLen()
 	}
 	return healthy
 }

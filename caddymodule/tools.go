@@ -26,7 +26,7 @@ type toolRuntime struct {
 	temperature     *float64
 	// backendRef is the tool's own model servers (tool { ollama|openai ... }); nil: the
 	// handler's.
-	backendRef *textgenapp.OllamaRef
+	backendRef *textgenapp.ServersRef
 }
 
 // toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
@@ -118,25 +118,25 @@ func (h *Handler) models() []string {
 // logging what is missing and how to get it (or pulling it when PullModels is set). It never
 // blocks the start of the server: the model server may come up after Caddy.
 func (h *Handler) checkModels() {
-	if o := h.backend(); o != nil {
+	if s := h.backend(); s != nil {
 		var keys []string
 		for _, slug := range catalog.Default().Slugs() {
 			if rt := h.tools[slug]; rt.backendRef == nil && !slices.Contains(keys, contextKey(rt)) {
 				keys = append(keys, contextKey(rt))
 			}
 		}
-		h.checkModelsOn(o, h.models(), keys)
+		h.checkModelsOn(s, h.models(), keys)
 	}
 	for _, rt := range h.tools {
-		if o, _ := rt.ownBackend(); o != nil {
-			h.checkModelsOn(o, []string{rt.model}, []string{contextKey(rt)})
+		if s, _ := rt.ownBackend(); s != nil {
+			h.checkModelsOn(s, []string{rt.model}, []string{contextKey(rt)})
 		}
 	}
 }
 
-// checkModelsOn checks models on o, then reads their windows and reports the tools whose
+// checkModelsOn checks models on servers, then reads their windows and reports the tools whose
 // longest input does not fit (context.go); contexts are the context keys of those models.
-func (h *Handler) checkModelsOn(o *backends.Ollama, models, contexts []string) {
+func (h *Handler) checkModelsOn(servers backends.ModelServers, models, contexts []string) {
 	pull := h.PullModels
 	logger := h.logger
 	go func() {
@@ -146,10 +146,10 @@ func (h *Handler) checkModelsOn(o *backends.Ollama, models, contexts []string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if err := o.CheckModels(ctx, models, pull); err != nil {
+		if err := servers.CheckModels(ctx, models, pull); err != nil {
 			logger.Warn("model check", zap.Error(err))
 		}
-		h.reportContexts(ctx, o, contexts)
+		h.reportContexts(ctx, servers, contexts)
 	}()
 }
 

@@ -2,11 +2,11 @@
 // Account and the admin API share (ledgers and model backends), pooled across config reloads and
 // opened in the app's Start.
 //
-// A module asks for a resource in its Provision (App.Ledger, App.Ollama) and gets a Ref that it
-// releases in Cleanup. Nothing is opened during Provision: `caddy validate` provisions a config
-// without starting it, and opening there would try to lock the Badger directory of the server
-// that is running. Start opens what the config's modules asked for; on a reload the new config
-// joins what the old one has open.
+// A module asks for a resource in its Provision (App.Ledger, App.ModelServers) and gets a Ref
+// that it releases in Cleanup. Nothing is opened during Provision: `caddy validate` provisions a
+// config without starting it, and opening there would try to lock the Badger directory of the
+// server that is running. Start opens what the config's modules asked for; on a reload the new
+// config joins what the old one has open.
 package textgenapp
 
 import (
@@ -93,9 +93,9 @@ func (a *App) Ledger(spec string, opts ledger.Options) (*LedgerRef, error) {
 	return ref, nil
 }
 
-// Ollama returns a share of the Ollama backend with cfg, started when the app starts.
-func (a *App) Ollama(cfg backends.OllamaConfig) (*OllamaRef, error) {
-	ref, err := newOllamaRef(cfg)
+// ModelServers returns a share of the model servers of cfg, started when the app starts.
+func (a *App) ModelServers(cfg backends.ChatConfig) (*ServersRef, error) {
+	ref, err := newServersRef(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,15 +11,16 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 )
 
-// Backends are pooled by their configuration, so a config reload that keeps the Ollama settings
+// Model servers are pooled by their configuration, so a config reload that keeps their settings
 // keeps the same client, its connections, health state and counts of requests in flight, and the
 // streams of the old config are never cut off by the new one.
-var ollamas = caddy.NewUsagePool()
+var modelServers = caddy.NewUsagePool()
 
-// OllamaRef is a module's share of a pooled Ollama backend.
-type OllamaRef = Ref[*backends.Ollama]
+// ServersRef is a module's share of a pooled set of model servers. The modules see them as
+// backends.ModelServers; only the pool knows the client that serves them (backends.Chat).
+type ServersRef = Ref[backends.ModelServers]
 
-func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
+func newServersRef(cfg backends.ChatConfig) (*ServersRef, error) {
 	logger := cfg.Logger
 	cfg.Logger = nil
 	keyJSON, err := json.Marshal(cfg)
@@ -35,25 +36,25 @@ func newOllamaRef(cfg backends.OllamaConfig) (*OllamaRef, error) {
 		sum := sha256.Sum256([]byte(cfg.APIKey))
 		key += "|key " + hex.EncodeToString(sum[:8])
 	}
-	return acquire(ollamas, key,
-		func() (*backends.Ollama, error) {
-			o, err := backends.NewOllama(cfg)
+	return acquire(modelServers, key,
+		func() (backends.ModelServers, error) {
+			c, err := backends.NewChat(cfg)
 			if err != nil {
 				return nil, fmt.Errorf("ollama backend: %w", err)
 			}
-			return o, nil
+			return c, nil
 		},
-		func(o *backends.Ollama) error { return o.Close() }, nil, nil)
+		func(s backends.ModelServers) error { return s.Close() }, nil, nil)
 }
 
-// OpenOllamas returns the Ollama backends open in this process, keyed by their configuration
+// OpenServers returns the model servers open in this process, keyed by their configuration
 // (JSON), for tests.
-func OpenOllamas() map[string]*backends.Ollama {
-	out := map[string]*backends.Ollama{}
-	ollamas.Range(func(k, v any) bool {
-		if p, ok := v.(*pooled[*backends.Ollama]); ok {
-			if o, err := p.get(); err == nil {
-				out[k.(string)] = o
+func OpenServers() map[string]backends.ModelServers {
+	out := map[string]backends.ModelServers{}
+	modelServers.Range(func(k, v any) bool {
+		if p, ok := v.(*pooled[backends.ModelServers]); ok {
+			if s, err := p.get(); err == nil {
+				out[k.(string)] = s
 			}
 		}
 		return true

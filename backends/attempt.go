@@ -17,9 +17,9 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// The chat stream is read here rather than through api.Client.Chat, which the rest of this
-// backend uses. Its stream loop (api/client.go, v0.17.4) allocates an 8 MB line buffer per
-// request, decodes every line twice (once for an "error" field, once into api.ChatResponse,
+// The chat stream is read here rather than through api.Client.Chat, which the rest of the
+// Ollama wire uses (ollama.go). Its stream loop (api/client.go, v0.17.4) allocates an 8 MB line
+// buffer per request, decodes every line twice (once for an "error" field, once into api.ChatResponse,
 // whose Message decodes a third time), ignores the scanner's error, and returns success when
 // the body ends early: a dropped connection or a stream cut before "done":true would pass for
 // a complete generation. The wire types are still the api package's.
@@ -54,63 +54,6 @@ const (
 	emitting
 )
 
-func (o *Ollama) encodeChat(req Request) ([]byte, error) {
-	if o.cfg.API == APIOpenAI {
-		return encodeOpenAIChat(req)
-	}
-	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: o.keepAlive,
-		Truncate: &noCut, Shift: &noCut}
-	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
-	body.Options.NumCtx, body.Options.Seed = req.NumCtx, req.Seed
-	return json.Marshal(&body)
-}
-
-// noCut is the false that Truncate and Shift point to.
-var noCut = false
-
-// chatMessage is one message of a chat request, the same on both wires.
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// chatMessages are req's system message (if any) and its prompt.
-func chatMessages(req Request) []chatMessage {
-	if req.System == "" {
-		return []chatMessage{{Role: "user", Content: req.Prompt}}
-	}
-	return []chatMessage{{Role: "system", Content: req.System}, {Role: "user", Content: req.Prompt}}
-}
-
-// newDecoder is the decoder of one stream on the backend's wire.
-func (o *Ollama) newDecoder() streamDecoder {
-	if o.cfg.API == APIOpenAI {
-		return &openaiStream{}
-	}
-	return ollamaLines{}
-}
-
-// ollamaChatRequest is the part of api.ChatRequest this backend sends, as a plain struct: an
-// api.ChatRequest with its options in a map took twice the time and allocations to encode (a
-// test checks both give the same JSON).
-type ollamaChatRequest struct {
-	Model     string        `json:"model"`
-	Messages  []chatMessage `json:"messages"`
-	Stream    bool          `json:"stream"`
-	KeepAlive *api.Duration `json:"keep_alive,omitempty"`
-	Options   struct {
-		NumPredict  int      `json:"num_predict,omitempty"`
-		Temperature *float64 `json:"temperature,omitempty"`
-		NumCtx      int      `json:"num_ctx,omitempty"`
-		Seed        *int     `json:"seed,omitempty"`
-	} `json:"options"`
-	// Truncate and Shift false: a server that knows them (recent Ollama) refuses a prompt that
-	// does not fit (KindTooLong) and stops at the context's end rather than cutting the prompt
-	// or dropping the start of the context; older servers ignore them.
-	Truncate *bool `json:"truncate,omitempty"`
-	Shift    *bool `json:"shift,omitempty"`
-}
-
 // chatBody is the encoded chat request of a generation's attempts. The first piece of text
 // ends the need for it (no other attempt follows text), and generateOn drops it then, so that
 // thousands of long streams do not each hold their prompt twice for minutes.
@@ -126,14 +69,14 @@ type chatBody struct{ raw []byte }
 // functions of their own, not inlined here, and it defers one call. In a site with textgen in
 // a handle block behind encode and a log, that keeps a stream on a 16 KiB stack instead of 32
 // (caddymodule's TestStreamStack); Generate and the handler's run are kept small alike.
-func (o *Ollama) generateOn(ctx context.Context, h *ollamaHost, req *Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
-	a := o.newAttempt(h, req)
-	err := a.run(ctx, o, req, chat, emit, start)
+func (c *Chat) generateOn(ctx context.Context, h *chatHost, req *Request, chat *chatBody, emit Emit, start time.Time) (Stats, error) {
+	a := c.newAttempt(h, req)
+	err := a.run(ctx, c, req, chat, emit, start)
 	return a.stats, err
 }
 
 // run is the attempt: open the stream, emit its pieces, end by how it ends.
-func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBody, emit Emit, start time.Time) error {
+func (a *attempt) run(ctx context.Context, c *Chat, req *Request, chat *chatBody, emit Emit, start time.Time) error {
 	defer a.end() // one deferred call: more would each take a record in this frame
 	h := a.h
 	// inner is cancelled, with a recorded cause, by the watchdog timer, the deadline, an emit
@@ -146,14 +89,14 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 	}
 	a.watchdog = time.AfterFunc(a.firstTimeout, a.watch)
 
-	resp, err := o.open(ctx, inner, h, chat)
+	resp, err := c.open(ctx, inner, h, chat)
 	if err != nil {
 		return err
 	}
 	a.body = resp.Body
 	lines := newLineReader(resp.Body)
 	a.lines = lines
-	dec := o.newDecoder()
+	dec := c.wire.decoder()
 	for {
 		// Pieces emitted and not yet flushed go before any wait for the server.
 		if a.pending && !lines.hasLine() {
@@ -172,7 +115,7 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 			return a.readFailed(ctx, inner, err)
 		}
 		if a.chunk.Error != "" {
-			return a.modelFailed(o.cfg.API)
+			return a.modelFailed(c.cfg.API)
 		}
 		if piece := a.chunk.Message.Content; piece != "" {
 			if a.stats.Pieces == 0 {
@@ -199,7 +142,7 @@ func (a *attempt) run(ctx context.Context, o *Ollama, req *Request, chat *chatBo
 // attempt is the state of one attempt (generateOn): what it streamed, its watchdog and how to
 // cancel it.
 type attempt struct {
-	h     *ollamaHost
+	h     *chatHost
 	flush func() error // Request.Flush
 	stats Stats
 	chunk chatChunk // the line just read
@@ -221,10 +164,10 @@ type attempt struct {
 }
 
 //go:noinline
-func (o *Ollama) newAttempt(h *ollamaHost, req *Request) *attempt {
+func (c *Chat) newAttempt(h *chatHost, req *Request) *attempt {
 	return &attempt{h: h, flush: req.Flush, stats: Stats{Host: h.name},
-		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), o.cfg.FirstPieceTimeout),
-		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), o.cfg.IdleTimeout)}
+		firstTimeout: cmp.Or(max(req.FirstPieceTimeout, 0), c.cfg.FirstPieceTimeout),
+		idleTimeout:  cmp.Or(max(req.IdleTimeout, 0), c.cfg.IdleTimeout)}
 }
 
 // end releases what the attempt holds, the last thing it took first.
@@ -353,7 +296,7 @@ func (a *attempt) done(body io.Reader, start time.Time) error {
 // connection goroutine's stack for as long as the model streams.
 //
 //go:noinline
-func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody) (*http.Response, error) {
+func (c *Chat) open(ctx, inner context.Context, h *chatHost, chat *chatBody) (*http.Response, error) {
 	fail := func(kind Kind, err error, retry time.Duration) (*http.Response, error) {
 		if k, cause, ok := stopped(ctx, inner, 0); ok {
 			kind, err, retry = k, cause, 0
@@ -365,12 +308,7 @@ func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody)
 		return nil, &Error{Kind: KindInternal, Host: h.name, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	if o.cfg.API == APIOpenAI {
-		hreq.Header.Set("Accept", "text/event-stream")
-		o.authorize(hreq)
-	} else {
-		hreq.Header.Set("Accept", "application/x-ndjson")
-	}
+	c.wire.header(hreq.Header)
 	hreq.Header.Set("User-Agent", "caddy-textgen")
 	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
 	// the server before it read anything (net/http, and leanRoundTrip, then retry instead of
@@ -379,12 +317,12 @@ func (o *Ollama) open(ctx, inner context.Context, h *ollamaHost, chat *chatBody)
 
 	var resp *http.Response
 	if h.lean != nil {
-		resp, err = o.leanRoundTrip(h, hreq)
+		resp, err = c.leanRoundTrip(h, hreq)
 	} else {
-		resp, err = o.client.Do(hreq)
+		resp, err = c.client.Do(hreq)
 	}
 	if err != nil {
-		return fail(KindUnavailable, err, o.cfg.HealthInterval) // when the health checker looks again
+		return fail(KindUnavailable, err, c.cfg.HealthInterval) // when the health checker looks again
 	}
 	resp.Request = nil // it holds the body
 	if resp.StatusCode >= http.StatusBadRequest {

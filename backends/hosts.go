@@ -4,23 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ollama/ollama/api"
 	"go.uber.org/zap"
 )
 
-// ollamaHost is one Ollama server of a backend and its runtime state.
-type ollamaHost struct {
-	name    string // url.String(), as reported in errors, stats and logs
-	chatURL string
-	api     *api.Client
-	// modelsURL is GET /v1/models of an OpenAI-compatible host: its model list and its probe.
-	modelsURL string
+// chatHost is one model server of a backend and its runtime state.
+type chatHost struct {
+	name    string   // url.String(), as reported in errors, stats and logs
+	base    *url.URL // as ParseOllamaHost read it: the wire's addresses are under it
+	chatURL string   // where chat requests go (wire.chatURL)
 	// lean are the idle connections of the chat streams, when they do not go through the
-	// Transport (ollama_conn.go): nil for https:// hosts and proxied ones.
+	// Transport (conn.go): nil for https:// hosts and proxied ones.
 	lean *leanConns
 
 	inFlight atomic.Int64
@@ -41,9 +39,9 @@ type HostStatus struct {
 }
 
 // Hosts reports every host's state, in configuration order.
-func (o *Ollama) Hosts() []HostStatus {
-	out := make([]HostStatus, len(o.hosts))
-	for i, h := range o.hosts {
+func (c *Chat) Hosts() []HostStatus {
+	out := make([]HostStatus, len(c.hosts))
+	for i, h := range c.hosts {
 		h.mu.Lock()
 		out[i] = HostStatus{
 			URL:       h.name,
@@ -57,18 +55,18 @@ func (o *Ollama) Hosts() []HostStatus {
 	return out
 }
 
-// Check probes every host now (HEAD /), updates their health and returns nil if at least one
-// answers, else an error naming each host's failure. A readiness endpoint can call it.
-func (o *Ollama) Check(ctx context.Context) error {
-	errs := o.probeAll(ctx)
-	if len(errs) < len(o.hosts) {
+// Check probes every host now (the wire's probe), updates their health and returns nil if at
+// least one answers, else an error naming each host's failure. A readiness endpoint can call it.
+func (c *Chat) Check(ctx context.Context) error {
+	errs := c.probeAll(ctx)
+	if len(errs) < len(c.hosts) {
 		return nil
 	}
 	return fmt.Errorf("no ollama host answers: %w", errors.Join(errs...))
 }
 
 // down marks h unhealthy after a failed connection; the health checker brings it back.
-func (h *ollamaHost) down(log *zap.Logger, err error) {
+func (h *chatHost) down(log *zap.Logger, err error) {
 	h.mu.Lock()
 	h.lastErr = err.Error()
 	was := h.healthy.Swap(false)
@@ -83,7 +81,7 @@ func (h *ollamaHost) down(log *zap.Logger, err error) {
 }
 
 // up marks h healthy after it answered.
-func (h *ollamaHost) up(log *zap.Logger) {
+func (h *chatHost) up(log *zap.Logger) {
 	if h.healthy.Load() {
 		return // the common case costs one atomic load
 	}
@@ -98,23 +96,23 @@ func (h *ollamaHost) up(log *zap.Logger) {
 	}
 }
 
-func (o *Ollama) healthLoop() {
-	defer o.wg.Done()
-	t := time.NewTicker(o.cfg.HealthInterval)
+func (c *Chat) healthLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.HealthInterval)
 	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-o.stop
+		<-c.stop
 		cancel()
 	}()
 	for {
 		select {
-		case <-o.stop:
+		case <-c.stop:
 			return
 		case now := <-t.C:
-			o.probeAll(ctx)
-			for _, h := range o.hosts {
+			c.probeAll(ctx)
+			for _, h := range c.hosts {
 				if h.lean != nil {
 					h.lean.sweep(now)
 				}
@@ -124,28 +122,24 @@ func (o *Ollama) healthLoop() {
 }
 
 // probeAll probes every host concurrently and returns the errors of those that failed.
-func (o *Ollama) probeAll(ctx context.Context) []error {
-	errs := make([]error, len(o.hosts))
+func (c *Chat) probeAll(ctx context.Context) []error {
+	errs := make([]error, len(c.hosts))
 	var wg sync.WaitGroup
-	for i, h := range o.hosts {
+	for i, h := range c.hosts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// A probe is one small round trip; allow a connection plus as much again.
-			pctx, cancel := context.WithTimeout(ctx, 2*o.cfg.ConnectTimeout)
+			pctx, cancel := context.WithTimeout(ctx, 2*c.cfg.ConnectTimeout)
 			defer cancel()
-			probe := h.api.Heartbeat
-			if o.cfg.API == APIOpenAI {
-				probe = func(ctx context.Context) error { return o.openaiProbe(ctx, h) }
-			}
-			if err := probe(pctx); err != nil {
+			if err := c.wire.probe(pctx, c, h); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", h.name, err)
 				if ctx.Err() == nil { // else we are shutting down: no verdict on the host
-					h.down(o.log, err)
+					h.down(c.log, err)
 				}
 				return
 			}
-			h.up(o.log)
+			h.up(c.log)
 		}()
 	}
 	wg.Wait()

@@ -144,7 +144,7 @@ func (p *leanConns) close() {
 // answer, its headers read, in the manner of http.Client.Do: an error is a *url.Error, and the
 // response's Body must be closed. It never starts a goroutine that outlives the request.
 // ctx (req's context) aborts it at any point.
-func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response, error) {
+func (c *Chat) leanRoundTrip(h *chatHost, req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	buf := leanBufPool.Get().(*bytes.Buffer)
 	defer func() {
@@ -158,17 +158,17 @@ func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response
 		return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 	}
 	pool := h.lean
-	c := pool.get(time.Now())
-	reused := c != nil
+	lc := pool.get(time.Now())
+	reused := lc != nil
 	for {
-		if c == nil {
-			conn, err := o.dial(ctx, "tcp", pool.addr)
+		if lc == nil {
+			conn, err := c.dial(ctx, "tcp", pool.addr)
 			if err != nil {
 				return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 			}
-			c = &leanConn{Conn: conn, br: bufio.NewReaderSize(conn, leanReadBuf)}
+			lc = &leanConn{Conn: conn, br: bufio.NewReaderSize(conn, leanReadBuf)}
 		}
-		resp, retry, err := c.roundTrip(ctx, pool, req, buf.Bytes())
+		resp, retry, err := lc.roundTrip(ctx, pool, req, buf.Bytes())
 		if err == nil {
 			return resp, nil
 		}
@@ -178,7 +178,7 @@ func (o *Ollama) leanRoundTrip(h *ollamaHost, req *http.Request) (*http.Response
 		if !reused || !retry || ctx.Err() != nil {
 			return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
 		}
-		c, reused = nil, false
+		lc, reused = nil, false
 	}
 }
 

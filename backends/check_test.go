@@ -16,7 +16,7 @@ import (
 func TestCheckModelsPullsMissing(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1})
 	core, logs := observer.New(zap.InfoLevel)
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{fs.URL}, Logger: zap.New(core)})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, Logger: zap.New(core)})
 
 	err := o.CheckModels(testCtx(t), []string{"tiny", "llama3", "llama3:latest"}, false)
 	if err == nil || !strings.Contains(err.Error(), "ollama pull llama3") || strings.Contains(err.Error(), "tiny") {
@@ -45,7 +45,7 @@ func TestCheckModelsHostDown(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{})
 	dead := deadPort(t)
 	core, logs := observer.New(zap.InfoLevel)
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{dead, fs.URL}, Logger: zap.New(core)})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{dead, fs.URL}, Logger: zap.New(core)})
 	err := o.CheckModels(testCtx(t), []string{"tiny"}, false)
 	if err == nil || !strings.Contains(err.Error(), "http://"+dead+" does not answer") {
 		t.Fatalf("error %v", err)
@@ -85,25 +85,25 @@ func TestParseOllamaHost(t *testing.T) {
 	}
 }
 
-func TestNewOllamaDefaults(t *testing.T) {
+func TestNewChatDefaults(t *testing.T) {
 	t.Setenv("OLLAMA_HOST", "gpu-box:1234")
-	o := newOllama(t, backends.OllamaConfig{})
+	o := newChat(t, backends.ChatConfig{})
 	if hs := o.Hosts(); len(hs) != 1 || hs[0].URL != "http://gpu-box:1234" || !hs[0].Healthy {
 		t.Errorf("hosts %+v", hs)
 	}
 	t.Setenv("OLLAMA_HOST", "")
-	o = newOllama(t, backends.OllamaConfig{})
+	o = newChat(t, backends.ChatConfig{})
 	if hs := o.Hosts(); hs[0].URL != backends.DefaultOllamaHost {
 		t.Errorf("hosts %+v", hs)
 	}
-	for _, cfg := range []backends.OllamaConfig{
+	for _, cfg := range []backends.ChatConfig{
 		{Hosts: []string{"h:1", "http://h:1"}},
 		{Hosts: []string{"h:x"}},
 		{IdleTimeout: -1},
 		{MaxInFlight: -1},
 	} {
-		if _, err := backends.NewOllama(cfg); err == nil {
-			t.Errorf("NewOllama(%+v) accepted it", cfg)
+		if _, err := backends.NewChat(cfg); err == nil {
+			t.Errorf("NewChat(%+v) accepted it", cfg)
 		}
 	}
 }

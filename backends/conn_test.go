@@ -22,7 +22,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
-// Tests of the chat streams' own connections (ollama_conn.go), against the fault server and
+// Tests of the chat streams' own connections (conn.go), against the fault server and
 // small servers of net/http that misbehave in the ways a kept-alive connection can.
 
 // leanDials counts the connections a backend dials and the Write calls made on them.
@@ -40,10 +40,10 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func leanOllama(t *testing.T, cfg OllamaConfig) (*Ollama, *leanDials) {
+func leanChat(t *testing.T, cfg ChatConfig) (*Chat, *leanDials) {
 	t.Helper()
 	cfg.Logger = zaptest.NewLogger(t)
-	o, err := NewOllama(cfg)
+	o, err := NewChat(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestLeanConnReusedOneWrite(t *testing.T) {
 	for _, api := range []string{APIOllama, APIOpenAI} {
 		t.Run(api, func(t *testing.T) {
 			fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: time.Millisecond})
-			o, d := leanOllama(t, OllamaConfig{API: api, Hosts: []string{fs.URL}})
+			o, d := leanChat(t, ChatConfig{API: api, Hosts: []string{fs.URL}})
 			req := Request{Model: ollamatest.DefaultModel, System: strings.Repeat("system prompt ", 300), Prompt: "hi"}
 			for i := range 5 {
 				if _, err := o.Generate(leanCtx(t), req, func(string) error {
@@ -186,7 +186,7 @@ func newNDJSONServer(t *testing.T, pieces int, header func(http.Header), cfg fun
 // of it.
 func TestLeanServerClosedIdleConn(t *testing.T) {
 	srv := newNDJSONServer(t, 2, nil, func(s *http.Server) { s.IdleTimeout = 50 * time.Millisecond })
-	o, d := leanOllama(t, OllamaConfig{Hosts: []string{srv.URL}})
+	o, d := leanChat(t, ChatConfig{Hosts: []string{srv.URL}})
 	req := Request{Model: "m", Prompt: "hi"}
 	for i := range 3 {
 		if _, err := o.Generate(leanCtx(t), req, func(string) error { return nil }); err != nil {
@@ -223,7 +223,7 @@ func TestLeanCancelClosesConn(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := ollamatest.NewFaultServerT(t, tc.fault)
-			o, _ := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+			o, _ := leanChat(t, ChatConfig{Hosts: []string{fs.URL}})
 			ctx, cancel := context.WithCancel(leanCtx(t))
 			defer cancel()
 			req := tc.req
@@ -262,7 +262,7 @@ func TestLeanCancelClosesConn(t *testing.T) {
 func TestLeanNotPooled(t *testing.T) {
 	t.Run("connection close", func(t *testing.T) {
 		srv := newNDJSONServer(t, 2, func(h http.Header) { h.Set("Connection", "close") }, nil)
-		o, d := leanOllama(t, OllamaConfig{Hosts: []string{srv.URL}})
+		o, d := leanChat(t, ChatConfig{Hosts: []string{srv.URL}})
 		for range 2 {
 			if _, err := o.Generate(leanCtx(t), Request{Model: "m", Prompt: "hi"}, func(string) error { return nil }); err != nil {
 				t.Fatal(err)
@@ -292,7 +292,7 @@ func TestLeanNotPooled(t *testing.T) {
 			}
 		}))
 		t.Cleanup(srv.Close)
-		o, _ := leanOllama(t, OllamaConfig{Hosts: []string{srv.URL}})
+		o, _ := leanChat(t, ChatConfig{Hosts: []string{srv.URL}})
 		_, err := o.Generate(leanCtx(t), Request{Model: "m", Prompt: "hi"}, func(string) error { return nil })
 		leanKind(t, err, KindInterrupted)
 		// Had the body been drained instead of the connection closed, the server would have
@@ -309,7 +309,7 @@ func TestLeanNotPooled(t *testing.T) {
 func TestLeanConcurrent(t *testing.T) {
 	const streams, pieces = 200, 20
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: pieces, Numbered: true, Delay: time.Millisecond})
-	o, d := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+	o, d := leanChat(t, ChatConfig{Hosts: []string{fs.URL}})
 	for round := range 2 {
 		var wg sync.WaitGroup
 		errs := make(chan error, streams)
@@ -397,7 +397,7 @@ func (c *closeCounter) Close() error {
 
 // https:// hosts keep the Transport (TLS, HTTP/2).
 func TestLeanOnlyPlainHTTP(t *testing.T) {
-	o, err := NewOllama(OllamaConfig{Hosts: []string{"https://127.0.0.1:1", "http://127.0.0.1:2"}})
+	o, err := NewChat(ChatConfig{Hosts: []string{"https://127.0.0.1:1", "http://127.0.0.1:2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestLeanOnlyPlainHTTP(t *testing.T) {
 func TestLeanWaitHoldsNoLineBuffer(t *testing.T) {
 	const streams = 20
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Numbered: true, Delay: time.Second})
-	o, _ := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+	o, _ := leanChat(t, ChatConfig{Hosts: []string{fs.URL}})
 	base := lineBuffersHeld.Load()
 	ctx, cancel := context.WithCancel(leanCtx(t))
 	defer cancel()
@@ -467,7 +467,7 @@ func TestLeanWaitHoldsNoLineBuffer(t *testing.T) {
 // thousands of times over. Weak pointers show whether the collector could take them.
 func TestStreamDropsPrompt(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 2, Delay: time.Second})
-	o, _ := leanOllama(t, OllamaConfig{Hosts: []string{fs.URL}})
+	o, _ := leanChat(t, ChatConfig{Hosts: []string{fs.URL}})
 	ctx, cancel := context.WithCancel(leanCtx(t))
 	defer cancel()
 	collected := func(what string, p weak.Pointer[byte]) {
@@ -499,7 +499,7 @@ func TestStreamDropsPrompt(t *testing.T) {
 	emit, first = started()
 	var body weak.Pointer[byte]
 	func() {
-		raw, err := o.encodeChat(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
+		raw, err := o.wire.encode(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

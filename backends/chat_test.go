@@ -58,20 +58,20 @@ func sharedOllama(t testing.TB) *ollamatest.Server {
 }
 
 // eachAPI runs a test of the backend's contract once for each wire, against the same server:
-// Ollama's own API and its OpenAI-compatible one (/v1/chat/completions), so the OpenAI backend
-// passes the very suite the Ollama backend does.
+// Ollama's own API and its OpenAI-compatible one (/v1/chat/completions), so the OpenAI wire
+// passes the very suite Ollama's wire does.
 func eachAPI(t *testing.T, test func(t *testing.T, api string)) {
 	for _, api := range []string{backends.APIOllama, backends.APIOpenAI} {
 		t.Run(api, func(t *testing.T) { test(t, api) })
 	}
 }
 
-func newOllama(t testing.TB, cfg backends.OllamaConfig) *backends.Ollama {
+func newChat(t testing.TB, cfg backends.ChatConfig) *backends.Chat {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
 	}
-	o, err := backends.NewOllama(cfg)
+	o, err := backends.NewChat(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +116,10 @@ func deadPort(t testing.TB) string {
 // Pieces reach emit while the model is still generating: a generation asked for a million
 // tokens is nowhere near its end after ten pieces, so had the pieces been held back until the
 // end, none would have arrived.
-func TestOllamaStreamsPiecesWhileGenerating(t *testing.T) {
+func TestChatStreamsPiecesWhileGenerating(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
 
 		enough := errors.New("enough pieces")
 		var arrivals []time.Time
@@ -149,10 +149,10 @@ func TestOllamaStreamsPiecesWhileGenerating(t *testing.T) {
 	})
 }
 
-func TestOllamaCompleteGenerationStats(t *testing.T) {
+func TestChatCompleteGenerationStats(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
 		zero := 0.0
 		var pieces []string
 		stats, err := o.Generate(testCtx(t), backends.Request{
@@ -194,7 +194,7 @@ func TestOllamaCompleteGenerationStats(t *testing.T) {
 // and one that ended by itself would leave it open for reuse. (Whether a next request is served
 // soon does not tell: the tiny random model's generations end and free their slot at random
 // times.) The backend stays usable afterwards.
-func TestOllamaCancelStopsGenerationOnServer(t *testing.T) {
+func TestChatCancelStopsGenerationOnServer(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := ollamatest.StartT(t, ollamatest.Options{})
 		relay, err := ollamatest.NewRelay(srv.Host)
@@ -202,7 +202,7 @@ func TestOllamaCancelStopsGenerationOnServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(relay.Close)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{relay.URL}})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{relay.URL}})
 
 		for _, how := range []string{"context", "emit"} {
 			ctx, cancel := context.WithCancel(testCtx(t))
@@ -241,10 +241,10 @@ func TestOllamaCancelStopsGenerationOnServer(t *testing.T) {
 	})
 }
 
-func TestOllamaModelMissing(t *testing.T) {
+func TestChatModelMissing(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
 		_, err := o.Generate(testCtx(t), backends.Request{Model: "no-such-model", Prompt: "hi"},
 			func(string) error { t.Error("emit called"); return nil })
 		be := wantKind(t, err, backends.KindModelMissing)
@@ -259,12 +259,12 @@ func TestOllamaModelMissing(t *testing.T) {
 
 // A stopped server gives KindUnavailable and marks the host down; once a server answers on the
 // same address again, the health checker marks it up and generation works.
-func TestOllamaStoppedServerThenBack(t *testing.T) {
+func TestChatStoppedServerThenBack(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := ollamatest.StartT(t, ollamatest.Options{})
 		_, portStr, _ := net.SplitHostPort(srv.Host)
 		port, _ := strconv.Atoi(portStr)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{srv.URL}, HealthInterval: 50 * time.Millisecond})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}, HealthInterval: 50 * time.Millisecond})
 		gen := func() error {
 			_, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "hi", MaxTokens: 4},
 				func(string) error { return nil })
@@ -296,10 +296,10 @@ func TestOllamaStoppedServerThenBack(t *testing.T) {
 // Ollama's 503 "server busy" as KindOverloaded. (Ollama v0.6.8 only queues in its scheduler while
 // a model is loading; once it is loaded, requests wait in the runner without limit, so the burst
 // starts with the model unloaded.)
-func TestOllamaOverloadedBurst(t *testing.T) {
+func TestChatOverloadedBurst(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := ollamatest.StartT(t, ollamatest.Options{NumParallel: 1, MaxQueue: 1, SkipPrewarm: true})
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
 
 		const burst = 8
 		for attempt := 1; ; attempt++ {
@@ -368,12 +368,12 @@ func unload(t testing.TB, srv *ollamatest.Server) {
 
 // Two hosts, one dead: every request succeeds (failing over before the first piece), and the
 // dead host ends up marked down.
-func TestOllamaFailoverFromDeadHost(t *testing.T) {
+func TestChatFailoverFromDeadHost(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
 		dead := deadPort(t)
 		core, logs := observer.New(zap.WarnLevel)
-		o := newOllama(t, backends.OllamaConfig{API: api, Hosts: []string{"http://" + dead, srv.URL}, Logger: zap.New(core)})
+		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{"http://" + dead, srv.URL}, Logger: zap.New(core)})
 		for i := 0; i < 10 && o.Hosts()[0].Healthy; i++ {
 			stats, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "hi", MaxTokens: 4},
 				func(string) error { return nil })
@@ -397,7 +397,7 @@ func TestOllamaFailoverFromDeadHost(t *testing.T) {
 func TestOllamaCheckModelsReal(t *testing.T) {
 	srv := sharedOllama(t)
 	core, logs := observer.New(zap.InfoLevel)
-	o := newOllama(t, backends.OllamaConfig{Hosts: []string{srv.URL}, Logger: zap.New(core)})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{srv.URL}, Logger: zap.New(core)})
 	if err := o.CheckModels(testCtx(t), []string{srv.Model, srv.Model + ":latest"}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
-// BenchmarkOllamaRelay measures the backend's own cost per piece relayed: a fake Ollama that
+// BenchmarkChatRelay measures the backend's own cost per piece relayed: a fake Ollama that
 // answers at once (the whole response rendered once, written in one go) streams many pieces per
 // request, so the request's fixed cost is spread thin and what remains is reading, decoding and
 // emitting a piece. The fake server runs in the same process; its cost per request is a few
@@ -23,8 +23,8 @@ import (
 //
 // "openai" relays the same pieces from the same server's OpenAI-compatible endpoint.
 // "official-client" relays the same stream through api.Client.Chat for comparison; the
-// backend reads the stream itself (see ollama_chat.go for why).
-func BenchmarkOllamaRelay(b *testing.B) {
+// backend reads the stream itself (see attempt.go for why).
+func BenchmarkChatRelay(b *testing.B) {
 	for _, pieces := range []int{1000, 8} {
 		fs := ollamatest.NewFaultServer(ollamatest.FaultConfig{Pieces: pieces, Piece: " word"})
 		b.Cleanup(fs.Close)
@@ -33,7 +33,7 @@ func BenchmarkOllamaRelay(b *testing.B) {
 		// OpenAI-compatible endpoint (server-sent events, walked like Ollama's lines).
 		for _, w := range []struct{ name, api string }{{"backend", backends.APIOllama}, {"openai", backends.APIOpenAI}} {
 			b.Run(w.name+"/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
-				o, err := backends.NewOllama(backends.OllamaConfig{API: w.api, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
+				o, err := backends.NewChat(backends.ChatConfig{API: w.api, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -149,33 +149,6 @@ func trimSpace(b []byte) []byte {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// decodeChunk parses one line into c, which it zeroes first. Keys match exactly (encoding/json
-// would also accept other letter cases; Ollama never sends them).
-// streamDecoder reads one stream of a wire, line by line, into chunks.
-type streamDecoder interface {
-	// decode reads line into c, which it zeroes first; a line that carries nothing leaves it
-	// empty.
-	decode(line []byte, c *chatChunk) error
-	// atEOF reports whether the body's end completes the stream, making c its last chunk;
-	// false: the stream was cut.
-	atEOF(c *chatChunk) bool
-}
-
-// ollamaLines decodes Ollama's NDJSON: every line a chunk, the end a "done":true chunk.
-type ollamaLines struct{}
-
-func (ollamaLines) decode(line []byte, c *chatChunk) error { return decodeChunk(line, c) }
-func (ollamaLines) atEOF(*chatChunk) bool                  { return false }
-
-func decodeChunk(line []byte, c *chatChunk) error {
-	*c = chatChunk{}
-	s := scan{b: line}
-	if err := s.chunk(c); err != nil {
-		return fmt.Errorf("malformed line %q: %w", clip(line), err)
-	}
-	return nil
-}
-
 func clip(b []byte) []byte {
 	if len(b) > 200 {
 		return b[:200]
@@ -229,46 +202,12 @@ func (s *scan) document(member func(key []byte) error) error {
 	return s.end()
 }
 
-func (s *scan) chunk(c *chatChunk) error {
-	return s.document(func(key []byte) error {
-		var err error
-		switch string(key) {
-		case "message":
-			err = s.message(c)
-		case "done":
-			c.Done, err = s.boolean(c.Done)
-		case "done_reason":
-			c.DoneReason, err = s.str(c.DoneReason)
-		case "error":
-			c.Error, err = s.str(c.Error)
-		case "prompt_eval_count":
-			c.PromptEvalCount, err = s.integer(c.PromptEvalCount)
-		case "eval_count":
-			c.EvalCount, err = s.integer(c.EvalCount)
-		default:
-			err = s.skip()
-		}
-		return err
-	})
-}
-
 func (s *scan) end() error {
 	s.ws()
 	if s.i != len(s.b) {
 		return errors.New("data after the value")
 	}
 	return nil
-}
-
-func (s *scan) message(c *chatChunk) error {
-	return s.objectOrNull(func(key []byte) error {
-		if string(key) == "content" {
-			var err error
-			c.Message.Content, err = s.str(c.Message.Content)
-			return err
-		}
-		return s.skip()
-	})
 }
 
 // objectOrNull walks an object (member as in object) or null (nothing); any other value is

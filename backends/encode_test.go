@@ -9,7 +9,7 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// apiChatRequest encodes req the way encodeChat did before it had a struct of its own: through
+// apiChatRequest encodes req the way the Ollama wire's encode did before it had a struct of its own: through
 // the ollama api package's ChatRequest, options in a map. Both must say the same to Ollama.
 func apiChatRequest(t *testing.T, req Request, keepAlive *api.Duration) []byte {
 	stream := true
@@ -55,8 +55,8 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 		{"invalid UTF-8", Request{Model: "m", Prompt: "a\xffb"}, &api.Duration{Duration: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := &Ollama{keepAlive: tc.keepAlive}
-			got, err := o.encodeChat(tc.req)
+			ow := &ollamaWire{keepAlive: tc.keepAlive}
+			got, err := ow.encode(tc.req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(g, w) {
-				t.Errorf("encodeChat:\n%s\napi.ChatRequest:\n%s", got, want)
+				t.Errorf("ollamaWire.encode:\n%s\napi.ChatRequest:\n%s", got, want)
 			}
 		})
 	}
@@ -78,11 +78,11 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 func BenchmarkEncodeChat(b *testing.B) {
 	temp := 0.7
 	req := Request{Model: "llama3.2:1b", System: "You are a writing assistant.", Prompt: "Write a short e-mail to a customer about a late delivery.", MaxTokens: 256, Temperature: &temp}
-	o := &Ollama{}
+	w := &ollamaWire{}
 	b.Run("struct", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			o.encodeChat(req)
+			w.encode(req)
 		}
 	})
 	b.Run("api.ChatRequest", func(b *testing.B) {
