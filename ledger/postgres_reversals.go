@@ -109,34 +109,21 @@ func (s *Postgres) RecordPayment(ctx context.Context, p Payment) (Payment, bool,
 
 // GetPayment returns a payment.
 func (s *Postgres) GetPayment(ctx context.Context, id string) (Payment, error) {
-	if err := checkString("payment id", id, maxReferenceLen, true); err != nil {
-		return Payment{}, err
-	}
-	if err := pgStorable("payment id", id); err != nil {
-		return Payment{}, err
-	}
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return Payment{}, err
-	}
-	defer done()
-	rows, err := s.pool.Query(qctx, `SELECT `+pgPayCols+` FROM payments WHERE id = $1`, id)
-	p, ok, err := pgOne(rows, err, scanPay)
-	switch {
-	case err != nil:
-		return Payment{}, pgErr(ctx, "reading a payment", err)
-	case !ok:
-		return Payment{}, fmt.Errorf("payment %q: %w", id, ErrNotFound)
-	}
-	return p, nil
+	return s.paymentWhere(ctx, "payment id", "id", id, "payment %q")
 }
 
 // PaymentOf returns the payment of a purchase reference (index payments_reference).
 func (s *Postgres) PaymentOf(ctx context.Context, reference string) (Payment, error) {
-	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+	return s.paymentWhere(ctx, "reference", "reference", reference, "payment of %q")
+}
+
+// paymentWhere reads the first payment whose column (id or reference, both indexed) is value;
+// what names value in argument errors, notFound (with %q for value) the payment not found.
+func (s *Postgres) paymentWhere(ctx context.Context, what, column, value, notFound string) (Payment, error) {
+	if err := checkString(what, value, maxReferenceLen, true); err != nil {
 		return Payment{}, err
 	}
-	if err := pgStorable("reference", reference); err != nil {
+	if err := pgStorable(what, value); err != nil {
 		return Payment{}, err
 	}
 	qctx, done, err := s.read(ctx)
@@ -144,13 +131,13 @@ func (s *Postgres) PaymentOf(ctx context.Context, reference string) (Payment, er
 		return Payment{}, err
 	}
 	defer done()
-	rows, err := s.pool.Query(qctx, `SELECT `+pgPayCols+` FROM payments WHERE reference = $1 ORDER BY created LIMIT 1`, reference)
+	rows, err := s.pool.Query(qctx, `SELECT `+pgPayCols+` FROM payments WHERE `+column+` = $1 ORDER BY created LIMIT 1`, value)
 	p, ok, err := pgOne(rows, err, scanPay)
 	switch {
 	case err != nil:
 		return Payment{}, pgErr(ctx, "reading a payment", err)
 	case !ok:
-		return Payment{}, fmt.Errorf("payment of %q: %w", reference, ErrNotFound)
+		return Payment{}, fmt.Errorf(notFound+": %w", value, ErrNotFound)
 	}
 	return p, nil
 }
