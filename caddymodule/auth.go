@@ -34,7 +34,7 @@ type keyCheck struct {
 // (admit), in the same round trip. It returns the error to answer with, if any: an unavailable
 // ledger is 503 ledger_unavailable, any other ledger failure is logged and answered as an
 // internal error, never as a missing credit.
-func (h *Handler) checkKey(store ledger.Store, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
+func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.Request, reqID string, gate bool) (keyCheck, *apiError) {
 	kc := keyCheck{available: -1}
 	presented, e := presentedKey(r)
 	h.warnKeyInAccessLog(r)

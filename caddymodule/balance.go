@@ -3,8 +3,6 @@ package caddymodule
 import (
 	"net/http"
 	"strconv"
-
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 type balanceDoc struct {
@@ -17,7 +15,7 @@ type balanceDoc struct {
 
 // serveBalance answers GET /api/v1/balance for the account of the X-API-Key: the credits of the
 // key's mode (live or test).
-func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store) {
+func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return

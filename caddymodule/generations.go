@@ -68,7 +68,7 @@ func isRequestID(id string) bool {
 }
 
 // serveGeneration answers GET /api/v1/generations/{request_id}.
-func (h *Handler) serveGeneration(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store) (abort bool) {
+func (h *Handler) serveGeneration(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger) (abort bool) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return false
@@ -132,7 +132,7 @@ func wantsPlain(r *http.Request) bool {
 
 // writeReceipt answers with the receipt: the charge from the ledger's hold, the generation's
 // figures and the text so far.
-func (h *Handler) writeReceipt(out *keptWriter, store ledger.Store, acct string) {
+func (h *Handler) writeReceipt(out *keptWriter, store handlerLedger, acct string) {
 	v := out.view
 	rc := receipt{RequestID: v.rec.RequestID, Tool: v.rec.Tool, Language: v.rec.Language, Mode: string(v.rec.Mode),
 		State: string(v.rec.State), Completed: v.rec.State == ledger.GenerationCompleted, Created: v.rec.Created,

@@ -93,7 +93,7 @@ var now = time.Now
 // generation is the state of one POST /api/v1/generate.
 type generation struct {
 	h     *Handler
-	store ledger.Store
+	store handlerLedger
 	// backend is the model backend of live keys (test keys get a sample).
 	backend backends.ModelServers
 	w       http.ResponseWriter
@@ -143,7 +143,7 @@ type generation struct {
 // request: auth.go (who calls), request.go (what they ask for), ratelimit.go and slots.go
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
 // wire).
-func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, backend backends.ModelServers) {
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
 	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
 	defer g.end()
 	if r.Method != http.MethodPost {

@@ -430,7 +430,7 @@ func (h *Handler) release() error {
 }
 
 // store is the ledger once the app has opened it, else nil.
-func (h *Handler) store() ledger.Store {
+func (h *Handler) store() handlerLedger {
 	s, err := h.ledgerRef.Get()
 	if err != nil {
 		return nil

@@ -35,7 +35,7 @@ type readyDoc struct {
 // with no healthy host is named. It needs no key
 // and costs no credit; it reads only in-memory state (the hosts' health comes from the
 // backend's periodic checks), so it can be polled often.
-func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store ledger.Store, servers backends.HostReporter) {
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, servers backends.HostReporter) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		writeError(w, reqID, errMethodNotAllowedGET, -1)
 		return
@@ -84,7 +84,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request, reqID strin
 
 // ledgerHealth is nil when the ledger takes new work, else why not: store's own health, or,
 // with store nil, why the ledger is not open.
-func (h *Handler) ledgerHealth(store ledger.Store) error {
+func (h *Handler) ledgerHealth(store handlerLedger) error {
 	if store == nil {
 		_, err := h.ledgerRef.Get()
 		return err

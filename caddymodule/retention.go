@@ -60,7 +60,7 @@ var errKeptFull = errors.New("the generation's text outgrew what is kept of one 
 var liveKept sync.Map // liveKey -> *keptText
 
 type liveKey struct {
-	store ledger.Store
+	store handlerLedger
 	rid   string
 }
 
@@ -128,7 +128,7 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 // keptText is one generation's text while it runs on this instance.
 type keptText struct {
 	r     *retention
-	store ledger.Store
+	store handlerLedger
 	rec   ledger.GenerationRecord // the fixed fields
 
 	mu       sync.Mutex
@@ -332,7 +332,7 @@ func (r *retention) write(batch []*keptText) {
 		step  keptStep
 	}
 	var todo []pending
-	var puts map[ledger.Store][]ledger.GenerationPut
+	var puts map[handlerLedger][]ledger.GenerationPut
 	for _, k := range batch {
 		k.mu.Lock()
 		ended, voided := k.ended, k.voided
@@ -355,12 +355,12 @@ func (r *retention) write(batch []*keptText) {
 			continue
 		}
 		if puts == nil {
-			puts = map[ledger.Store][]ledger.GenerationPut{}
+			puts = map[handlerLedger][]ledger.GenerationPut{}
 		}
 		puts[k.store] = append(puts[k.store], kp...)
 		todo = append(todo, pending{k, ended, step})
 	}
-	failed := map[ledger.Store]error{}
+	failed := map[handlerLedger]error{}
 	for store, p := range puts {
 		ctx, cancel := context.WithTimeout(context.Background(), keptWriteTimeout)
 		err := store.PutGenerations(ctx, p...)
@@ -626,7 +626,7 @@ func (k *keptText) next(ctx context.Context, have int) (keptView, error) {
 // PostgreSQL ledger), or on this one before it ended or before a reload.
 type storedSource struct {
 	r            *retention
-	store        ledger.Store
+	store        handlerLedger
 	acct, rid    string
 	chunks       int
 	pieces       []string
@@ -687,7 +687,7 @@ func (s *storedSource) next(ctx context.Context, have int) (keptView, error) {
 // ledger.ErrNotFound when there is none (never kept, another account's, or its window ended).
 // A generation whose hold is open but that has not reached the ledger yet (it runs on another
 // instance, in its first keptFlushInterval) is waited for.
-func (r *retention) find(ctx context.Context, store ledger.Store, acct string, mode ledger.Mode, rid string) (keptSource, keptView, error) {
+func (r *retention) find(ctx context.Context, store handlerLedger, acct string, mode ledger.Mode, rid string) (keptSource, keptView, error) {
 	if r.sealer.Load() == nil {
 		return nil, keptView{}, ledger.ErrNotFound
 	}

@@ -19,7 +19,7 @@ var now = time.Now
 
 // appConfig is the Handler's configuration with every default and secret resolved.
 type appConfig struct {
-	store ledger.Store
+	store accountLedger
 	// limits keeps the throttles in Redis (nil: in memory), named by limitsName (the ledger).
 	limits           *ratelimit.Shared
 	limitsName       string

@@ -183,7 +183,7 @@ func mailAD(acct, kind string) []byte { return []byte("textgen-mail\x00" + acct 
 
 // mailer queues the account area's e-mail and delivers it (mail_sender.go).
 type mailer struct {
-	store     ledger.Store
+	store     accountLedger
 	sealer    *sealing.Sealer
 	templates *mailTemplates
 	smtp      SMTP // defaults set, secrets resolved

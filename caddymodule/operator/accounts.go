@@ -13,7 +13,7 @@ import (
 
 // Accounts: POST /textgen/accounts, GET /textgen/accounts[/{id}], POST .../{id}/disable|enable.
 
-func (adminAPI) createAccount(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) createAccount(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req createAccountRequest
 	if err := decodeAdminJSON(r, &req, false); err != nil {
 		return err
@@ -44,7 +44,7 @@ func (adminAPI) createAccount(w http.ResponseWriter, r *http.Request, store ledg
 	return writeAdminJSON(w, http.StatusCreated, acct)
 }
 
-func (adminAPI) listAccounts(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) listAccounts(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	page, err := pageFromQuery(r)
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (adminAPI) listAccounts(w http.ResponseWriter, r *http.Request, store ledge
 	return writeAdminJSON(w, http.StatusOK, accountList{Accounts: accts, NextCursor: next})
 }
 
-func (adminAPI) getAccount(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) getAccount(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	id := r.PathValue("id")
 	acct, err := store.GetAccount(r.Context(), id)
 	if err != nil {
@@ -88,7 +88,7 @@ func (adminAPI) getAccount(w http.ResponseWriter, r *http.Request, store ledger.
 }
 
 func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {
-	return func(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+	return func(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 		if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 			return err
 		}

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // GET /textgen/backup: the online backup stream, with its checksum in a trailer.
 
-func (adminAPI) backup(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) backup(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="textgen-ledger-%s.backup"`, now().UTC().Format("20060102T150405Z")))

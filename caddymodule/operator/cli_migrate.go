@@ -59,7 +59,7 @@ func cmdMigrate(c *cliContext) error {
 	}
 	res := migrateResult{Migrated: true, From: abs, To: redactURL(to)}
 	for _, side := range []struct {
-		s  ledger.Store
+		s  operatorLedger
 		ok *bool
 	}{{from, &res.FromOK}, {pg, &res.ToOK}} {
 		rep, err := side.s.Verify(ctx)

@@ -13,7 +13,7 @@ import (
 
 // Credits: POST /textgen/accounts/{id}/credits (a grant) and .../adjust (a correction).
 
-func (a adminAPI) grant(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (a adminAPI) grant(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req grantRequest
 	if err := decodeAdminJSON(r, &req, false); err != nil {
 		return err
@@ -24,7 +24,7 @@ func (a adminAPI) grant(w http.ResponseWriter, r *http.Request, store ledger.Sto
 	return a.credit(w, r, store, ledger.KindGrant, req)
 }
 
-func (a adminAPI) adjust(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (a adminAPI) adjust(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req grantRequest
 	if err := decodeAdminJSON(r, &req, false); err != nil {
 		return err
@@ -38,7 +38,7 @@ func (a adminAPI) adjust(w http.ResponseWriter, r *http.Request, store ledger.St
 	return a.credit(w, r, store, ledger.KindAdjustment, req)
 }
 
-func (adminAPI) credit(w http.ResponseWriter, r *http.Request, store ledger.Store, kind ledger.EntryKind, req grantRequest) error {
+func (adminAPI) credit(w http.ResponseWriter, r *http.Request, store operatorLedger, kind ledger.EntryKind, req grantRequest) error {
 	mode, err := parseMode(req.Mode)
 	if err != nil {
 		return err

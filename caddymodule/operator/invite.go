@@ -24,7 +24,7 @@ type inviteResponse struct {
 
 // invite asks My Account of the ledger to make (and e-mail) the account's invitation link: an
 // account the operator made has no password, and this is how it gets one.
-func (adminAPI) invite(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) invite(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func keyViews(keys []ledger.Key) []keyView {
 	return out
 }
 
-func (adminAPI) createKey(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) createKey(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req createKeyRequest
 	if err := decodeAdminJSON(r, &req, true); err != nil {
 		return err
@@ -83,7 +83,7 @@ func parseExpiry(s string, t time.Time) (time.Time, error) {
 	return exp.UTC(), nil
 }
 
-func (adminAPI) listKeys(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) listKeys(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	id := r.PathValue("id")
 	keys, err := store.ListKeys(r.Context(), id)
 	if err != nil {
@@ -92,7 +92,7 @@ func (adminAPI) listKeys(w http.ResponseWriter, r *http.Request, store ledger.St
 	return writeAdminJSON(w, http.StatusOK, keyList{Keys: keyViews(keys)})
 }
 
-func (adminAPI) revokeKey(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) revokeKey(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 		return err
 	}

@@ -2,8 +2,6 @@ package operator
 
 import (
 	"net/http"
-
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // The e-mail outbox: GET /textgen/mail and POST /textgen/mail/{id}/drop. My Account's sender
@@ -11,7 +9,7 @@ import (
 // operator what waits and why, and let them give up on a message that never will go out (an
 // address that does not exist).
 
-func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	limit, err := limitFromQuery(r, "mail")
 	if err != nil {
 		return err
@@ -32,7 +30,7 @@ func (adminAPI) listMail(w http.ResponseWriter, r *http.Request, store ledger.St
 	return writeAdminJSON(w, http.StatusOK, mailList{Messages: views})
 }
 
-func (adminAPI) dropMail(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) dropMail(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 		return err
 	}

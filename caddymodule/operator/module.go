@@ -84,7 +84,7 @@ var now = time.Now
 type adminErrKey struct{}
 
 // adminFunc is one route: the selected ledger is passed in; errors are returned, not written.
-type adminFunc func(w http.ResponseWriter, r *http.Request, store ledger.Store) error
+type adminFunc func(w http.ResponseWriter, r *http.Request, store operatorLedger) error
 
 // Routes returns the single /textgen/ route; an inner ServeMux with method and wildcard
 // patterns dispatches below it.
@@ -176,7 +176,7 @@ func (adminAPI) withLedger(w http.ResponseWriter, r *http.Request, f adminFunc) 
 }
 
 // selectLedger picks the open ledger: the only one, or the one named by dir.
-func selectLedger(dir string) (ledger.Store, error) {
+func selectLedger(dir string) (operatorLedger, error) {
 	open := textgenapp.OpenLedgers()
 	if len(open) == 0 {
 		return nil, caddy.APIError{
@@ -204,7 +204,7 @@ func selectLedger(dir string) (ledger.Store, error) {
 			Err:        fmt.Errorf("%d textgen ledgers are open (%s): choose one with ?ledger=<dir> (--ledger in the CLI)", len(open), strings.Join(openLedgerDirs(), ", ")),
 		}
 	}
-	var only ledger.Store
+	var only operatorLedger
 	for _, b := range open {
 		only = b
 	}

@@ -17,7 +17,7 @@ import (
 // (another amount, an unknown package or account) is kept in the ledger; these routes are the
 // operator's to-do list of them, the refunds and disputes the ledger applied, and a refund.
 
-func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	q := r.URL.Query()
 	openOnly := true
 	if s := q.Get("all"); s != "" {
@@ -48,7 +48,7 @@ func (adminAPI) listPayments(w http.ResponseWriter, r *http.Request, store ledge
 // refund asks My Account of the ledger, which holds the Stripe key, to refund a purchase through
 // Stripe's API; the ledger takes the credits off through the path of Stripe's refund events,
 // once, by the refund's id (so the event that follows changes nothing).
-func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req refundRequest
 	if err := decodeAdminJSON(r, &req, true); err != nil {
 		return err
@@ -77,7 +77,7 @@ func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store ledger.Stor
 	return writeAdminJSON(w, http.StatusOK, res)
 }
 
-func (adminAPI) resolvePayment(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) resolvePayment(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	var req resolvePaymentRequest
 	if err := decodeAdminJSON(r, &req, false); err != nil {
 		return err

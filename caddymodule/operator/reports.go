@@ -13,7 +13,7 @@ import (
 // What an operator reads: an account's balance and ledger entries, the usage summary, and the
 // ledger's verification.
 
-func (adminAPI) balance(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) balance(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	id := r.PathValue("id")
 	bal, err := store.Balance(r.Context(), id)
 	if err != nil {
@@ -22,7 +22,7 @@ func (adminAPI) balance(w http.ResponseWriter, r *http.Request, store ledger.Sto
 	return writeAdminJSON(w, http.StatusOK, bal)
 }
 
-func (adminAPI) history(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) history(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	page, err := pageFromQuery(r)
 	if err != nil {
 		return err
@@ -38,7 +38,7 @@ func (adminAPI) history(w http.ResponseWriter, r *http.Request, store ledger.Sto
 	return writeAdminJSON(w, http.StatusOK, entryList{AccountID: id, Entries: entries, NextCursor: next})
 }
 
-func (adminAPI) usage(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) usage(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	q := r.URL.Query()
 	var uq ledger.UsageQuery
 	var err error
@@ -118,7 +118,7 @@ func summarizeUsage(rows []ledger.UsageRow) usageReport {
 	}
 }
 
-func (adminAPI) verify(w http.ResponseWriter, r *http.Request, store ledger.Store) error {
+func (adminAPI) verify(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
 	rep, err := store.Verify(r.Context())
 	if err != nil {
 		return ledgerError(err, "verifying the ledger")

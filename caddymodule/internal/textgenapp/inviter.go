@@ -3,8 +3,6 @@ package textgenapp
 import (
 	"context"
 	"sync"
-
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // Invitations for the admin API: an account the operator made has no password, so the admin
@@ -21,15 +19,15 @@ type Inviter interface {
 
 var inviters struct {
 	mu   sync.Mutex
-	byLS map[ledger.Store][]*Inviter
+	byLS map[appLedger][]*Inviter
 }
 
 // RegisterInviter makes i answer invitations for store until the returned func is called.
-func RegisterInviter(store ledger.Store, i Inviter) (unregister func()) {
+func RegisterInviter(store appLedger, i Inviter) (unregister func()) {
 	inviters.mu.Lock()
 	defer inviters.mu.Unlock()
 	if inviters.byLS == nil {
-		inviters.byLS = map[ledger.Store][]*Inviter{}
+		inviters.byLS = map[appLedger][]*Inviter{}
 	}
 	p := &i
 	inviters.byLS[store] = append(inviters.byLS[store], p)
@@ -52,7 +50,7 @@ func RegisterInviter(store ledger.Store, i Inviter) (unregister func()) {
 }
 
 // InviterFor returns the newest inviter registered for store, or nil.
-func InviterFor(store ledger.Store) Inviter {
+func InviterFor(store appLedger) Inviter {
 	inviters.mu.Lock()
 	defer inviters.mu.Unlock()
 	l := inviters.byLS[store]

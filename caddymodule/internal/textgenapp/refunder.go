@@ -27,15 +27,15 @@ type Refunder interface {
 
 var refunders struct {
 	mu   sync.Mutex
-	byLS map[ledger.Store][]*Refunder
+	byLS map[appLedger][]*Refunder
 }
 
 // RegisterRefunder makes r answer refunds for store until the returned func is called.
-func RegisterRefunder(store ledger.Store, r Refunder) (unregister func()) {
+func RegisterRefunder(store appLedger, r Refunder) (unregister func()) {
 	refunders.mu.Lock()
 	defer refunders.mu.Unlock()
 	if refunders.byLS == nil {
-		refunders.byLS = map[ledger.Store][]*Refunder{}
+		refunders.byLS = map[appLedger][]*Refunder{}
 	}
 	p := &r
 	refunders.byLS[store] = append(refunders.byLS[store], p)
@@ -58,7 +58,7 @@ func RegisterRefunder(store ledger.Store, r Refunder) (unregister func()) {
 }
 
 // RefunderFor returns the newest refunder registered for store, or nil.
-func RefunderFor(store ledger.Store) Refunder {
+func RefunderFor(store appLedger) Refunder {
 	refunders.mu.Lock()
 	defer refunders.mu.Unlock()
 	l := refunders.byLS[store]

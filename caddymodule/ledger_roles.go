@@ -1,0 +1,13 @@
+package caddymodule
+
+import "github.com/caddy-textgen/textgen/ledger"
+
+// handlerLedger is what the generate handler asks of its ledger: the roles it uses, no more.
+// The textgen app hands every module the whole ledger.Store, which satisfies it.
+type handlerLedger interface {
+	ledger.Keys
+	ledger.Credits
+	ledger.Idempotency
+	ledger.Generations
+	ledger.Maintenance
+}
