@@ -45,14 +45,9 @@ type Badger struct {
 	// (the committer's group window uses it).
 	openHolds atomic.Int64
 
-	// closeMu is held shared by every call that writes or reads Badger and exclusively by
-	// Close, so Close waits for calls in flight.
-	closeMu   sync.RWMutex
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	stopBg    chan struct{}
-	bg        sync.WaitGroup
+	// Every call that writes or reads Badger is admitted by begin (lifecycle's, and no failed
+	// commit) and released by end, so Close waits for calls in flight.
+	lifecycle
 
 	createMu sync.Mutex // serialises CreateAccount (email uniqueness)
 	mailMu   sync.Mutex // serialises the outbox's claims and the tokens' consumption (badger_outbox.go, badger_tokens.go)
@@ -128,12 +123,12 @@ func Open(dir string, opts Options) (*Badger, error) {
 		opened:   now().UTC(),
 		opts:     opts,
 		log:      opts.Logger,
-		stopBg:   make(chan struct{}),
 		accounts: map[string]*account{},
 		byEmail:  map[string]*account{},
 		byDigest: map[[32]byte]*keyEntry{},
 		keyIDs:   map[string]*keyEntry{},
 	}
+	s.startLifecycle()
 	s.c = newCommitter(db, opts.Logger, space)
 	s.c.siblings = s.openHolds.Load
 	s.kept = newKeptStore(dir, opts, locked)
@@ -234,27 +229,6 @@ func (s *Badger) checkSchema(readOnly bool) error {
 	return nil
 }
 
-// every runs f every d until Close; d < 0 disables it.
-func (s *Badger) every(d time.Duration, f func()) {
-	if d < 0 {
-		return
-	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stopBg:
-				return
-			case <-t.C:
-				f()
-			}
-		}
-	}()
-}
-
 func (s *Badger) runGC() {
 	if s.beginWrite() != nil { // the GC rewrites value logs: not while the disk is nearly full
 		return
@@ -263,7 +237,7 @@ func (s *Badger) runGC() {
 	s.kept.runGC()
 	for {
 		select {
-		case <-s.stopBg:
+		case <-s.stopping():
 			return
 		default:
 		}
@@ -438,21 +412,18 @@ func (s *Badger) Health(ctx context.Context) error {
 	return nil
 }
 
-// begin admits a call that touches Badger; end releases it.
+// begin admits a call that touches Badger (ErrClosed, or the error of a failed commit); end
+// (lifecycle's) releases it.
 func (s *Badger) begin() error {
-	s.closeMu.RLock()
-	if s.closed.Load() {
-		s.closeMu.RUnlock()
-		return ErrClosed
+	if err := s.lifecycle.begin(); err != nil {
+		return err
 	}
 	if err := s.c.err(); err != nil {
-		s.closeMu.RUnlock()
+		s.end()
 		return err
 	}
 	return nil
 }
-
-func (s *Badger) end() { s.closeMu.RUnlock() }
 
 // account returns the in-memory account or ErrNotFound.
 func (s *Badger) account(id string) (*account, error) {
@@ -478,12 +449,7 @@ func (s *Badger) allAccounts() []*account {
 // Close stops the background work, waits for calls in flight, writes the keys' last-use times
 // and closes Badger. It is safe to call more than once.
 func (s *Badger) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		close(s.stopBg)
-		s.bg.Wait()
-		s.closeMu.Lock()
-		defer s.closeMu.Unlock()
+	return s.shutdown(func() error {
 		var errs []error
 		if err := s.c.err(); err == nil {
 			if err := s.flushLastUsed(false); err != nil {
@@ -505,9 +471,8 @@ func (s *Badger) Close() error {
 			errs = append(errs, fmt.Errorf("closing ledger: %w", err))
 		}
 		s.unlock()
-		s.closeErr = errors.Join(errs...)
+		return errors.Join(errs...)
 	})
-	return s.closeErr
 }
 
 // Interface guards

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,14 +74,9 @@ type Postgres struct {
 	c    *pgCommitter
 	used lastUses // keys' last-use times not yet written (postgres_keys.go)
 
-	// closeMu is held shared by every call and exclusively by Close, so Close waits for the
-	// calls in flight.
-	closeMu   sync.RWMutex
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	stopBg    chan struct{}
-	bg        sync.WaitGroup
+	// Every call is admitted by begin and released by end (lifecycle's), so Close waits for
+	// the calls in flight.
+	lifecycle
 }
 
 // OpenPostgres connects to the database at url (a PostgreSQL URL or key=value string, as
@@ -131,34 +124,32 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		return nil, pgErr(ctx, "opening ledger", err)
 	}
 	s := &Postgres{
-		pool:   pool,
-		opts:   opts,
-		log:    opts.Logger,
-		c:      newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
-		stopBg: make(chan struct{}),
+		pool: pool,
+		opts: opts,
+		log:  opts.Logger,
+		c:    newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
 	}
+	s.startLifecycle()
 	// Kept generations whose window ended while no instance ran go at once.
 	dctx, cancel := context.WithTimeout(ctx, opts.QueryTimeout)
 	if _, err := s.deleteExpiredGenerations(dctx, now()); err != nil {
 		s.log.Warn("deleting expired generations at start", zap.Error(err))
 	}
 	cancel()
-	s.bg.Add(1)
-	go s.background()
+	s.run(s.background)
 	return s, nil
 }
 
 // background runs the hold-expiry sweep and the last-use flush, each on its own interval (a
 // negative one disables it), until Close.
-func (s *Postgres) background() {
-	defer s.bg.Done()
+func (s *Postgres) background(stop <-chan struct{}) {
 	sweep, stopSweep := tick(s.opts.SweepInterval)
 	defer stopSweep()
 	flush, stopFlush := tick(s.opts.LastUsedFlushInterval)
 	defer stopFlush()
 	for {
 		select {
-		case <-s.stopBg:
+		case <-stop:
 			return
 		case <-sweep:
 			if n, err := s.sweep(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
@@ -182,18 +173,6 @@ func tick(d time.Duration) (<-chan time.Time, func()) {
 	t := time.NewTicker(d)
 	return t.C, t.Stop
 }
-
-// begin admits a call; end releases it.
-func (s *Postgres) begin() error {
-	s.closeMu.RLock()
-	if s.closed.Load() {
-		s.closeMu.RUnlock()
-		return ErrClosed
-	}
-	return nil
-}
-
-func (s *Postgres) end() { s.closeMu.RUnlock() }
 
 // read admits a read (ErrClosed after Close) and bounds it by the query timeout; the caller's
 // cancellation ends it too. Call done when the read is over.
@@ -238,19 +217,15 @@ func (s *Postgres) Health(ctx context.Context) error {
 // Close stops the background work, waits for calls in flight, commits what is queued, writes
 // the keys' last-use times and closes the connections. It is safe to call more than once.
 func (s *Postgres) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		close(s.stopBg)
-		s.bg.Wait()
-		s.closeMu.Lock()
-		defer s.closeMu.Unlock()
+	return s.shutdown(func() error {
 		s.c.close()
-		if err := s.writeLastUsed(); err != nil {
-			s.closeErr = fmt.Errorf("flushing key last-use times: %w", err)
+		var err error
+		if werr := s.writeLastUsed(); werr != nil {
+			err = fmt.Errorf("flushing key last-use times: %w", werr)
 		}
 		s.pool.Close()
+		return err
 	})
-	return s.closeErr
 }
 
 // Interface guards
