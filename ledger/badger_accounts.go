@@ -94,11 +94,7 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 	if s.closed.Load() {
 		return nil, "", ErrClosed
 	}
-	limit, err := pageLimit(p)
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := parseAccountCursor(p.Cursor)
+	limit, after, err := accountPage(p)
 	if err != nil {
 		return nil, "", err
 	}

@@ -114,7 +114,7 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error)
 // Purchases lists the account's purchase entries, newest first. It reads the grant-reference
 // index (every purchase has a reference), so it does not scan the account's request entries.
 func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := pageLimit(Page{Limit: limit})
+	limit, err := checkListLimit(limit)
 	if err != nil {
 		return nil, err
 	}

@@ -13,11 +13,7 @@ import (
 // History returns the account's entries newest first. NextCursor is "" on the last page.
 // It shows durable entries only, so a change is listed once its call has returned.
 func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
-	limit, err := pageLimit(p)
-	if err != nil {
-		return nil, "", err
-	}
-	before, err := parseHistoryCursor(p.Cursor) // list entries with seq < before; 0 = from the newest
+	limit, before, err := historyPage(p) // list entries with seq < before; 0 = from the newest
 	if err != nil {
 		return nil, "", err
 	}

@@ -216,11 +216,8 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 
 // ListReversals lists refunds and disputes, last changed first.
 func (s *Badger) ListReversals(ctx context.Context, accountID string, kind ReversalKind, limit int) ([]Reversal, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := reversalList(kind, limit)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkReversalKind(kind); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {

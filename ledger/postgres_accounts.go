@@ -83,11 +83,7 @@ func (s *Postgres) oneAccount(ctx context.Context, col, v string) (Account, erro
 
 // ListAccounts lists accounts in id order, one page at a time.
 func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
-	limit, err := pageLimit(p)
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := parseAccountCursor(p.Cursor)
+	limit, after, err := accountPage(p)
 	if err != nil {
 		return nil, "", err
 	}

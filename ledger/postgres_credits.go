@@ -78,7 +78,7 @@ func (s *Postgres) Balance(ctx context.Context, accountID string) (Balance, erro
 
 // Purchases lists the account's purchase entries, newest first.
 func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := pageLimit(Page{Limit: limit})
+	limit, err := checkListLimit(limit)
 	if err != nil {
 		return nil, err
 	}

@@ -15,11 +15,7 @@ import (
 
 // History returns the account's entries newest first.
 func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
-	limit, err := pageLimit(p)
-	if err != nil {
-		return nil, "", err
-	}
-	before, err := parseHistoryCursor(p.Cursor) // list entries with seq < before
+	limit, before, err := historyPage(p) // list entries with seq < before
 	if err != nil {
 		return nil, "", err
 	}

@@ -274,11 +274,8 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 
 // ListReversals lists refunds and disputes, last changed first (by id among those of one time).
 func (s *Postgres) ListReversals(ctx context.Context, accountID string, kind ReversalKind, limit int) ([]Reversal, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := reversalList(kind, limit)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkReversalKind(kind); err != nil {
 		return nil, err
 	}
 	if err := pgStorable("account id", accountID); err != nil {

@@ -1,10 +1,7 @@
 package ledger
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net/mail"
 	"strings"
 	"time"
@@ -27,26 +24,6 @@ const (
 	maxKeyNameLen        = 100
 	maxIdempotencyKeyLen = 264 // the client's 255 characters and the handler's mode prefix
 )
-
-// Page sizes of listings (Page.Limit).
-const (
-	defaultPageLimit = 50
-	maxPageLimit     = 1000
-)
-
-// checkListLimit is the length of a listing that takes a limit but no cursor
-// (UnmatchedPayments, ListMail): 0 means defaultPageLimit, more than maxPageLimit means
-// maxPageLimit.
-func checkListLimit(limit int) (int, error) {
-	switch {
-	case limit < 0:
-		return 0, fmt.Errorf("limit must not be negative: %w", ErrInvalidArgument)
-	case limit == 0:
-		return defaultPageLimit, nil
-	default:
-		return min(limit, maxPageLimit), nil
-	}
-}
 
 // checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
 func checkString(field, v string, max int, required bool) error {
@@ -84,47 +61,6 @@ func normalizeEmail(email string) (string, error) {
 		return "", bad
 	}
 	return e, nil
-}
-
-// pageLimit is the page size p asks for: the default for 0, at most maxPageLimit.
-func pageLimit(p Page) (int, error) { return checkListLimit(p.Limit) }
-
-// The cursors of the listings (Page.Cursor), the same for every engine: base64 of "a:" and the
-// last account id listed (ListAccounts), or of 'h' and the big-endian number of the last entry
-// listed (History). A cursor an engine did not make is ErrInvalidArgument.
-
-// accountCursor is the cursor of the ListAccounts page that ended with account id.
-func accountCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte("a:" + id)) }
-
-// parseAccountCursor is the account id after which the page of cursor starts ("" for none).
-func parseAccountCursor(cursor string) (string, error) {
-	if cursor == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(b), "a:") {
-		return "", fmt.Errorf("cursor %q: %w", cursor, ErrInvalidArgument)
-	}
-	return string(b[2:]), nil
-}
-
-// historyCursor is the cursor of the History page that ended with entry seq.
-func historyCursor(seq uint64) string {
-	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte{'h'}, seq))
-}
-
-// parseHistoryCursor is the entry number before which the page of cursor starts (0 for none:
-// from the newest). An entry number is at least 1 (so a cursor's is at least 2) and fits an
-// int64 (PostgreSQL's bigint).
-func parseHistoryCursor(cursor string) (uint64, error) {
-	if cursor == "" {
-		return 0, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(b) != 9 || binary.BigEndian.Uint64(b[1:]) < 2 || binary.BigEndian.Uint64(b[1:]) > math.MaxInt64 || b[0] != 'h' {
-		return 0, fmt.Errorf("cursor %q: %w", cursor, ErrInvalidArgument)
-	}
-	return binary.BigEndian.Uint64(b[1:]), nil
 }
 
 // foldEmail is the form an email is looked up by: trimmed and lower-cased. normalizeEmail
