@@ -125,7 +125,17 @@ func (g *generation) finishIdempotent() {
 	if g.credit > 0 {
 		status = http.StatusOK
 	}
-	if err := g.store.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.acct.ID, g.idemRecordKey(), status); err != nil {
+	store, acct, key := g.store, g.acct.ID, g.idemRecordKey()
+	finish := func(ctx context.Context) error { return store.FinishIdempotent(ctx, acct, key, status) }
+	err := finish(context.WithoutCancel(g.r.Context()))
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable):
+		// Left unfinished, the record would answer every retry 409 (or, charged, run it again
+		// once the key is forgotten): it is finished once the ledger is back, as settles are.
+		log := g.h.logger.With(zap.String("request_id", g.id))
+		log.Warn("finishing the idempotency record later: the ledger is unavailable", zap.Error(err))
+		retryLater(log, "idempotency record", time.Now().Add(ledger.IdempotencyTTL), "the key's 24 hours have passed", finish)
+	case err != nil:
 		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
 	}
 }

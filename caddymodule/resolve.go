@@ -71,29 +71,42 @@ func (g *generation) resolve(ctx context.Context, op holdOp) (taken bool) {
 // passed (by then a sweep has voided it).
 func (g *generation) resolveLater(op holdOp) {
 	log := g.h.logger.With(zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.String("op", op.name))
-	deadline := time.Now().Add(time.Duration(g.h.HoldTTL))
 	mode := string(g.key.Mode)
+	retryLater(log, op.name, time.Now().Add(time.Duration(g.h.HoldTTL)), "the hold's TTL has passed", func(ctx context.Context) error {
+		res, err := op.do(ctx)
+		switch {
+		case err != nil:
+			return err
+		case res.Repeated:
+			log.Warn("the hold was resolved meanwhile by another (an expiry sweep?)", zap.String("state", string(res.State)))
+		default:
+			metrics.credits.WithLabelValues(op.outcome, mode).Inc()
+			log.Info("the ledger took the delayed " + op.name)
+		}
+		return nil
+	})
+}
+
+// retryLater runs op again in the background while the ledger is unavailable (ErrUnavailable),
+// pausing from retryFirst up to retryMax, until op is done (nil), fails otherwise, or deadline
+// has passed (expired says why that ends it); what names op in the log.
+func retryLater(log *zap.Logger, what string, deadline time.Time, expired string, op func(context.Context) error) {
 	go func() {
 		pause := retryFirst
 		for time.Now().Before(deadline) {
 			time.Sleep(pause)
 			pause = min(2*pause, retryMax)
-			res, err := op.do(context.Background())
+			err := op(context.Background())
 			switch {
-			case err == nil && res.Repeated:
-				log.Warn("the hold was resolved meanwhile by another (an expiry sweep?)", zap.String("state", string(res.State)))
-				return
 			case err == nil:
-				metrics.credits.WithLabelValues(op.outcome, mode).Inc()
-				log.Info("the ledger took the delayed " + op.name)
 				return
 			case errors.Is(err, ledger.ErrUnavailable):
 				continue
 			default:
-				log.Error("giving up the delayed "+op.name, zap.Error(err))
+				log.Error("giving up the delayed "+what, zap.Error(err))
 				return
 			}
 		}
-		log.Error("giving up the delayed " + op.name + ": the hold's TTL has passed")
+		log.Error("giving up the delayed " + what + ": " + expired)
 	}()
 }

@@ -1,11 +1,14 @@
 package caddymodule
 
-// Kept text while the database restarts: paid text is never lost within the retention window.
+// Kept text and idempotency records while the database restarts: paid text is never lost within
+// the retention window, and a charged request's key is never left "still running".
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,4 +105,69 @@ func getKept(t *testing.T, addr, key, id string) (int, string) {
 		return 0, ""
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestIdempotencyOutcomeSurvivesDatabaseRestart: an Idempotency-Key request whose generation
+// ends while PostgreSQL is down (retention off, so no kept text answers for it) is charged once
+// the database is back, and its idempotency record is finished then too: a retry of the same key
+// and body is answered as a replay of the charged request, on this instance and the other, never
+// 409 "still running" and never generated or charged again.
+func TestIdempotencyOutcomeSurvivesDatabaseRestart(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pg := pgtest.Shared(t)
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall, Pieces: 2, Piece: "once ", Stall: 3 * time.Second})
+	site := pgSite(url, fs.URL, "\t\tretention off\n")
+	a := caddyproc.Start(t, site, url)
+	b := caddyproc.Start(t, site, url)
+	acct := caddyproc.Str(t, a.JSON("account", "create", "--email", "idem-down@example.com"), "id")
+	key := caddyproc.Str(t, a.JSON("key", "create", "--account", acct), "key")
+	a.JSON("credits", "grant", "--account", acct, "--credits", "10", "--reference", "idem-down")
+
+	client := &http.Client{Timeout: time.Minute}
+	body := genBody("summarizer", "x", "en", "")
+	done := make(chan error, 1)
+	go func() {
+		status, text, _, err := postTo(client, a.HTTP, key, body, "Idempotency-Key", "order-77")
+		if err == nil && (status != http.StatusOK || text != "once once ") {
+			err = fmt.Errorf("first request: %d %q", status, text)
+		}
+		done <- err
+	}()
+	waitCount(t, "the first request's text to be sent", func() bool { return fs.PiecesSent() == 2 })
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil { // it ends while the database is down
+		t.Fatal(err)
+	}
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, "the settle to be taken", func() bool {
+		bal := a.JSON("balance", "--account", acct)
+		return caddyproc.Num(t, bal, "balance") == 9 && caddyproc.Num(t, bal, "available") == 9
+	})
+	for _, srv := range []*caddyproc.Server{a, b} {
+		var status int
+		var text string
+		var h http.Header
+		waitCount(t, "the retry to be answered as a replay", func() bool {
+			var err error
+			status, text, h, err = postTo(client, srv.HTTP, key, body, "Idempotency-Key", "order-77")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return status != http.StatusConflict
+		})
+		if status != http.StatusOK || h.Get("Idempotent-Replayed") != "true" || h.Get("X-Credits-Used") != "0" ||
+			!strings.Contains(text, `"idempotent_replay":true`) {
+			t.Fatalf("retry: %d %v %s", status, h, text)
+		}
+	}
+	if bal := a.JSON("balance", "--account", acct); caddyproc.Num(t, bal, "balance") != 9 {
+		t.Fatalf("balance %v after the retries, want 9", bal)
+	}
+	if v := a.JSON("ledger", "verify"); !caddyproc.Bool(t, v, "ok") {
+		t.Fatalf("verify: %v", v)
+	}
 }
