@@ -336,12 +336,14 @@ func (s *streamer) writeHeader() {
 }
 
 // clientLeft is called once the request's context ends: a generation that delivered nothing
-// yet is canceled (nothing is charged or kept), one that did runs on.
+// yet is canceled (nothing is charged or kept), one that did runs on. While the writer runs, its
+// bytes may have reached the client before its flush reports them delivered: the generation
+// runs on then, and the writer stops the model itself if that flush fails (failed).
 func (s *streamer) clientLeft(cancel context.CancelFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gone = true
-	if !s.delivered {
+	if !s.delivered && !s.writing {
 		cancel()
 	}
 }
