@@ -68,10 +68,12 @@ type modelContext struct {
 	// need is the most tokens any tool of this model may need (its longest system prompt, its
 	// max_input_chars at one token a character, its max_output_tokens, the allowance).
 	need int
-	// window is the window the server reported (0: not known yet); asking is set while a
-	// request for it runs.
+	// window is the window the server reported (0: not known yet). ask is held by the one
+	// request that asks the server for it (the others wait for its answer); failed is when the
+	// last ask failed (UnixNano), so that a server that is down is not asked by every request.
 	window atomic.Int64
-	asking atomic.Bool
+	ask    sync.Mutex
+	failed atomic.Int64
 
 	mu sync.Mutex
 	// seen is, per system prompt, what the server reported of prompts that were not cut.
@@ -110,6 +112,7 @@ func (h *Handler) setupContexts() {
 			h.contexts.byName[key] = mc
 		}
 		mc.need = max(mc.need, h.toolNeed(rt))
+		rt.context = mc
 	}
 }
 
@@ -133,39 +136,41 @@ func (h *Handler) longestSystem(rt *toolRuntime) int {
 	return n
 }
 
-// context is the context of rt's model.
-func (h *Handler) contextOf(rt *toolRuntime) *modelContext {
-	return h.contexts.byName[contextKey(rt)]
-}
 
-// windowOf is the model's window as known now: the `context` setting, else what its server
-// reported (0: neither). When the server was not asked yet, it is asked in the background.
-func (mc *modelContext) windowOf(wf backends.WindowFinder) int {
+// windowOf is the model's window: the `context` setting, else what its server reported. Until
+// the server has told it, the request asks it (the first request of a model that appeared after
+// the start, or one that comes before the start-up check has asked), waiting at most
+// windowAskTimeout: a num_ctx sized without the window could accept an input the model cannot
+// hold. 0: not known (no server to ask, or it did not answer within the last windowAskTimeout).
+func (mc *modelContext) windowOf(ctx context.Context, wf backends.WindowFinder) int {
 	if mc.setting > 0 {
 		return mc.setting
 	}
 	if w := mc.window.Load(); w > 0 {
 		return int(w)
 	}
-	if wf == nil {
+	if wf == nil || time.Since(time.Unix(0, mc.failed.Load())) < windowAskTimeout {
 		return 0
 	}
-	if w, ok := wf.KnownWindow(mc.model); ok {
-		mc.window.Store(int64(w))
-		return w
+	mc.ask.Lock()
+	defer mc.ask.Unlock()
+	if w := mc.window.Load(); w > 0 { // another request asked meanwhile
+		return int(w)
 	}
-	if mc.asking.CompareAndSwap(false, true) {
-		go func() {
-			defer mc.asking.Store(false)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if w, err := wf.ContextWindow(ctx, mc.model); err == nil {
-				mc.window.Store(int64(w))
-			}
-		}()
+	ctx, cancel := context.WithTimeout(ctx, windowAskTimeout)
+	defer cancel()
+	w, err := wf.ContextWindow(ctx, mc.model)
+	if err != nil {
+		mc.failed.Store(time.Now().UnixNano())
+		return 0
 	}
-	return 0
+	mc.window.Store(int64(w))
+	return w
 }
+
+// windowAskTimeout bounds a request's wait for its model's window, and how long a failed ask is
+// not repeated.
+const windowAskTimeout = 5 * time.Second
 
 // numCtx is the context the model runs with: num_ctx when set, else what its tools need,
 // rounded up, and at most its window.
@@ -181,11 +186,12 @@ func (mc *modelContext) numCtx(window int) int {
 }
 
 // fixedBound is at most how many tokens the template and system take: the bytes of system and
-// the template's allowance, or less where the server reported a smaller prompt with it.
-func (mc *modelContext) fixedBound(system string) int {
+// the template's allowance, or less where the server reported a smaller prompt with it (key is
+// system's hash).
+func (mc *modelContext) fixedBound(system string, key uint64) int {
 	bound := len(system) + templateAllowance
 	mc.mu.Lock()
-	seen, ok := mc.seen[maphash.String(seed, system)]
+	seen, ok := mc.seen[key]
 	mc.mu.Unlock()
 	if ok && seen.upper+2 < bound {
 		bound = seen.upper + 2 // two tokens for a merge across the input's edge
@@ -199,6 +205,8 @@ type contextFit struct {
 	fixed  int // at most the tokens of the template and the system prompt
 	input  int // at most the tokens of the input (its bytes)
 	output int // the tool's answer, max_output_tokens
+	// system is the hash of the system prompt, under which the server's reports are noted.
+	system uint64
 }
 
 func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
@@ -207,12 +215,13 @@ func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
 // anything is held or sent: else 413 input_too_large, free. It builds the system prompt.
 func (g *generation) fitContext() *apiError {
 	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
-	mc := g.h.contextOf(g.tool)
+	mc := g.tool.context
 	if mc == nil {
 		return nil // not sized (a bug): the server's own answer is the check
 	}
-	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(g.backend)), fixed: mc.fixedBound(g.system),
-		input: len(g.req.Input), output: g.tool.maxOutputTokens}
+	key := maphash.String(seed, g.system)
+	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(g.r.Context(), g.backend)), fixed: mc.fixedBound(g.system, key),
+		input: len(g.req.Input), output: g.tool.maxOutputTokens, system: key}
 	if g.fit.fits() {
 		return nil
 	}
@@ -229,11 +238,11 @@ func (g *generation) fitContext() *apiError {
 // (KindTooLong) when the model server cut the prompt or ran out of context; else it learns
 // from the figures.
 func (g *generation) contextCut(st backends.Stats) error {
-	mc := g.h.contextOf(g.tool)
+	mc := g.tool.context
 	if mc == nil || g.key.Mode != ledger.Live {
 		return nil
 	}
-	key := maphash.String(seed, g.system)
+	key := g.fit.system
 	prompt, inBytes := st.PromptTokens, len(g.req.Input)
 	why := ""
 	mc.mu.Lock()
@@ -298,7 +307,7 @@ func (h *Handler) reportContexts(ctx context.Context, wf backends.WindowFinder, 
 			}
 			mc.window.Store(int64(w))
 		}
-		window := mc.windowOf(nil)
+		window := mc.windowOf(ctx, nil)
 		numCtx := mc.numCtx(window)
 		var short []string
 		for _, slug := range catalog.Default().Slugs() {

@@ -194,11 +194,31 @@ func TestLongestInputsFitOrAreRefused(t *testing.T) {
 			t.Errorf("%s: receipt %d %s", slug, r.StatusCode, doc)
 		}
 	}
+	// Once the server has reported a prompt with a short input, the instructions count as what it
+	// counted, not as their bytes plus the template's allowance: the room grows, and the larger
+	// room is still served whole, never cut.
+	if code, _, eb := generateSSE(t, e, key, genBody("summarizer", "Caddy is a web server.", "en", "")); code != 200 {
+		t.Fatalf("a short input: %d %+v", code, eb)
+	}
+	_, _, eb := generateSSE(t, e, key, genBody("summarizer", prose(maxInput), "en", ""))
+	m := roomRE.FindStringSubmatch(eb.Error.Message)
+	if m == nil {
+		t.Fatalf("no room in %+v", eb)
+	}
+	refined, _ := strconv.Atoi(m[1])
+	if refined <= rooms["summarizer"] {
+		t.Errorf("the room of summarizer is %d after the server's report, %d before: not refined", refined, rooms["summarizer"])
+	}
+	code, events, eb := generateSSE(t, e, key, genBody("summarizer", prose(refined), "en", ""))
+	if name, done, ev := lastEvent(t, events); code != 200 || name != "done" || done.CreditsUsed != 1 {
+		t.Errorf("summarizer at its refined room of %d bytes: %d %+v, last event %s %+v %+v", refined, code, eb, name, done, ev)
+	}
+
 	if n := o.LogCount("truncating input prompt") - cutsBefore; n != 0 {
 		t.Errorf("Ollama cut %d prompts", n)
 	}
-	if b := e.balance(acct.ID); b.Balance != 8 {
-		t.Errorf("balance %+v, want 8 (two served)", b)
+	if b := e.balance(acct.ID); b.Balance != 6 {
+		t.Errorf("balance %+v, want 6 (four served)", b)
 	}
 	e.verify()
 }

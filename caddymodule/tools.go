@@ -27,6 +27,9 @@ type toolRuntime struct {
 	// backendRef is the tool's own model servers (tool { ollama|openai ... }); nil: the
 	// handler's.
 	backendRef *textgenapp.ServersRef
+	// context is the context of the tool's model (context.go), set when the handler is
+	// provisioned.
+	context *modelContext
 }
 
 // toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
