@@ -136,7 +136,6 @@ func (h *Handler) longestSystem(rt *toolRuntime) int {
 	return n
 }
 
-
 // windowOf is the model's window: the `context` setting, else what its server reported. Until
 // the server has told it, the request asks it (the first request of a model that appeared after
 // the start, or one that comes before the start-up check has asked), waiting at most
