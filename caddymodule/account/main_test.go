@@ -118,8 +118,24 @@ func newStripeRecorder(t testing.TB, target string) *stripeRecorder {
 }
 
 func (rec *stripeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	relayStripe(w, r, rec.target, func(body []byte, res *http.Response, out []byte) []byte {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions" && res.StatusCode == 200 {
+			form, _ := url.ParseQuery(string(body))
+			var cs struct{ ID, URL string }
+			json.Unmarshal(out, &cs)
+			rec.mu.Lock()
+			rec.sessions = append(rec.sessions, recordedSession{Form: form, ID: cs.ID, URL: cs.URL})
+			rec.mu.Unlock()
+		}
+		return out
+	})
+}
+
+// relayStripe passes r on to stripe-mock at target and its answer back, through seen: what the
+// test proxy notes of the request body and the answer, and the answer body it sends instead.
+func relayStripe(w http.ResponseWriter, r *http.Request, target string, seen func(body []byte, res *http.Response, out []byte) []byte) {
 	body, _ := io.ReadAll(r.Body)
-	req, _ := http.NewRequestWithContext(r.Context(), r.Method, rec.target+r.URL.RequestURI(), bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
 	req.Header = r.Header.Clone()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -128,14 +144,7 @@ func (rec *stripeRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer res.Body.Close()
 	out, _ := io.ReadAll(res.Body)
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions" && res.StatusCode == 200 {
-		form, _ := url.ParseQuery(string(body))
-		var cs struct{ ID, URL string }
-		json.Unmarshal(out, &cs)
-		rec.mu.Lock()
-		rec.sessions = append(rec.sessions, recordedSession{Form: form, ID: cs.ID, URL: cs.URL})
-		rec.mu.Unlock()
-	}
+	out = seen(body, res, out)
 	for k, v := range res.Header {
 		w.Header()[k] = v
 	}

@@ -1,9 +1,7 @@
 package account
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -41,17 +39,10 @@ func (p *stripeMockRewritingSessions) set(pi string, fields map[string]any) {
 }
 
 func (p *stripeMockRewritingSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	req, _ := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
-	req.Header = r.Header.Clone()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	if r.Method == http.MethodGet && r.URL.Path == "/v1/checkout/sessions" && res.StatusCode == 200 {
+	relayStripe(w, r, p.target, func(_ []byte, res *http.Response, out []byte) []byte {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/checkout/sessions" || res.StatusCode != 200 {
+			return out
+		}
 		q := r.URL.Query()
 		p.mu.Lock()
 		p.queries = append(p.queries, q)
@@ -69,12 +60,8 @@ func (p *stripeMockRewritingSessions) ServeHTTP(w http.ResponseWriter, r *http.R
 				res.Header.Del("Content-Length")
 			}
 		}
-	}
-	for k, v := range res.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(res.StatusCode)
-	w.Write(out)
+		return out
+	})
 }
 
 // TestWebhookRefundOfEarlierPurchase: a refund or dispute of a purchase credited before payments
