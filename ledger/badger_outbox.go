@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -129,36 +128,17 @@ func (s *Badger) ListMail(ctx context.Context, limit int) ([]MailMessage, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.end()
 	out := []MailMessage{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, []byte{prefixOutbox}, func(k, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if len(out) == limit {
-				return errListFull
-			}
-			var r outboxRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("outbox record %q: %w", k[1:], err)
-			}
-			r.Sealed, r.Claim = nil, ""
-			out = append(out, r.MailMessage)
-			return nil
-		})
+	err = scanJSON(ctx, s, prefixOutbox, "outbox record", func(r outboxRecord) bool {
+		r.Sealed, r.Claim = nil, ""
+		out = append(out, r.MailMessage)
+		return len(out) == limit
 	})
-	if err != nil && !errors.Is(err, errListFull) {
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
-
-// errListFull ends ListMail's iteration once it has limit messages.
-var errListFull = errors.New("list full")
 
 // DropMail deletes a queued message, leased or not. Under s.mailMu, so that a sender's
 // MarkMailSent or RetryMail runs wholly before it (and the drop deletes what they wrote) or

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // Unmatched payments in the Badger engine, one record per reference (prefixPayment). Recording
@@ -47,25 +45,12 @@ func (s *Badger) UnmatchedPayments(ctx context.Context, openOnly bool, limit int
 	if err != nil {
 		return nil, err
 	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.end()
 	out := []UnmatchedPayment{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, []byte{prefixPayment}, func(k, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var p UnmatchedPayment
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("unmatched payment %q: %w", k[1:], err)
-			}
-			if !openOnly || p.Resolved.IsZero() {
-				out = append(out, p)
-			}
-			return nil
-		})
+	err = scanJSON(ctx, s, prefixPayment, "unmatched payment", func(p UnmatchedPayment) bool {
+		if !openOnly || p.Resolved.IsZero() {
+			out = append(out, p)
+		}
+		return false
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,38 @@ func iterate(txn *badger.Txn, prefix []byte, f func(k, v []byte) error) error {
 	}
 	return nil
 }
+
+// scanJSON reads, under the engine's guard and in one snapshot, every JSON record under prefix in
+// key order, decoded as T (what names one in errors), and hands it to keep until keep says the
+// listing is full; ctx ends it early. The listings of records few enough to read whole use it.
+func scanJSON[T any](ctx context.Context, s *Badger, prefix byte, what string, keep func(T) (full bool)) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefix}, func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var rec T
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("%s %q: %w", what, k[1:], err)
+			}
+			if keep(rec) {
+				return errListFull
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, errListFull) {
+		return nil
+	}
+	return err
+}
+
+// errListFull ends a scanJSON whose listing is full.
+var errListFull = errors.New("list full")
 
 // getValue reads one value; ok is false when the key does not exist.
 func getValue(txn *badger.Txn, k []byte) (v []byte, ok bool, err error) {

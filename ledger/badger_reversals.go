@@ -220,25 +220,12 @@ func (s *Badger) ListReversals(ctx context.Context, accountID string, kind Rever
 	if err != nil {
 		return nil, err
 	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.end()
 	out := []Reversal{}
-	err = s.db.View(func(txn *badger.Txn) error {
-		return iterate(txn, []byte{prefixReversal}, func(k, v []byte) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			r, err := readJSON[Reversal](v, fmt.Sprintf("reversal %q", k[1:]))
-			if err != nil {
-				return err
-			}
-			if (accountID == "" || r.AccountID == accountID) && (kind == "" || r.Kind == kind) {
-				out = append(out, r)
-			}
-			return nil
-		})
+	err = scanJSON(ctx, s, prefixReversal, "reversal", func(r Reversal) bool {
+		if (accountID == "" || r.AccountID == accountID) && (kind == "" || r.Kind == kind) {
+			out = append(out, r)
+		}
+		return false
 	})
 	if err != nil {
 		return nil, err
