@@ -166,7 +166,7 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				return err
 			}
 		}
-		return nil
+		return exportReceipts(txn, sink)
 	})
 }
 

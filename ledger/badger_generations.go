@@ -34,6 +34,10 @@ func (s *Badger) PutGenerations(ctx context.Context, puts ...GenerationPut) erro
 			return err
 		}
 	}
+	// The digests first, in the ledger's synced store: they outlive the window.
+	if err := s.putReceiptDigests(puts); err != nil {
+		return err
+	}
 	db, err := s.kept.get()
 	if err != nil {
 		return err

@@ -37,6 +37,9 @@ const (
 	prefixAcctPayment   byte = 0x15 // acct id + payment id -> empty: finds an account's payments
 	prefixReversal      byte = 0x16 // refund or dispute id -> Reversal (JSON)
 	prefixPaymentRef    byte = 0x17 // purchase reference -> payment id
+	// Signed receipts (badger_receipts.go), kept for good.
+	prefixReceiptKey    byte = 0x20 // receipt key id -> ReceiptKey (JSON), its private half sealed by the caller
+	prefixReceiptDigest byte = 0x21 // acct id + request id -> SHA-256 of the generation's text (32 bytes)
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

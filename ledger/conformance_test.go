@@ -95,6 +95,10 @@ var conformanceTests = []struct {
 	{"Disputes", testDisputes},
 	{"Payments", testPayments},
 	{"ReversalsInvalid", testReversalsInvalid},
+	// Receipts (conformance_receipts_test.go).
+	{"ReceiptKeys", testReceiptKeys},
+	{"ReceiptKeysConcurrent", testReceiptKeysConcurrent},
+	{"ReceiptDigests", testReceiptDigests},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

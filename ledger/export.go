@@ -42,6 +42,10 @@ type ExportSink interface {
 	// Token is a live single-use token (verify, reset, invite); used and expired ones are not
 	// given.
 	Token(ExportToken) error
+	// ReceiptKey is a receipt signing key, its private half sealed as it was (Receipts).
+	ReceiptKey(ReceiptKey) error
+	// ReceiptDigest is the digest of a charged generation's text (Receipts).
+	ReceiptDigest(ReceiptDigestRecord) error
 }
 
 // ExportAccount is an account with the figures its store keeps: balances, open holds and the

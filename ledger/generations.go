@@ -57,6 +57,9 @@ type GenerationPut struct {
 	Record GenerationRecord
 	First  int
 	Chunks [][]byte
+	// TextSHA256, given with the put that ends a charged generation, is the SHA-256 digest of
+	// its whole text: the store keeps it for good (Receipts.ReceiptDigest), past the window.
+	TextSHA256 []byte
 }
 
 // Bounds of kept generations.
@@ -73,6 +76,9 @@ const (
 func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
 	for _, p := range puts {
 		if err := checkGenerationRecord(p.Record, p.First, p.Chunks, t); err != nil {
+			return err
+		}
+		if err := checkTextDigest(p.TextSHA256); err != nil {
 			return err
 		}
 	}

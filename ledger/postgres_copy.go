@@ -88,6 +88,8 @@ var pgImportTables = []struct {
 	{"reversals", strings.Split(pgReversalCols, ", ")},
 	{"mail_outbox", []string{"id", "account_id", "kind", "sealed", "created", "attempts", "next_attempt", "lease_until", "claim", "last_error"}},
 	{"account_tokens", []string{"digest", "account_id", "purpose", "expires"}},
+	{"receipt_keys", strings.Split(pgReceiptKeyCols, ", ")},
+	{"receipt_digests", []string{"account_id", "request_id", "sha256"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.

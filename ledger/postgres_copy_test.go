@@ -147,6 +147,18 @@ func TestCopyLedger(t *testing.T) {
 	if len(wantMail) != 3 {
 		t.Fatalf("outbox on Badger: %+v", wantMail)
 	}
+	// Receipts: a retired signing key and the current one, and a generation's text digest, which
+	// outlives the generation.
+	rk1 := testReceiptKey(t, "rk_copy1")
+	rk2 := testReceiptKey(t, "rk_copy2")
+	if _, err := from.AddReceiptKey(bg, rk1, false); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Second)
+	if _, err := from.AddReceiptKey(bg, rk2, true); err != nil {
+		t.Fatal(err)
+	}
+	putDigest(t, from, alice.ID, "req_copied", t0)
 	verifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -168,6 +180,15 @@ func TestCopyLedger(t *testing.T) {
 	if len(want.mail) != 3 || len(want.tokens) != 1 || want.tokens[0].Digest != sha256.Sum256([]byte(reset)) ||
 		want.tokens[0].AccountID != alice.ID || want.tokens[0].Purpose != TokenReset {
 		t.Errorf("exported %d messages and the tokens %+v; want 3 and alice's reset token", len(want.mail), want.tokens)
+	}
+	if len(want.rkeys) != 2 || len(want.digests) != 1 {
+		t.Errorf("exported the receipt keys %+v and digests %+v; want 2 and 1", want.rkeys, want.digests)
+	}
+	if got, want := mustReceiptKeys(t, to), mustReceiptKeys(t, from); !reflect.DeepEqual(got, want) {
+		t.Errorf("receipt keys after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	if d, err := to.ReceiptDigest(bg, alice.ID, "req_copied"); err != nil || len(d) != 32 {
+		t.Errorf("the copied text digest: %x %v", d, err)
 	}
 
 	for _, a := range []Account{alice, bob} {
@@ -369,6 +390,8 @@ type exported struct {
 	reversals   []Reversal
 	mail        []MailMessage
 	tokens      []ExportToken
+	rkeys       []ReceiptKey
+	digests     []ReceiptDigestRecord
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -388,10 +411,15 @@ func (x *exported) UnmatchedPayment(p UnmatchedPayment) error {
 	x.payments = append(x.payments, p)
 	return nil
 }
-func (x *exported) Payment(p Payment) error   { x.paid = append(x.paid, p); return nil }
-func (x *exported) Reversal(r Reversal) error { x.reversals = append(x.reversals, r); return nil }
-func (x *exported) Mail(m MailMessage) error  { x.mail = append(x.mail, m); return nil }
-func (x *exported) Token(t ExportToken) error { x.tokens = append(x.tokens, t); return nil }
+func (x *exported) Payment(p Payment) error       { x.paid = append(x.paid, p); return nil }
+func (x *exported) Reversal(r Reversal) error     { x.reversals = append(x.reversals, r); return nil }
+func (x *exported) Mail(m MailMessage) error      { x.mail = append(x.mail, m); return nil }
+func (x *exported) Token(t ExportToken) error     { x.tokens = append(x.tokens, t); return nil }
+func (x *exported) ReceiptKey(k ReceiptKey) error { x.rkeys = append(x.rkeys, k); return nil }
+func (x *exported) ReceiptDigest(d ReceiptDigestRecord) error {
+	x.digests = append(x.digests, d)
+	return nil
+}
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.
@@ -409,6 +437,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.reversals, func(a, b Reversal) int { return by(a, b) })
 	slices.SortFunc(x.mail, func(a, b MailMessage) int { return by(a, b) })
 	slices.SortFunc(x.tokens, func(a, b ExportToken) int { return by(a, b) })
+	slices.SortFunc(x.rkeys, func(a, b ReceiptKey) int { return by(a, b) })
+	slices.SortFunc(x.digests, func(a, b ReceiptDigestRecord) int { return by(a, b) })
 	return x
 }
 
@@ -489,6 +519,14 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	each(`SELECT digest, account_id, purpose, expires FROM account_tokens`, []any{&digest, &tk.AccountID, &tk.Purpose, &expires}, func() {
 		tk.Digest, tk.Expires = [32]byte(digest), pgTime(expires)
 		x.tokens = append(x.tokens, tk)
+	})
+	rows, _ = s.pool.Query(bg, `SELECT `+pgReceiptKeyCols+` FROM receipt_keys`)
+	if x.rkeys, err = pgx.CollectRows(rows, scanReceiptKey); err != nil {
+		t.Fatal(err)
+	}
+	var d ReceiptDigestRecord
+	each(`SELECT account_id, request_id, sha256 FROM receipt_digests`, []any{&d.AccountID, &d.RequestID, &d.SHA256}, func() {
+		x.digests = append(x.digests, ReceiptDigestRecord{AccountID: d.AccountID, RequestID: d.RequestID, SHA256: slices.Clone(d.SHA256)})
 	})
 	return x
 }

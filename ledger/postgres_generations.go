@@ -35,6 +35,7 @@ func (s *Postgres) PutGenerations(ctx context.Context, puts ...GenerationPut) er
 	b := &pgx.Batch{}
 	for _, p := range puts {
 		queueGeneration(b, p)
+		queueReceiptDigest(b, p)
 	}
 	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
 		return tx.SendBatch(wctx, b).Close()
