@@ -79,6 +79,10 @@ func (h *Handler) serveGeneration(w http.ResponseWriter, r *http.Request, reqID 
 		return false
 	}
 	rid := strings.TrimPrefix(r.URL.Path, generationsPath)
+	if id, ok := strings.CutSuffix(rid, signedReceiptSuffix); ok {
+		h.serveSignedReceipt(w, r, reqID, store, kc, id) // receipts.go
+		return false
+	}
 	if h.retain == nil || !isRequestID(rid) {
 		writeError(w, reqID, errGenerationNotFound, kc.available)
 		return false

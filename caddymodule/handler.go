@@ -35,7 +35,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case openAPIPath:
 		serveOpenAPI(w, r, reqID)
 		return nil
-	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready":
+	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready", receiptKeysPath:
 	default:
 		if !strings.HasPrefix(r.URL.Path, generationsPath) {
 			writeError(w, reqID, errNotFound, -1)
@@ -61,6 +61,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.serveBalance(w, r, reqID, store)
 	case "/api/v1/ready":
 		h.serveReady(w, r, reqID, store, backend)
+	case receiptKeysPath:
+		h.serveReceiptKeys(w, r, reqID, store)
 	default:
 		if h.serveGeneration(w, r, reqID, store) {
 			// The generation ended before its text did: no client may take the cut text for a

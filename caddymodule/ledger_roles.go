@@ -10,4 +10,5 @@ type handlerLedger interface {
 	ledger.Idempotency
 	ledger.Generations
 	ledger.Maintenance
+	ledger.Receipts
 }

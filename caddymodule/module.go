@@ -198,6 +198,7 @@ type Handler struct {
 	languages  *catalog.LanguageMatcher
 	toolsJSON  []byte
 	lim        *limits
+	receipts   receiptSigning // receipts.go
 	// retain keeps generations' text (retention.go); nil when Retention is off.
 	retain *retention
 	// contexts are the models' contexts (context.go).
@@ -310,6 +311,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.setupRetention(app); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
+	h.setupReceipts(app) // receipts.go, after the retention's key
 	app.OnStart(func() error {
 		h.checkModels()
 		return nil
@@ -424,6 +426,7 @@ func (h *Handler) Cleanup() error {
 
 // release gives back whatever Provision acquired; the Guard calls it once.
 func (h *Handler) release() error {
+	h.receipts.unregister()
 	err := errors.Join(h.ledgerRef.Release(), h.serversRef.Release(), h.releaseToolBackends())
 	h.lim.release() // after the backend, whose host counter it holds
 	return err

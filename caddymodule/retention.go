@@ -497,6 +497,10 @@ func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 	pieces := k.pieces[k.flushed:]
 	rec := k.rec
 	rec.State, rec.OutputTokens, rec.FinishReason, rec.Finished = k.state, k.tokens, k.reason, k.finished
+	var digest []byte
+	if final {
+		digest = textDigest(k.pieces) // receipts.go: the signed receipt's text_sha256
+	}
 	k.mu.Unlock()
 	if len(pieces) == 0 && !final {
 		return keptStep{}, nil
@@ -525,7 +529,11 @@ func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 		if len(chunks) > 0 || !final {
 			put.State, put.Finished, put.Expires = ledger.GenerationRunning, time.Time{}, k.rec.Expires
 		}
-		puts = append(puts, ledger.GenerationPut{Record: put, First: k.chunks + step.chunks, Chunks: sealed})
+		gp := ledger.GenerationPut{Record: put, First: k.chunks + step.chunks, Chunks: sealed}
+		if len(chunks) == 0 && final {
+			gp.TextSHA256 = digest
+		}
+		puts = append(puts, gp)
 		step.pieces, step.bytes, step.chunks = step.pieces+n, step.bytes+b, step.chunks+len(sealed)
 	}
 	return step, puts
