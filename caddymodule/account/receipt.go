@@ -33,6 +33,8 @@ type receiptData struct {
 	// that is all of the amount paid, "partial" when it is less, "" when nothing was.
 	RefundedCents int64
 	Refund        string
+	// Signed: the site signs receipts, and the page links the signed one (receipt_signed.go).
+	Signed bool
 }
 
 func (a *app) receipt(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -52,7 +54,7 @@ func (a *app) receipt(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	if id, ok := strings.CutPrefix(e.Reason, checkoutReason); ok {
 		pkg = "Package " + id
 	}
-	d := receiptData{Purchase: e, Package: pkg, Invoice: a.invoiceCreation}
+	d := receiptData{Purchase: e, Package: pkg, Invoice: a.invoiceCreation, Signed: a.receiptSigner() != nil}
 	rs, err := a.reversalsOf(r.Context(), sc.acct.ID, ref)
 	if err != nil {
 		a.internalError(w, r, sc, "reading the refunds and disputes of a purchase", err)

@@ -265,6 +265,10 @@ func buildTextgenCommand(cmd *cobra.Command) {
 				c.Flags().String("id", "", "Id of the message (required; see 'caddy textgen mail list')")
 			}),
 		),
+		cliGroup("receipts", "Signed receipts: the signing keys, listed and rotated",
+			cliLeaf("keys", "Lists the receipt signing keys (public halves), the current one last", cmdReceiptKeys, nil),
+			cliLeaf("rotate-key", "Makes a new current receipt signing key; the old ones stay listed so that their receipts still verify", cmdReceiptRotate, nil),
+		),
 		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",
 			cliLeaf("webhook", "Sends the webhook a signed checkout.session.completed of a paid session (a local purchase with stripe-mock; it credits the account)", cmdStripeWebhook, func(c *cobra.Command) {
 				c.Flags().String("account", "", "Account id the session was paid for (required; see 'caddy textgen account list')")

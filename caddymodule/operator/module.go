@@ -130,6 +130,8 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("POST /textgen/mail/{id}/drop", a.dropMail)
 	handle("GET /textgen/ledger/verify", a.verify)
 	handle("GET /textgen/backup", a.backup)
+	handle("GET /textgen/receipts/keys", a.receiptKeys)
+	handle("POST /textgen/receipts/rotate-key", a.rotateReceiptKey)
 	serve(adminPrefix, func(w http.ResponseWriter, r *http.Request) error { return unknownRoute(mux, w, r) })
 
 	return []caddy.AdminRoute{{
