@@ -127,6 +127,8 @@ type envOptions struct {
 	// them while their code still runs; "default" leaves the defaults.
 	limits string
 	site   string // more directives of the site block (before textgen)
+	// matcher is textgen's matcher; default /api/*.
+	matcher string
 	// settings, when set, are the textgen block's settings after ledger, server and model,
 	// instead of the test defaults (temperature, first_piece_timeout, limits, extra): a
 	// configuration as a user writes it, such as the example Caddyfile's (exampleSettings).
@@ -163,6 +165,10 @@ func caddyfileFor(o envOptions, dir string) string {
 	if firstPiece == "" {
 		firstPiece = "150s"
 	}
+	matcher := o.matcher
+	if matcher == "" {
+		matcher = "/api/*"
+	}
 	limits := o.limits
 	switch limits {
 	case "":
@@ -190,7 +196,7 @@ func caddyfileFor(o envOptions, dir string) string {
 http://127.0.0.1:%d {
 	%s
 	%s
-	textgen /api/* {
+	textgen %s {
 		ledger %s
 		%s %s
 		model %s
@@ -198,7 +204,7 @@ http://127.0.0.1:%d {
 	}
 	respond "not the api" 404
 }
-`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, dir, wire, o.ollama, model, settings)
+`, adminPort, httpPort, httpsPort, o.global, httpPort, o.site, enc, matcher, dir, wire, o.ollama, model, settings)
 }
 
 // loadConfig adapts a Caddyfile and loads it into the in-process Caddy, as its admin endpoint's

@@ -198,7 +198,7 @@ type Handler struct {
 	languages  *catalog.LanguageMatcher
 	toolsJSON  []byte
 	lim        *limits
-	receipts   receiptSigning // receipts.go
+	receipts   *receiptSigning // receipts.go; nil with retention off
 	// retain keeps generations' text (retention.go); nil when Retention is off.
 	retain *retention
 	// contexts are the models' contexts (context.go).

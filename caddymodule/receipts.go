@@ -48,6 +48,7 @@ func (h *Handler) setupReceipts(app *textgenapp.App) {
 	if h.retain == nil {
 		return
 	}
+	h.receipts = &receiptSigning{}
 	app.OnStart(func() error {
 		if store := h.store(); store != nil {
 			h.receiptSigner(store)
@@ -58,10 +59,10 @@ func (h *Handler) setupReceipts(app *textgenapp.App) {
 
 // receiptSigner returns the signer of store, or nil when receipts are not signed here.
 func (h *Handler) receiptSigner(store handlerLedger) *receipts.Signer {
-	if h.retain == nil {
+	rs := h.receipts
+	if rs == nil {
 		return nil
 	}
-	rs := &h.receipts
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.signer == nil {
@@ -77,6 +78,9 @@ func (h *Handler) receiptSigner(store handlerLedger) *receipts.Signer {
 
 // unregister withdraws the signer (Cleanup).
 func (rs *receiptSigning) unregister() {
+	if rs == nil {
+		return
+	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.unreg != nil {
