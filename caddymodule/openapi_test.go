@@ -305,6 +305,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	fs.Set(ollamatest.FaultConfig{Model: "busy", Mode: ollamatest.FaultBusy})
 	fs.Set(ollamatest.FaultConfig{Model: "broken", Mode: ollamatest.FaultStatus, Status: 500})
 	e := newEnv(t, envOptions{ollama: fs.URL, firstPiece: "10s", // the stalls below end by it
+		site: receiptsSite, matcher: "@textgen",
 		limits: "rate_limit key 1000000/1m\n\t\trate_limit account 1000000/1m\n\t\tauth_failure_limit 3/1h\n\t\t" +
 			"max_concurrent_per_account 2\n\t\tmax_in_flight 1000\n\t\tqueue_size 1000\n\t\tbody_read_timeout 1s",
 		extra: "retention_key " + testRetentionKey + "\n\t\tmax_input_chars 100\n\t\tmax_body_size 2KiB\n\t\t" +
@@ -406,6 +407,12 @@ func TestOpenAPIConformance(t *testing.T) {
 		apiRequest("GET", g, "", ""),
 		apiRequest("GET", g, key, "", "Authorization", "Bearer "+otherKey),
 		apiRequest("GET", g, disabledKey, ""),
+		// Its signed receipt and the keys that verify it (receipts.go).
+		apiRequest("GET", g+"/receipt", key, ""),
+		apiRequest("GET", g+"/receipt", otherKey, ""),
+		apiRequest("POST", g+"/receipt", key, ""),
+		apiRequest("GET", "/.well-known/textgen-receipt-keys", "", ""),
+		apiRequest("POST", "/.well-known/textgen-receipt-keys", "", ""),
 	} {
 		c.do(r)
 	}
