@@ -67,6 +67,7 @@ var conformanceTests = []struct {
 	// Reports (conformance_reports_test.go).
 	{"HistoryPages", testHistoryPages},
 	{"Usage", testUsage},
+	{"UsageByKey", testUsageByKey}, // conformance_usage_by_key_test.go
 	// Maintenance (conformance_maintenance_test.go).
 	{"Closed", testClosed},
 	// Mail (conformance_outbox_test.go).

@@ -435,4 +435,5 @@ type Store interface {
 	Payments
 	Reversals
 	Receipts
+	KeyUsage
 }
