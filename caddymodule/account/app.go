@@ -176,6 +176,7 @@ func (a *app) routes() {
 	m.HandleFunc("POST "+p+"/keys/revoke", a.authedPost(a.revokeKey))
 	m.HandleFunc("POST "+p+"/test-credits", a.authedPost(a.refillTestCredits))
 	m.HandleFunc("GET "+p+"/usage.csv", a.authed(a.exportCSV))
+	m.HandleFunc("GET "+p+"/usage-by-key.csv", a.authed(a.exportKeyUsageCSV))
 	m.HandleFunc("GET "+p+"/receipts/{reference}", a.authed(a.receipt))
 	m.HandleFunc("GET "+p+"/receipts/{reference}/signed", a.authed(a.signedReceipt))
 	m.HandleFunc("GET "+p+"/buy", a.authed(a.verifiedFor(always, a.buyPage)))

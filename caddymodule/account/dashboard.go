@@ -40,6 +40,7 @@ type dashboardData struct {
 	Unpaid     []ledger.Payment
 	Reversals  []ledger.Reversal
 	Usage      usageSummary
+	ByKey      []keyUsage // usage_by_key.go
 	TestTarget int64
 	CanBuy     bool
 }
@@ -72,6 +73,11 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		a.internalError(w, r, sc, "reading usage", err)
 		return
 	}
+	byKey, err := a.usageByKey(ctx, sc.acct.ID, first)
+	if err != nil {
+		a.internalError(w, r, sc, "reading usage by key", err)
+		return
+	}
 	p := sc.page("Dashboard", "dashboard")
 	q := r.URL.Query()
 	if n, err := strconv.Atoi(q.Get("refilled")); err == nil && q.Has("refilled") {
@@ -83,7 +89,7 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 	}
 	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
 		Unpaid: unpaid, Reversals: reversals,
-		Usage: summarizeUsage(usage, first), TestTarget: a.testCredits, CanBuy: a.stripe != nil}
+		Usage: summarizeUsage(usage, first), ByKey: byKey, TestTarget: a.testCredits, CanBuy: a.stripe != nil}
 	a.render(w, r, http.StatusOK, "dashboard", p)
 }
 

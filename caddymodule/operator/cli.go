@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|backup|restore|stripe> [flags]",
+		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|receipts|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -265,7 +265,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 				c.Flags().String("id", "", "Id of the message (required; see 'caddy textgen mail list')")
 			}),
 		),
-		cliGroup("receipts", "Signed receipts: the signing keys, listed and rotated",
+		cliGroup("receipts", "Signed receipts: the signing keys, keys (list) and rotate-key",
 			cliLeaf("keys", "Lists the receipt signing keys (public halves), the current one last", cmdReceiptKeys, nil),
 			cliLeaf("rotate-key", "Makes a new current receipt signing key; the old ones stay listed so that their receipts still verify", cmdReceiptRotate, nil),
 		),

@@ -123,6 +123,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/accounts/{id}/balance", a.balance)
 	handle("GET /textgen/accounts/{id}/ledger", a.history)
 	handle("GET /textgen/usage", a.usage)
+	handle("GET /textgen/accounts/{id}/usage/keys", a.usageByKey)
 	handle("GET /textgen/payments", a.listPayments)
 	handle("POST /textgen/payments/{reference}/resolve", a.resolvePayment)
 	handle("POST /textgen/payments/{reference}/refund", a.refund)

@@ -29,12 +29,9 @@ func TestAdminReceiptKeys(t *testing.T) {
 	}
 	dir = ref.Key()
 	w, _ := adminDo(t, dir, http.MethodGet, "/textgen/receipts/keys", "")
-	wantStatus(t, w, http.StatusConflict, "keys without a signer")
-	if !bytes.Contains(w.Body.Bytes(), []byte("retention")) {
-		t.Errorf("the 409 does not say why: %s", w.Body)
-	}
+	wantStatus(t, w, http.StatusConflict, "retention on")
 	w, _ = adminDo(t, dir, http.MethodPost, "/textgen/receipts/rotate-key", "")
-	wantStatus(t, w, http.StatusConflict, "rotate without a signer")
+	wantStatus(t, w, http.StatusConflict, "retention on")
 	if keys, _ := store.ReceiptKeys(context.Background()); len(keys) != 0 {
 		t.Fatalf("a refused rotation made keys: %+v", keys)
 	}
@@ -47,13 +44,13 @@ func TestAdminReceiptKeys(t *testing.T) {
 	unreg := textgenapp.RegisterReceiptSigner(store, receipts.New(store, sl))
 	defer unreg()
 	w, obj := adminDo(t, dir, http.MethodGet, "/textgen/receipts/keys", "")
-	wantStatus(t, w, http.StatusOK, "keys")
+	wantStatus(t, w, http.StatusOK, `"current"`)
 	first, _ := obj["current"].(string)
 	if keys, _ := obj["keys"].([]any); len(keys) != 1 || first == "" {
 		t.Fatalf("keys: %s", w.Body)
 	}
 	w, obj = adminDo(t, dir, http.MethodPost, "/textgen/receipts/rotate-key", "")
-	wantStatus(t, w, http.StatusOK, "rotate")
+	wantStatus(t, w, http.StatusOK, `"valid_until"`)
 	keys, _ := obj["keys"].([]any)
 	cur, _ := obj["current"].(string)
 	if len(keys) != 2 || cur == "" || cur == first {
@@ -64,7 +61,7 @@ func TestAdminReceiptKeys(t *testing.T) {
 		t.Fatalf("the old key after the rotation: %s", w.Body)
 	}
 	w, _ = adminDo(t, dir, http.MethodPost, "/textgen/receipts/rotate-key", `{"unknown": 1}`)
-	wantStatus(t, w, http.StatusBadRequest, "rotate with an unknown field")
+	wantStatus(t, w, http.StatusBadRequest, "unknown field")
 	w, _ = adminDo(t, dir, http.MethodDelete, "/textgen/receipts/rotate-key", "")
-	wantStatus(t, w, http.StatusMethodNotAllowed, "DELETE")
+	wantStatus(t, w, http.StatusMethodNotAllowed, "")
 }
