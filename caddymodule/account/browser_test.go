@@ -32,6 +32,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/browsertest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/receipts"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -171,7 +172,8 @@ func TestBrowserSignUpKeyGenerateBuy(t *testing.T) {
 	skip_install_trust
 }
 http://127.0.0.1:%d {
-	textgen /api/* {
+	@textgen path /api/* /.well-known/textgen-receipt-keys
+	textgen @textgen {
 		ledger %s
 		ollama %s
 		model %s
@@ -381,7 +383,23 @@ http://127.0.0.1:%d {
 		!strings.Contains(csvText, ",settle,live,-1,") || !strings.Contains(csvText, res.header.Get("X-Request-Id")) {
 		t.Fatalf("CSV export:\n%s", csvText)
 	}
+	// Usage by key: the key that generated, by its name, with its tool; and its CSV.
+	if byKey := text("#usage-by-key"); !strings.Contains(byKey, "browser test") || !strings.Contains(byKey, "summarizer 1") {
+		t.Fatalf("usage by key: %q", byKey)
+	}
+	keysCSV := download(t, ctx, "#export-keys-csv", "usage-by-key-*.csv")
+	if !strings.HasPrefix(keysCSV, "key_id,key_name,key_last4,mode,tool,requests,credits,not_charged\n") ||
+		!strings.Contains(keysCSV, ",browser test,"+apiKey[len(apiKey)-4:]+",live,summarizer,1,1,0\n") {
+		t.Fatalf("usage by key CSV:\n%s", keysCSV)
+	}
 	shots.shot("dashboard")
+
+	// The generation's signed receipt verifies with the published keys alone.
+	keySet := fetchReceiptKeys(t)
+	genReceipt := fetchJSON[receipts.Signed](t, caddyBase+"/api/v1/generations/"+res.header.Get("X-Request-Id")+"/receipt", apiKey)
+	if err := receipts.Verify(keySet, genReceipt); err != nil {
+		t.Fatalf("the generation's signed receipt: %v\n%s", err, genReceipt.Receipt)
+	}
 
 	// The purchase's receipt, from its link on the dashboard.
 	do("receipt", chromedp.Click(chromedp.CSS(`a[href="/account/receipts/`+cs.ID+`"]`)), chromedp.WaitVisible(chromedp.CSS("#receipt-credits")))
@@ -389,6 +407,25 @@ http://127.0.0.1:%d {
 		t.Fatalf("receipt: %q %q %q", credits, amount, ref)
 	}
 	shots.shot("receipt")
+	// Its signed form, downloaded from the page, verifies with the published keys alone; a
+	// changed amount does not.
+	var signedPurchase receipts.Signed
+	if err := json.Unmarshal([]byte(download(t, ctx, "#signed-receipt-link", "receipt-*.json")), &signedPurchase); err != nil {
+		t.Fatal(err)
+	}
+	var pr receipts.Purchase
+	if err := json.Unmarshal(signedPurchase.Receipt, &pr); err != nil || pr.Type != "purchase" || pr.Reference != cs.ID ||
+		pr.AccountID != acct.ID || pr.Credits != 10 || pr.AmountCents != 200 || pr.Currency != "EUR" {
+		t.Fatalf("the signed purchase receipt: %s %v", signedPurchase.Receipt, err)
+	}
+	if err := receipts.Verify(keySet, signedPurchase); err != nil {
+		t.Fatalf("the signed purchase receipt: %v", err)
+	}
+	pr.AmountCents = 20000
+	forged, _ := receipts.Canonical(pr)
+	if err := receipts.Verify(keySet, receipts.Signed{Receipt: forged, Signature: signedPurchase.Signature, KeyID: signedPurchase.KeyID}); err == nil {
+		t.Fatal("a purchase receipt with another amount verifies")
+	}
 
 	// Phone size: the same pages must be usable on a 360 px screen, tables included.
 	for _, p := range []struct{ path, wait, name string }{
@@ -540,4 +577,30 @@ func download(t *testing.T, ctx context.Context, sel, pattern string) string {
 	entries, _ := os.ReadDir(dir)
 	t.Fatalf("clicking %s downloaded no %s (the folder has %v)", sel, pattern, entries)
 	return ""
+}
+
+// fetchReceiptKeys reads the published receipt keys, as a customer would: no key.
+func fetchReceiptKeys(t *testing.T) receipts.KeySet {
+	t.Helper()
+	return fetchJSON[receipts.KeySet](t, caddyBase+"/.well-known/textgen-receipt-keys", "")
+}
+
+// fetchJSON GETs url (with an API key, if any) and decodes its 200 answer.
+func fetchJSON[T any](t *testing.T, url, key string) T {
+	t.Helper()
+	var v T
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &v) != nil {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return v
 }
