@@ -9,6 +9,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,8 +58,10 @@ func (e *env) fetchSigned(key, rid string) (receipts.Signed, receipts.Generation
 // new key; what was not charged, another account's and malformed ids get a JSON 404 at no
 // charge; the private key is nowhere in the ledger's directory in clear.
 func TestSignedGenerationReceipts(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
 	e := newEnv(t, envOptions{ollama: modelServer(t), site: receiptsSite, matcher: "@textgen",
-		extra: "retention 1h\n\t\tretention_key " + testRetentionKey})
+		global: "log {\n\t\toutput file " + logFile + "\n\t\tlevel DEBUG\n\t}",
+		extra:  "retention 1h\n\t\tretention_key " + testRetentionKey})
 	acct, key := e.account(5)
 	keys, err := e.store.ListKeys(context.Background(), acct.ID)
 	if err != nil || len(keys) != 1 {
@@ -159,6 +164,17 @@ func TestSignedGenerationReceipts(t *testing.T) {
 	}
 	assertNotInDir(t, e.dir, secrets...)
 	e.verify()
+	// Nor in the server's log (DEBUG), read after another config load has synced it.
+	newEnv(t, envOptions{ollama: modelServer(t)})
+	logged, err := os.ReadFile(logFile)
+	if err != nil || len(logged) == 0 {
+		t.Fatalf("the log: %v", err)
+	}
+	for _, sec := range secrets {
+		if strings.Contains(string(logged), sec) {
+			t.Fatal("the log holds a private receipt key")
+		}
+	}
 }
 
 // TestReceiptsOff: without retention there is nothing to sign a generation's text with: the

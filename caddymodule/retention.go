@@ -497,11 +497,12 @@ func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 	pieces := k.pieces[k.flushed:]
 	rec := k.rec
 	rec.State, rec.OutputTokens, rec.FinishReason, rec.Finished = k.state, k.tokens, k.reason, k.finished
+	all := k.pieces // no piece comes after the end: hashed outside the lock
+	k.mu.Unlock()
 	var digest []byte
 	if final {
-		digest = textDigest(k.pieces) // receipts.go: the signed receipt's text_sha256
+		digest = textDigest(all) // receipts.go: the signed receipt's text_sha256
 	}
-	k.mu.Unlock()
 	if len(pieces) == 0 && !final {
 		return keptStep{}, nil
 	}
