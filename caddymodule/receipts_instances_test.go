@@ -106,4 +106,12 @@ func TestTwoInstancesSignWithOneKey(t *testing.T) {
 	if listed := a.JSON("receipts", "keys"); caddyproc.Str(t, listed, "current") != cur {
 		t.Fatalf("receipts keys on a: %v", listed)
 	}
+	// The CLI's usage by key: the one key, one charged summarizer request.
+	byKey := caddyproc.List(t, b.JSON("usage", "--by-key", "--account", acct), "keys")
+	if len(byKey) != 1 {
+		t.Fatalf("usage --by-key: %v", byKey)
+	}
+	if row := byKey[0]; row["tool"] != "summarizer" || row["settled"] != float64(1) || row["key_id"] == "" || row["last4"] != key[len(key)-4:] {
+		t.Fatalf("usage --by-key row: %v", row)
+	}
 }

@@ -228,6 +228,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			c.Flags().String("account", "", "Only this account (default: all)")
 			c.Flags().String("from", "", "First day (YYYY-MM-DD, UTC) or RFC 3339 time")
 			c.Flags().String("to", "", "Last day, included (YYYY-MM-DD, UTC), or an RFC 3339 time, excluded")
+			c.Flags().Bool("by-key", false, "Per API key and tool of --account (required with it) instead of per day")
 		}),
 		cliGroup("ledger", "The ledger: verify, migrate",
 			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),

@@ -87,6 +87,9 @@ func entryDetail(e ledger.Entry) string {
 // --- usage ---
 
 func cmdUsage(c *cliContext) error {
+	if c.fl.Bool("by-key") {
+		return cmdUsageByKey(c) // cli_usage_by_key.go
+	}
 	q := url.Values{}
 	for _, name := range []string{"account", "from", "to"} {
 		if v := strings.TrimSpace(c.fl.String(name)); v != "" {
