@@ -37,6 +37,10 @@ const (
 	prefixAcctPayment   byte = 0x15 // acct id + payment id -> empty: finds an account's payments
 	prefixReversal      byte = 0x16 // refund or dispute id -> Reversal (JSON)
 	prefixPaymentRef    byte = 0x17 // purchase reference -> payment id
+	// Organisations (badger_members.go), kept for good.
+	prefixMember      byte = 0x1C // org id + member id -> memberRecord (JSON)
+	prefixMemberUsage byte = 0x1D // org id + member id + month (YYYY-MM) -> credits taken (decimal)
+	prefixMemberOf    byte = 0x1E // member id + org id -> empty: finds a member's organisations
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

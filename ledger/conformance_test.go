@@ -95,6 +95,12 @@ var conformanceTests = []struct {
 	{"Disputes", testDisputes},
 	{"Payments", testPayments},
 	{"ReversalsInvalid", testReversalsInvalid},
+	// Members (conformance_members_test.go).
+	{"MembershipRules", testMembershipRules},
+	{"RemoveMemberRevokesKeys", testRemoveMemberRevokesKeys},
+	{"MemberCap", testMemberCap},
+	{"MemberCapMonths", testMemberCapMonths},
+	{"MemberCapRace", testMemberCapRace},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

@@ -76,7 +76,7 @@ var pgImportTables = []struct {
 }{
 	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq",
 		"unverified", "low_balance_alert", "low_balance_notified", "reversed"}},
-	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked"}},
+	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked", "member_id"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
 	{"credentials", []string{"account_id", "hash", "updated"}},
@@ -88,6 +88,8 @@ var pgImportTables = []struct {
 	{"reversals", strings.Split(pgReversalCols, ", ")},
 	{"mail_outbox", []string{"id", "account_id", "kind", "sealed", "created", "attempts", "next_attempt", "lease_until", "claim", "last_error"}},
 	{"account_tokens", []string{"digest", "account_id", "purpose", "expires"}},
+	{"memberships", []string{"org_id", "member_id", "role", "monthly_cap", "pending", "created"}},
+	{"member_usage", []string{"org_id", "member_id", "month", "used"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -150,7 +152,7 @@ func (p *pgImport) Reversal(r Reversal) error {
 
 func (p *pgImport) Key(k ExportKey) error {
 	return p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
-		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked))
+		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked), k.MemberID)
 }
 
 func (p *pgImport) Hold(h ExportHold) error {
@@ -202,3 +204,11 @@ func (p *pgImport) Token(t ExportToken) error {
 
 // Interface guards
 var _ ExportSink = (*pgImport)(nil)
+
+func (p *pgImport) Membership(m Membership) error {
+	return p.add("memberships", m.OrgID, m.MemberID, string(m.Role), m.MonthlyCap, m.Pending, m.Created.UnixNano())
+}
+
+func (p *pgImport) MemberUsage(u ExportMemberUsage) error {
+	return p.add("member_usage", u.OrgID, u.MemberID, u.Month, u.Credits)
+}

@@ -75,6 +75,31 @@ func TestCopyLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// r4 stays open.
+	// alice's account became an organisation; bob is a member with a cap and a key of it, which
+	// took one credit this month; carol is invited.
+	if _, err := from.MakeOrganisation(bg, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	carol := mustAccount(t, from, "carol@example.com")
+	if _, err := from.AddMember(bg, alice.ID, bob.ID, RoleAdmin, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.AddMember(bg, alice.ID, carol.ID, RoleMember, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.SetMemberCap(bg, alice.ID, bob.ID, 7); err != nil {
+		t.Fatal(err)
+	}
+	bobsKey, bk, err := from.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Hold(bg, HoldRequest{AccountID: alice.ID, Mode: Live, RequestID: "r5", KeyID: bk.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Settle(bg, alice.ID, "r5"); err != nil {
+		t.Fatal(err)
+	}
 	// Money that flows back: cs_1 refunded in full, cs_2 disputed, which leaves alice in debt;
 	// a delayed payment of bob's still pending.
 	for _, p := range []Payment{
@@ -196,6 +221,12 @@ func TestCopyLedger(t *testing.T) {
 			t.Errorf("lookup of an old key: %+v %+v %v", gk, ga, err)
 		}
 	}
+	if got, want := mustMembers(t, to, alice.ID), mustMembers(t, from, alice.ID); len(got) != 3 || !reflect.DeepEqual(got, want) {
+		t.Errorf("members after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	if gk, _, err := to.LookupKey(bg, bobsKey); err != nil || gk.MemberID != bob.ID {
+		t.Errorf("bob's key after the copy: %+v %v", gk, err)
+	}
 	if _, _, err := to.LookupKey(bg, revoked); err != ErrInvalidKey {
 		t.Errorf("a revoked key works after the copy: %v", err)
 	}
@@ -247,7 +278,7 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Reverse(bg, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Status: RefundApplied}); err != nil || !r.Repeated {
 		t.Errorf("a refund applied on Badger applies again: %+v %v", r, err)
 	}
-	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-20 || b.Available != 20-1-20-1 {
+	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-1-20 || b.Available != 20-1-1-20-1 { // r1 and bob's r5 settled
 		t.Errorf("alice's debt after the copy: %+v", b)
 	}
 	rep := verifyClean(t, to)
@@ -369,6 +400,14 @@ type exported struct {
 	reversals   []Reversal
 	mail        []MailMessage
 	tokens      []ExportToken
+	members     []Membership
+	usage       []ExportMemberUsage
+}
+
+func (x *exported) Membership(m Membership) error { x.members = append(x.members, m); return nil }
+func (x *exported) MemberUsage(u ExportMemberUsage) error {
+	x.usage = append(x.usage, u)
+	return nil
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -409,6 +448,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.reversals, func(a, b Reversal) int { return by(a, b) })
 	slices.SortFunc(x.mail, func(a, b MailMessage) int { return by(a, b) })
 	slices.SortFunc(x.tokens, func(a, b ExportToken) int { return by(a, b) })
+	slices.SortFunc(x.members, func(a, b Membership) int { return by(a, b) })
+	slices.SortFunc(x.usage, func(a, b ExportMemberUsage) int { return by(a, b) })
 	return x
 }
 
@@ -490,5 +531,14 @@ func pgExported(t *testing.T, s *Postgres) exported {
 		tk.Digest, tk.Expires = [32]byte(digest), pgTime(expires)
 		x.tokens = append(x.tokens, tk)
 	})
+	var m Membership
+	each(`SELECT org_id, member_id, role, monthly_cap, pending, created FROM memberships`,
+		[]any{&m.OrgID, &m.MemberID, &m.Role, &m.MonthlyCap, &m.Pending, &created}, func() {
+			m.Created = pgTime(created)
+			x.members = append(x.members, m)
+		})
+	var u ExportMemberUsage
+	each(`SELECT org_id, member_id, month, used FROM member_usage`, []any{&u.OrgID, &u.MemberID, &u.Month, &u.Credits},
+		func() { x.usage = append(x.usage, u) })
 	return x
 }
