@@ -13,4 +13,5 @@ type accountLedger interface {
 	ledger.Mail
 	ledger.Payments
 	ledger.Reversals
+	ledger.Members
 }
