@@ -196,6 +196,8 @@ http://127.0.0.1:%d {
 		t.Fatalf("after the owner's changes: %+v", m)
 	}
 	shots.shot("org-owner-members")
+	do("dashboard", chromedp.Navigate(caddyBase+"/account/"), chromedp.WaitVisible(chromedp.CSS("#by-member-h")))
+	shots.shot("dashboard-by-member")
 	logout()
 
 	// The login that existed accepts, makes a key and leaves: the key stops working.

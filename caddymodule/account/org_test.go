@@ -118,6 +118,7 @@ func TestOrganisationRoles(t *testing.T) {
 	if _, err := e.store.Settle(bg, ownerAcct.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
+	mustContain(t, "the owner's dashboard", owner.get("/account/").body, "Use this month by member", memberEmail+"</td><td>admin</td><td>1</td><td>3</td>")
 	csv := owner.get("/account/members.csv")
 	expectStatus(t, "members.csv", csv, http.StatusOK)
 	mustContain(t, "members.csv", csv.body, "month,member_id,email,credits\n", ledger.MonthOf(time.Now())+","+memberAcct.ID+","+memberEmail+",1\n")

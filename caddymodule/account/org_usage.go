@@ -46,3 +46,22 @@ func (a *app) createKeyFor(ctx context.Context, sc *sessionCtx, mode ledger.Mode
 	}
 	return a.store.CreateMemberKey(ctx, sc.acct.ID, sc.login.ID, mode, name, time.Time{}, a.maxKeys)
 }
+
+// usageByMember is the dashboard's use this month by member: an organisation's members, for
+// the admins and owners who see the dashboard; nil for a personal account.
+func (a *app) usageByMember(ctx context.Context, sc *sessionCtx) ([]ledger.Membership, error) {
+	if !sc.inOrg {
+		return nil, nil
+	}
+	ms, err := a.store.ListMembers(ctx, sc.acct.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := ms[:0]
+	for _, m := range ms {
+		if !m.Pending {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}

@@ -95,7 +95,7 @@ func TestAdminMembers(t *testing.T) {
 
 	w, got = adminDo(t, dir, "POST", base+"/members/"+bid+"/remove", "")
 	wantStatus(t, w, http.StatusOK, "")
-	if rk := got["revoked_keys"].([]any); len(rk) != 1 || rk[0].(map[string]any)["id"] != k.ID {
+	if rk := got["revoked_keys"].([]any); len(rk) != 1 || rk[0].(map[string]any)["id"] != k.ID || rk[0].(map[string]any)["member_id"] != bid {
 		t.Fatalf("remove: %v", got)
 	}
 	if _, _, err := store.LookupKey(ctx, full); err != ledger.ErrInvalidKey {
