@@ -152,6 +152,19 @@ func TestOrganisationRoles(t *testing.T) {
 	}
 	r = owner.post("/account/org/leave", "csrf_token", otok, "org", ownerAcct.ID)
 	expectStatus(t, "the founder leaving", r, http.StatusBadRequest)
+
+	// Logging out forgets the organisation chosen.
+	expectStatus(t, "invite a third time", owner.post("/account/org/invite", "csrf_token", otok, "email", memberEmail), http.StatusSeeOther)
+	tok = member.csrf("/account/org")
+	expectStatus(t, "accept", member.post("/account/org/accept", "csrf_token", tok, "org", ownerAcct.ID), http.StatusSeeOther)
+	expectStatus(t, "switch", member.post("/account/org/switch", "csrf_token", tok, "org", ownerAcct.ID), http.StatusSeeOther)
+	if c := member.cookie("textgen_session_org"); c == nil || c.Value != ownerAcct.ID {
+		t.Fatalf("the organisation's cookie: %+v", c)
+	}
+	expectStatus(t, "log out", member.post("/account/logout", "csrf_token", tok), http.StatusSeeOther)
+	if c := member.cookie("textgen_session_org"); c != nil {
+		t.Fatalf("the organisation's cookie after logging out: %+v", c)
+	}
 }
 
 func ownerKeyID(t *testing.T, e *testEnv, acct string) string {
