@@ -117,9 +117,14 @@ func (s *Badger) members(a *account) []Membership {
 
 // orgChange runs change for organisation orgID under its orgMu: change reads the organisation
 // (with a.mu held) and returns the writes to make, and apply, which runs with a.mu held once
-// they are durable. The result is change's.
-func (s *Badger) orgChange(orgID string, change func(a *account) ([]write, func(), error)) error {
-	if err := s.beginWrite(); err != nil {
+// they are durable. The result is change's. A change that protects the organisation (a
+// removal, which revokes keys) goes on while the store takes no new work, as RevokeKey does.
+func (s *Badger) orgChange(orgID string, protect bool, change func(a *account) ([]write, func(), error)) error {
+	begin := s.beginWrite
+	if protect {
+		begin = s.beginChange
+	}
+	if err := begin(); err != nil {
 		return err
 	}
 	defer s.end()
@@ -149,7 +154,7 @@ func (s *Badger) orgChange(orgID string, change func(a *account) ([]write, func(
 // MakeOrganisation turns the account into an organisation, itself its first owner.
 func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (Membership, error) {
 	var out Membership
-	err := s.orgChange(accountID, func(a *account) ([]write, func(), error) {
+	err := s.orgChange(accountID, false, func(a *account) ([]write, func(), error) {
 		if a.org != nil {
 			if rec, ok := a.org.members[a.id]; ok {
 				out = s.membership(a, a.id, rec)
@@ -180,7 +185,7 @@ func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role Rol
 		return Membership{}, err
 	}
 	var out Membership
-	err := s.orgChange(orgID, func(a *account) ([]write, func(), error) {
+	err := s.orgChange(orgID, false, func(a *account) ([]write, func(), error) {
 		if a.org == nil {
 			return nil, nil, fmt.Errorf("account %q: %w", orgID, ErrNotOrganisation)
 		}
@@ -198,7 +203,7 @@ func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role Rol
 // updateMember changes memberID's record in orgID with f, after check.
 func (s *Badger) updateMember(orgID, memberID string, check func([]Membership) error, f func(*memberRecord)) (Membership, error) {
 	var out Membership
-	err := s.orgChange(orgID, func(a *account) ([]write, func(), error) {
+	err := s.orgChange(orgID, false, func(a *account) ([]write, func(), error) {
 		if a.org == nil {
 			return nil, nil, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
 		}
@@ -245,7 +250,7 @@ func (s *Badger) SetMemberCap(ctx context.Context, orgID, memberID string, c int
 // RemoveMember ends a membership and revokes the member's keys in the same write.
 func (s *Badger) RemoveMember(ctx context.Context, orgID, memberID string) ([]Key, error) {
 	var revoked []Key
-	err := s.orgChange(orgID, func(a *account) ([]write, func(), error) {
+	err := s.orgChange(orgID, true, func(a *account) ([]write, func(), error) {
 		if _, err := memberChange(s.members(a), orgID, memberID, "", true); err != nil {
 			return nil, nil, err
 		}
