@@ -50,7 +50,7 @@ func TestOrganisationRoles(t *testing.T) {
 	}
 	page := member.get("/account/org").body
 	mustContain(t, "the member's page", page, `id="my-role">member<`, `id="acting">`+ownerAcct.Email)
-	mustNotContain(t, "the member's page", page, "Invite a member")
+	mustNotContain(t, "the member's page", page, "Invite a member", `href="/account/buy"`, `href="/account/">Dashboard`)
 
 	// The member's key is theirs; they see only their own keys.
 	r = member.post("/account/keys", "csrf_token", member.csrf("/account/keys"), "name", "member-key", "mode", "live")
