@@ -208,7 +208,9 @@ http://127.0.0.1:%d {
 	if err != nil {
 		t.Fatal(err)
 	}
-	do("organisation page", chromedp.Navigate(caddyBase+"/account/org"), chromedp.WaitVisible(chromedp.CSS(`form[action="/account/org/leave"] button`)))
+	do("organisation page", chromedp.Navigate(caddyBase+"/account/org"), chromedp.WaitVisible(chromedp.CSS("#leave-"+owner.ID+" summary")))
+	do("open leave", chromedp.Click(chromedp.CSS("#leave-"+owner.ID+" summary")), chromedp.WaitVisible(chromedp.CSS(`form[action="/account/org/leave"] button`)))
+	shots.shot("org-leave")
 	click("leave", `form[action="/account/org/leave"] button`, ".notice")
 	if msg := text(".notice"); !strings.Contains(msg, "You left") {
 		t.Fatalf("after leaving: %q", msg)
