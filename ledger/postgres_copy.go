@@ -55,7 +55,10 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 		if err := imp.flush(); err != nil {
 			return err
 		}
-		return imp.countReversed()
+		if err := imp.countReversed(); err != nil {
+			return err
+		}
+		return imp.markOrganisations()
 	})
 	return pgErr(ctx, "copying ledger", err)
 }
@@ -207,6 +210,16 @@ var _ ExportSink = (*pgImport)(nil)
 
 func (p *pgImport) Membership(m Membership) error {
 	return p.add("memberships", m.OrgID, m.MemberID, string(m.Role), m.MonthlyCap, m.Pending, m.Created.UnixNano())
+}
+
+// markOrganisations flags the accounts that have members (accounts.organisation), which the
+// hold functions read instead of looking the memberships up.
+func (p *pgImport) markOrganisations() error {
+	_, err := p.tx.Exec(p.ctx, `UPDATE accounts SET organisation = true WHERE id IN (SELECT org_id FROM memberships)`)
+	if err != nil {
+		return fmt.Errorf("marking organisations: %w", err)
+	}
+	return nil
 }
 
 func (p *pgImport) MemberUsage(u ExportMemberUsage) error {

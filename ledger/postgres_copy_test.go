@@ -224,6 +224,11 @@ func TestCopyLedger(t *testing.T) {
 	if got, want := mustMembers(t, to, alice.ID), mustMembers(t, from, alice.ID); len(got) != 3 || !reflect.DeepEqual(got, want) {
 		t.Errorf("members after the copy:\n got %+v\nwant %+v", got, want)
 	}
+	var isOrg, bobIsOrg bool
+	if err := to.pool.QueryRow(bg, `SELECT a.organisation, b.organisation FROM accounts a, accounts b WHERE a.id = $1 AND b.id = $2`,
+		alice.ID, bob.ID).Scan(&isOrg, &bobIsOrg); err != nil || !isOrg || bobIsOrg {
+		t.Errorf("the organisation flags after the copy: alice %v, bob %v (%v)", isOrg, bobIsOrg, err)
+	}
 	if gk, _, err := to.LookupKey(bg, bobsKey); err != nil || gk.MemberID != bob.ID {
 		t.Errorf("bob's key after the copy: %+v %v", gk, err)
 	}

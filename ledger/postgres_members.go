@@ -95,6 +95,10 @@ func (s *Postgres) MakeOrganisation(ctx context.Context, accountID string) (Memb
 			accountID, now().UTC().UnixNano()); err != nil {
 			return err
 		}
+		// The flag the hold functions read instead of the memberships (00010_organisations.sql).
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET organisation = true WHERE id = $1`, accountID); err != nil {
+			return err
+		}
 		ms, err = orgMembers(ctx, tx, accountID)
 		if err != nil {
 			return err

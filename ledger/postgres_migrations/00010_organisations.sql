@@ -9,9 +9,11 @@
 -- still held. It changes in the same transaction as the hold, under the organisation's account
 -- row lock, so holds on every instance see one count.
 -- api_keys.member_id: the member who made the key ('' for the account's own keys, which are its
--- first owner's).
+-- first owner's). accounts.organisation: the account has members, so that a hold of a personal
+-- account, which the hold functions have locked already, looks up nothing more.
 
 -- +goose Up
+ALTER TABLE accounts ADD COLUMN organisation boolean NOT NULL DEFAULT false;
 ALTER TABLE api_keys ADD COLUMN member_id text COLLATE "C" NOT NULL DEFAULT '';
 CREATE INDEX api_keys_member ON api_keys (account_id, member_id) WHERE member_id <> '';
 
@@ -52,28 +54,28 @@ LANGUAGE sql STABLE AS $$
 $$;
 -- +goose StatementEnd
 
--- ledger_member_take counts one live credit held by key p_key of organisation p_account against
--- its member's month, and is false (writing nothing) when the member's monthly cap is reached.
--- A personal account, a test credit, a hold without a key or a key of no (accepted) member
--- counts nothing and is true. Called by the hold operations with the account's row locked.
+-- ledger_member_take counts one live credit held by key p_key of organisation a (its locked
+-- row) against its member's month, and is false (writing nothing) when the member's monthly cap
+-- is reached. A personal account, a test credit, a hold without a key or a key of no (accepted)
+-- member counts nothing and is true. Called by the hold operations with the account's row locked.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_member_take(p_account text, p_key text, p_mode text, p_at bigint) RETURNS boolean
+CREATE FUNCTION ledger_member_take(a accounts, p_key text, p_mode text, p_at bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_member text;
     v_cap bigint;
     v_n bigint;
 BEGIN
-    IF p_mode <> 'live' OR p_key = '' THEN
+    IF NOT a.organisation OR p_mode <> 'live' OR p_key = '' THEN
         RETURN true;
     END IF;
-    v_member := ledger_key_member(p_account, p_key);
+    v_member := ledger_key_member(a.id, p_key);
     SELECT monthly_cap INTO v_cap FROM memberships
-    WHERE org_id = p_account AND member_id = v_member AND NOT pending;
+    WHERE org_id = a.id AND member_id = v_member AND NOT pending;
     IF NOT FOUND THEN
         RETURN true;
     END IF;
-    INSERT INTO member_usage AS u VALUES (p_account, v_member, ledger_month(p_at), 1)
+    INSERT INTO member_usage AS u VALUES (a.id, v_member, ledger_month(p_at), 1)
     ON CONFLICT (org_id, member_id, month) DO UPDATE SET used = u.used + 1
     WHERE v_cap = 0 OR u.used < v_cap;
     GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -82,15 +84,19 @@ END
 $$;
 -- +goose StatementEnd
 
--- ledger_member_give gives back what ledger_member_take counted for a hold of key p_key taken
--- at p_created (unix nanoseconds) that is now resolved by p_op: a void or an expiry gives the
--- credit back to the month of the hold; a settle keeps it counted.
+-- ledger_member_give gives back what ledger_member_take counted for a hold of key p_key of
+-- account a taken at p_created (unix nanoseconds) that is now resolved by p_op: a void or an
+-- expiry gives the credit back to the month of the hold; a settle keeps it counted.
 -- +goose StatementBegin
-CREATE FUNCTION ledger_member_give(p_account text, p_key text, p_mode text, p_created bigint, p_op text) RETURNS void
-LANGUAGE sql AS $$
+CREATE FUNCTION ledger_member_give(a accounts, p_key text, p_mode text, p_created bigint, p_op text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT a.organisation OR p_op = 'settle' OR p_mode <> 'live' OR p_key = '' THEN
+        RETURN;
+    END IF;
     UPDATE member_usage SET used = used - 1
-    WHERE p_op <> 'settle' AND p_mode = 'live' AND p_key <> '' AND org_id = p_account
-        AND member_id = ledger_key_member(p_account, p_key) AND month = ledger_month(p_created) AND used > 0
+    WHERE org_id = a.id AND member_id = ledger_key_member(a.id, p_key) AND month = ledger_month(p_created) AND used > 0;
+END
 $$;
 -- +goose StatementEnd
 
@@ -162,7 +168,7 @@ BEGIN
                 o_outcome := 'disabled';
             ELSIF ledger_available(a, p_modes[i]) < 1 THEN
                 o_outcome := 'insufficient';
-            ELSIF NOT ledger_member_take(a.id, p_keys[i], p_modes[i], p_ats[i]) THEN
+            ELSIF NOT ledger_member_take(a, p_keys[i], p_modes[i], p_ats[i]) THEN
                 o_outcome := 'member_cap';
             ELSE
                 a := ledger_change(a, p_modes[i], 0, 1);
@@ -186,7 +192,7 @@ BEGIN
             h := hs[j];
             amount := CASE WHEN p_ops[i] = 'settle' THEN -1 ELSE 0 END;
             a := ledger_change(a, h.mode, amount, -1);
-            PERFORM ledger_member_give(a.id, h.key_id, h.mode, h.created, p_ops[i]);
+            PERFORM ledger_member_give(a, h.key_id, h.mode, h.created, p_ops[i]);
             h.state := CASE WHEN p_ops[i] = 'settle' THEN 'settled' ELSE 'voided' END;
             h.resolved := p_ats[i];
             h.resolve_seq := a.next_seq - 1;
@@ -259,7 +265,7 @@ BEGIN
             o_outcome := 'disabled';
         ELSIF ledger_available(a, p_mode) < 1 THEN
             o_outcome := 'insufficient';
-        ELSIF NOT ledger_member_take(p_account, p_key, p_mode, p_at) THEN
+        ELSIF NOT ledger_member_take(a, p_key, p_mode, p_at) THEN
             o_outcome := 'member_cap';
         ELSE
             a := ledger_change(a, p_mode, 0, 1);
@@ -287,7 +293,7 @@ BEGIN
     ELSE
         delta := CASE WHEN p_op = 'settle' THEN -1 ELSE 0 END;
         a := ledger_change(a, h.mode, delta, -1);
-        PERFORM ledger_member_give(p_account, h.key_id, h.mode, h.created, p_op);
+        PERFORM ledger_member_give(a, h.key_id, h.mode, h.created, p_op);
         h.state := CASE WHEN p_op = 'settle' THEN 'settled' ELSE 'voided' END;
         h.reason := CASE p_op WHEN 'settle' THEN '' WHEN 'expire' THEN 'expired' ELSE p_reason END;
         -- Conditional on state = 'open' like ledger_holds' update, and nothing is written (and
@@ -538,3 +544,4 @@ DROP TABLE member_usage;
 DROP TABLE memberships;
 DROP INDEX api_keys_member;
 ALTER TABLE api_keys DROP COLUMN member_id;
+ALTER TABLE accounts DROP COLUMN organisation;
