@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // apiError is one error answer (docs/API.md, "Errors"; docs/openapi.json lists every code). It is written as
@@ -90,3 +92,14 @@ var (
 	errLedgerUnavailable    = &apiError{Status: http.StatusServiceUnavailable, Code: "ledger_unavailable", Message: "the credit ledger cannot take a write now; no credit was charged; retry shortly", RetryAfter: 5 * time.Second}
 	errInternal             = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "an internal error occurred; no credit was charged; quote the request id when reporting it"}
 )
+
+// memberCapReached is the 402 of a key whose member of an organisation has used up their
+// monthly credit cap at t (ledger.ErrMemberCapReached): nothing was charged, and the answer says
+// when the cap's UTC month ends (also as Retry-After) and who can raise it.
+func memberCapReached(t time.Time) *apiError {
+	resets := ledger.MemberCapResets(t)
+	return &apiError{Status: http.StatusPaymentRequired, Code: "member_cap_reached",
+		Message: "your monthly credit cap in this organisation is used up; it resets at " + resets.Format(time.RFC3339) +
+			" (the start of the next UTC month), or an owner of the organisation can raise it in My Account",
+		RetryAfter: resets.Sub(t)}
+}

@@ -131,6 +131,9 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 		g.remaining = 0
 		g.fail(g.insufficient())
 		return nil, nil, false
+	case errors.Is(err, ledger.ErrMemberCapReached):
+		g.fail(memberCapReached(time.Now()))
+		return nil, nil, false
 	case errors.Is(err, ledger.ErrAccountDisabled):
 		g.fail(errAccountDisabled)
 		return nil, nil, false

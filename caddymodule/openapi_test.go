@@ -315,6 +315,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	ctx := context.Background()
 	_, key := e.account(20)
 	_, brokeKey := e.account(0)
+	_, cappedKey, _ := e.cappedMember(5)
 	_, disabledKey := e.disabledAccount(5)
 	_, otherKey := e.account(1)
 	const gen = "/api/v1/generate"
@@ -345,6 +346,8 @@ func TestOpenAPIConformance(t *testing.T) {
 		apiRequest("POST", gen, "tg_live_nonsense", good, "Authorization", "Bearer "+key),
 		apiRequest("POST", gen, disabledKey, good),
 		apiRequest("POST", gen, brokeKey, good),
+		apiRequest("POST", gen, cappedKey, good),
+		apiRequest("POST", gen, cappedKey, good),
 		apiRequest("POST", gen, key, good, "Content-Type", "text/plain"),
 		apiRequest("POST", gen, key, "{nope"),
 		apiRequest("POST", gen, key, `{"tool":"summarizer","input":"x"}`),

@@ -315,6 +315,9 @@ func (s *Badger) load() error {
 		if err != nil {
 			return err
 		}
+		if err := s.loadMembers(txn); err != nil {
+			return err
+		}
 		return iterate(txn, []byte{prefixKey}, func(k, v []byte) error {
 			var rec keyRecord
 			if err := json.Unmarshal(v, &rec); err != nil {

@@ -155,6 +155,8 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				}
 				return sink.Token(ExportToken{Digest: [32]byte(k[1:]), AccountID: r.AccountID, Purpose: r.Purpose, Expires: r.Expires})
 			}},
+			{prefixMember, exportMember(sink)},
+			{prefixMemberUsage, exportMemberUsage(sink)},
 		}
 		for _, st := range steps {
 			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {

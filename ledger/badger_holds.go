@@ -97,6 +97,11 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		return HoldResult{}, ErrInsufficientCredits
 	}
 	t := now().UTC()
+	mws, err := s.memberHold(a, req.KeyID, req.Mode, t)
+	if err != nil {
+		a.mu.Unlock()
+		return HoldResult{}, err
+	}
 	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
 	rec := holdRecord{
 		AccountID: a.id,
@@ -109,7 +114,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
 		HoldSeq:   ent.Seq,
 	}
-	ws = append(ws,
+	ws = append(append(ws, mws...),
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
 	)
@@ -193,7 +198,7 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
-	op := s.c.enqueue(append(ws,
+	op := s.c.enqueue(append(append(ws, s.memberResolve(a, &rec)...),
 		set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec)),
 		del(openHoldKey(a.id, rec.RequestID)),
 	))

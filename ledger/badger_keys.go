@@ -70,6 +70,11 @@ func (s *Badger) CreateKey(ctx context.Context, accountID string, mode Mode, nam
 
 // CreateKeyCapped is CreateKey with a cap on the account's unrevoked keys (roles.go).
 func (s *Badger) CreateKeyCapped(ctx context.Context, accountID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
+	return s.createKey(accountID, "", mode, name, expires, maxActive)
+}
+
+// createKey is CreateKeyCapped for a key made by memberID ("" for the account's own).
+func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
 	t := now().UTC()
 	expires, err := checkKeyRequest(mode, name, expires, t)
 	if err != nil {
@@ -115,6 +120,7 @@ func (s *Badger) CreateKeyCapped(ctx context.Context, accountID string, mode Mod
 		Last4:     full[len(full)-4:],
 		Created:   t,
 		Expires:   expires,
+		MemberID:  memberID,
 	}
 	e.rec.Store(&k)
 	hashVal := append([]byte(a.id), e.id...)

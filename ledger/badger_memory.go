@@ -35,6 +35,12 @@ type account struct {
 	idem   map[string]*idemMem // idempotency records not yet known durable
 	recent []recentItem        // resolutions/refs/idem writes in op order, for prune
 	keys   []*keyEntry
+	// orgMu serialises the changes of an organisation's members with each other and with its
+	// members' key creation (badger_members.go); it is held across their disk sync, so it is
+	// not mu. org is the organisation's members and their months (guarded by mu; nil for a
+	// personal account).
+	orgMu sync.Mutex
+	org   *orgState
 }
 
 type holdMem struct {

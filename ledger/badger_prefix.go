@@ -40,6 +40,10 @@ const (
 	// Signed receipts (badger_receipts.go), kept for good.
 	prefixReceiptKey    byte = 0x20 // receipt key id -> ReceiptKey (JSON), its private half sealed by the caller
 	prefixReceiptDigest byte = 0x21 // acct id + request id -> SHA-256 of the generation's text (32 bytes)
+	// Organisations (badger_members.go), kept for good.
+	prefixMember      byte = 0x1C // org id + member id -> memberRecord (JSON)
+	prefixMemberUsage byte = 0x1D // org id + member id + month (YYYY-MM) -> credits taken (decimal)
+	prefixMemberOf    byte = 0x1E // member id + org id -> empty: finds a member's organisations
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

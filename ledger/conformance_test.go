@@ -100,6 +100,12 @@ var conformanceTests = []struct {
 	{"ReceiptKeys", testReceiptKeys},
 	{"ReceiptKeysConcurrent", testReceiptKeysConcurrent},
 	{"ReceiptDigests", testReceiptDigests},
+	// Members (conformance_members_test.go).
+	{"MembershipRules", testMembershipRules},
+	{"RemoveMemberRevokesKeys", testRemoveMemberRevokesKeys},
+	{"MemberCap", testMemberCap},
+	{"MemberCapMonths", testMemberCapMonths},
+	{"MemberCapRace", testMemberCapRace},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

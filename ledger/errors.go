@@ -41,6 +41,18 @@ var (
 	ErrWeakPassword = errors.New("password too weak")
 	// ErrInvalidSession: an unknown, ended or expired session token.
 	ErrInvalidSession = errors.New("invalid or expired session")
+	// ErrNotOrganisation: a member change of an account that is not an organisation.
+	ErrNotOrganisation = errors.New("the account is not an organisation")
+	// ErrAlreadyMember: AddMember of a member, or invitee, of the organisation.
+	ErrAlreadyMember = errors.New("already a member of the organisation")
+	// ErrNotMember: the account is not a member of the organisation (nor invited, where that
+	// counts).
+	ErrNotMember = errors.New("not a member of the organisation")
+	// ErrLastOwner: the change would leave an organisation without an accepted owner.
+	ErrLastOwner = errors.New("the organisation's last owner cannot leave or be demoted")
+	// ErrMemberCapReached: a hold of a member whose monthly cap of credits is used up (until
+	// MemberCapResets). Nothing was written.
+	ErrMemberCapReached = errors.New("the member's monthly credit cap is reached")
 )
 
 // WeakPasswordError says why a password was refused. errors.Is(err, ErrWeakPassword) holds.

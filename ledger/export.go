@@ -46,6 +46,16 @@ type ExportSink interface {
 	ReceiptKey(ReceiptKey) error
 	// ReceiptDigest is the digest of a charged generation's text (Receipts).
 	ReceiptDigest(ReceiptDigestRecord) error
+	// Membership is a member of an organisation (Members; Email, OrgEmail and Used unset), and
+	// MemberUsage what one member's keys took in one month; both come after every account.
+	Membership(Membership) error
+	MemberUsage(ExportMemberUsage) error
+}
+
+// ExportMemberUsage is what one member's keys took of organisation OrgID in one UTC month.
+type ExportMemberUsage struct {
+	OrgID, MemberID, Month string
+	Credits                int64
 }
 
 // ExportAccount is an account with the figures its store keeps: balances, open holds and the

@@ -55,7 +55,10 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 		if err := imp.flush(); err != nil {
 			return err
 		}
-		return imp.countReversed()
+		if err := imp.countReversed(); err != nil {
+			return err
+		}
+		return imp.markOrganisations()
 	})
 	return pgErr(ctx, "copying ledger", err)
 }
@@ -76,7 +79,7 @@ var pgImportTables = []struct {
 }{
 	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq",
 		"unverified", "low_balance_alert", "low_balance_notified", "reversed"}},
-	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked"}},
+	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked", "member_id"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
 	{"credentials", []string{"account_id", "hash", "updated"}},
@@ -90,6 +93,8 @@ var pgImportTables = []struct {
 	{"account_tokens", []string{"digest", "account_id", "purpose", "expires"}},
 	{"receipt_keys", strings.Split(pgReceiptKeyCols, ", ")},
 	{"receipt_digests", []string{"account_id", "request_id", "sha256"}},
+	{"memberships", []string{"org_id", "member_id", "role", "monthly_cap", "pending", "created"}},
+	{"member_usage", []string{"org_id", "member_id", "month", "used"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -152,7 +157,7 @@ func (p *pgImport) Reversal(r Reversal) error {
 
 func (p *pgImport) Key(k ExportKey) error {
 	return p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
-		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked))
+		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked), k.MemberID)
 }
 
 func (p *pgImport) Hold(h ExportHold) error {
@@ -204,3 +209,21 @@ func (p *pgImport) Token(t ExportToken) error {
 
 // Interface guards
 var _ ExportSink = (*pgImport)(nil)
+
+func (p *pgImport) Membership(m Membership) error {
+	return p.add("memberships", m.OrgID, m.MemberID, string(m.Role), m.MonthlyCap, m.Pending, m.Created.UnixNano())
+}
+
+// markOrganisations flags the accounts that have members (accounts.organisation), which the
+// hold functions read instead of looking the memberships up.
+func (p *pgImport) markOrganisations() error {
+	_, err := p.tx.Exec(p.ctx, `UPDATE accounts SET organisation = true WHERE id IN (SELECT org_id FROM memberships)`)
+	if err != nil {
+		return fmt.Errorf("marking organisations: %w", err)
+	}
+	return nil
+}
+
+func (p *pgImport) MemberUsage(u ExportMemberUsage) error {
+	return p.add("member_usage", u.OrgID, u.MemberID, u.Month, u.Credits)
+}

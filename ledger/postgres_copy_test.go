@@ -75,6 +75,31 @@ func TestCopyLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// r4 stays open.
+	// alice's account became an organisation; bob is a member with a cap and a key of it, which
+	// took one credit this month; carol is invited.
+	if _, err := from.MakeOrganisation(bg, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	carol := mustAccount(t, from, "carol@example.com")
+	if _, err := from.AddMember(bg, alice.ID, bob.ID, RoleAdmin, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.AddMember(bg, alice.ID, carol.ID, RoleMember, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.SetMemberCap(bg, alice.ID, bob.ID, 7); err != nil {
+		t.Fatal(err)
+	}
+	bobsKey, bk, err := from.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Hold(bg, HoldRequest{AccountID: alice.ID, Mode: Live, RequestID: "r5", KeyID: bk.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Settle(bg, alice.ID, "r5"); err != nil {
+		t.Fatal(err)
+	}
 	// Money that flows back: cs_1 refunded in full, cs_2 disputed, which leaves alice in debt;
 	// a delayed payment of bob's still pending.
 	for _, p := range []Payment{
@@ -217,6 +242,17 @@ func TestCopyLedger(t *testing.T) {
 			t.Errorf("lookup of an old key: %+v %+v %v", gk, ga, err)
 		}
 	}
+	if got, want := mustMembers(t, to, alice.ID), mustMembers(t, from, alice.ID); len(got) != 3 || !reflect.DeepEqual(got, want) {
+		t.Errorf("members after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	var isOrg, bobIsOrg bool
+	if err := to.pool.QueryRow(bg, `SELECT a.organisation, b.organisation FROM accounts a, accounts b WHERE a.id = $1 AND b.id = $2`,
+		alice.ID, bob.ID).Scan(&isOrg, &bobIsOrg); err != nil || !isOrg || bobIsOrg {
+		t.Errorf("the organisation flags after the copy: alice %v, bob %v (%v)", isOrg, bobIsOrg, err)
+	}
+	if gk, _, err := to.LookupKey(bg, bobsKey); err != nil || gk.MemberID != bob.ID {
+		t.Errorf("bob's key after the copy: %+v %v", gk, err)
+	}
 	if _, _, err := to.LookupKey(bg, revoked); err != ErrInvalidKey {
 		t.Errorf("a revoked key works after the copy: %v", err)
 	}
@@ -268,7 +304,7 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Reverse(bg, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Status: RefundApplied}); err != nil || !r.Repeated {
 		t.Errorf("a refund applied on Badger applies again: %+v %v", r, err)
 	}
-	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-20 || b.Available != 20-1-20-1 {
+	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-1-20 || b.Available != 20-1-1-20-1 { // r1 and bob's r5 settled
 		t.Errorf("alice's debt after the copy: %+v", b)
 	}
 	rep := verifyClean(t, to)
@@ -392,6 +428,14 @@ type exported struct {
 	tokens      []ExportToken
 	rkeys       []ReceiptKey
 	digests     []ReceiptDigestRecord
+	members     []Membership
+	usage       []ExportMemberUsage
+}
+
+func (x *exported) Membership(m Membership) error { x.members = append(x.members, m); return nil }
+func (x *exported) MemberUsage(u ExportMemberUsage) error {
+	x.usage = append(x.usage, u)
+	return nil
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -439,6 +483,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.tokens, func(a, b ExportToken) int { return by(a, b) })
 	slices.SortFunc(x.rkeys, func(a, b ReceiptKey) int { return by(a, b) })
 	slices.SortFunc(x.digests, func(a, b ReceiptDigestRecord) int { return by(a, b) })
+	slices.SortFunc(x.members, func(a, b Membership) int { return by(a, b) })
+	slices.SortFunc(x.usage, func(a, b ExportMemberUsage) int { return by(a, b) })
 	return x
 }
 
@@ -528,5 +574,14 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	each(`SELECT account_id, request_id, sha256 FROM receipt_digests`, []any{&d.AccountID, &d.RequestID, &d.SHA256}, func() {
 		x.digests = append(x.digests, ReceiptDigestRecord{AccountID: d.AccountID, RequestID: d.RequestID, SHA256: slices.Clone(d.SHA256)})
 	})
+	var m Membership
+	each(`SELECT org_id, member_id, role, monthly_cap, pending, created FROM memberships`,
+		[]any{&m.OrgID, &m.MemberID, &m.Role, &m.MonthlyCap, &m.Pending, &created}, func() {
+			m.Created = pgTime(created)
+			x.members = append(x.members, m)
+		})
+	var u ExportMemberUsage
+	each(`SELECT org_id, member_id, month, used FROM member_usage`, []any{&u.OrgID, &u.MemberID, &u.Month, &u.Credits},
+		func() { x.usage = append(x.usage, u) })
 	return x
 }

@@ -109,6 +109,8 @@ func (o *holdOutcome) result(acct, rid string) (HoldResult, error) {
 		return HoldResult{}, ErrAccountDisabled
 	case "insufficient":
 		return HoldResult{}, ErrInsufficientCredits
+	case "member_cap":
+		return HoldResult{}, ErrMemberCapReached
 	}
 	return HoldResult{}, fmt.Errorf("hold %q of account %q: unknown outcome %q", rid, acct, o.outcome)
 }

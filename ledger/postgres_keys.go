@@ -21,7 +21,7 @@ import (
 // most one interval of last-use times, never a revocation. ListKeys on the instance that noted
 // a use shows it at once; other instances see it after the flush.
 
-const pgKeyCols = "id, account_id, mode, name, prefix, last4, created, last_used, expires, revoked"
+const pgKeyCols = "id, account_id, mode, name, prefix, last4, created, last_used, expires, revoked, member_id"
 
 type keyRow struct {
 	k                          Key
@@ -31,7 +31,7 @@ type keyRow struct {
 
 func (r *keyRow) dest() []any {
 	k := &r.k
-	return []any{&k.ID, &k.AccountID, &k.Mode, &k.Name, &k.Prefix, &k.Last4, &r.created, &r.lastUsed, &r.expires, &r.revoked}
+	return []any{&k.ID, &k.AccountID, &k.Mode, &k.Name, &k.Prefix, &k.Last4, &r.created, &r.lastUsed, &r.expires, &r.revoked, &k.MemberID}
 }
 
 func (r *keyRow) key() Key {
@@ -201,7 +201,7 @@ func (s *Postgres) LookupKeyBalance(ctx context.Context, presented string) (Key,
 // made once rather than per lookup.
 const (
 	pgLookupKeySelect = `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
-		k.last_used, k.expires, k.revoked, ` + pgAccountColsA
+		k.last_used, k.expires, k.revoked, k.member_id, ` + pgAccountColsA
 	pgLookupKeyFrom       = ` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`
 	pgLookupKeySQL        = pgLookupKeySelect + pgLookupKeyFrom
 	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held` + pgLookupKeyFrom

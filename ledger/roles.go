@@ -20,7 +20,7 @@ import (
 // BeginIdempotent) may also return ErrUnavailable while the store cannot take new work (see
 // Maintenance.Health); nothing was written then, and the caller may retry later. Calls that
 // finish work already begun (Settle, Void, FinishIdempotent) or protect an account (RevokeKey,
-// SetAccountStatus, DeleteSession) go on while they can.
+// RemoveMember, SetAccountStatus, DeleteSession) go on while they can.
 //
 // Calls that change credits (Hold, Reserve, Settle, Void, Grant, RefillTestCredits) do not give
 // up when ctx is canceled: a handler voids a hold after its client went away, with a context
@@ -436,4 +436,5 @@ type Store interface {
 	Reversals
 	Receipts
 	KeyUsage
+	Members
 }

@@ -49,6 +49,9 @@ type Key struct {
 	LastUsed  time.Time `json:"last_used,omitzero"`
 	Expires   time.Time `json:"expires,omitzero"`
 	Revoked   time.Time `json:"revoked,omitzero"`
+	// MemberID is the member of an organisation who made the key (members.go); "" for the
+	// account's own keys.
+	MemberID string `json:"member_id,omitempty"`
 }
 
 // Balance is the credit state of one account.

@@ -230,5 +230,6 @@ func (a *app) logout(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	a.clearCookie(w, r, a.cookieName)
+	a.clearCookie(w, r, a.orgCookie())
 	http.Redirect(w, r, a.prefix+"/login?logged_out=1", http.StatusSeeOther)
 }

@@ -43,6 +43,8 @@ type dashboardData struct {
 	ByKey      []keyUsage // usage_by_key.go
 	TestTarget int64
 	CanBuy     bool
+	// ByMember is an organisation's use this month by member (org_usage.go); nil elsewhere.
+	ByMember []ledger.Membership
 }
 
 func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -87,9 +89,14 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 			p.Flash = fmt.Sprintf("Your test credits are full already (%d).", a.testCredits)
 		}
 	}
+	byMember, err := a.usageByMember(ctx, sc)
+	if err != nil {
+		a.internalError(w, r, sc, "reading usage by member", err)
+		return
+	}
 	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
 		Unpaid: unpaid, Reversals: reversals,
-		Usage: summarizeUsage(usage, first), ByKey: byKey, TestTarget: a.testCredits, CanBuy: a.stripe != nil}
+		Usage: summarizeUsage(usage, first), ByKey: byKey, TestTarget: a.testCredits, CanBuy: a.stripe != nil, ByMember: byMember}
 	a.render(w, r, http.StatusOK, "dashboard", p)
 }
 

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -50,6 +49,7 @@ func (a *app) keysData(r *http.Request, sc *sessionCtx) (keysData, error) {
 	if err != nil {
 		return keysData{}, err
 	}
+	keys = sc.visibleKeys(keys)
 	// Newest first; revoked keys after the active ones.
 	sorted := make([]ledger.Key, 0, len(keys))
 	active := 0
@@ -106,7 +106,7 @@ func (a *app) createKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 	}
 	// The check above answers the common case with the page as it is; the ledger's cap is what
 	// holds when keys are created all at once.
-	full, k, err := a.store.CreateKeyCapped(r.Context(), sc.acct.ID, mode, name, time.Time{}, a.maxKeys)
+	full, k, err := a.createKeyFor(r.Context(), sc, mode, name)
 	if errors.Is(err, ledger.ErrTooManyKeys) {
 		fail(http.StatusConflict, tooManyKeys)
 		return
@@ -138,7 +138,7 @@ func (a *app) findKey(r *http.Request, sc *sessionCtx, id string) (ledger.Key, b
 		return ledger.Key{}, false, err
 	}
 	for _, k := range keys {
-		if k.ID == id {
+		if k.ID == id && sc.mayManage(k) {
 			return k, true, nil
 		}
 	}
@@ -166,6 +166,15 @@ func (a *app) revokeConfirm(w http.ResponseWriter, r *http.Request, sc *sessionC
 
 func (a *app) revokeKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	id := r.PostFormValue("id")
+	if _, ok, err := a.findKey(r, sc, id); err != nil {
+		a.internalError(w, r, sc, "finding key", err)
+		return
+	} else if !ok {
+		// Another member's key looks exactly like a key that does not exist.
+		a.logger.Info("refused to revoke a key the member may not manage, or an unknown key", zap.String("account", sc.acct.ID))
+		a.errorPage(w, r, sc, http.StatusNotFound, "Key not found", "You have no key with this id.")
+		return
+	}
 	k, err := a.store.RevokeKey(r.Context(), sc.acct.ID, id)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):

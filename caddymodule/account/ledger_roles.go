@@ -14,4 +14,5 @@ type accountLedger interface {
 	ledger.Payments
 	ledger.Reversals
 	ledger.KeyUsage
+	ledger.Members
 }

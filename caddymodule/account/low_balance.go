@@ -84,6 +84,10 @@ func (a *app) checkLowBalance(ctx context.Context, c ledger.LowBalanceChange) er
 // setLowBalanceAlert saves the customer's threshold. Credits already below it count as told:
 // the first e-mail comes when they fall below it again after a purchase.
 func (a *app) setLowBalanceAlert(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	if sc.role != ledger.RoleOwner {
+		a.errorPage(w, r, sc, http.StatusForbidden, "Not allowed", "Only an owner of the organisation sets its low-balance alert.")
+		return
+	}
 	v := strings.TrimSpace(r.PostFormValue("threshold"))
 	n, err := strconv.ParseInt(v, 10, 64)
 	if v == "" {

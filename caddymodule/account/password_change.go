@@ -35,13 +35,13 @@ func (a *app) settingsPage(w http.ResponseWriter, r *http.Request, sc *sessionCt
 		p.Flash = "We sent you a new link. It works for 48 hours."
 	}
 	p.Error = errMsg
-	p.Data = settingsData{Unverified: sc.acct.Unverified, MailOn: a.mail != nil, LowBalanceAlert: sc.acct.LowBalanceAlert}
+	p.Data = settingsData{Unverified: sc.login.Unverified, MailOn: a.mail != nil, LowBalanceAlert: sc.acct.LowBalanceAlert}
 	a.render(w, r, status, "settings", p)
 }
 
 func (a *app) changePassword(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	lctx := context.WithoutCancel(r.Context())
-	taken, ok, wait := a.passwordFailByAccount.Take(lctx, sc.acct.ID, now())
+	taken, ok, wait := a.passwordFailByAccount.Take(lctx, sc.login.ID, now())
 	if !ok {
 		w.Header().Set("Retry-After", retryAfter(wait))
 		a.settingsPage(w, r, sc, http.StatusTooManyRequests, "Too many wrong passwords. Please wait a while and try again.")
@@ -49,14 +49,14 @@ func (a *app) changePassword(w http.ResponseWriter, r *http.Request, sc *session
 	}
 	var err error
 	if herr := a.withHash(r.Context(), func() {
-		_, err = a.store.Authenticate(r.Context(), sc.acct.Email, r.PostFormValue("current_password"))
+		_, err = a.store.Authenticate(r.Context(), sc.login.Email, r.PostFormValue("current_password"))
 	}); herr != nil {
 		taken.Refund(lctx)
 		return
 	}
 	switch {
 	case errors.Is(err, ledger.ErrInvalidCredentials):
-		a.logger.Info("wrong current password", zap.String("account", sc.acct.ID))
+		a.logger.Info("wrong current password", zap.String("account", sc.login.ID))
 		a.settingsPage(w, r, sc, http.StatusUnauthorized, "Your current password is not correct.")
 		return
 	case err != nil:
@@ -66,7 +66,7 @@ func (a *app) changePassword(w http.ResponseWriter, r *http.Request, sc *session
 	}
 	taken.Refund(lctx)
 	if herr := a.withHash(r.Context(), func() {
-		err = a.store.SetPassword(lctx, sc.acct.ID, r.PostFormValue("new_password"))
+		err = a.store.SetPassword(lctx, sc.login.ID, r.PostFormValue("new_password"))
 	}); herr != nil {
 		return
 	}
@@ -79,14 +79,14 @@ func (a *app) changePassword(w http.ResponseWriter, r *http.Request, sc *session
 		a.internalError(w, r, sc, "changing the password", err)
 		return
 	}
-	a.logger.Info("password changed", zap.String("account", sc.acct.ID))
+	a.logger.Info("password changed", zap.String("account", sc.login.ID))
 	// A reset link sent before no longer works: whoever reads that mailbox now must not undo
 	// the change.
-	if err := a.store.DeleteTokens(lctx, sc.acct.ID, ledger.TokenReset); err != nil {
-		a.logger.Error("ending the reset links after a password change", zap.String("account", sc.acct.ID), zap.Error(err))
+	if err := a.store.DeleteTokens(lctx, sc.login.ID, ledger.TokenReset); err != nil {
+		a.logger.Error("ending the reset links after a password change", zap.String("account", sc.login.ID), zap.Error(err))
 	}
 	// SetPassword ended every session, this one too: this browser gets a new one.
-	token, _, err := a.store.CreateSession(r.Context(), sc.acct.ID, a.sessionLifetime)
+	token, _, err := a.store.CreateSession(r.Context(), sc.login.ID, a.sessionLifetime)
 	if err != nil {
 		a.internalError(w, r, nil, "creating session", err)
 		return

@@ -115,9 +115,13 @@ func loadPages() (*pageSet, error) {
 type page struct {
 	Title, Site, Prefix, Assets, Nav string
 	Account                          *ledger.Account
-	CSRF                             string
-	Flash, Error                     string
-	Data                             any
+	// Acting is the organisation the session acts in (nil: the login's own account), and Role
+	// the login's role there (org.go).
+	Acting       *ledger.Account
+	Role         ledger.Role
+	CSRF         string
+	Flash, Error string
+	Data         any
 }
 
 // render writes page name with status. Templates run into a buffer first, so a template error
@@ -152,8 +156,12 @@ func (a *app) errorPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx, 
 func (sc *sessionCtx) page(title, nav string) page {
 	p := page{Title: title, Nav: nav}
 	if sc != nil {
-		acct := sc.acct
-		p.Account, p.CSRF = &acct, sc.sess.CSRFToken
+		acct := sc.login
+		p.Account, p.CSRF, p.Role = &acct, sc.sess.CSRFToken, sc.role
+		if sc.acct.ID != sc.login.ID {
+			org := sc.acct
+			p.Acting = &org
+		}
 	}
 	return p
 }

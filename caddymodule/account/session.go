@@ -61,7 +61,12 @@ func (a *app) authedPost(f func(http.ResponseWriter, *http.Request, *sessionCtx)
 type sessionCtx struct {
 	token string
 	sess  ledger.Session
+	// acct is the account the request acts on: the login's own, or the organisation chosen
+	// (org.go); login is the person logged in, role their role in acct.
 	acct  ledger.Account
+	login ledger.Account
+	role  ledger.Role
+	inOrg bool
 }
 
 // session loads the request's session. Without a valid one it redirects to the log-in page
@@ -89,7 +94,8 @@ func (a *app) session(w http.ResponseWriter, r *http.Request) (*sessionCtx, bool
 		a.internalError(w, r, nil, "loading session", err)
 		return nil, false
 	}
-	return &sessionCtx{token: c.Value, sess: sess, acct: acct}, true
+	sc := &sessionCtx{token: c.Value, sess: sess, acct: acct}
+	return sc, a.actAs(w, r, sc)
 }
 
 // parseForm reads a POST form (bounded) and applies the cross-origin check. It answers the

@@ -60,7 +60,7 @@ func (a *app) verifyEmail(w http.ResponseWriter, r *http.Request) {
 
 // resendVerification sends the verification e-mail again (throttled per account).
 func (a *app) resendVerification(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	if !sc.acct.Unverified {
+	if !sc.login.Unverified {
 		http.Redirect(w, r, a.prefix+"/", http.StatusSeeOther)
 		return
 	}
@@ -68,13 +68,13 @@ func (a *app) resendVerification(w http.ResponseWriter, r *http.Request, sc *ses
 		a.errorPage(w, r, sc, http.StatusServiceUnavailable, "No e-mail", "This service sends no e-mail. Please contact its operator.")
 		return
 	}
-	if _, ok, wait := a.resendByAccount.Take(context.WithoutCancel(r.Context()), sc.acct.ID, now()); !ok {
+	if _, ok, wait := a.resendByAccount.Take(context.WithoutCancel(r.Context()), sc.login.ID, now()); !ok {
 		w.Header().Set("Retry-After", retryAfter(wait))
 		a.errorPage(w, r, sc, http.StatusTooManyRequests, "Too many e-mails",
 			fmt.Sprintf("We sent you several links already. Please wait %d minutes and check your spam folder.", int(math.Ceil(wait.Minutes()))))
 		return
 	}
-	if _, err := a.sendTokenMail(r.Context(), sc.acct, ledger.TokenVerify, verifyTTL, "verify", "/verify"); err != nil {
+	if _, err := a.sendTokenMail(r.Context(), sc.login, ledger.TokenVerify, verifyTTL, "verify", "/verify"); err != nil {
 		a.internalError(w, r, sc, "queueing the verification e-mail", err)
 		return
 	}
@@ -91,7 +91,7 @@ var (
 // account, explaining why.
 func (a *app) verifiedFor(needs func(*http.Request) bool, f func(http.ResponseWriter, *http.Request, *sessionCtx)) func(http.ResponseWriter, *http.Request, *sessionCtx) {
 	return func(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-		if sc.acct.Unverified && needs(r) {
+		if sc.login.Unverified && needs(r) {
 			a.errorPage(w, r, sc, http.StatusForbidden, "Confirm your email address first",
 				"Buying credits and live keys need a confirmed email address. Open the link we e-mailed you, or ask for a new one on the settings page. Test keys work already.")
 			return

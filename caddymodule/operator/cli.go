@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|receipts|backup|restore|stripe> [flags]",
+		Usage: "<account|key|member|credits|balance|history|usage|ledger|payments|mail|receipts|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -201,6 +201,28 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("revoke", "Revokes a key; it stops working with the next request", cmdKeyRevoke, func(c *cobra.Command) {
 				accountFlag(c)
 				c.Flags().String("key-id", "", "Id of the key to revoke (required; see 'caddy textgen key list')")
+			}),
+		),
+		cliGroup("member", "Organisations: an account's members (each a login of its own) share its credits: list, organise, add, remove, role, cap, usage",
+			cliLeaf("list", "Lists an organisation's members and invitations, with their role, cap and use this month", cmdMemberList, accountFlag),
+			cliLeaf("organise", "Makes an account an organisation: it becomes its first owner; its credits, keys and login stay", cmdMemberOrganise, accountFlag),
+			cliLeaf("add", "Adds an account (the member's own login) to an organisation", cmdMemberAdd, func(c *cobra.Command) {
+				memberFlag(c)
+				c.Flags().String("role", "member", "owner (billing, members, everything), admin (members and keys) or member (their own keys)")
+			}),
+			cliLeaf("remove", "Removes a member; the member's keys of the organisation stop working with the next request", cmdMemberRemove, memberFlag),
+			cliLeaf("role", "Sets a member's role (the last owner keeps theirs)", cmdMemberRole, func(c *cobra.Command) {
+				memberFlag(c)
+				c.Flags().String("role", "", "owner, admin or member (required)")
+			}),
+			cliLeaf("cap", "Sets the most live credits a member's keys may take in one UTC month", cmdMemberCap, func(c *cobra.Command) {
+				memberFlag(c)
+				c.Flags().Int64("monthly-cap", 0, "Credits per UTC calendar month (required; 0: no cap)")
+			}),
+			cliLeaf("usage", "Shows the credits each member's keys took, by UTC month", cmdMemberUsage, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().String("from", "", "First month, YYYY-MM (default: this month)")
+				c.Flags().String("to", "", "Last month, YYYY-MM, included (default: this month)")
 			}),
 		),
 		cliGroup("credits", "Credits: grant, adjust",

@@ -15,4 +15,5 @@ type operatorLedger interface {
 	ledger.Payments
 	ledger.Reversals
 	ledger.KeyUsage
+	ledger.Members
 }

@@ -55,6 +55,8 @@ type keyView struct {
 	Expires   time.Time `json:"expires,omitzero"`
 	Revoked   bool      `json:"revoked"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// MemberID is the organisation's member who made the key; empty for the account's own.
+	MemberID string `json:"member_id,omitempty"`
 }
 
 type createKeyRequest struct {

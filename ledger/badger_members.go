@@ -1,0 +1,448 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Organisations in the Badger engine (members.go). An organisation's members and their monthly
+// counts live in memory (orgState, loaded at Open), so the hold path reads no disk; a change of
+// members is made under the organisation's orgMu, written, and applied to memory once durable.
+
+// memberRecord is the stored form of a membership (prefixMember).
+type memberRecord struct {
+	Role       Role      `json:"role"`
+	MonthlyCap int64     `json:"monthly_cap,omitempty"`
+	Pending    bool      `json:"pending,omitempty"`
+	Created    time.Time `json:"created"`
+}
+
+type usageKey struct{ member, month string }
+
+// orgState is an organisation in memory.
+type orgState struct {
+	members map[string]memberRecord
+	used    map[usageKey]int64
+}
+
+func newOrgState() *orgState {
+	return &orgState{members: map[string]memberRecord{}, used: map[usageKey]int64{}}
+}
+
+func memberKey(org, member string) []byte   { return key2(prefixMember, org, member) }
+func memberOfKey(member, org string) []byte { return key2(prefixMemberOf, member, org) }
+
+func memberUsageKey(org, member, month string) []byte {
+	return append(key2(prefixMemberUsage, org, member), month...)
+}
+
+// loadMembers reads every organisation's members and months into memory (load).
+func (s *Badger) loadMembers(txn *badger.Txn) error {
+	err := iterate(txn, []byte{prefixMember}, func(k, v []byte) error {
+		if len(k) != 1+2*accountIDLen {
+			return fmt.Errorf("malformed membership key %q", k)
+		}
+		org, member := string(k[1:1+accountIDLen]), string(k[1+accountIDLen:])
+		a := s.accounts[org]
+		if a == nil {
+			return fmt.Errorf("membership of unknown organisation %q", org)
+		}
+		var rec memberRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("membership %q of %q: %w", member, org, err)
+		}
+		if a.org == nil {
+			a.org = newOrgState()
+		}
+		a.org.members[member] = rec
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return iterate(txn, []byte{prefixMemberUsage}, func(k, v []byte) error {
+		if len(k) != 1+2*accountIDLen+7 {
+			return fmt.Errorf("malformed member usage key %q", k)
+		}
+		org := string(k[1 : 1+accountIDLen])
+		a := s.accounts[org]
+		if a == nil || a.org == nil {
+			return fmt.Errorf("member usage of unknown organisation %q", org)
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("member usage %q: %w", k, err)
+		}
+		a.org.used[usageKey{string(k[1+accountIDLen : 1+2*accountIDLen]), string(k[1+2*accountIDLen:])}] = n
+		return nil
+	})
+}
+
+// membership is rec of member in org a as the API gives it, with its use this month.
+func (s *Badger) membership(a *account, member string, rec memberRecord) Membership {
+	m := Membership{OrgID: a.id, MemberID: member, OrgEmail: a.rec.Load().Email, Role: rec.Role,
+		MonthlyCap: rec.MonthlyCap, Pending: rec.Pending, Created: rec.Created}
+	if ma, err := s.account(member); err == nil {
+		m.Email = ma.rec.Load().Email
+	}
+	if a.org != nil {
+		m.Used = a.org.used[usageKey{member, MonthOf(now())}]
+	}
+	return m
+}
+
+// members is org a's memberships, oldest first. Called with a.mu held.
+func (s *Badger) members(a *account) []Membership {
+	if a.org == nil {
+		return nil
+	}
+	out := make([]Membership, 0, len(a.org.members))
+	for id, rec := range a.org.members {
+		out = append(out, s.membership(a, id, rec))
+	}
+	slices.SortFunc(out, func(x, y Membership) int {
+		if c := x.Created.Compare(y.Created); c != 0 {
+			return c
+		}
+		return compareStrings(x.MemberID, y.MemberID)
+	})
+	return out
+}
+
+// orgChange runs change for organisation orgID under its orgMu: change reads the organisation
+// (with a.mu held) and returns the writes to make, and apply, which runs with a.mu held once
+// they are durable. The result is change's. A change that protects the organisation (a
+// removal, which revokes keys) goes on while the store takes no new work, as RevokeKey does.
+func (s *Badger) orgChange(orgID string, protect bool, change func(a *account) ([]write, func(), error)) error {
+	begin := s.beginWrite
+	if protect {
+		begin = s.beginChange
+	}
+	if err := begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	a, err := s.account(orgID)
+	if err != nil {
+		return err
+	}
+	a.orgMu.Lock()
+	defer a.orgMu.Unlock()
+	a.mu.Lock()
+	ws, apply, err := change(a)
+	a.mu.Unlock()
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	if err := s.c.enqueue(ws).wait(); err != nil {
+		return err
+	}
+	if apply != nil {
+		a.mu.Lock()
+		apply()
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// MakeOrganisation turns the account into an organisation, itself its first owner.
+func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (Membership, error) {
+	var out Membership
+	err := s.orgChange(accountID, false, func(a *account) ([]write, func(), error) {
+		if a.org != nil {
+			if rec, ok := a.org.members[a.id]; ok {
+				out = s.membership(a, a.id, rec)
+				return nil, nil, nil
+			}
+		}
+		rec := memberRecord{Role: RoleOwner, Created: now().UTC()}
+		out = s.membership(a, a.id, rec)
+		return []write{set(memberKey(a.id, a.id), mustJSON(rec)), set(memberOfKey(a.id, a.id), nil)}, func() {
+			if a.org == nil {
+				a.org = newOrgState()
+			}
+			a.org.members[a.id] = rec
+		}, nil
+	})
+	return out, err
+}
+
+// AddMember makes memberID a member, or an invitee, of organisation orgID.
+func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role Role, pending bool) (Membership, error) {
+	if err := checkRole(role); err != nil {
+		return Membership{}, err
+	}
+	if orgID == memberID {
+		return Membership{}, fmt.Errorf("an organisation is its own member already: %w", ErrInvalidArgument)
+	}
+	if _, err := s.account(memberID); err != nil {
+		return Membership{}, err
+	}
+	var out Membership
+	err := s.orgChange(orgID, false, func(a *account) ([]write, func(), error) {
+		if a.org == nil {
+			return nil, nil, fmt.Errorf("account %q: %w", orgID, ErrNotOrganisation)
+		}
+		if _, ok := a.org.members[memberID]; ok {
+			return nil, nil, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrAlreadyMember)
+		}
+		rec := memberRecord{Role: role, Pending: pending, Created: now().UTC()}
+		out = s.membership(a, memberID, rec)
+		return []write{set(memberKey(orgID, memberID), mustJSON(rec)), set(memberOfKey(memberID, orgID), nil)},
+			func() { a.org.members[memberID] = rec }, nil
+	})
+	return out, err
+}
+
+// updateMember changes memberID's record in orgID with f, after check.
+func (s *Badger) updateMember(orgID, memberID string, check func([]Membership) error, f func(*memberRecord)) (Membership, error) {
+	var out Membership
+	err := s.orgChange(orgID, false, func(a *account) ([]write, func(), error) {
+		if a.org == nil {
+			return nil, nil, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
+		}
+		rec, ok := a.org.members[memberID]
+		if !ok {
+			return nil, nil, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
+		}
+		if check != nil {
+			if err := check(s.members(a)); err != nil {
+				return nil, nil, err
+			}
+		}
+		f(&rec)
+		out = s.membership(a, memberID, rec)
+		return []write{set(memberKey(orgID, memberID), mustJSON(rec))}, func() { a.org.members[memberID] = rec }, nil
+	})
+	return out, err
+}
+
+// AcceptMembership completes an invitation.
+func (s *Badger) AcceptMembership(ctx context.Context, orgID, memberID string) (Membership, error) {
+	return s.updateMember(orgID, memberID, nil, func(r *memberRecord) { r.Pending = false })
+}
+
+// SetMemberRole changes a member's role, keeping an owner.
+func (s *Badger) SetMemberRole(ctx context.Context, orgID, memberID string, role Role) (Membership, error) {
+	if err := checkRole(role); err != nil {
+		return Membership{}, err
+	}
+	return s.updateMember(orgID, memberID, func(ms []Membership) error {
+		_, err := memberChange(ms, orgID, memberID, role, false)
+		return err
+	}, func(r *memberRecord) { r.Role = role })
+}
+
+// SetMemberCap sets a member's monthly cap (0: none).
+func (s *Badger) SetMemberCap(ctx context.Context, orgID, memberID string, c int64) (Membership, error) {
+	if err := checkCap(c); err != nil {
+		return Membership{}, err
+	}
+	return s.updateMember(orgID, memberID, nil, func(r *memberRecord) { r.MonthlyCap = c })
+}
+
+// RemoveMember ends a membership and revokes the member's keys in the same write.
+func (s *Badger) RemoveMember(ctx context.Context, orgID, memberID string) ([]Key, error) {
+	var revoked []Key
+	err := s.orgChange(orgID, true, func(a *account) ([]write, func(), error) {
+		if _, err := memberChange(s.members(a), orgID, memberID, "", true); err != nil {
+			return nil, nil, err
+		}
+		ws := []write{del(memberKey(orgID, memberID)), del(memberOfKey(memberID, orgID))}
+		t := now().UTC()
+		for _, e := range a.keys {
+			if e.rec.Load().MemberID != memberID {
+				continue
+			}
+			u := e.used.Load()
+			k := e.keyWith(u)
+			if !k.Revoked.IsZero() {
+				continue
+			}
+			// Refused by LookupKey from here on, as RevokeKey does.
+			k.Revoked = t
+			pub := k
+			pub.LastUsed = time.Time{}
+			e.rec.Store(&pub)
+			e.flushed = u
+			ws = append(ws, e.recordWrite(k))
+			revoked = append(revoked, k)
+		}
+		return ws, func() { delete(a.org.members, memberID) }, nil
+	})
+	return revoked, err
+}
+
+// GetMembership returns memberID's membership of orgID.
+func (s *Badger) GetMembership(ctx context.Context, orgID, memberID string) (Membership, error) {
+	if err := s.begin(); err != nil {
+		return Membership{}, err
+	}
+	defer s.end()
+	a, err := s.account(orgID)
+	if err != nil {
+		return Membership{}, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.org != nil {
+		if rec, ok := a.org.members[memberID]; ok {
+			return s.membership(a, memberID, rec), nil
+		}
+	}
+	return Membership{}, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
+}
+
+// ListMembers lists an organisation's members and invitations, oldest first.
+func (s *Badger) ListMembers(ctx context.Context, orgID string) ([]Membership, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	a, err := s.account(orgID)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return s.members(a), nil
+}
+
+// MembershipsOf lists the organisations memberID belongs or is invited to, oldest first.
+func (s *Badger) MembershipsOf(ctx context.Context, memberID string) ([]Membership, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	var orgs []string
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, key1(prefixMemberOf, memberID), func(k, _ []byte) error {
+			orgs = append(orgs, string(k[1+len(memberID):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := []Membership{}
+	for _, org := range orgs {
+		a, err := s.account(org)
+		if err != nil {
+			continue
+		}
+		a.mu.Lock()
+		if a.org != nil {
+			if rec, ok := a.org.members[memberID]; ok {
+				out = append(out, s.membership(a, memberID, rec))
+			}
+		}
+		a.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y Membership) int {
+		if c := x.Created.Compare(y.Created); c != 0 {
+			return c
+		}
+		return compareStrings(x.OrgID, y.OrgID)
+	})
+	return out, nil
+}
+
+// MemberUsage lists what each member's keys took in the months [from, to].
+func (s *Badger) MemberUsage(ctx context.Context, orgID, from, to string) ([]MemberMonth, error) {
+	if err := checkMonth(from); err != nil {
+		return nil, err
+	}
+	if err := checkMonth(to); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	a, err := s.account(orgID)
+	if err != nil {
+		return nil, err
+	}
+	out := []MemberMonth{}
+	a.mu.Lock()
+	if a.org != nil {
+		for uk, n := range a.org.used {
+			if uk.month >= from && uk.month <= to {
+				out = append(out, MemberMonth{MemberID: uk.member, Month: uk.month, Credits: n})
+			}
+		}
+	}
+	a.mu.Unlock()
+	for i := range out {
+		if ma, err := s.account(out[i].MemberID); err == nil {
+			out[i].Email = ma.rec.Load().Email
+		}
+	}
+	sortMemberMonths(out)
+	return out, nil
+}
+
+func sortMemberMonths(out []MemberMonth) {
+	slices.SortFunc(out, func(x, y MemberMonth) int {
+		if c := compareStrings(x.Month, y.Month); c != 0 {
+			return c
+		}
+		return compareStrings(x.MemberID, y.MemberID)
+	})
+}
+
+// CreateMemberKey makes a key of organisation orgID for its accepted member memberID.
+func (s *Badger) CreateMemberKey(ctx context.Context, orgID, memberID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
+	a, err := s.account(orgID)
+	if err != nil {
+		return "", Key{}, err
+	}
+	// Held across the creation, so that RemoveMember (which takes it too) either comes first and
+	// refuses the key here, or comes after and revokes it.
+	a.orgMu.Lock()
+	defer a.orgMu.Unlock()
+	a.mu.Lock()
+	ok := false
+	if a.org != nil {
+		rec, found := a.org.members[memberID]
+		ok = found && !rec.Pending
+	}
+	a.mu.Unlock()
+	if !ok {
+		return "", Key{}, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
+	}
+	if memberID == orgID {
+		memberID = ""
+	}
+	return s.createKey(orgID, memberID, mode, name, expires, maxActive)
+}
+
+// exportMember gives a membership record (prefixMember) to an Export's sink.
+func exportMember(sink ExportSink) func(k, v []byte) error {
+	return func(k, v []byte) error {
+		var rec memberRecord
+		if err := json.Unmarshal(v, &rec); err != nil || len(k) != 1+2*accountIDLen {
+			return fmt.Errorf("membership %x: malformed (%v)", k, err)
+		}
+		return sink.Membership(Membership{OrgID: string(k[1 : 1+accountIDLen]), MemberID: string(k[1+accountIDLen:]),
+			Role: rec.Role, MonthlyCap: rec.MonthlyCap, Pending: rec.Pending, Created: rec.Created})
+	}
+}
+
+// exportMemberUsage gives a member's month (prefixMemberUsage) to an Export's sink.
+func exportMemberUsage(sink ExportSink) func(k, v []byte) error {
+	return func(k, v []byte) error {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || len(k) != 1+2*accountIDLen+7 {
+			return fmt.Errorf("member usage %x: malformed (%v)", k, err)
+		}
+		return sink.MemberUsage(ExportMemberUsage{OrgID: string(k[1 : 1+accountIDLen]),
+			MemberID: string(k[1+accountIDLen : 1+2*accountIDLen]), Month: string(k[1+2*accountIDLen:]), Credits: n})
+	}
+}
