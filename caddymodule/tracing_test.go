@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
+	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/internal/freeport"
 )
@@ -232,7 +233,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &generation{r: r, tool: &toolRuntime{}}
+	g := &generation{r: r, tool: &toolRuntime{Tool: &catalog.Tool{Slug: "summarizer"}}}
 	allocs := testing.AllocsPerRun(100, func() {
 		g.trace = startTrace(r)
 		t0 := g.trace.now()
