@@ -7,8 +7,8 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
 	// plug in Caddy modules here
-	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/caddy-textgen/textgen"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
 func main() {
