@@ -102,6 +102,7 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 		// Admission before the reservation: a request the model hosts cannot take is refused
 		// (or waits) without holding a credit.
 		if admitter, ok := backend.(backends.Admitter); ok {
+			tq := g.trace.now()
 			var err error
 			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
 				held := g.hostPlace
@@ -110,6 +111,7 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 			} else {
 				adm, err = admitter.Admit(g.r.Context())
 			}
+			g.trace.step(spanQueueWait, tq, g)
 			if err != nil {
 				g.refuseAdmission(err)
 				return nil, nil, false
@@ -126,6 +128,7 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 		TTL: time.Duration(h.HoldTTL),
 	})
 	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+	g.trace.step(spanHold, t0, g)
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
 		g.remaining = 0
@@ -187,11 +190,15 @@ func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genSta
 	if s.texted {
 		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
 		metrics.generation.Observe(time.Since(genStart).Seconds())
+		g.trace.stepAt(spanFirstPiece, genStart, genStart.Add(stats.TimeToFirst), g)
 	}
+	g.trace.step(spanStream, genStart, g)
 	if stats.OutputTokens > 0 {
 		metrics.outputTokens.WithLabelValues(g.tool.Slug).Add(float64(stats.OutputTokens))
 	}
+	ts := g.trace.now()
 	g.finish(s, gerr)
+	g.trace.step(spanSettle, ts, g)
 	if s.kept != nil {
 		g.keep(s.kept, gerr)
 	}

@@ -139,6 +139,8 @@ type generation struct {
 	// prompt against its model's context (context.go).
 	system string
 	fit    contextFit
+	// trace is the request's spans under Caddy's tracing (tracing.go); zero when off.
+	trace reqTrace
 }
 
 // serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
@@ -146,13 +148,16 @@ type generation struct {
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
 // wire).
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
-	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r)}
+	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r), trace: startTrace(r)}
 	defer g.end()
 	if r.Method != http.MethodPost {
 		g.fail(errMethodNotAllowedPOST)
 		return
 	}
-	if !g.authenticate() {
+	t0 := g.trace.now()
+	authenticated := g.authenticate()
+	g.trace.step(spanKeyCheck, t0, g)
+	if !authenticated {
 		return
 	}
 	bad := g.readRequest()
@@ -166,7 +171,10 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's
 	// concurrent places: all in one step (one round trip to a Redis limits store).
-	if !g.admit(bad == nil) {
+	t0 = g.trace.now()
+	admitted := g.admit(bad == nil)
+	g.trace.step(spanLimits, t0, g)
+	if !admitted {
 		return
 	}
 	if bad != nil {
@@ -183,6 +191,7 @@ func (g *generation) end() {
 	g.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
 	g.log()
 	g.observe()
+	g.trace.finish(g)
 	if g.abort {
 		panic(http.ErrAbortHandler)
 	}

@@ -42,6 +42,7 @@ var metrics = struct {
 	unmatched       prometheus.GaugeFunc     // paid sessions that credited nothing, not resolved yet
 	mail            mailCollector            // e-mail waiting in the outboxes, and the oldest's age
 	reversals       reversalCollector        // refunds and open disputes in the ledgers
+	watch           watchCollector           // model hosts, queue, ledger disks (metrics_watch.go)
 }{}
 
 const metricsNamespace, metricsSubsystem = "caddy", "textgen"
@@ -123,6 +124,7 @@ func initMetrics() {
 			oldest: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "mail_oldest_seconds"),
 				"Age of the oldest e-mail waiting in the open ledgers' outboxes (0 when none waits): stuck e-mail grows it.", nil, nil),
 		}
+		metrics.watch = newWatchCollector(ns, sub)
 		metrics.reversals = reversalCollector{
 			refunds: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "refunds_total"),
 				"Refunds of purchases the open ledgers took credits back for, each once whichever instance received it (caddy textgen payments list; at most 1000 a ledger counted).", nil, nil),
@@ -247,7 +249,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		metrics.requests, metrics.credits, metrics.holdsOpen, metrics.timeToFirst, metrics.generation,
 		metrics.outputTokens, metrics.contextRefusals, metrics.backendErrors, metrics.rejections, metrics.ledgerOps, metrics.queueWait,
 		metrics.ledgerDown, metrics.limitsDown, metrics.limitsLocal, metrics.instances, metrics.unmatched,
-		metrics.mail, metrics.reversals,
+		metrics.mail, metrics.reversals, metrics.watch,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -171,6 +171,13 @@ func (s *syncBuffer) String() string {
 // end of the test, and its log shown when the test failed.
 func Start(t testing.TB, site, ledgerDir string) *Server {
 	t.Helper()
+	return StartEnv(t, site, ledgerDir)
+}
+
+// StartEnv is Start with more environment variables (NAME=value) for the caddy process only,
+// such as OpenTelemetry's exporter settings: the test process's own environment is untouched.
+func StartEnv(t testing.TB, site, ledgerDir string, extraEnv ...string) *Server {
+	t.Helper()
 	bin := Binary(t)
 	work := t.TempDir()
 	// one Pick of three: separate picks each free their port before the next, and may repeat it
@@ -201,7 +208,7 @@ http://127.0.0.1:%d {
 	}
 	s.cmd = exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
 	s.cmd.Dir = work
-	s.cmd.Env = env(s.Home)
+	s.cmd.Env = append(env(s.Home), extraEnv...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting caddy: %v", err)
