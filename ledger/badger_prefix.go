@@ -37,6 +37,10 @@ const (
 	prefixAcctPayment   byte = 0x15 // acct id + payment id -> empty: finds an account's payments
 	prefixReversal      byte = 0x16 // refund or dispute id -> Reversal (JSON)
 	prefixPaymentRef    byte = 0x17 // purchase reference -> payment id
+	// Operators of the console and their audit log (badger_operators.go); 0x25 is kept for them.
+	prefixOperator     byte = 0x22 // operator id -> operatorRecord (JSON)
+	prefixOperatorSess byte = 0x23 // SHA-256 digest of a console session token -> opSessionRecord (JSON), Badger TTL = expiry
+	prefixAudit        byte = 0x24 // time (unix ns, uint64 BE) + audit id -> AuditRecord (JSON), kept for good
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

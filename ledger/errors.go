@@ -41,6 +41,8 @@ var (
 	ErrWeakPassword = errors.New("password too weak")
 	// ErrInvalidSession: an unknown, ended or expired session token.
 	ErrInvalidSession = errors.New("invalid or expired session")
+	// ErrCodeUsed: an operator's second-factor code of a time step at or before one already used.
+	ErrCodeUsed = errors.New("second-factor code already used")
 )
 
 // WeakPasswordError says why a password was refused. errors.Is(err, ErrWeakPassword) holds.

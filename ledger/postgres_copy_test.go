@@ -369,6 +369,8 @@ type exported struct {
 	reversals   []Reversal
 	mail        []MailMessage
 	tokens      []ExportToken
+	operators   []ExportOperator
+	audit       []AuditRecord
 }
 
 func (x *exported) Account(a ExportAccount) error { x.accounts = append(x.accounts, a); return nil }
@@ -392,6 +394,11 @@ func (x *exported) Payment(p Payment) error   { x.paid = append(x.paid, p); retu
 func (x *exported) Reversal(r Reversal) error { x.reversals = append(x.reversals, r); return nil }
 func (x *exported) Mail(m MailMessage) error  { x.mail = append(x.mail, m); return nil }
 func (x *exported) Token(t ExportToken) error { x.tokens = append(x.tokens, t); return nil }
+func (x *exported) Operator(o ExportOperator) error {
+	x.operators = append(x.operators, o)
+	return nil
+}
+func (x *exported) Audit(r AuditRecord) error { x.audit = append(x.audit, r); return nil }
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.

@@ -434,4 +434,5 @@ type Store interface {
 	Mail
 	Payments
 	Reversals
+	Operators
 }
