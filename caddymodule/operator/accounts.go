@@ -92,10 +92,9 @@ func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {
 		if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 			return err
 		}
-		id := r.PathValue("id")
-		acct, err := store.SetAccountStatus(r.Context(), id, status)
+		acct, err := SetStatus(r.Context(), store, r.PathValue("id"), status)
 		if err != nil {
-			return accountError(err, id, "setting account %s %s", id, status)
+			return err
 		}
 		return writeAdminJSON(w, http.StatusOK, acct)
 	}
