@@ -42,7 +42,9 @@ type Enrollment struct {
 
 // sealAD binds a sealed secret to its operator's address: a secret copied onto another
 // operator's record does not open.
-func sealAD(email string) []byte { return []byte("textgen console totp\x00" + strings.ToLower(strings.TrimSpace(email))) }
+func sealAD(email string) []byte {
+	return []byte("textgen console totp\x00" + strings.ToLower(strings.TrimSpace(email)))
+}
 
 // Enroll creates an operator with a new TOTP secret and recovery codes. An empty password is
 // generated (and returned); issuer names the service in the authenticator app.
