@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|backup|restore|stripe> [flags]",
+		Usage: "<account|key|credits|balance|history|usage|ledger|payments|mail|operator|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -263,6 +263,19 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			}),
 			cliLeaf("drop", "Gives up on a queued e-mail (an address that can never receive it): no sender tries it again", cmdMailDrop, func(c *cobra.Command) {
 				c.Flags().String("id", "", "Id of the message (required; see 'caddy textgen mail list')")
+			}),
+		),
+		cliGroup("operator", "Operators of the web console (textgen_console): create, list, remove",
+			cliLeaf("create", "Creates an operator and prints, once, its TOTP secret, otpauth URL and recovery codes (and its password when generated)", cmdOperatorCreate, func(c *cobra.Command) {
+				c.Flags().String("email", "", "The operator's e-mail address, which it logs in with (required, unique)")
+				c.Flags().String("role", "", "viewer (reads), support (also notes, grants and adjustments within the console's limit, disable/enable) or owner (everything) (required)")
+				c.Flags().Bool("password-stdin", false, "Read the password from standard input (default: a generated one, printed once)")
+				c.Flags().String("note", "", "Why, for the audit log")
+			}),
+			cliLeaf("list", "Lists the operators with their role", cmdOperatorList, nil),
+			cliLeaf("remove", "Removes an operator and ends its sessions (the audit log keeps what it did)", cmdOperatorRemove, func(c *cobra.Command) {
+				c.Flags().String("id", "", "The operator's id (required; see 'caddy textgen operator list')")
+				c.Flags().String("note", "", "Why, for the audit log")
 			}),
 		),
 		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",

@@ -14,4 +14,5 @@ type operatorLedger interface {
 	ledger.Mail
 	ledger.Payments
 	ledger.Reversals
+	ledger.Operators
 }
