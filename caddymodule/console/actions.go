@@ -77,8 +77,8 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 	switch act {
 	case actGrant, actAdjust:
 		credits, err := strconv.ParseInt(strings.TrimSpace(r.PostFormValue("credits")), 10, 64)
-		if err != nil || credits == 0 {
-			bad("Credits must be a whole number other than 0. Nothing was changed.")
+		if err != nil || credits == 0 || (act == actGrant && credits < 0) {
+			bad("Credits must be a whole number other than 0 (above 0 for a grant; an adjustment takes credits off). Nothing was changed.")
 			return
 		}
 		if sc.op.Role != ledger.RoleOwner && (credits > a.supportGrantLimit || credits < -a.supportGrantLimit) {
