@@ -87,7 +87,7 @@ func (s *shots) shot(name string) {
 		{"desktop", chromedp.EmulateViewport(1280, 900)},
 	} {
 		s.do("viewport "+w.name, w.vp)
-		png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			s.t.Fatalf("screenshot %s: %v", name, err)
 		}
@@ -208,8 +208,8 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 		t.Fatalf("the account found: %q", h)
 	}
 	sh.shot("account-owner")
-	sh.do("refund", chromedp.SendKeys(chromedp.CSS("#refund-note-0"), "customer asked, ticket 42"),
-		chromedp.Click(chromedp.CSS(`form.inline button`)), chromedp.WaitVisible(chromedp.CSS("p.notice")))
+	sh.do("refund", chromedp.SendKeys(chromedp.CSS("#refund-note"), "customer asked, ticket 42"),
+		chromedp.Click(chromedp.CSS(`form.refund button`)), chromedp.WaitVisible(chromedp.CSS("p.notice")))
 	if msg := sh.text("p.notice"); !strings.Contains(msg, "refund") {
 		t.Fatalf("after the refund: %q", msg)
 	}
