@@ -290,5 +290,22 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 		t.Fatalf("balance after support's grant of 100: %d", b)
 	}
 	sh.shot("account-support")
+	logOut()
+
+	// Removing an operator: it can no longer log in, and the audit log says who removed it.
+	s.JSON("operator", "remove", "--id", viewer.Operator.ID, "--note", "left the team")
+	if ops := caddyproc.List(t, s.JSON("operator", "list"), "operators"); len(ops) != 2 {
+		t.Fatalf("operator list after a removal: %v", ops)
+	}
+	logIn(viewer, viewer.RecoveryCodes[0])
+	if msg := sh.text("p.error"); !strings.Contains(msg, "Wrong e-mail, password or code") {
+		t.Fatalf("a removed operator's log-in: %q", msg)
+	}
+	caddyproc.MustFail(t, s.Textgen("operator", "create", "--email", "x@example.com", "--role", "admin"), 1, "role")
+	logIn(owner, owner.RecoveryCodes[1])
+	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("main"); !strings.Contains(body, "operator.remove") || !strings.Contains(body, "left the team") {
+		t.Fatalf("the audit page after a removal: %s", body)
+	}
 	t.Logf("screenshots: %s", dir)
 }
