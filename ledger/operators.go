@@ -96,10 +96,9 @@ type OperatorRole string
 const (
 	// RoleViewer reads everything and changes nothing.
 	RoleViewer OperatorRole = "viewer"
-	// RoleSupport also writes notes, grants and adjusts credits (within the console's limit),
-	// and disables or enables accounts.
+	// RoleSupport also writes notes, and grants and adjusts credits within the console's limit.
 	RoleSupport OperatorRole = "support"
-	// RoleOwner may do everything: refunds and the operators themselves too.
+	// RoleOwner may do everything: also disable and enable accounts, and refund.
 	RoleOwner OperatorRole = "owner"
 )
 

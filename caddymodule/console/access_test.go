@@ -185,13 +185,17 @@ func TestConsoleRoles(t *testing.T) {
 				t.Fatalf("after refused actions: balance %d, audit %+v", balance(), recs)
 			}
 			r = sup.post(page+"/disable", "csrf_token", csrf, "note", "abuse report 17")
-			expectStatus(t, "support disables", r, http.StatusSeeOther)
-			if a, _ := e.store.GetAccount(bg, acct.ID); a.Status != ledger.StatusDisabled {
-				t.Fatalf("status after disable: %s", a.Status)
-			}
+			expectStatus(t, "support disables", r, http.StatusForbidden)
+			r = sup.post("/console/accounts/acct_nobodynobodynobo/note", "csrf_token", csrf, "note", "on nothing")
+			expectStatus(t, "a note on no account", r, http.StatusNotFound)
 
 			owner := logIn("olga@example.com", ledger.RoleOwner)
 			csrf = owner.csrf(page)
+			r = owner.post(page+"/disable", "csrf_token", csrf, "note", "abuse report 17")
+			expectStatus(t, "the owner disables", r, http.StatusSeeOther)
+			if a, _ := e.store.GetAccount(bg, acct.ID); a.Status != ledger.StatusDisabled {
+				t.Fatalf("status after disable: %s", a.Status)
+			}
 			r = owner.post(page+"/adjust", "csrf_token", csrf, "credits", "-150", "note", "takes more than there is")
 			expectStatus(t, "an adjustment below zero", r, http.StatusConflict)
 			r = owner.post(page+"/adjust", "csrf_token", csrf, "credits", "500", "note", "contract credit")
@@ -212,7 +216,7 @@ func TestConsoleRoles(t *testing.T) {
 				"olga@example.com adjust " + acct.ID + " +500 live credits | contract credit",
 				"olga@example.com adjust.failed " + acct.ID + " refused: removing 150 live credits would take account " + acct.ID + " below zero (balance 100, available 100) | takes more than there is",
 				"olga@example.com adjust " + acct.ID + " -150 live credits | takes more than there is",
-				"sam@example.com disable " + acct.ID + "  | abuse report 17",
+				"olga@example.com disable " + acct.ID + "  | abuse report 17",
 				"sam@example.com grant " + acct.ID + " +100 live credits | goodwill for the outage",
 			}
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -36,8 +36,8 @@ var actionRoles = map[action]ledger.OperatorRole{
 	actNote:    ledger.RoleSupport,
 	actGrant:   ledger.RoleSupport,
 	actAdjust:  ledger.RoleSupport,
-	actDisable: ledger.RoleSupport,
-	actEnable:  ledger.RoleSupport,
+	actDisable: ledger.RoleOwner,
+	actEnable:  ledger.RoleOwner,
 	actRefund:  ledger.RoleOwner,
 }
 
@@ -70,6 +70,11 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 	}
 	if len(note) > maxNote {
 		bad(fmt.Sprintf("The note is longer than %d characters. Nothing was changed.", maxNote))
+		return
+	}
+	// Every action is on an account that exists: no record of an action on nothing.
+	if _, err := a.store.GetAccount(r.Context(), id); err != nil {
+		a.accountMissing(w, r, sc, id, err)
 		return
 	}
 	var detail, recID string
@@ -109,10 +114,6 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 		}
 		do = func() error { _, err := operator.SetStatus(r.Context(), a.store, id, status); return err }
 	case actNote:
-		if _, err := a.store.GetAccount(r.Context(), id); err != nil {
-			a.accountMissing(w, r, sc, id, err)
-			return
-		}
 		do = func() error { return nil }
 	case actRefund:
 		ref := strings.TrimSpace(r.PostFormValue("reference"))

@@ -2,7 +2,7 @@
 // http.handlers.textgen_console (Caddyfile directive textgen_console). Operators log in with a
 // password and a TOTP code (or a single-use recovery code), see the service's accounts,
 // payments and usage, and act on them within their role: viewer (reads), support (notes,
-// grants and adjustments up to support_grant_limit, disable/enable) and owner (also refunds).
+// grants and adjustments up to support_grant_limit) and owner (also disable/enable, refunds).
 // Every action that changes money or access is written to the ledger's audit log, with the
 // note the operator must give, before it is made; each action is the same function the admin
 // API and the CLI call (caddymodule/operator), so the three can never disagree.

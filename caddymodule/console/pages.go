@@ -151,17 +151,17 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 }
 
 type accountData struct {
-	Account               ledger.Account
-	Balance               ledger.Balance
-	Debt                  int64
-	Keys                  []ledger.Key
-	Purchases             []ledger.Entry
-	History               []ledger.Entry
-	Payments              []ledger.Payment
-	Audit                 []ledger.AuditRecord
-	Done                  string
-	CanSupport, CanRefund bool
-	GrantLimit            int64
+	Account            ledger.Account
+	Balance            ledger.Balance
+	Debt               int64
+	Keys               []ledger.Key
+	Purchases          []ledger.Entry
+	History            []ledger.Entry
+	Payments           []ledger.Payment
+	Audit              []ledger.AuditRecord
+	Done               string
+	CanSupport, CanOwn bool
+	GrantLimit         int64
 }
 
 func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -193,7 +193,7 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	d.Debt = max(-d.Balance.Balance, 0)
-	d.CanSupport, d.CanRefund = allowed(sc.op.Role, actGrant), allowed(sc.op.Role, actRefund)
+	d.CanSupport, d.CanOwn = allowed(sc.op.Role, actGrant), allowed(sc.op.Role, actRefund)
 	if sc.op.Role != ledger.RoleOwner {
 		d.GrantLimit = a.supportGrantLimit
 	}

@@ -268,7 +268,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliGroup("operator", "Operators of the web console (textgen_console): create, list, remove",
 			cliLeaf("create", "Creates an operator and prints, once, its TOTP secret, otpauth URL and recovery codes (and its password when generated)", cmdOperatorCreate, func(c *cobra.Command) {
 				c.Flags().String("email", "", "The operator's e-mail address, which it logs in with (required, unique)")
-				c.Flags().String("role", "", "viewer (reads), support (also notes, grants and adjustments within the console's limit, disable/enable) or owner (everything) (required)")
+				c.Flags().String("role", "", "viewer (reads), support (also notes, grants and adjustments within the console's limit) or owner (everything: also disable/enable, refunds) (required)")
 				c.Flags().Bool("password-stdin", false, "Read the password from standard input (default: a generated one, printed once)")
 				c.Flags().String("note", "", "Why, for the audit log")
 			}),
