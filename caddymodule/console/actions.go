@@ -28,6 +28,7 @@ const (
 	actDisable action = "disable"
 	actEnable  action = "enable"
 	actRefund  action = "refund"
+	actDrop    action = "drop" // an e-mail of the outbox (mail.go)
 )
 
 // actionRoles is the least role that may take each action.
@@ -39,11 +40,12 @@ var actionRoles = map[action]ledger.OperatorRole{
 	actDisable: ledger.RoleOwner,
 	actEnable:  ledger.RoleOwner,
 	actRefund:  ledger.RoleOwner,
+	actDrop:    ledger.RoleSupport,
 }
 
 var actionNames = map[action]string{
 	actLogout: "log out", actNote: "write notes", actGrant: "grant credits", actAdjust: "adjust credits",
-	actDisable: "disable accounts", actEnable: "enable accounts", actRefund: "refund purchases",
+	actDisable: "disable accounts", actEnable: "enable accounts", actRefund: "refund purchases", actDrop: "drop e-mail",
 }
 
 var roleRank = map[ledger.OperatorRole]int{ledger.RoleViewer: 1, ledger.RoleSupport: 2, ledger.RoleOwner: 3}

@@ -86,7 +86,7 @@ func newApp(c appConfig) *app {
 		pages:           map[string]*template.Template{},
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, p := range []string{"login", "overview", "accounts", "account", "audit", "error"} {
+	for _, p := range []string{"login", "overview", "accounts", "account", "audit", "payments", "mail", "error"} {
 		a.pages[p] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+p+".html"))
 	}
 	a.routes()
@@ -105,8 +105,11 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/accounts", a.authed(a.accounts))
 	m.HandleFunc("GET "+p+"/accounts/{id}", a.authed(a.account))
 	m.HandleFunc("GET "+p+"/audit", a.authed(a.audit))
+	m.HandleFunc("GET "+p+"/payments", a.authed(a.payments))
+	m.HandleFunc("GET "+p+"/mail", a.authed(a.mail))
+	m.HandleFunc("POST "+p+"/mail/{id}/drop", a.authedPost(actDrop, a.dropMail))
 	for action := range actionRoles {
-		if action == actLogout {
+		if action == actLogout || action == actDrop {
 			continue
 		}
 		m.HandleFunc("POST "+p+"/accounts/{id}/"+string(action), a.authedPost(action, a.act))

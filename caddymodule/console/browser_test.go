@@ -31,6 +31,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/opauth"
 	"github.com/caddy-textgen/textgen/internal/tier"
+	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -250,6 +251,32 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 		t.Fatalf("the audit page: %s", body)
 	}
 	sh.shot("audit")
+	sh.do("payments", chromedp.Navigate(base+"/ops/payments"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("main"); !strings.Contains(body, reID) {
+		t.Fatalf("the payments page: %s", body)
+	}
+	sh.shot("payments")
+	if ledgerDir == "" {
+		// A message in the outbox, queued through a second connection to the shared database.
+		store, err := ledger.OpenPostgres(context.Background(), ledgerSpec, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = store.EnqueueMail(context.Background(), ledger.MailMessage{AccountID: acct, Kind: "verify", Sealed: []byte("sealed")})
+		store.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh.do("mail", chromedp.Navigate(base+"/ops/mail"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	sh.shot("mail")
+	if ledgerDir == "" {
+		sh.do("drop", chromedp.SendKeys(chromedp.CSS("#drop-note-0"), "address bounces"),
+			chromedp.Click(chromedp.CSS(`form[action$="/drop"] button`)), chromedp.WaitVisible(chromedp.CSS("p.notice")))
+		if body := sh.text("main"); !strings.Contains(body, "The outbox is empty") {
+			t.Fatalf("the mail page after the drop: %s", body)
+		}
+	}
 	logOut()
 
 	// A viewer sees the account without forms; a grant form forged in its page is refused.

@@ -100,3 +100,11 @@ func Refund(ctx context.Context, store ledger.Maintenance, reference string, amo
 	}
 	return res, nil
 }
+
+// DropMail gives up on a queued e-mail: no sender tries it again.
+func DropMail(ctx context.Context, store ledger.Mail, id string) error {
+	if err := store.DropMail(ctx, id); err != nil {
+		return ledgerError(err, "dropping e-mail %s", id)
+	}
+	return nil
+}
