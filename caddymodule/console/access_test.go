@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -158,8 +159,15 @@ func TestConsoleRoles(t *testing.T) {
 
 			sup := logIn("sam@example.com", ledger.RoleSupport)
 			csrf = sup.csrf(page)
-			r = sup.post(page+"/grant", "csrf_token", csrf, "credits", "100", "note", "goodwill for the outage")
+			formID := regexp.MustCompile(`name="form_id" value="([^"]+)"`).FindStringSubmatch(sup.get(page).body)
+			if formID == nil {
+				t.Fatal("no form id in the grant form")
+			}
+			r = sup.post(page+"/grant", "csrf_token", csrf, "form_id", formID[1], "credits", "100", "note", "goodwill for the outage")
 			expectStatus(t, "support grants 100", r, http.StatusSeeOther)
+			// The same form sent again (a double click): credited once.
+			r = sup.post(page+"/grant", "csrf_token", csrf, "form_id", formID[1], "credits", "100", "note", "goodwill for the outage")
+			expectStatus(t, "the same grant form again", r, http.StatusConflict)
 			if balance() != 100 {
 				t.Fatalf("balance after the grant: %d", balance())
 			}
@@ -180,7 +188,7 @@ func TestConsoleRoles(t *testing.T) {
 			expectStatus(t, "a cross-site grant", r, http.StatusForbidden)
 			r = sup.post(page+"/grant", "csrf_token", csrf, "credits", "-3", "note", "a negative grant")
 			expectStatus(t, "a negative grant", r, http.StatusBadRequest)
-			if balance() != 100 || auditLen() != 1 { // the grant only: refused input is not an action
+			if balance() != 100 || auditLen() != 2 { // the grant and its repetition: refused input is not an action
 				recs, _, _ := e.store.ListAudit(bg, ledger.AuditQuery{})
 				t.Fatalf("after refused actions: balance %d, audit %+v", balance(), recs)
 			}
@@ -217,6 +225,7 @@ func TestConsoleRoles(t *testing.T) {
 				"olga@example.com adjust.failed " + acct.ID + " refused: removing 150 live credits would take account " + acct.ID + " below zero (balance 100, available 100) | takes more than there is",
 				"olga@example.com adjust " + acct.ID + " -150 live credits | takes more than there is",
 				"olga@example.com disable " + acct.ID + "  | abuse report 17",
+				"sam@example.com grant " + acct.ID + " +100 live credits | goodwill for the outage",
 				"sam@example.com grant " + acct.ID + " +100 live credits | goodwill for the outage",
 			}
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -1,10 +1,13 @@
 package console
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -56,6 +59,19 @@ func allowed(role ledger.OperatorRole, act action) bool {
 	return ok && roleRank[role] > 0 && roleRank[role] >= roleRank[need]
 }
 
+// errRepeated is a grant whose form was sent before: the ledger credited it once.
+var errRepeated = errors.New("this form was sent already")
+
+// formIDRe is what newFormID makes.
+var formIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
+
+// newFormID is a random id for one rendered credit form.
+func newFormID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
 // maxNote is the longest note: it is also the ledger entry's reason, which holds 512 bytes.
 const maxNote = 500
 
@@ -98,15 +114,27 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 		if mode == "" {
 			mode = string(ledger.Live)
 		}
+		if mode != string(ledger.Live) && mode != string(ledger.Test) {
+			bad("The kind of credits is live or test. Nothing was changed.")
+			return
+		}
+		// The form's own id is the grant's reference: a form sent twice (a double click, a
+		// reload) credits once. A form without one gets its audit record's id.
+		formID := r.PostFormValue("form_id")
+		if !formIDRe.MatchString(formID) {
+			formID = ""
+		}
 		kind := ledger.KindGrant
 		if act == actAdjust {
 			kind = ledger.KindAdjustment
 		}
 		detail = fmt.Sprintf("%+d %s credits", credits, mode)
 		do = func() error {
-			// The grant's reference is its audit record: the entry names the record, and a
-			// repeated record could not credit twice.
-			_, _, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, "console:"+recID, note)
+			ref := "console:" + cmpOr(formID, recID)
+			_, res, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, ref, note)
+			if err == nil && res.Repeated {
+				return errRepeated
+			}
 			return err
 		}
 	case actDisable, actEnable:
@@ -134,6 +162,12 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 			return
 		}
 		reason := r.PostFormValue("reason")
+		switch reason {
+		case "", "duplicate", "fraudulent", "requested_by_customer":
+		default:
+			bad("The reason of a refund is duplicate, fraudulent or requested by the customer. Nothing was changed.")
+			return
+		}
 		detail = fmt.Sprintf("refund of %s, %s", ref, eurOrAll(cents))
 		do = func() error { _, err := operator.Refund(r.Context(), a.store, ref, cents, reason); return err }
 	default:
@@ -147,7 +181,11 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 		return
 	}
 	recID = rec.ID
-	if err := do(); err != nil {
+	if err := do(); errors.Is(err, errRepeated) {
+		a.errorPage(w, r, sc, http.StatusConflict, "Sent already",
+			"This form was sent already and credited then; nothing more was credited. Reload the account to see it.")
+		return
+	} else if err != nil {
 		status, msg := http.StatusInternalServerError, "The server could not do it; the log says why."
 		var ae caddy.APIError
 		if errors.As(err, &ae) && ae.HTTPStatus > 0 && ae.HTTPStatus < 500 {

@@ -161,7 +161,9 @@ type accountData struct {
 	Audit              []ledger.AuditRecord
 	Done               string
 	CanSupport, CanOwn bool
-	GrantLimit         int64
+	// The credit forms' ids: sent twice, a form credits once.
+	GrantFormID, AdjustFormID string
+	GrantLimit                int64
 }
 
 func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -193,6 +195,7 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	d.Debt = max(-d.Balance.Balance, 0)
+	d.GrantFormID, d.AdjustFormID = newFormID(), newFormID()
 	d.CanSupport, d.CanOwn = allowed(sc.op.Role, actGrant), allowed(sc.op.Role, actRefund)
 	if sc.op.Role != ledger.RoleOwner {
 		d.GrantLimit = a.supportGrantLimit
