@@ -217,6 +217,9 @@ func parseEUR(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
+	if strings.Trim(s, "0123456789.") != "" {
+		return 0, errors.New("not an amount")
+	}
 	whole, frac, _ := strings.Cut(s, ".")
 	if len(frac) > 2 || whole == "" && frac == "" {
 		return 0, errors.New("at most two decimals")
