@@ -330,9 +330,15 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	}
 	caddyproc.MustFail(t, s.Textgen("operator", "create", "--email", "x@example.com", "--role", "admin"), 1, "role")
 	logIn(owner, owner.RecoveryCodes[1])
+	// What the CLI does to an account is in the audit log too.
+	s.JSON("credits", "adjust", "--account", acct, "--credits", "3", "--reason", "cli goodwill")
+	s.JSON("account", "disable", "--account", acct)
 	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
-	if body := sh.text("main"); !strings.Contains(body, "operator.remove") || !strings.Contains(body, "left the team") {
-		t.Fatalf("the audit page after a removal: %s", body)
+	body := sh.text("main")
+	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the audit page after a removal and CLI actions lacks %q: %s", want, body)
+		}
 	}
 	t.Logf("screenshots: %s", dir)
 }

@@ -92,7 +92,16 @@ func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {
 		if err := decodeAdminJSON(r, &struct{}{}, true); err != nil {
 			return err
 		}
-		acct, err := SetStatus(r.Context(), store, r.PathValue("id"), status)
+		id := r.PathValue("id")
+		action := "disable"
+		if status == ledger.StatusActive {
+			action = "enable"
+		}
+		var acct ledger.Account
+		err := audited(r.Context(), store, action, id, "", "", func() (err error) {
+			acct, err = SetStatus(r.Context(), store, id, status)
+			return err
+		})
 		if err != nil {
 			return err
 		}

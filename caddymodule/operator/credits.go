@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"cmp"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -23,7 +25,16 @@ func (adminAPI) credit(w http.ResponseWriter, r *http.Request, store operatorLed
 		return err
 	}
 	id := r.PathValue("id")
-	mode, res, err := Credit(r.Context(), store, id, kind, req.Mode, req.Credits, req.Reference, req.Reason)
+	var mode ledger.Mode
+	var res ledger.GrantResult
+	detail := fmt.Sprintf("%+d %s credits", req.Credits, cmp.Or(req.Mode, string(ledger.Live)))
+	if ref := strings.TrimSpace(req.Reference); ref != "" {
+		detail += ", reference " + ref
+	}
+	err := audited(r.Context(), store, string(kind), id, detail, strings.TrimSpace(req.Reason), func() (err error) {
+		mode, res, err = Credit(r.Context(), store, id, kind, req.Mode, req.Credits, req.Reference, req.Reason)
+		return err
+	})
 	if err != nil {
 		return err
 	}

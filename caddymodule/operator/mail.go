@@ -35,7 +35,7 @@ func (adminAPI) dropMail(w http.ResponseWriter, r *http.Request, store operatorL
 		return err
 	}
 	id := r.PathValue("id")
-	if err := DropMail(r.Context(), store, id); err != nil {
+	if err := audited(r.Context(), store, "drop", "", "e-mail "+id, "", func() error { return DropMail(r.Context(), store, id) }); err != nil {
 		return err
 	}
 	return writeAdminJSON(w, http.StatusOK, droppedMail{Dropped: id})

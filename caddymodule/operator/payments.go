@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,7 +50,17 @@ func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store operatorLed
 	if err := decodeAdminJSON(r, &req, true); err != nil {
 		return err
 	}
-	res, err := Refund(r.Context(), store, r.PathValue("reference"), req.AmountCents, req.Reason)
+	ref := r.PathValue("reference")
+	acct := ""
+	if pay, err := store.PaymentOf(r.Context(), ref); err == nil {
+		acct = pay.AccountID
+	}
+	var res ledger.ReversalResult
+	detail := fmt.Sprintf("refund of %s, %d cents (0: all that is left)", ref, req.AmountCents)
+	err := audited(r.Context(), store, "refund", acct, detail, req.Reason, func() (err error) {
+		res, err = Refund(r.Context(), store, ref, req.AmountCents, req.Reason)
+		return err
+	})
 	if err != nil {
 		return err
 	}
