@@ -8,6 +8,8 @@ import (
 	_ "github.com/caddy-textgen/textgen/caddymodule"
 	// Registers http.handlers.textgen_account, the My Account area.
 	_ "github.com/caddy-textgen/textgen/caddymodule/account"
+	// Registers http.handlers.textgen_console, the operator's web console.
+	_ "github.com/caddy-textgen/textgen/caddymodule/console"
 	// Registers admin.api.textgen and the caddy textgen commands, the operator's interface.
 	_ "github.com/caddy-textgen/textgen/caddymodule/operator"
 )

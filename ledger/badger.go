@@ -53,6 +53,7 @@ type Badger struct {
 	mailMu   sync.Mutex // serialises the outbox's claims and the tokens' consumption (badger_outbox.go, badger_tokens.go)
 	payMu    sync.Mutex // serialises recording and resolving unmatched payments (badger_payments.go)
 	rcptMu   sync.Mutex // serialises adding receipt keys (badger_receipts.go)
+	opMu     sync.Mutex // serialises the operators' records and console sessions (badger_operators.go)
 	revMu    sync.Mutex // serialises recording payments and applying reversals (badger_reversals.go)
 
 	acctMu   sync.RWMutex

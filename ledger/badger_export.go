@@ -157,6 +157,28 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 			}},
 			{prefixMember, exportMember(sink)},
 			{prefixMemberUsage, exportMemberUsage(sink)},
+			{prefixOperator, func(k, v []byte) error {
+				r, err := readJSON[operatorRecord](v, fmt.Sprintf("operator %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				x := ExportOperator{Operator: r.operator(), Hash: r.Hash, TOTPSealed: r.TOTPSealed, LastStep: r.LastStep}
+				for _, h := range r.Recovery {
+					d, err := hex.DecodeString(h)
+					if err != nil || len(d) != 32 {
+						return fmt.Errorf("operator %q: a malformed recovery digest", r.ID)
+					}
+					x.Recovery = append(x.Recovery, [32]byte(d))
+				}
+				return sink.Operator(x)
+			}},
+			{prefixAudit, func(k, v []byte) error {
+				r, err := readJSON[AuditRecord](v, fmt.Sprintf("audit record %x", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.Audit(r)
+			}},
 		}
 		for _, st := range steps {
 			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {

@@ -44,6 +44,10 @@ const (
 	prefixMember      byte = 0x1C // org id + member id -> memberRecord (JSON)
 	prefixMemberUsage byte = 0x1D // org id + member id + month (YYYY-MM) -> credits taken (decimal)
 	prefixMemberOf    byte = 0x1E // member id + org id -> empty: finds a member's organisations
+	// Operators of the console and their audit log (badger_operators.go); 0x25 is kept for them.
+	prefixOperator     byte = 0x22 // operator id -> operatorRecord (JSON)
+	prefixOperatorSess byte = 0x23 // SHA-256 digest of a console session token -> opSessionRecord (JSON), Badger TTL = expiry
+	prefixAudit        byte = 0x24 // time (unix ns, uint64 BE) + audit id -> AuditRecord (JSON), kept for good
 	// In the kept generations' own directory only (badger_kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

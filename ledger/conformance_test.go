@@ -106,6 +106,12 @@ var conformanceTests = []struct {
 	{"MemberCap", testMemberCap},
 	{"MemberCapMonths", testMemberCapMonths},
 	{"MemberCapRace", testMemberCapRace},
+	// Operators of the console (conformance_operators_test.go).
+	{"Operators", testOperators},
+	{"OperatorSecondFactor", testOperatorSecondFactor},
+	{"OperatorSessions", testOperatorSessions},
+	{"Audit", testAudit},
+	{"OperatorsInvalid", testOperatorsInvalid},
 	// Several roles under concurrent load (conformance_concurrency_test.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

@@ -53,6 +53,8 @@ var (
 	// ErrMemberCapReached: a hold of a member whose monthly cap of credits is used up (until
 	// MemberCapResets). Nothing was written.
 	ErrMemberCapReached = errors.New("the member's monthly credit cap is reached")
+	// ErrCodeUsed: an operator's second-factor code of a time step at or before one already used.
+	ErrCodeUsed = errors.New("second-factor code already used")
 )
 
 // WeakPasswordError says why a password was refused. errors.Is(err, ErrWeakPassword) holds.

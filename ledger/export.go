@@ -50,12 +50,27 @@ type ExportSink interface {
 	// MemberUsage what one member's keys took in one month; both come after every account.
 	Membership(Membership) error
 	MemberUsage(ExportMemberUsage) error
+	// Operator is a console operator as stored: password hash, sealed TOTP secret (the
+	// instances on the copy need the same console key), last TOTP step and the digests of the
+	// recovery codes not used yet. Console sessions are not copied: operators log in again.
+	Operator(ExportOperator) error
+	// Audit is one record of the audit log, as it was appended.
+	Audit(AuditRecord) error
 }
 
 // ExportMemberUsage is what one member's keys took of organisation OrgID in one UTC month.
 type ExportMemberUsage struct {
 	OrgID, MemberID, Month string
 	Credits                int64
+}
+
+// ExportOperator is an operator with what it logs in with.
+type ExportOperator struct {
+	Operator
+	Hash       string
+	TOTPSealed []byte
+	LastStep   int64
+	Recovery   [][32]byte
 }
 
 // ExportAccount is an account with the figures its store keeps: balances, open holds and the

@@ -12,7 +12,7 @@ import (
 // to, whose database must hold no account yet: accounts with their balances, key digests (so the
 // keys handed out before keep working), entries with their numbers and times, holds open or
 // resolved, grant references (they are the entries'), password hashes, live sessions,
-// Idempotency-Key records, unmatched payments, queued e-mail (sealed as it was: the instances on
+// Idempotency-Key records, unmatched payments, the console's operators and audit log, queued e-mail (sealed as it was: the instances on
 // to need the same mail key to send it) and live single-use tokens (the links in mail sent
 // before keep working, once). Afterwards balances, key lookups, log-ins, histories, links and
 // Verify give on to what they gave on from. It is one transaction: on any error nothing is copied.
@@ -95,6 +95,8 @@ var pgImportTables = []struct {
 	{"receipt_digests", []string{"account_id", "request_id", "sha256"}},
 	{"memberships", []string{"org_id", "member_id", "role", "monthly_cap", "pending", "created"}},
 	{"member_usage", []string{"org_id", "member_id", "month", "used"}},
+	{"operators", []string{"id", "email", "role", "created", "hash", "totp_sealed", "totp_last_step", "recovery"}},
+	{"operator_audit", strings.Split(pgAuditCols, ", ")},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -208,6 +210,20 @@ func (p *pgImport) Token(t ExportToken) error {
 }
 
 // Interface guards
+// Operator stores a console operator with what it logs in with.
+func (p *pgImport) Operator(o ExportOperator) error {
+	rec := make([][]byte, len(o.Recovery))
+	for i := range o.Recovery {
+		rec[i] = o.Recovery[i][:]
+	}
+	return p.add("operators", o.ID, o.Email, string(o.Role), o.Created.UnixNano(), o.Hash, o.TOTPSealed, o.LastStep, rec)
+}
+
+// Audit stores one record of the audit log.
+func (p *pgImport) Audit(r AuditRecord) error {
+	return p.add("operator_audit", r.ID, r.Time.UnixNano(), r.OperatorID, r.OperatorEmail, r.Action, r.AccountID, r.Detail, r.Note)
+}
+
 var _ ExportSink = (*pgImport)(nil)
 
 func (p *pgImport) Membership(m Membership) error {

@@ -430,6 +430,8 @@ type exported struct {
 	digests     []ReceiptDigestRecord
 	members     []Membership
 	usage       []ExportMemberUsage
+	operators   []ExportOperator
+	audit       []AuditRecord
 }
 
 func (x *exported) Membership(m Membership) error { x.members = append(x.members, m); return nil }
@@ -464,6 +466,11 @@ func (x *exported) ReceiptDigest(d ReceiptDigestRecord) error {
 	x.digests = append(x.digests, d)
 	return nil
 }
+func (x *exported) Operator(o ExportOperator) error {
+	x.operators = append(x.operators, o)
+	return nil
+}
+func (x *exported) Audit(r AuditRecord) error { x.audit = append(x.audit, r); return nil }
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.

@@ -437,4 +437,5 @@ type Store interface {
 	Receipts
 	KeyUsage
 	Members
+	Operators
 }

@@ -93,9 +93,17 @@ func (adminAPI) setStatus(status ledger.AccountStatus) adminFunc {
 			return err
 		}
 		id := r.PathValue("id")
-		acct, err := store.SetAccountStatus(r.Context(), id, status)
+		action := "disable"
+		if status == ledger.StatusActive {
+			action = "enable"
+		}
+		var acct ledger.Account
+		err := audited(r.Context(), store, action, id, "", "", func() (err error) {
+			acct, err = SetStatus(r.Context(), store, id, status)
+			return err
+		})
 		if err != nil {
-			return accountError(err, id, "setting account %s %s", id, status)
+			return err
 		}
 		return writeAdminJSON(w, http.StatusOK, acct)
 	}

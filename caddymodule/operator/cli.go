@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|member|credits|balance|history|usage|ledger|payments|mail|receipts|backup|restore|stripe> [flags]",
+		Usage: "<account|key|member|credits|balance|history|usage|ledger|payments|mail|receipts|operator|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -291,6 +291,19 @@ func buildTextgenCommand(cmd *cobra.Command) {
 		cliGroup("receipts", "Signed receipts: the signing keys, keys (list) and rotate-key",
 			cliLeaf("keys", "Lists the receipt signing keys (public halves), the current one last", cmdReceiptKeys, nil),
 			cliLeaf("rotate-key", "Makes a new current receipt signing key; the old ones stay listed so that their receipts still verify", cmdReceiptRotate, nil),
+		),
+		cliGroup("operator", "Operators of the web console (textgen_console): create, list, remove",
+			cliLeaf("create", "Creates an operator and prints, once, its TOTP secret, otpauth URL and recovery codes (and its password when generated)", cmdOperatorCreate, func(c *cobra.Command) {
+				c.Flags().String("email", "", "The operator's e-mail address, which it logs in with (required, unique)")
+				c.Flags().String("role", "", "viewer (reads), support (also notes, grants and adjustments within the console's limit) or owner (everything: also disable/enable, refunds) (required)")
+				c.Flags().Bool("password-stdin", false, "Read the password from standard input (default: a generated one, printed once)")
+				c.Flags().String("note", "", "Why, for the audit log")
+			}),
+			cliLeaf("list", "Lists the operators with their role", cmdOperatorList, nil),
+			cliLeaf("remove", "Removes an operator and ends its sessions (the audit log keeps what it did)", cmdOperatorRemove, func(c *cobra.Command) {
+				c.Flags().String("id", "", "The operator's id (required; see 'caddy textgen operator list')")
+				c.Flags().String("note", "", "Why, for the audit log")
+			}),
 		),
 		cliGroup("stripe", "Stripe: send My Account's webhook a signed test event",
 			cliLeaf("webhook", "Sends the webhook a signed checkout.session.completed of a paid session (a local purchase with stripe-mock; it credits the account)", cmdStripeWebhook, func(c *cobra.Command) {

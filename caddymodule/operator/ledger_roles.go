@@ -16,4 +16,5 @@ type operatorLedger interface {
 	ledger.Reversals
 	ledger.KeyUsage
 	ledger.Members
+	ledger.Operators
 }

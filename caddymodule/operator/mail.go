@@ -35,8 +35,8 @@ func (adminAPI) dropMail(w http.ResponseWriter, r *http.Request, store operatorL
 		return err
 	}
 	id := r.PathValue("id")
-	if err := store.DropMail(r.Context(), id); err != nil {
-		return ledgerError(err, "dropping e-mail %s", id)
+	if err := audited(r.Context(), store, "drop", "", "e-mail "+id, "", func() error { return DropMail(r.Context(), store, id) }); err != nil {
+		return err
 	}
 	return writeAdminJSON(w, http.StatusOK, droppedMail{Dropped: id})
 }

@@ -1,14 +1,11 @@
 package operator
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -53,26 +50,19 @@ func (adminAPI) refund(w http.ResponseWriter, r *http.Request, store operatorLed
 	if err := decodeAdminJSON(r, &req, true); err != nil {
 		return err
 	}
-	switch req.Reason {
-	case "", "duplicate", "fraudulent", "requested_by_customer":
-	default:
-		return badRequest("reason: %q is not one of duplicate, fraudulent, requested_by_customer", req.Reason)
-	}
-	if req.AmountCents < 0 {
-		return badRequest("amount_cents: %d is negative; give the cents to refund, or 0 for all that is left", req.AmountCents)
-	}
 	ref := r.PathValue("reference")
-	rf := textgenapp.RefunderFor(store)
-	if rf == nil {
-		return caddy.APIError{HTTPStatus: http.StatusConflict,
-			Err: errors.New("no textgen_account with Stripe serves this ledger: a refund needs its Stripe key (refund in Stripe's dashboard instead: the ledger follows its event)")}
+	acct := ""
+	if pay, err := store.PaymentOf(r.Context(), ref); err == nil {
+		acct = pay.AccountID
 	}
-	res, err := rf.Refund(r.Context(), ref, req.AmountCents, req.Reason)
-	if errors.Is(err, textgenapp.ErrRefund) {
-		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: err}
-	}
+	var res ledger.ReversalResult
+	detail := fmt.Sprintf("refund of %s, %d cents (0: all that is left)", ref, req.AmountCents)
+	err := audited(r.Context(), store, "refund", acct, detail, req.Reason, func() (err error) {
+		res, err = Refund(r.Context(), store, ref, req.AmountCents, req.Reason)
+		return err
+	})
 	if err != nil {
-		return ledgerError(err, "refunding %s", ref)
+		return err
 	}
 	return writeAdminJSON(w, http.StatusOK, res)
 }

@@ -1,0 +1,344 @@
+package console
+
+// The console in a real headless Chromium (chromedp) against the built caddy binary, with a
+// real ledger (Badger on disk, or PostgreSQL), stripe-mock behind My Account for the refund, and
+// the operators made with `caddy textgen operator create`. The owner logs in with the TOTP code
+// of the secret the CLI printed (a wrong code and the same code twice are refused), finds an
+// account, refunds its purchase (through Stripe's API; Stripe's own event for the refund then
+// takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
+// operator's grant above its limit are refused by the server. Every page is checked with
+// axe-core and saved as a screenshot at 1280 and 390 pixels wide, in $TEXTGEN_SCREENSHOTS (else
+// a temporary folder). The console is mounted at /ops only: /console on the same server is not
+// the console.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/caddy-textgen/textgen/caddymodule/account/stripemocktest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/browsertest"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/opauth"
+	"github.com/caddy-textgen/textgen/internal/tier"
+	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
+)
+
+func TestConsoleBrowser(t *testing.T) {
+	tier.Full(t, "Chromium, stripe-mock and the caddy binary")
+	sm, err := stripemocktest.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sm.Stop() })
+	t.Run("badger", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "ledger")
+		consoleBrowser(t, sm.URL, dir, dir)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		consoleBrowser(t, sm.URL, pgtest.NewDatabase(t), "")
+	})
+}
+
+// shots takes the screenshots and runs axe-core on each page.
+type shots struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+	n   int
+}
+
+func (s *shots) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	s.t.Helper()
+	if err := chromedp.Do(s.ctx, steps...); err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (s *shots) text(sel string) string {
+	s.t.Helper()
+	v, err := chromedp.Run(s.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		s.t.Fatalf("reading %s: %v", sel, err)
+	}
+	return strings.TrimSpace(v)
+}
+
+// shot checks the page with axe-core and saves it at desktop and phone width.
+func (s *shots) shot(name string) {
+	s.t.Helper()
+	browsertest.CheckAccessibility(s.t, s.ctx, name)
+	s.n++
+	for _, w := range []struct {
+		name string
+		vp   chromedp.Action[chromedp.Void]
+	}{
+		{"phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)},
+		{"desktop", chromedp.EmulateViewport(1280, 900)},
+	} {
+		s.do("viewport "+w.name, w.vp)
+		png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			s.t.Fatalf("screenshot %s: %v", name, err)
+		}
+		path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s-%s.png", s.n, name, w.name))
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
+	const secret = "whsec_console"
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	s := caddyproc.Start(t, fmt.Sprintf(`handle /account/* {
+		textgen_account {
+			ledger %[1]s
+			stripe_secret_key sk_test_console
+			stripe_webhook_secret %[2]s
+			stripe_api_url %[3]s
+		}
+	}
+	handle /ops/* {
+		textgen_console {
+			ledger %[1]s
+			path_prefix /ops
+			console_key %[4]s
+			support_grant_limit 100
+		}
+	}
+	handle {
+		respond "not the console" 404
+	}`, ledgerSpec, secret, stripeURL, key), ledgerDir)
+	base := "http://" + s.HTTP
+
+	// The console is only where the Caddyfile mounts it.
+	if res, err := http.Get(base + "/console/login"); err != nil || res.StatusCode != http.StatusNotFound || res.Header.Get("X-Frame-Options") != "" {
+		t.Fatalf("/console/login on a server whose console is at /ops: %v %v", res, err)
+	}
+
+	enroll := func(email, role string) opauth.Enrollment {
+		var en opauth.Enrollment
+		raw, _ := json.Marshal(s.JSON("operator", "create", "--email", email, "--role", role, "--note", "browser test"))
+		if err := json.Unmarshal(raw, &en); err != nil || en.TOTPSecret == "" || en.Password == "" || len(en.RecoveryCodes) != opauth.RecoveryCodes {
+			t.Fatalf("operator create: %s (%v)", raw, err)
+		}
+		return en
+	}
+	owner := enroll("owner@example.com", "owner")
+	viewer := enroll("viewer@example.com", "viewer")
+	support := enroll("support@example.com", "support")
+	if ops := caddyproc.List(t, s.JSON("operator", "list"), "operators"); len(ops) != 3 {
+		t.Fatalf("operator list: %v", ops)
+	}
+	acct := caddyproc.Str(t, s.JSON("account", "create", "--email", "customer@example.com", "--test-credits", "0"), "id")
+	s.JSON("stripe", "webhook", "--url", base+"/account/stripe/webhook", "--secret", secret, "--account", acct, "--session", "cs_test_console")
+
+	dir := os.Getenv("TEXTGEN_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else {
+		dir = filepath.Join(dir, t.Name())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(browsertest.Start(t), 4*time.Minute)
+	defer cancel()
+	sh := &shots{t: t, ctx: ctx, dir: dir}
+
+	logIn := func(en opauth.Enrollment, code string) {
+		sh.do("log-in form", chromedp.Navigate(base+"/ops/login"), chromedp.WaitVisible(chromedp.CSS("#email")),
+			chromedp.SendKeys(chromedp.CSS("#email"), en.Operator.Email),
+			chromedp.SendKeys(chromedp.CSS("#password"), en.Password),
+			chromedp.SendKeys(chromedp.CSS("#code"), code),
+			chromedp.Click(chromedp.CSS(`main button[type="submit"]`)),
+			// The next page: the log-in form again with its error, or a page of the console.
+			chromedp.WaitVisible(chromedp.CSS("p.error, header nav")))
+	}
+	totp := func(en opauth.Enrollment) string {
+		c, err := opauth.Code(en.TOTPSecret, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	logOut := func() {
+		sh.do("log-out", chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.CSS("#email")))
+	}
+
+	sh.do("log-in page", chromedp.Navigate(base+"/ops/login"), chromedp.WaitVisible(chromedp.CSS("#email")))
+	sh.shot("login")
+	logIn(owner, "000000")
+	if msg := sh.text("p.error"); !strings.Contains(msg, "Wrong e-mail, password or code") {
+		t.Fatalf("a wrong code: %q", msg)
+	}
+	sh.shot("login-wrong-code")
+	code := totp(owner)
+	logIn(owner, code)
+	if h := sh.text("main h1"); h != "Overview" {
+		t.Fatalf("after log-in: %q", h)
+	}
+	sh.shot("overview")
+	logOut()
+	logIn(owner, code) // the same code again
+	if msg := sh.text("p.error"); !strings.Contains(msg, "used already") {
+		t.Fatalf("a replayed code: %q", msg)
+	}
+	logIn(owner, owner.RecoveryCodes[0])
+	if h := sh.text("main h1"); h != "Overview" {
+		t.Fatalf("after log-in with a recovery code: %q", h)
+	}
+
+	sh.do("accounts", chromedp.Navigate(base+"/ops/accounts"), chromedp.WaitVisible(chromedp.CSS("#q")))
+	sh.shot("accounts")
+	sh.do("search", chromedp.SendKeys(chromedp.CSS("#q"), "customer@example.com"),
+		chromedp.Click(chromedp.CSS(`form.search button`)), chromedp.WaitVisible(chromedp.CSS("#grant-credits")))
+	if h := sh.text("main h1"); h != "customer@example.com" {
+		t.Fatalf("the account found: %q", h)
+	}
+	sh.shot("account-owner")
+	sh.do("refund", chromedp.SendKeys(chromedp.CSS("#refund-note"), "customer asked, ticket 42"),
+		chromedp.Click(chromedp.CSS(`form.refund button`)), chromedp.WaitVisible(chromedp.CSS("p.notice")))
+	if msg := sh.text("p.notice"); !strings.Contains(msg, "refund") {
+		t.Fatalf("after the refund: %q", msg)
+	}
+	sh.shot("account-refunded")
+	balance := func() int64 { return caddyproc.Num(t, s.JSON("balance", "--account", acct), "balance") }
+	if b := balance(); b != 0 {
+		t.Fatalf("balance after refunding the whole purchase: %d", b)
+	}
+	rs := caddyproc.List(t, s.JSON("payments", "list"), "reversals")
+	if len(rs) != 1 || rs[0]["kind"] != "refund" || rs[0]["reference"] != "cs_test_console" {
+		t.Fatalf("refunds after the console's: %v", rs)
+	}
+	// Stripe's own event for the refund the console made: applied once already.
+	reID, _ := rs[0]["id"].(string)
+	payload, _ := json.Marshal(map[string]any{"id": "evt_console_refund", "object": "event", "type": "refund.created",
+		"created": time.Now().Unix(), "api_version": "2025-01-27.acacia", "data": map[string]any{"object": map[string]any{
+			"id": reID, "object": "refund", "amount": 200, "currency": "eur", "status": "succeeded",
+			"payment_intent": "pi_local_test_console", "charge": "ch_local"}}})
+	sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret})
+	req, _ := http.NewRequest(http.MethodPost, base+"/account/stripe/webhook", strings.NewReader(string(payload)))
+	req.Header.Set("Stripe-Signature", sp.Header)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply map[string]string
+	json.NewDecoder(res.Body).Decode(&reply)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(reply["status"], "duplicate") {
+		t.Fatalf("the refund's own event: %d %v", res.StatusCode, reply)
+	}
+	if b := balance(); b != 0 {
+		t.Fatalf("balance after the refund's event: %d", b)
+	}
+	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("main"); !strings.Contains(body, "refund of cs_test_console") || !strings.Contains(body, "customer asked, ticket 42") ||
+		!strings.Contains(body, "operator.create") {
+		t.Fatalf("the audit page: %s", body)
+	}
+	sh.shot("audit")
+	sh.do("payments", chromedp.Navigate(base+"/ops/payments"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("main"); !strings.Contains(body, reID) {
+		t.Fatalf("the payments page: %s", body)
+	}
+	sh.shot("payments")
+	if ledgerDir == "" {
+		// A message in the outbox, queued through a second connection to the shared database.
+		store, err := ledger.OpenPostgres(context.Background(), ledgerSpec, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = store.EnqueueMail(context.Background(), ledger.MailMessage{AccountID: acct, Kind: "verify", Sealed: []byte("sealed")})
+		store.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh.do("mail", chromedp.Navigate(base+"/ops/mail"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	sh.shot("mail")
+	if ledgerDir == "" {
+		sh.do("drop", chromedp.SendKeys(chromedp.CSS("#drop-note-0"), "address bounces"),
+			chromedp.Click(chromedp.CSS(`form[action$="/drop"] button`)), chromedp.WaitVisible(chromedp.CSS("p.notice")))
+		if body := sh.text("main"); !strings.Contains(body, "The outbox is empty") {
+			t.Fatalf("the mail page after the drop: %s", body)
+		}
+	}
+	logOut()
+
+	// A viewer sees the account without forms; a grant form forged in its page is refused.
+	logIn(viewer, totp(viewer))
+	sh.do("viewer's account page", chromedp.Navigate(base+"/ops/accounts/"+acct), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	sh.shot("account-viewer")
+	forge := fmt.Sprintf(`(() => { const f = document.createElement("form"); f.method = "post"; f.action = "/ops/accounts/%s/grant";
+		for (const [k, v] of [["csrf_token", document.querySelector("form.who input[name=csrf_token]").value], ["credits", "50"], ["note", "forged"]]) {
+			const i = document.createElement("input"); i.type = "hidden"; i.name = k; i.value = v; f.appendChild(i) }
+		document.body.appendChild(f); f.submit(); return true })()`, acct)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](forge)); err != nil {
+		t.Fatal(err)
+	}
+	sh.do("the forged grant's answer", chromedp.WaitVisible(chromedp.CSS("p.error")))
+	if h, msg := sh.text("main h1"), sh.text("p.error"); h != "Not allowed" || !strings.Contains(msg, "viewer") {
+		t.Fatalf("a viewer's forged grant: %q %q", h, msg)
+	}
+	sh.shot("viewer-forged-grant")
+	if b := balance(); b != 0 {
+		t.Fatalf("balance after the viewer's forged grant: %d", b)
+	}
+	logOut()
+
+	// Support: above its limit refused, within it granted.
+	logIn(support, totp(support))
+	grant := func(n string) {
+		sh.do("grant "+n, chromedp.Navigate(base+"/ops/accounts/"+acct), chromedp.WaitVisible(chromedp.CSS("#grant-credits")),
+			chromedp.SendKeys(chromedp.CSS("#grant-credits"), n), chromedp.SendKeys(chromedp.CSS("#grant-note"), "goodwill"),
+			chromedp.Click(chromedp.CSS(`form[action$="/grant"] button`)), chromedp.WaitVisible(chromedp.CSS("p.error, p.notice")))
+	}
+	grant("101")
+	if h := sh.text("main h1"); h != "Above your limit" {
+		t.Fatalf("support grants 101: %q", h)
+	}
+	sh.shot("support-above-limit")
+	grant("100")
+	if b := balance(); b != 100 {
+		t.Fatalf("balance after support's grant of 100: %d", b)
+	}
+	sh.shot("account-support")
+	logOut()
+
+	// Removing an operator: it can no longer log in, and the audit log says who removed it.
+	s.JSON("operator", "remove", "--id", viewer.Operator.ID, "--note", "left the team")
+	if ops := caddyproc.List(t, s.JSON("operator", "list"), "operators"); len(ops) != 2 {
+		t.Fatalf("operator list after a removal: %v", ops)
+	}
+	logIn(viewer, viewer.RecoveryCodes[0])
+	if msg := sh.text("p.error"); !strings.Contains(msg, "Wrong e-mail, password or code") {
+		t.Fatalf("a removed operator's log-in: %q", msg)
+	}
+	caddyproc.MustFail(t, s.Textgen("operator", "create", "--email", "x@example.com", "--role", "admin"), 1, "role")
+	logIn(owner, owner.RecoveryCodes[1])
+	// What the CLI does to an account is in the audit log too.
+	s.JSON("credits", "adjust", "--account", acct, "--credits", "3", "--reason", "cli goodwill")
+	s.JSON("account", "disable", "--account", acct)
+	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	body := sh.text("main")
+	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the audit page after a removal and CLI actions lacks %q: %s", want, body)
+		}
+	}
+	t.Logf("screenshots: %s", dir)
+}

@@ -1,0 +1,246 @@
+// Package console is the operator's web console of caddy-textgen: the Caddy HTTP handler
+// http.handlers.textgen_console (Caddyfile directive textgen_console). Operators log in with a
+// password and a TOTP code (or a single-use recovery code), see the service's accounts,
+// payments and usage, and act on them within their role: viewer (reads), support (notes,
+// grants and adjustments up to support_grant_limit) and owner (also disable/enable, refunds).
+// Every action that changes money or access is written to the ledger's audit log, with the
+// note the operator must give, before it is made; each action is the same function the admin
+// API and the CLI call (caddymodule/operator), so the three can never disagree.
+package console
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler serves the console under PathPrefix and passes every other request on, so it can
+// share a site block with textgen and textgen_account, or have a host of its own.
+type Handler struct {
+	// Ledger is the ledger the textgen handler names (a Badger directory or a postgres:// URL).
+	// Required.
+	Ledger string `json:"ledger,omitempty"`
+	// LimitsStore keeps the log-in throttles in Redis, shared by every instance that names the
+	// same store and ledger. Default: each instance's memory.
+	LimitsStore string `json:"limits_store,omitempty"`
+	// PathPrefix is where the console lives. Default: /console.
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// SessionLifetime is the longest a log-in lasts, however active. Default: 8h.
+	SessionLifetime caddy.Duration `json:"session_lifetime,omitempty"`
+	// IdleTimeout ends a session that made no request for this long. Default: 30m.
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// CookieName names the session cookie; the log-in form's CSRF cookie is the same name with
+	// "_csrf" appended. Default: textgen_console.
+	CookieName string `json:"cookie_name,omitempty"`
+	// ConsoleKey seals the operators' TOTP secrets (32 bytes in base64: openssl rand -base64
+	// 32); placeholders are resolved at start. Instances sharing a PostgreSQL ledger set the
+	// same one. Default: the key file textgen/console.key in Caddy's data directory, made once.
+	ConsoleKey string `json:"console_key,omitempty"`
+	// SupportGrantLimit is the most credits an operator of role support may grant, or add or
+	// take off by an adjustment, in one action. Default: 100.
+	SupportGrantLimit int64 `json:"support_grant_limit,omitempty"`
+	// SiteName is shown in page titles. Default: "Text generation API".
+	SiteName string `json:"site_name,omitempty"`
+
+	inFlight   *inflight.Guard
+	logger     *zap.Logger
+	ledgerRef  *textgenapp.LedgerRef
+	storeKey   string
+	app        *atomic.Pointer[app]
+	unregister func()
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.textgen_console",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+const (
+	defaultPrefix            = "/console"
+	defaultSessionLifetime   = 8 * time.Hour
+	defaultIdleTimeout       = 30 * time.Minute
+	defaultCookieName        = "textgen_console"
+	defaultSupportGrantLimit = 100
+	defaultSiteName          = "Text generation API"
+)
+
+// Provision sets defaults and joins the ledger; the key and the app are made at start.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.inFlight = inflight.New(h.release, h.logger)
+	h.app = new(atomic.Pointer[app])
+	h.PathPrefix = strings.TrimRight(cmp.Or(h.PathPrefix, defaultPrefix), "/")
+	h.SessionLifetime = cmp.Or(h.SessionLifetime, caddy.Duration(defaultSessionLifetime))
+	h.IdleTimeout = cmp.Or(h.IdleTimeout, caddy.Duration(defaultIdleTimeout))
+	h.CookieName = cmp.Or(h.CookieName, defaultCookieName)
+	h.SupportGrantLimit = cmp.Or(h.SupportGrantLimit, defaultSupportGrantLimit)
+	h.SiteName = cmp.Or(h.SiteName, defaultSiteName)
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	tg, err := textgenapp.From(ctx)
+	if err != nil {
+		return fmt.Errorf("textgen_console: %w", err)
+	}
+	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
+		return fmt.Errorf("textgen_console: %w", err)
+	}
+	cfg := appConfig{
+		limitsName:        h.ledgerRef.Key() + "|console",
+		logger:            h.logger,
+		prefix:            h.PathPrefix,
+		sessionLifetime:   time.Duration(h.SessionLifetime),
+		idleTimeout:       time.Duration(h.IdleTimeout),
+		cookieName:        h.CookieName,
+		supportGrantLimit: h.SupportGrantLimit,
+		siteName:          h.SiteName,
+	}
+	if h.LimitsStore != "" {
+		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {
+			return fmt.Errorf("textgen_console: %w", err)
+		}
+	}
+	repl := caddy.NewReplacer()
+	tg.OnStart(func() error {
+		store, err := h.ledgerRef.Get()
+		if err != nil {
+			return fmt.Errorf("textgen_console: %w", err)
+		}
+		if cfg.sealer, err = h.key(repl); err != nil {
+			return fmt.Errorf("textgen_console: %w", err)
+		}
+		cfg.store = store
+		h.app.Store(newApp(cfg))
+		h.unregister = textgenapp.RegisterConsoleSealer(store, cfg.sealer)
+		return nil
+	})
+	return nil
+}
+
+// key loads the console key (console_key, else the key file in Caddy's data directory). It
+// runs in the textgen app's Start, which `caddy validate` never calls.
+func (h *Handler) key(repl *caddy.Replacer) (*sealing.Sealer, error) {
+	var key []byte
+	var err error
+	if h.ConsoleKey != "" {
+		if key, err = sealing.ParseKey(repl.ReplaceAll(h.ConsoleKey, "")); err != nil {
+			return nil, fmt.Errorf("console_key: %w", err)
+		}
+	} else {
+		if textgenapp.IsDatabaseURL(h.Ledger) {
+			h.logger.Warn("textgen_console without console_key on a PostgreSQL ledger: this instance seals TOTP secrets with its own key file, which other instances cannot open; set the same console_key on every instance")
+		}
+		path := filepath.Join(caddy.AppDataDir(), "textgen", "console.key")
+		if key, err = sealing.KeyFile(path); err != nil {
+			return nil, fmt.Errorf("console key %s: %w (set console_key or make Caddy's data directory writable)", path, err)
+		}
+	}
+	return sealing.New(key)
+}
+
+// Validate rejects a configuration that cannot work, naming the field.
+func (h *Handler) Validate() error {
+	if strings.TrimSpace(h.Ledger) == "" {
+		return fmt.Errorf("textgen_console: ledger: the directory of the ledger (as in textgen) is required")
+	}
+	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || strings.Trim(p, "/") == "") {
+		return fmt.Errorf("textgen_console: path_prefix: %q must be a path like /console", p)
+	}
+	if h.SessionLifetime < 0 || time.Duration(h.SessionLifetime) > ledger.MaxSessionTTL {
+		return fmt.Errorf("textgen_console: session_lifetime: must be between 0 and %s", ledger.MaxSessionTTL)
+	}
+	if h.IdleTimeout < 0 {
+		return fmt.Errorf("textgen_console: idle_timeout must not be negative")
+	}
+	if h.CookieName != "" && !cookieNameOK(h.CookieName) {
+		return fmt.Errorf("textgen_console: cookie_name: %q may hold only letters, digits, - and _", h.CookieName)
+	}
+	if h.SupportGrantLimit < 0 || h.SupportGrantLimit > 1_000_000_000 {
+		return fmt.Errorf("textgen_console: support_grant_limit must be between 0 and 1000000000")
+	}
+	return nil
+}
+
+func cookieNameOK(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Cleanup releases the shared ledger once the last request of this config has ended. It is
+// safe after a Provision that failed half way.
+func (h *Handler) Cleanup() error {
+	if h.inFlight == nil {
+		return nil
+	}
+	return h.inFlight.Cleanup()
+}
+
+func (h *Handler) release() error {
+	if h.unregister != nil {
+		h.unregister()
+	}
+	if h.storeKey != "" {
+		textgenapp.ReleaseLimitsStore(h.storeKey)
+	}
+	if h.ledgerRef == nil {
+		return nil
+	}
+	return h.ledgerRef.Release()
+}
+
+// ServeHTTP serves the console and passes other paths on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	p := r.URL.Path
+	if p != h.PathPrefix && !strings.HasPrefix(p, h.PathPrefix+"/") {
+		return next.ServeHTTP(w, r)
+	}
+	if !h.inFlight.Enter() {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "The server is reloading its configuration; retry.", http.StatusServiceUnavailable)
+		return nil
+	}
+	defer h.inFlight.Exit()
+	a := h.app.Load()
+	if a == nil {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "The server is starting; retry.", http.StatusServiceUnavailable)
+		return nil
+	}
+	a.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)
