@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 //	  go test ./ledger -run '^$' -bench LargeLedgerBuild -benchtime 1x -timeout 2h
 //	TEXTGEN_LARGE_LEDGER=/data/large go test ./ledger -run '^$' -bench 'LargeLedger$' -benchtime 1x -timeout 2h
 //
+// Its lines start with "large:" (TEXTGEN_BENCH_PROFILE=dir: a heap profile after the open).
 // TEXTGEN_LARGE_LEDGER_PG=1 also copies it into a PostgreSQL server of its own (ledger migrate)
 // and measures the same there. docs/BENCHMARKS.md, "A large ledger", has the figures.
 
@@ -144,8 +146,8 @@ func BenchmarkLargeLedger(b *testing.B) {
 
 func measureLarge(b *testing.B, root, dir string) {
 	ctx := context.Background()
-	b.Logf("machine: %d CPUs (GOMAXPROCS %d), %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	b.Logf("ledger on disk: %.2f GB", float64(dirSize(b, dir))/1e9)
+	say("machine: %d CPUs (GOMAXPROCS %d), %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	say("ledger on disk: %.2f GB", float64(dirSize(b, dir))/1e9)
 	rss0 := rssBytes()
 	t0 := time.Now()
 	s, err := Open(dir, Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
@@ -157,6 +159,16 @@ func measureLarge(b *testing.B, root, dir string) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if d := os.Getenv("TEXTGEN_BENCH_PROFILE"); d != "" {
+		f, err := os.Create(filepath.Join(d, "large-open.heap"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
 	accts := s.allAccounts()
 	nKeys := 0
 	var big, small *account
@@ -169,7 +181,7 @@ func measureLarge(b *testing.B, root, dir string) {
 			small = a
 		}
 	}
-	b.Logf("open: %s for %d accounts and %d keys; RSS %d MB before, %d MB after (%.0f bytes an account); Go heap in use %d MB",
+	say("open: %s for %d accounts and %d keys; RSS %d MB before, %d MB after (%.0f bytes an account); Go heap in use %d MB",
 		openTook.Round(time.Millisecond), len(accts), nKeys, rss0>>20, rss1>>20, float64(rss1-rss0)/float64(len(accts)), ms.HeapInuse>>20)
 	b.ReportMetric(openTook.Seconds(), "open-s")
 	b.ReportMetric(float64(rss1)/(1<<20), "open-RSS-MB")
@@ -192,9 +204,9 @@ func measureLarge(b *testing.B, root, dir string) {
 	large := pathTimes{}
 	emptyT := pathTimes{}
 	runPath(b, s, small.id, 10, 200, &large, empty, eacct.ID, &emptyT)
-	large.log(b, "large ledger")
-	emptyT.log(b, "empty ledger")
-	b.Logf("generate path, large / empty: lookup p50 %.2fx, reserve p50 %.2fx p99 %.2fx, settle p50 %.2fx p99 %.2fx",
+	large.log("large ledger")
+	emptyT.log("empty ledger")
+	say("generate path, large / empty: lookup p50 %.2fx, reserve p50 %.2fx p99 %.2fx, settle p50 %.2fx p99 %.2fx",
 		ratio(large.lookup, emptyT.lookup, 50), ratio(large.reserve, emptyT.reserve, 50), ratio(large.reserve, emptyT.reserve, 99),
 		ratio(large.settle, emptyT.settle, 50), ratio(large.settle, emptyT.settle, 99))
 	empty.Close()
@@ -205,7 +217,7 @@ func measureLarge(b *testing.B, root, dir string) {
 	if err != nil || len(es) != 50 {
 		b.Fatalf("history: %v (%d)", err, len(es))
 	}
-	b.Logf("history of an account of %d entries, first page of 50: %s", big.nextSeq-1, took)
+	say("history of an account of %d entries, first page of 50: %s", big.nextSeq-1, took)
 	pages := 0
 	took = timeIt(func() {
 		cur := ""
@@ -221,7 +233,7 @@ func measureLarge(b *testing.B, root, dir string) {
 			cur = next
 		}
 	})
-	b.Logf("history of that account, all of it in pages of 1000: %d pages in %s", pages, took.Round(time.Millisecond))
+	say("history of that account, all of it in pages of 1000: %d pages in %s", pages, took.Round(time.Millisecond))
 	var rows []UsageRow
 	took = timeIt(func() {
 		rows, err = s.Usage(ctx, UsageQuery{AccountID: big.id, From: time.Now().Add(-30 * 24 * time.Hour)})
@@ -229,12 +241,12 @@ func measureLarge(b *testing.B, root, dir string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("usage of that account, last 30 days: %d rows in %s", len(rows), took.Round(time.Microsecond))
+	say("usage of that account, last 30 days: %d rows in %s", len(rows), took.Round(time.Microsecond))
 	took = timeIt(func() { rows, err = s.Usage(ctx, UsageQuery{AccountID: big.id}) })
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("usage of that account, all time: %d rows in %s", len(rows), took.Round(time.Millisecond))
+	say("usage of that account, all time: %d rows in %s", len(rows), took.Round(time.Millisecond))
 
 	// Verify and backup: time and the peak of the process's memory while they run.
 	var rep VerifyReport
@@ -242,7 +254,7 @@ func measureLarge(b *testing.B, root, dir string) {
 	if err != nil || !rep.OK {
 		b.Fatalf("verify: %v %v", err, rep.Problems)
 	}
-	b.Logf("verify: ok, %d accounts, %d entries in %s; peak RSS %d MB (%d MB above the open ledger)",
+	say("verify: ok, %d accounts, %d entries in %s; peak RSS %d MB (%d MB above the open ledger)",
 		rep.Accounts, rep.Entries, took.Round(time.Millisecond), peak>>20, (peak-rss1)>>20)
 	b.ReportMetric(took.Seconds(), "verify-s")
 	bf, err := os.Create(filepath.Join(root, "backup.bak"))
@@ -261,7 +273,7 @@ func measureLarge(b *testing.B, root, dir string) {
 	st, _ := bf.Stat()
 	bf.Close()
 	os.Remove(bf.Name())
-	b.Logf("backup: %.2f GB in %s; peak RSS %d MB", float64(st.Size())/1e9, took.Round(time.Millisecond), peak>>20)
+	say("backup: %.2f GB in %s; peak RSS %d MB", float64(st.Size())/1e9, took.Round(time.Millisecond), peak>>20)
 	b.ReportMetric(took.Seconds(), "backup-s")
 
 	if os.Getenv("TEXTGEN_LARGE_LEDGER_PG") != "" {
@@ -271,7 +283,7 @@ func measureLarge(b *testing.B, root, dir string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("close: %s", took.Round(time.Millisecond))
+	say("close: %s", took.Round(time.Millisecond))
 }
 
 // measurePostgres copies the open large ledger into a PostgreSQL server of its own (what
@@ -296,7 +308,7 @@ func measurePostgres(b *testing.B, s *Badger, big, small string) {
 	if err != nil {
 		b.Fatalf("migrate after %s: %v", took.Round(time.Second), err)
 	}
-	b.Logf("migrate to PostgreSQL: %s; peak RSS of this process %d MB", took.Round(time.Second), peak>>20)
+	say("migrate to PostgreSQL: %s; peak RSS of this process %d MB", took.Round(time.Second), peak>>20)
 	b.ReportMetric(took.Seconds(), "migrate-s")
 
 	edb, err := srv.CreateDatabase(ctx)
@@ -317,9 +329,9 @@ func measurePostgres(b *testing.B, s *Badger, big, small string) {
 	}
 	large, empty := pathTimes{}, pathTimes{}
 	runPath(b, p, small, 5, 100, &large, e, ea.ID, &empty)
-	large.log(b, "PostgreSQL, large")
-	empty.log(b, "PostgreSQL, empty")
-	b.Logf("PostgreSQL generate path, large / empty: lookup p50 %.2fx, reserve p50 %.2fx p99 %.2fx, settle p50 %.2fx p99 %.2fx",
+	large.log("PostgreSQL, large")
+	empty.log("PostgreSQL, empty")
+	say("PostgreSQL generate path, large / empty: lookup p50 %.2fx, reserve p50 %.2fx p99 %.2fx, settle p50 %.2fx p99 %.2fx",
 		ratio(large.lookup, empty.lookup, 50), ratio(large.reserve, empty.reserve, 50), ratio(large.reserve, empty.reserve, 99),
 		ratio(large.settle, empty.settle, 50), ratio(large.settle, empty.settle, 99))
 	var es []Entry
@@ -327,30 +339,33 @@ func measurePostgres(b *testing.B, s *Badger, big, small string) {
 	if err != nil || len(es) != 50 {
 		b.Fatalf("history: %v", err)
 	}
-	b.Logf("PostgreSQL history, first page of 50: %s", took)
+	say("PostgreSQL history, first page of 50: %s", took)
 	took = timeIt(func() { _, err = p.Usage(ctx, UsageQuery{AccountID: big, From: time.Now().Add(-30 * 24 * time.Hour)}) })
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("PostgreSQL usage, last 30 days: %s", took.Round(time.Microsecond))
+	say("PostgreSQL usage, last 30 days: %s", took.Round(time.Microsecond))
 	took = timeIt(func() { _, err = p.Usage(ctx, UsageQuery{AccountID: big}) })
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("PostgreSQL usage, all time: %s", took.Round(time.Millisecond))
+	say("PostgreSQL usage, all time: %s", took.Round(time.Millisecond))
 	var rep VerifyReport
 	took = timeIt(func() { rep, err = p.Verify(ctx) })
 	if err != nil || !rep.OK {
 		b.Fatalf("PostgreSQL verify: %v %v", err, rep.Problems)
 	}
-	b.Logf("PostgreSQL verify: ok, %d accounts, %d entries in %s", rep.Accounts, rep.Entries, took.Round(time.Millisecond))
+	say("PostgreSQL verify: ok, %d accounts, %d entries in %s", rep.Accounts, rep.Entries, took.Round(time.Millisecond))
 }
+
+// say prints one line of the measurements at once: a benchmark's own log keeps 10 lines.
+func say(format string, args ...any) { fmt.Printf("large: "+format+"\n", args...) }
 
 // pathTimes are the per-call times of the generate path's ledger calls.
 type pathTimes struct{ lookup, reserve, settle []time.Duration }
 
-func (p *pathTimes) log(b *testing.B, what string) {
-	b.Logf("%s: key lookup p50 %s p99 %s; reserve p50 %s p99 %s; settle (durable) p50 %s p99 %s (%d generations)", what,
+func (p *pathTimes) log(what string) {
+	say("%s: key lookup p50 %s p99 %s; reserve p50 %s p99 %s; settle (durable) p50 %s p99 %s (%d generations)", what,
 		pct(p.lookup, 50), pct(p.lookup, 99), pct(p.reserve, 50), pct(p.reserve, 99), pct(p.settle, 50), pct(p.settle, 99), len(p.settle))
 }
 
