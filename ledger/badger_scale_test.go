@@ -30,7 +30,7 @@ import (
 //
 // Its lines start with "large:" (TEXTGEN_BENCH_PROFILE=dir: a heap profile after the open).
 // TEXTGEN_LARGE_LEDGER_PG=1 also copies it into a PostgreSQL server of its own (ledger migrate)
-// and measures the same there. docs/BENCHMARKS.md, "A large ledger", has the figures.
+// and measures the same there (=only: the open, the generate path and PostgreSQL alone). docs/BENCHMARKS.md, "A large ledger", has the figures.
 
 // TestLedgerGen: the generator writes a ledger the engine opens and Verify finds whole, with the
 // counts asked for, so that what BenchmarkLargeLedger measures is a ledger the engine could have
@@ -211,6 +211,11 @@ func measureLarge(b *testing.B, root, dir string) {
 		ratio(large.settle, emptyT.settle, 50), ratio(large.settle, emptyT.settle, 99))
 	empty.Close()
 
+	if os.Getenv("TEXTGEN_LARGE_LEDGER_PG") == "only" {
+		measurePostgres(b, s, big.id, small.id)
+		return
+	}
+
 	// One big account's history and usage.
 	var es []Entry
 	took := timeIt(func() { es, _, err = s.History(ctx, big.id, Page{Limit: 50}) })
@@ -289,7 +294,9 @@ func measureLarge(b *testing.B, root, dir string) {
 // measurePostgres copies the open large ledger into a PostgreSQL server of its own (what
 // `ledger migrate` does) and measures the same operations there.
 func measurePostgres(b *testing.B, s *Badger, big, small string) {
-	ctx := context.Background()
+	// As long as ledger migrate allows (caddymodule/operator/cli_migrate.go).
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Hour)
+	defer cancel()
 	srv, err := pgtest.Start()
 	if err != nil {
 		b.Fatal(err)
