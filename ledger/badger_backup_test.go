@@ -16,7 +16,13 @@ func TestBackupFormat(t *testing.T) {
 	s := openDir(t, t.TempDir(), quiet)
 	keys := fill(t, s)
 	want := dumpStore(t, s)
-	tok, _, err := s.CreateSession(bg, want.Accounts[0].ID, time.Hour)
+	active := ""
+	for _, a := range want.Accounts {
+		if a.Status == StatusActive {
+			active = a.ID
+		}
+	}
+	tok, _, err := s.CreateSession(bg, active, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
