@@ -308,7 +308,7 @@ func (s *Badger) load() error {
 			if rec.State != HoldOpen {
 				return fmt.Errorf("hold %q of %q is indexed as open but is %s", rid, acct, rec.State)
 			}
-			a.holds[rid] = &holdMem{rec: rec}
+			a.putHold(rid, &holdMem{rec: rec})
 			a.add(rec.Mode, 0, 1)
 			s.openHolds.Add(1)
 			return nil

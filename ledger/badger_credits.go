@@ -57,7 +57,7 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 	}
 	op := s.c.enqueue(ws)
 	if req.Reference != "" {
-		a.refs[req.Reference] = &refMem{entry: ent, op: op.id}
+		a.putRef(req.Reference, &refMem{entry: ent, op: op.id})
 		a.recent = append(a.recent, recentItem{kind: 'r', key: req.Reference, op: op.id})
 	}
 	b := a.balance()

@@ -124,7 +124,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	} else {
 		op = s.c.enqueueLazy(ws) // committed with the settle, or soon
 	}
-	a.holds[req.RequestID] = &holdMem{rec: rec, op: op.id}
+	a.putHold(req.RequestID, &holdMem{rec: rec, op: op.id})
 	s.openHolds.Add(1)
 	a.mu.Unlock()
 	// A Reserve returns before the commit, except when the committer refused the write (it

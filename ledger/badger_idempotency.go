@@ -82,7 +82,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 // storeIdem queues rec's write. Called with a.mu held.
 func (s *Badger) storeIdem(a *account, rec IdempotencyRecord) *pendingOp {
 	op := s.c.enqueue([]write{s.idemWrite(rec)})
-	a.idem[rec.Key] = &idemMem{rec: rec, op: op.id}
+	a.putIdem(rec.Key, &idemMem{rec: rec, op: op.id})
 	a.recent = append(a.recent, recentItem{kind: 'i', key: rec.Key, op: op.id})
 	return op
 }

@@ -37,6 +37,7 @@ func newKeyEntry(a *account, rec keyRecord) (*keyEntry, error) {
 	}
 	copy(e.digest[:], d)
 	k := rec.Key
+	compactKey(&k, a)
 	if !k.LastUsed.IsZero() {
 		e.used.Store(k.LastUsed.UnixNano())
 		e.flushed = e.used.Load()

@@ -142,13 +142,8 @@ func (a *account) balanceWrite() write {
 }
 
 func newAccount(rec Account) *account {
-	a := &account{
-		id:      rec.ID,
-		nextSeq: 1,
-		holds:   map[string]*holdMem{},
-		refs:    map[string]*refMem{},
-		idem:    map[string]*idemMem{},
-	}
+	compactAccount(&rec)
+	a := &account{id: rec.ID, nextSeq: 1} // its maps are made when first needed (badger_compact.go)
 	a.rec.Store(&rec)
 	return a
 }

@@ -196,7 +196,7 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 		// The entry's reference is indexed like a grant's, as PostgreSQL's unique index does.
 		ws = append(append(ews, set(grantRefKey(a.id, ent.Reference), seqBytes(ent.Seq))), ws...)
 		op = s.c.enqueue(ws)
-		a.refs[ent.Reference] = &refMem{entry: ent, op: op.id}
+		a.putRef(ent.Reference, &refMem{entry: ent, op: op.id})
 		a.recent = append(a.recent, recentItem{kind: 'r', key: ent.Reference, op: op.id})
 		res.Entry, res.Balance = ent, a.balance()
 		a.mu.Unlock()

@@ -1,7 +1,10 @@
 package ledger
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -103,5 +106,51 @@ func TestVerifyNegativeBalanceInEntries(t *testing.T) {
 	k := problemKinds(r)
 	if r.OK || k["negative_balance"] != 1 || k["negative_available"] != 1 {
 		t.Fatalf("negative entries: %+v", r.Problems)
+	}
+}
+
+// TestVerifyMemory: Verify reads one account at a time and keeps, beyond it, the in-memory
+// figures of each account and the problems, so that verifying a million accounts inside the
+// server does not take gigabytes from it. The heap is sampled, after a collection, while it runs.
+func TestVerifyMemory(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := genLedger(dir, genSpec{Accounts: 20_000, Keys: 20_000, Entries: 100_000, Big: 1, BigEntries: 10_001,
+		Now: time.Now().UTC(), Span: 30 * 24 * time.Hour, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	s := openDir(t, dir, quiet)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapInuse
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			peak.Store(max(peak.Load(), ms.HeapInuse))
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	r, err := s.Verify(bg)
+	close(done)
+	<-sampled
+	if err != nil || !r.OK || r.Accounts != 20_000 {
+		t.Fatalf("verify: %v, ok %v, %d accounts: %v", err, r.OK, r.Accounts, r.Problems)
+	}
+	// Badger's block cache (16 MiB) fills as Verify reads; the per-account maps Verify kept
+	// before took the heap 34 MiB up here.
+	grew := int64(peak.Load()) - int64(before)
+	t.Logf("the heap grew by %.1f MiB while verifying %d accounts", float64(grew)/(1<<20), r.Accounts)
+	if grew > 24<<20 {
+		t.Fatalf("the heap grew by %d MiB while verifying %d accounts", grew>>20, r.Accounts)
 	}
 }

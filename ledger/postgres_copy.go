@@ -16,6 +16,7 @@ import (
 // to need the same mail key to send it) and live single-use tokens (the links in mail sent
 // before keep working, once). Afterwards balances, key lookups, log-ins, histories, links and
 // Verify give on to what they gave on from. It is one transaction: on any error nothing is copied.
+// It runs until ctx's deadline, or for pgLongTimeout when ctx has none.
 //
 // Stop the servers that use from first: changes made while it runs may be missed. Holds still
 // open are copied open and expire by their TTL on the new store.
@@ -31,7 +32,7 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 		return err
 	}
 	defer to.end()
-	ctx, cancel := context.WithTimeout(ctx, pgLongTimeout)
+	ctx, cancel := pgLongContext(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, to.pool, func(tx pgx.Tx) error {
 		if err := pgLongStatements(ctx, tx); err != nil {

@@ -14,13 +14,27 @@ import (
 // Verify and Backup of the PostgreSQL engine.
 
 // pgLongTimeout bounds the calls that read the whole ledger (Verify, CopyLedger) instead of the
-// query timeout.
+// query timeout, when their caller sets no deadline of its own.
 const pgLongTimeout = 10 * time.Minute
 
-// pgLongStatements lets the statements of tx run up to pgLongTimeout instead of the query
-// timeout (the connections' statement_timeout).
+// pgLongContext bounds a call that reads or writes the whole ledger: by the caller's deadline
+// when it has one (ledger migrate gives a copy of 50 million entries what it needs), else by
+// pgLongTimeout.
+func pgLongContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, pgLongTimeout)
+}
+
+// pgLongStatements lets the statements of tx run until ctx's deadline (pgLongTimeout without
+// one) instead of the query timeout (the connections' statement_timeout).
 func pgLongStatements(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", pgLongTimeout.Milliseconds()))
+	d := pgLongTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(time.Until(dl), time.Millisecond)
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", d.Milliseconds()))
 	return err
 }
 
@@ -53,7 +67,7 @@ func (s *Postgres) Verify(ctx context.Context) (VerifyReport, error) {
 	}
 	grace := max(s.opts.SweepInterval*2, time.Minute)
 	cutoff := now().Add(-grace).UnixNano()
-	qctx, cancel := context.WithTimeout(ctx, pgLongTimeout)
+	qctx, cancel := pgLongContext(ctx)
 	defer cancel()
 	err := pgx.BeginTxFunc(qctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := pgLongStatements(qctx, tx); err != nil {

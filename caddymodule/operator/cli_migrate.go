@@ -23,8 +23,10 @@ type migrateResult struct {
 	ToOK   bool `json:"to_ok"`
 }
 
-// migrateTimeout bounds the whole copy.
-const migrateTimeout = time.Hour
+// migrateTimeout bounds the whole copy and its verification: a ledger of 50 million entries
+// takes the better part of an hour on a small machine. The copy is one transaction, so stopping
+// the command (Ctrl-C) copies nothing.
+const migrateTimeout = 12 * time.Hour
 
 // cmdMigrate copies a Badger ledger into an empty PostgreSQL database (ledger.CopyLedger). Like
 // restore it is offline: it opens the Badger directory itself, so the server that uses it must

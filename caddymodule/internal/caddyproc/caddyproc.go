@@ -35,13 +35,19 @@ var (
 
 // Binary builds the caddy binary once per test binary and returns its path. It lives in the
 // repository's .xcaddy folder (ignored by git), built under a temporary name and renamed into
-// place, so a concurrent test binary keeps running the file it started. It skips in -short mode.
+// place, so a concurrent test binary keeps running the file it started; TEXTGEN_CADDY_BIN names
+// one built already instead. It skips in -short mode.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the caddy binary; not in -short mode")
 	}
 	buildOnce.Do(func() {
+		// A script that runs test binaries again and again builds caddy once and names it.
+		if bin := os.Getenv("TEXTGEN_CADDY_BIN"); bin != "" {
+			binPath = bin
+			return
+		}
 		root, err := repoRoot()
 		if err != nil {
 			buildErr = err
@@ -209,6 +215,9 @@ http://127.0.0.1:%d {
 	s.cmd = exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
 	s.cmd.Dir = work
 	s.cmd.Env = append(env(s.Home), extraEnv...)
+	if err := pin(s.cmd); err != nil {
+		t.Fatal(err)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting caddy: %v", err)
