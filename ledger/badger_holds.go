@@ -97,6 +97,15 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		return HoldResult{}, ErrInsufficientCredits
 	}
 	t := now().UTC()
+	var kw write
+	ke := s.holdKeyEntry(a, req.KeyID)
+	if ke != nil {
+		var over *KeyBudgetError
+		if kw, over = s.chargeKey(ke, t); over != nil {
+			a.mu.Unlock()
+			return HoldResult{}, over
+		}
+	}
 	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
 	rec := holdRecord{
 		AccountID: a.id,
@@ -113,6 +122,9 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
 	)
+	if ke != nil {
+		ws = append(ws, kw)
+	}
 	var op *pendingOp
 	if wait {
 		op = s.c.enqueue(ws)
@@ -192,6 +204,11 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	rec := h.rec
 	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
+	if to == HoldVoided {
+		if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
+			ws = append(ws, s.releaseKey(ke, rec.Created))
+		}
+	}
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
 	op := s.c.enqueue(append(ws,
 		set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec)),

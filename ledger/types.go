@@ -49,6 +49,15 @@ type Key struct {
 	LastUsed  time.Time `json:"last_used,omitzero"`
 	Expires   time.Time `json:"expires,omitzero"`
 	Revoked   time.Time `json:"revoked,omitzero"`
+	// KeyLimits are what the key may spend and do (keylimits.go).
+	KeyLimits
+	// Usage is what the key has spent, as of its last hold (keylimits.go).
+	Usage KeyUsage `json:"usage"`
+	// Rolled is when the key's secret was last replaced (Keys.RollKey); the previous secret,
+	// whose last 4 characters are PreviousLast4, works until GraceUntil.
+	Rolled        time.Time `json:"rolled,omitzero"`
+	PreviousLast4 string    `json:"previous_last4,omitempty"`
+	GraceUntil    time.Time `json:"grace_until,omitzero"`
 }
 
 // Balance is the credit state of one account.
