@@ -59,6 +59,13 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 			return kc, refused
 		}
 		return kc, errInvalidKey
+	case errors.Is(err, ledger.ErrKeyExpired):
+		// Counted like an invalid key: an expired key is no better a credential.
+		if refused := h.authFailed(r.Context(), w, kc.addr); refused != nil {
+			kc.authLimited = true
+			return kc, refused
+		}
+		return kc, errKeyExpired
 	case errors.Is(err, ledger.ErrUnavailable):
 		return kc, errLedgerUnavailable
 	case err != nil:
