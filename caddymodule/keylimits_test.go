@@ -205,4 +205,3 @@ func TestKeyLimits(t *testing.T) {
 	}
 	e.verify()
 }
-
