@@ -117,7 +117,7 @@ func TestKeyLimits(t *testing.T) {
 
 	// Tools: only the ones named.
 	e.setLimits(acct.ID, kid, ledger.KeyLimits{AllowedTools: []string{"email-writer", "summarizer"}})
-	costsNothing(e.generateAs(t, key, "poem-writer"), 403, "tool_not_allowed", "tool")
+	costsNothing(e.generateAs(t, key, "sql-generator"), 403, "tool_not_allowed", "tool")
 	wantBalance(10, 0)
 	if r := e.generateAs(t, key, "summarizer"); r.status != 200 {
 		t.Fatalf("an allowed tool: %d %s", r.status, r.raw)
@@ -192,6 +192,7 @@ func TestKeyLimits(t *testing.T) {
 		t.Fatalf("an expired key's request took credit: %+v", b)
 	}
 
+	e.verify()
 	// The log lines are written when the requests end, and synced on the next config load.
 	newEnv(t, envOptions{ollama: fs.URL})
 	logText := readFile(t, logFile)
@@ -203,5 +204,4 @@ func TestKeyLimits(t *testing.T) {
 			t.Errorf("the log holds a key's secret")
 		}
 	}
-	e.verify()
 }
