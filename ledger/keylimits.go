@@ -91,7 +91,8 @@ func (e *KeyBudgetError) Error() string {
 	if e.Resets.IsZero() {
 		return fmt.Sprintf("the key's total budget of %d credits is spent", e.Limit)
 	}
-	return fmt.Sprintf("the key's %sly budget of %d credits is spent until %s", e.Budget, e.Limit, e.Resets.Format(time.RFC3339))
+	period := map[string]string{budgetDay: "daily", budgetMonth: "monthly"}[e.Budget]
+	return fmt.Sprintf("the key's %s budget of %d credits is spent until %s", period, e.Limit, e.Resets.Format(time.RFC3339))
 }
 
 // Is makes errors.Is(err, ErrKeyBudgetExhausted) true.
