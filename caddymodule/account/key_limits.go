@@ -37,7 +37,7 @@ type graceChoice struct {
 }
 
 // rollGraces are the grace periods the owner may pick for a roll.
-var rollGraces = []graceChoice{{"0", "none: the old secret stops now", 0}, {"1h", "1 hour", time.Hour},
+var rollGraces = []graceChoice{{"0", "none (it stops now)", 0}, {"1h", "1 hour", time.Hour},
 	{"24h", "1 day", 24 * time.Hour}, {"168h", "7 days", 7 * 24 * time.Hour}}
 
 func newKeySettingsData(k ledger.Key) keySettingsData {
@@ -198,13 +198,13 @@ func budgetLeft(k ledger.Key) string {
 	r := k.Remaining(time.Now())
 	var parts []string
 	if r.Day != nil {
-		parts = append(parts, fmt.Sprintf("today %d of %d (resets %s UTC)", *r.Day, k.BudgetDay, r.DayResets.UTC().Format("2006-01-02 15:04")))
+		parts = append(parts, fmt.Sprintf("%d of %d left today (until %s UTC)", *r.Day, k.BudgetDay, r.DayResets.UTC().Format("01-02 15:04")))
 	}
 	if r.Month != nil {
-		parts = append(parts, fmt.Sprintf("this month %d of %d (resets %s UTC)", *r.Month, k.BudgetMonth, r.MonthResets.UTC().Format("2006-01-02")))
+		parts = append(parts, fmt.Sprintf("%d of %d left this month (until %s)", *r.Month, k.BudgetMonth, r.MonthResets.UTC().Format("2006-01-02")))
 	}
 	if r.Total != nil {
-		parts = append(parts, fmt.Sprintf("in all %d of %d", *r.Total, k.BudgetTotal))
+		parts = append(parts, fmt.Sprintf("%d of %d left in all", *r.Total, k.BudgetTotal))
 	}
 	return strings.Join(parts, "; ")
 }
