@@ -88,7 +88,8 @@ func TestTwoInstancesKeyBudget(t *testing.T) {
 		for _, s := range []*caddyproc.Server{a, b} {
 			got, text, _, err := postTo(client, s.HTTP, k, body)
 			if err != nil || got != status || !strings.Contains(text, code) {
-				t.Fatalf("key …%s on %s: %d %q %v, want %d %s", k[len(k)-4:], s.HTTP, got, text, err, status, code)
+				t.Fatalf("key …%s on %s: %d %q %v, want %d %s (keys: %v)", k[len(k)-4:], s.HTTP, got, text, err, status, code,
+					a.JSON("key", "list", "--account", acct))
 			}
 		}
 	}
