@@ -96,7 +96,10 @@ func (e *env) generateAs(t *testing.T, key, tool string) keyErr {
 func TestKeyLimits(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Piece: "tok "})
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	e := newEnv(t, envOptions{ollama: fs.URL, global: "log {\n\t\toutput file " + logFile + "\n\t\tlevel DEBUG\n\t}"})
+	// This test's client is 127.0.0.1, trusted as a proxy: a request that says it forwards
+	// another client (X-Forwarded-For) is that client's.
+	e := newEnv(t, envOptions{ollama: fs.URL, global: "log {\n\t\toutput file " + logFile + "\n\t\tlevel DEBUG\n\t}\n\t" +
+		"servers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}"})
 	acct, key := e.account(10)
 	kid := keyIDOf(t, e, acct.ID)
 	costsNothing := func(r keyErr, status int, code, param string) {
@@ -133,33 +136,53 @@ func TestKeyLimits(t *testing.T) {
 		t.Fatalf("an allowed address: %d %s", r.status, r.raw)
 	}
 	wantBalance(8, 2)
+	// Behind the trusted proxy, the forwarded client's address is the one checked.
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{AllowedCIDRs: []string{"198.51.100.0/24"}})
+	fwd := func(client string) keyErr {
+		t.Helper()
+		resp, err := e.post(context.Background(), key, genBody("summarizer", "x", "en", ""), "X-Forwarded-For", client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var doc struct{ Error struct{ Code, Param string } }
+		_ = json.Unmarshal(body, &doc)
+		return keyErr{status: resp.StatusCode, code: doc.Error.Code, param: doc.Error.Param, used: resp.Header.Get("X-Credits-Used"), raw: string(body)}
+	}
+	costsNothing(e.generateAs(t, key, "summarizer"), 403, "address_not_allowed", "") // the proxy itself
+	costsNothing(fwd("203.0.113.9"), 403, "address_not_allowed", "")
+	if r := fwd("198.51.100.7"); r.status != 200 {
+		t.Fatalf("a forwarded client inside the key's range: %d %s", r.status, r.raw)
+	}
+	wantBalance(7, 3)
 
-	// A total budget: the key has spent 2; a budget of 3 lets one more through, then 402, with
+	// A total budget: the key has spent 3; a budget of 4 lets one more through, then 402, with
 	// no reset time (a total budget does not reset).
-	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetTotal: 3})
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetTotal: 4})
 	if r := e.generateAs(t, key, "summarizer"); r.status != 200 {
 		t.Fatalf("within the budget: %d %s", r.status, r.raw)
 	}
 	r := e.generateAs(t, key, "summarizer")
 	costsNothing(r, 402, "key_budget_exhausted", "")
-	if r.resetsAt != "" || r.retryAfter != "" || !strings.Contains(r.msg, "total budget of 3") {
+	if r.resetsAt != "" || r.retryAfter != "" || !strings.Contains(r.msg, "total budget of 4") {
 		t.Fatalf("total budget's answer: %s (Retry-After %q)", r.raw, r.retryAfter)
 	}
-	wantBalance(7, 3)
+	wantBalance(6, 4)
 
 	// A daily budget: reset at the next UTC midnight, said in the message, resets_at and
 	// Retry-After.
-	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetDay: 3, BudgetMonth: 100})
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetDay: 4, BudgetMonth: 100})
 	r = e.generateAs(t, key, "summarizer")
 	costsNothing(r, 402, "key_budget_exhausted", "")
 	resets, err := time.Parse(time.RFC3339, r.resetsAt)
-	if err != nil || resets.Hour() != 0 || resets.Minute() != 0 || !strings.Contains(r.msg, r.resetsAt) || !strings.Contains(r.msg, "daily budget of 3") {
+	if err != nil || resets.Hour() != 0 || resets.Minute() != 0 || !strings.Contains(r.msg, r.resetsAt) || !strings.Contains(r.msg, "daily budget of 4") {
 		t.Fatalf("daily budget's answer: %s", r.raw)
 	}
 	if s, err := strconv.Atoi(r.retryAfter); err != nil || s < 1 || s > 24*3600 {
 		t.Fatalf("Retry-After %q", r.retryAfter)
 	}
-	wantBalance(7, 3)
+	wantBalance(6, 4)
 
 	// The balance shows the key's budgets beside the account's credits.
 	resp := e.get("/api/v1/balance", key)
@@ -177,8 +200,8 @@ func TestKeyLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if bal.Available != 7 || bal.KeyID != kid || bal.KeyBudget.Day == nil || *bal.KeyBudget.Day != 0 ||
-		bal.KeyBudget.Month == nil || *bal.KeyBudget.Month != 97 || bal.KeyBudget.Total != nil || bal.KeyBudget.DayResets != r.resetsAt {
+	if bal.Available != 6 || bal.KeyID != kid || bal.KeyBudget.Day == nil || *bal.KeyBudget.Day != 0 ||
+		bal.KeyBudget.Month == nil || *bal.KeyBudget.Month != 96 || bal.KeyBudget.Total != nil || bal.KeyBudget.DayResets != r.resetsAt {
 		t.Fatalf("balance: %+v", bal)
 	}
 
