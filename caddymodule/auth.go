@@ -59,12 +59,22 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 			return kc, refused
 		}
 		return kc, errInvalidKey
+	case errors.Is(err, ledger.ErrKeyExpired):
+		// Counted like an invalid key: an expired key is no better a credential.
+		if refused := h.authFailed(r.Context(), w, kc.addr); refused != nil {
+			kc.authLimited = true
+			return kc, refused
+		}
+		return kc, errKeyExpired
 	case errors.Is(err, ledger.ErrUnavailable):
 		return kc, errLedgerUnavailable
 	case err != nil:
 		h.logger.Error("looking up key", zap.String("request_id", reqID), zap.Error(err))
 		return kc, errInternal
 	}
+	// The log names the secret that was presented: after a roll, the old one in its grace
+	// period has last 4 characters of its own (public, like the prefix).
+	key.Last4 = presented[len(presented)-4:]
 	kc.key, kc.acct = key, acct
 	kc.balance, kc.available = b.Balance, b.Available
 	if key.Mode == ledger.Test {

@@ -10,7 +10,11 @@ type balanceDoc struct {
 	Mode      string `json:"mode"`
 	Available int64  `json:"available"`
 	Balance   int64  `json:"balance"`
-	RequestID string `json:"request_id"`
+	// KeyID is the key's id; KeyBudget what is left of its budgets (keylimits.go), only for a
+	// key that has one.
+	KeyID     string        `json:"key_id"`
+	KeyBudget *keyBudgetDoc `json:"key_budget,omitempty"`
+	RequestID string        `json:"request_id"`
 }
 
 // serveBalance answers GET /api/v1/balance for the account of the X-API-Key: the credits of the
@@ -25,7 +29,8 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		writeError(w, reqID, e, kc.available)
 		return
 	}
-	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance, RequestID: reqID}
+	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance,
+		KeyID: kc.key.ID, KeyBudget: newKeyBudgetDoc(kc.key, now()), RequestID: reqID}
 	w.Header().Set("X-Credits-Used", "0")
 	w.Header().Set("X-Credits-Remaining", strconv.FormatInt(doc.Available, 10))
 	writeJSON(w, r, reqID, http.StatusOK, doc)

@@ -16,6 +16,8 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Param   string `json:"param,omitempty"`
+	// ResetsAt is when a spent budget of the key resets (key_budget_exhausted; RFC 3339, UTC).
+	ResetsAt string `json:"resets_at,omitempty"`
 	// RequestID is filled in, on a copy, when the error is written.
 	RequestID string `json:"request_id"`
 	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).

@@ -140,6 +140,9 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 	case errors.Is(err, ledger.ErrAccountDisabled):
 		g.fail(errAccountDisabled)
 		return nil, nil, false
+	case errors.Is(err, ledger.ErrKeyBudgetExhausted):
+		g.fail(keyBudgetExhausted(err))
+		return nil, nil, false
 	case errors.Is(err, ledger.ErrUnavailable):
 		g.ledgerUnavailable(err)
 		return nil, nil, false

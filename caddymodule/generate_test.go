@@ -206,7 +206,7 @@ func TestGenerateClientErrors(t *testing.T) {
 		{"bad checksum", "POST", "", key[:len(key)-1] + flip(key[len(key)-1]), "", good, 401, "invalid_api_key", "", ""},
 		{"unknown key", "POST", "", unknownKey, "", good, 401, "invalid_api_key", "", ""},
 		{"revoked key", "POST", "", revokedKey, "", good, 401, "invalid_api_key", "", ""},
-		{"expired key", "POST", "", expiredKey, "", good, 401, "invalid_api_key", "", ""},
+		{"expired key", "POST", "", expiredKey, "", good, 401, "key_expired", "", ""},
 		{"disabled account", "POST", "", disabledKey, "", good, 403, "account_disabled", "", "5"},
 		{"form body", "POST", "", key, "application/x-www-form-urlencoded", "tool=x", 415, "unsupported_media_type", "", "5"},
 		{"not json", "POST", "", key, "", "{nope", 400, "invalid_json", "", "5"},

@@ -162,6 +162,9 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	}
 	bad := g.readRequest()
 	if bad == nil {
+		bad = g.keyLimits() // keylimits.go: its tools and addresses, before anything is held
+	}
+	if bad == nil {
 		if err := g.useToolBackend(); err != nil {
 			g.fail(err)
 			return

@@ -420,6 +420,24 @@ func TestOpenAPIConformance(t *testing.T) {
 		c.do(r)
 	}
 
+	// Keys with limits (keylimits.go): a tool and an address the key may not use, a spent
+	// budget (and the balance that shows it), an expired key (which counts as one failed
+	// authentication of this address: the lockout below has room for it).
+	_, toolKey := e.limitedKey(5, ledger.KeyLimits{AllowedTools: []string{"email-writer"}})
+	_, addrKey := e.limitedKey(5, ledger.KeyLimits{AllowedCIDRs: []string{"192.0.2.0/24"}})
+	_, budgetKey := e.limitedKey(5, ledger.KeyLimits{BudgetDay: 1, BudgetMonth: 10, BudgetTotal: 20})
+	_, expKey := e.expiredKey(t, 5)
+	for _, r := range []*http.Request{
+		apiRequest("POST", gen, toolKey, good),
+		apiRequest("POST", gen, addrKey, good),
+		apiRequest("POST", gen, budgetKey, good),
+		apiRequest("POST", gen, budgetKey, good),
+		apiRequest("GET", "/api/v1/balance", budgetKey, ""),
+		apiRequest("POST", gen, expKey, good),
+	} {
+		c.do(r)
+	}
+
 	// Last, as it locks this address out: failed authentications past auth_failure_limit.
 	for _, p := range []string{"/api/v1/balance", g, "/api/v1/balance", g, "/api/v1/balance", g} {
 		c.do(apiRequest("GET", p, "tg_live_nonsense", ""))

@@ -333,7 +333,9 @@ func (s *Badger) load() error {
 				return err
 			}
 			a.keys = append(a.keys, e)
-			s.byDigest[e.digest] = e
+			for _, d := range e.digests() {
+				s.byDigest[d] = e
+			}
 			s.keyIDs[e.id] = e
 			return nil
 		})

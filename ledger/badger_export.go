@@ -70,7 +70,15 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				if err != nil || len(d) != 32 {
 					return fmt.Errorf("key %q: malformed (%v)", k[1:], err)
 				}
-				return sink.Key(ExportKey{Key: rec.Key, Digest: [32]byte(d)})
+				ek := ExportKey{Key: rec.Key, Digest: [32]byte(d)}
+				if rec.PrevDigest != "" {
+					p, err := hex.DecodeString(rec.PrevDigest)
+					if err != nil || len(p) != 32 {
+						return fmt.Errorf("key %q: malformed previous digest (%v)", k[1:], err)
+					}
+					ek.PrevDigest = [32]byte(p)
+				}
+				return sink.Key(ek)
 			}},
 			{prefixHold, func(k, v []byte) error {
 				var h holdRecord

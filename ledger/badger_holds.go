@@ -97,10 +97,23 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		return HoldResult{}, ErrInsufficientCredits
 	}
 	t := now().UTC()
+	// The key's budget is checked first and charged last, so that a refusal by the member's cap
+	// leaves the key's count as it was (both change only in memory, under a.mu, until the commit).
+	ke := s.holdKeyEntry(a, req.KeyID)
+	if ke != nil {
+		if over := s.keyOver(ke, t); over != nil {
+			a.mu.Unlock()
+			return HoldResult{}, over
+		}
+	}
 	mws, err := s.memberHold(a, req.KeyID, req.Mode, t)
 	if err != nil {
 		a.mu.Unlock()
 		return HoldResult{}, err
+	}
+	var kw write
+	if ke != nil {
+		kw, _ = s.chargeKey(ke, t) // cannot be over: checked above under the same lock
 	}
 	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
 	rec := holdRecord{
@@ -118,6 +131,9 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
 	)
+	if ke != nil {
+		ws = append(ws, kw)
+	}
 	var op *pendingOp
 	if wait {
 		op = s.c.enqueue(ws)
@@ -197,6 +213,11 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	rec := h.rec
 	ent, ws := a.appendEntry(Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
+	if to == HoldVoided {
+		if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
+			ws = append(ws, s.releaseKey(ke, rec.Created))
+		}
+	}
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
 	op := s.c.enqueue(append(append(ws, s.memberResolve(a, &rec)...),
 		set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec)),

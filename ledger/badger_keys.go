@@ -16,6 +16,16 @@ import (
 type keyRecord struct {
 	Key
 	Digest string `json:"digest"` // hex SHA-256 of the full key
+	// PrevDigest is the hex SHA-256 of the secret a roll replaced, valid until Key.GraceUntil.
+	PrevDigest string `json:"prev_digest,omitempty"`
+}
+
+// keySecrets are the digests a key is found by: its secret and, after a roll with a grace
+// period, the previous one until prevUntil. Replaced (never mutated) by RollKey.
+type keySecrets struct {
+	cur, prev [32]byte
+	hasPrev   bool
+	prevUntil time.Time
 }
 
 // keyEntry is a key in memory. rec is replaced (never mutated) on revocation; LastUsed lives in
@@ -23,7 +33,7 @@ type keyRecord struct {
 type keyEntry struct {
 	id      string
 	acct    *account
-	digest  [32]byte
+	sec     atomic.Pointer[keySecrets]
 	rec     atomic.Pointer[Key]
 	used    atomic.Int64 // unix nanoseconds of the last use; 0 = never
 	flushed int64        // value of used last written to disk; guarded by acct.mu
@@ -31,11 +41,20 @@ type keyEntry struct {
 
 func newKeyEntry(a *account, rec keyRecord) (*keyEntry, error) {
 	e := &keyEntry{id: rec.ID, acct: a}
+	var sec keySecrets
 	d, err := hex.DecodeString(rec.Digest)
-	if err != nil || len(d) != len(e.digest) {
+	if err != nil || len(d) != len(sec.cur) {
 		return nil, fmt.Errorf("key %q: malformed digest", rec.ID)
 	}
-	copy(e.digest[:], d)
+	sec.cur = [32]byte(d)
+	if rec.PrevDigest != "" {
+		d, err := hex.DecodeString(rec.PrevDigest)
+		if err != nil || len(d) != len(sec.prev) {
+			return nil, fmt.Errorf("key %q: malformed previous digest", rec.ID)
+		}
+		sec.prev, sec.hasPrev, sec.prevUntil = [32]byte(d), true, rec.GraceUntil
+	}
+	e.sec.Store(&sec)
 	k := rec.Key
 	compactKey(&k, a)
 	if !k.LastUsed.IsZero() {
@@ -60,8 +79,21 @@ func (e *keyEntry) keyWith(u int64) Key {
 }
 
 func (e *keyEntry) recordWrite(k Key) write {
-	rec := keyRecord{Key: k, Digest: hex.EncodeToString(e.digest[:])}
+	sec := e.sec.Load()
+	rec := keyRecord{Key: k, Digest: hex.EncodeToString(sec.cur[:])}
+	if sec.hasPrev {
+		rec.PrevDigest = hex.EncodeToString(sec.prev[:])
+	}
 	return set(keyRecordKey(k.AccountID, k.ID), mustJSON(rec))
+}
+
+// digests are the digests the key is found by (the previous one while it is kept).
+func (e *keyEntry) digests() [][32]byte {
+	sec := e.sec.Load()
+	if sec.hasPrev {
+		return [][32]byte{sec.cur, sec.prev}
+	}
+	return [][32]byte{sec.cur}
 }
 
 // CreateKey makes a new API key for the account and returns it in full, once.
@@ -106,7 +138,9 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 		}
 	}
 	full := newFullKey(mode)
-	e := &keyEntry{acct: a, digest: sha256.Sum256([]byte(full))}
+	e := &keyEntry{acct: a}
+	digest := sha256.Sum256([]byte(full))
+	e.sec.Store(&keySecrets{cur: digest})
 	s.keyMu.RLock()
 	for e.id == "" || s.keyIDs[e.id] != nil {
 		e.id = newKeyID()
@@ -125,7 +159,7 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 	}
 	e.rec.Store(&k)
 	hashVal := append([]byte(a.id), e.id...)
-	op := s.c.enqueue([]write{e.recordWrite(k), set(keyHashKey(e.digest), hashVal)})
+	op := s.c.enqueue([]write{e.recordWrite(k), set(keyHashKey(digest), hashVal)})
 	if err := op.wait(); err != nil {
 		return "", Key{}, err
 	}
@@ -134,7 +168,7 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 	a.keys = append(a.keys, e)
 	a.mu.Unlock()
 	s.keyMu.Lock()
-	s.byDigest[e.digest] = e
+	s.byDigest[digest] = e
 	s.keyIDs[e.id] = e
 	s.keyMu.Unlock()
 	return full, k, nil
@@ -218,8 +252,9 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (Key, e
 // concurrent requests on one key do not fight over its cache line.
 const lastUsedGranularity = int64(time.Second)
 
-// LookupKey finds the key by its digest in memory. Malformed, unknown, revoked and expired keys
-// all give ErrInvalidKey, with no hint which.
+// LookupKey finds the key by its digest in memory. Malformed, unknown and revoked keys, and a
+// rolled key's previous secret past its grace period, all give ErrInvalidKey, with no hint
+// which; an expired key gives ErrKeyExpired.
 func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
 	if s.closed.Load() {
 		return Key{}, Account{}, ErrClosed
@@ -235,10 +270,17 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 	if e == nil {
 		return Key{}, Account{}, ErrInvalidKey
 	}
+	sec := e.sec.Load()
 	k := *e.rec.Load()
 	t := now()
-	if !k.Revoked.IsZero() || (!k.Expires.IsZero() && !t.Before(k.Expires)) {
+	if d != sec.cur && (!sec.hasPrev || d != sec.prev || !t.Before(sec.prevUntil)) {
+		return Key{}, Account{}, ErrInvalidKey // a replaced secret past its grace period
+	}
+	if !k.Revoked.IsZero() {
 		return Key{}, Account{}, ErrInvalidKey
+	}
+	if !k.Expires.IsZero() && !t.Before(k.Expires) {
+		return Key{}, Account{}, ErrKeyExpired
 	}
 	tn := t.UnixNano()
 	if old := e.used.Load(); tn-old >= lastUsedGranularity {

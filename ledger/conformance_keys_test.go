@@ -84,7 +84,7 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Hour)
-	if _, _, err := s.LookupKey(bg, efull); err != ErrInvalidKey {
+	if _, _, err := s.LookupKey(bg, efull); err != ErrKeyExpired {
 		t.Fatalf("lookup of expired key: %v", err)
 	}
 

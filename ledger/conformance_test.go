@@ -43,6 +43,11 @@ var conformanceTests = []struct {
 	{"CreateLookupRevokeKey", testCreateLookupRevokeKey},
 	{"CreateKeyCapped", testCreateKeyCapped},
 	{"LookupKeyBalance", testLookupKeyBalance},
+	// Keys with limits and rolls (conformance_keylimits_test.go).
+	{"KeyBudgets", testKeyBudgets},
+	{"KeyBudgetConcurrent", testKeyBudgetConcurrent},
+	{"KeyRoll", testKeyRoll},
+	{"KeyUpdate", testKeyUpdate},
 	// Credits (conformance_credits_test.go).
 	{"HoldSettleVoid", testHoldSettleVoid},
 	{"TestModeIsSeparate", testTestModeIsSeparate},

@@ -7,7 +7,7 @@
 // doc comment lists the sentinel errors (errors.go) it may return:
 //
 //	Accounts     CreateAccount, GetAccount, GetAccountByEmail, ListAccounts, SetAccountStatus
-//	Keys         CreateKey, CreateKeyCapped, ListKeys, RevokeKey, LookupKey, LookupKeyBalance
+//	Keys         CreateKey, CreateKeyCapped, ListKeys, RevokeKey, UpdateKey, RollKey, LookupKey, LookupKeyBalance
 //	Credits      Hold, Reserve, Settle, Void, Grant, Balance, Purchases, Purchase,
 //	             RefillTestCredits, GetHold
 //	Idempotency  BeginIdempotent, FinishIdempotent

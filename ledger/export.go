@@ -86,6 +86,9 @@ type ExportAccount struct {
 type ExportKey struct {
 	Key
 	Digest [32]byte
+	// PrevDigest is the digest of the secret a roll replaced, found until Key.GraceUntil; zero
+	// when there is none.
+	PrevDigest [32]byte
 }
 
 // ExportHold is a hold, open or resolved, as its store keeps it.

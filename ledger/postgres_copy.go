@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -80,7 +81,9 @@ var pgImportTables = []struct {
 }{
 	{"accounts", []string{"id", "email", "status", "created", "balance", "held", "test_balance", "test_held", "next_seq",
 		"unverified", "low_balance_alert", "low_balance_notified", "reversed"}},
-	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked", "member_id"}},
+	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked",
+		"note", "budget_total", "budget_day", "budget_month", "allowed_tools", "allowed_cidrs", "rolled", "prev_digest", "prev_last4", "prev_until", "member_id"}},
+	{"api_key_usage", []string{"key_id", "total", "day", "day_start", "month", "month_start"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
 	{"credentials", []string{"account_id", "hash", "updated"}},
@@ -158,9 +161,29 @@ func (p *pgImport) Reversal(r Reversal) error {
 		r.Credits, r.Status, r.Reason, r.Event, r.Created.UnixNano(), r.Updated.UnixNano())
 }
 
+// Key stores a key with its limits, its previous secret (a roll's, while it is kept) and, if it
+// has spent anything, its usage.
 func (p *pgImport) Key(k ExportKey) error {
-	return p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
-		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked), k.MemberID)
+	var prev any
+	if k.PrevDigest != ([32]byte{}) {
+		prev = k.PrevDigest[:]
+	}
+	err := p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
+		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked),
+		k.Note, k.BudgetTotal, k.BudgetDay, k.BudgetMonth, pgTextArray(k.AllowedTools), pgTextArray(k.AllowedCIDRs),
+		pgNanos(k.Rolled), prev, k.PreviousLast4, pgNanos(k.GraceUntil))
+	if err != nil || k.Usage == (KeyUsage{}) {
+		return err
+	}
+	u := k.Usage
+	return p.add("api_key_usage", k.ID, u.Total, u.Day, pgNanosOrZero(u.DayStart), u.Month, pgNanosOrZero(u.MonthStart))
+}
+
+func pgNanosOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 func (p *pgImport) Hold(h ExportHold) error {

@@ -30,8 +30,18 @@ func TestCopyLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	bob := mustAccount(t, from, "bob@example.com")
-	liveKey, _, err := from.CreateKey(bg, alice.ID, Live, "laptop", time.Time{})
+	liveKey, lk, err := from.CreateKey(bg, alice.ID, Live, "laptop", time.Time{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The live key has limits, spends (below) and is rolled with a grace period: the copy
+	// carries its limits, its counts and both its secrets.
+	if _, err := from.UpdateKey(bg, alice.ID, lk.ID, KeySettings{Name: "laptop", Limits: KeyLimits{Note: "mine",
+		BudgetTotal: 100, BudgetDay: 10, BudgetMonth: 50, AllowedTools: []string{"summarize"}, AllowedCIDRs: []string{"10.0.0.0/8", "2001:db8::/32"}}}); err != nil {
+		t.Fatal(err)
+	}
+	rolledOld := liveKey
+	if liveKey, _, err = from.RollKey(bg, alice.ID, lk.ID, 24*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	testKey, _, err := from.CreateKey(bg, alice.ID, Test, "ci", t0.Add(30*24*time.Hour))
@@ -63,7 +73,9 @@ func TestCopyLedger(t *testing.T) {
 	}
 	for i, m := range []Mode{Live, Live, Test, Live} {
 		rid := []string{"r1", "r2", "r3", "r4"}[i]
-		mustHold(t, from, alice.ID, m, rid)
+		if _, err := from.Hold(bg, HoldRequest{AccountID: alice.ID, Mode: m, RequestID: rid, KeyID: lk.ID, Tool: "summarize"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := from.Settle(bg, alice.ID, "r1"); err != nil {
 		t.Fatal(err)
@@ -235,7 +247,10 @@ func TestCopyLedger(t *testing.T) {
 	if got, want := mustPurchases(t, to, alice.ID), mustPurchases(t, from, alice.ID); len(got) != 2 || !reflect.DeepEqual(got, want) {
 		t.Errorf("purchases %+v, Badger %+v", got, want)
 	}
-	for _, k := range []string{liveKey, testKey} {
+	if k := mustKeyOf(t, to, alice.ID, lk.ID); k.Usage.Total != 3 || k.Usage.Day != 3 || k.BudgetDay != 10 || k.PreviousLast4 == "" {
+		t.Errorf("the rolled key with limits after the copy: %+v", k)
+	}
+	for _, k := range []string{liveKey, rolledOld, testKey} {
 		gk, ga, err := to.LookupKey(bg, k)
 		wk, _, _ := from.LookupKey(bg, k)
 		if err != nil || gk.ID != wk.ID || ga.ID != alice.ID {
@@ -514,9 +529,13 @@ func pgExported(t *testing.T, s *Postgres) exported {
 			x.accounts = append(x.accounts, a)
 		})
 	var kr keyRow
-	var digest []byte
-	each(`SELECT `+pgKeyCols+`, digest FROM api_keys`, append(kr.dest(), &digest), func() {
-		x.keys = append(x.keys, ExportKey{Key: kr.key(), Digest: [32]byte(digest)})
+	var digest, prev []byte
+	each(`SELECT `+pgKeyCols+`, k.digest, k.prev_digest`+pgKeyFrom, append(kr.dest(), &digest, &prev), func() {
+		ek := ExportKey{Key: kr.key(), Digest: [32]byte(digest)}
+		if prev != nil {
+			ek.PrevDigest = [32]byte(prev)
+		}
+		x.keys = append(x.keys, ek)
 	})
 	var h ExportHold
 	var created, expires int64

@@ -135,6 +135,9 @@ func (s *Postgres) Hold(ctx context.Context, req HoldRequest) (HoldResult, error
 	if err := s.enqueueHold(req.AccountID, h).wait(); err != nil {
 		return HoldResult{}, err
 	}
+	if e, ok := keyBudgetOutcome(h.out, t); ok {
+		return HoldResult{}, e
+	}
 	return h.out.result(req.AccountID, req.RequestID)
 }
 

@@ -21,23 +21,42 @@ import (
 // most one interval of last-use times, never a revocation. ListKeys on the instance that noted
 // a use shows it at once; other instances see it after the flush.
 
-const pgKeyCols = "id, account_id, mode, name, prefix, last4, created, last_used, expires, revoked, member_id"
+// pgKeyCols are a key's columns as keyRow reads them, from api_keys k LEFT JOIN api_key_usage u
+// (pgKeyFrom).
+const (
+	pgKeyCols = `k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created, k.last_used, k.expires, k.revoked,
+		k.note, k.budget_total, k.budget_day, k.budget_month, k.allowed_tools, k.allowed_cidrs, k.rolled, k.prev_last4,
+		k.prev_until, coalesce(u.total, 0), coalesce(u.day, 0), coalesce(u.day_start, 0), coalesce(u.month, 0),
+		coalesce(u.month_start, 0), k.member_id`
+	pgKeyFrom = ` FROM api_keys k LEFT JOIN api_key_usage u ON u.key_id = k.id`
+)
 
 type keyRow struct {
-	k                          Key
-	created                    int64
-	lastUsed, expires, revoked *int64
+	k                                             Key
+	created                                       int64
+	lastUsed, expires, revoked, rolled, prevUntil *int64
+	dayStart, monthStart                          int64
 }
 
 func (r *keyRow) dest() []any {
 	k := &r.k
-	return []any{&k.ID, &k.AccountID, &k.Mode, &k.Name, &k.Prefix, &k.Last4, &r.created, &r.lastUsed, &r.expires, &r.revoked, &k.MemberID}
+	return []any{&k.ID, &k.AccountID, &k.Mode, &k.Name, &k.Prefix, &k.Last4, &r.created, &r.lastUsed, &r.expires, &r.revoked,
+		&k.Note, &k.BudgetTotal, &k.BudgetDay, &k.BudgetMonth, &k.AllowedTools, &k.AllowedCIDRs, &r.rolled, &k.PreviousLast4,
+		&r.prevUntil, &k.Usage.Total, &k.Usage.Day, &r.dayStart, &k.Usage.Month, &r.monthStart, &k.MemberID}
 }
 
 func (r *keyRow) key() Key {
 	k := r.k
 	k.Created, k.LastUsed = pgTime(r.created), pgTimeOrZero(r.lastUsed)
 	k.Expires, k.Revoked = pgTimeOrZero(r.expires), pgTimeOrZero(r.revoked)
+	k.Rolled, k.GraceUntil = pgTimeOrZero(r.rolled), pgTimeOrZero(r.prevUntil)
+	if r.dayStart != 0 {
+		k.Usage.DayStart = pgTime(r.dayStart)
+	}
+	if r.monthStart != 0 {
+		k.Usage.MonthStart = pgTime(r.monthStart)
+	}
+	k.AllowedTools, k.AllowedCIDRs = nilIfEmpty(k.AllowedTools), nilIfEmpty(k.AllowedCIDRs)
 	return k
 }
 
@@ -142,7 +161,7 @@ func (s *Postgres) ListKeys(ctx context.Context, accountID string) ([]Key, error
 		return nil, err
 	}
 	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgKeyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created, id`, accountID)
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgKeyCols+pgKeyFrom+` WHERE k.account_id = $1 ORDER BY k.created, k.id`, accountID)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
 		var r keyRow
 		err := row.Scan(r.dest()...)
@@ -165,15 +184,16 @@ func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key,
 	}
 	defer done()
 	var r keyRow
-	err = s.pool.QueryRow(wctx, `UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
-		RETURNING `+pgKeyCols, accountID, keyID, now().UTC().UnixNano()).Scan(r.dest()...)
+	err = s.pool.QueryRow(wctx, `WITH k AS (UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
+		RETURNING *) SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`,
+		accountID, keyID, now().UTC().UnixNano()).Scan(r.dest()...)
 	if err == nil {
 		return s.used.merge(r.key()), nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Key{}, pgErr(ctx, "revoking key", err)
 	}
-	err = s.pool.QueryRow(wctx, `SELECT `+pgKeyCols+` FROM api_keys WHERE account_id = $1 AND id = $2`, accountID, keyID).Scan(r.dest()...)
+	err = s.pool.QueryRow(wctx, `SELECT `+pgKeyCols+pgKeyFrom+` WHERE k.account_id = $1 AND k.id = $2`, accountID, keyID).Scan(r.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Key{}, fmt.Errorf("key %q of account %q: %w", keyID, accountID, ErrNotFound)
 	}
@@ -183,9 +203,10 @@ func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key,
 	return s.used.merge(r.key()), ErrAlreadyRevoked
 }
 
-// LookupKey finds the key by its digest, with its account, in one query. Malformed, unknown,
-// revoked and expired keys all give ErrInvalidKey, with no hint which; a malformed key costs no
-// query.
+// LookupKey finds the key by its digest (or, within a roll's grace period, its previous one),
+// with its account, in one query. Malformed, unknown and revoked keys, and a previous secret
+// past its grace, all give ErrInvalidKey, with no hint which; an expired key ErrKeyExpired; a
+// malformed key costs no query.
 func (s *Postgres) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
 	k, a, _, err := s.lookupKey(ctx, presented, false)
 	return k, a, err
@@ -200,9 +221,9 @@ func (s *Postgres) LookupKeyBalance(ctx context.Context, presented string) (Key,
 // accountRow does), and of LookupKeyBalance (then the account's figures, as balanceRow does),
 // made once rather than per lookup.
 const (
-	pgLookupKeySelect = `SELECT k.id, k.account_id, k.mode, k.name, k.prefix, k.last4, k.created,
-		k.last_used, k.expires, k.revoked, k.member_id, ` + pgAccountColsA
-	pgLookupKeyFrom       = ` FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1`
+	pgLookupKeySelect = `SELECT ` + pgKeyCols + `, k.digest = $1, ` + pgAccountColsA
+	// A key is found by its secret or, after a roll, by the previous one (each a unique index).
+	pgLookupKeyFrom       = pgKeyFrom + ` JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1 OR k.prev_digest = $1`
 	pgLookupKeySQL        = pgLookupKeySelect + pgLookupKeyFrom
 	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held` + pgLookupKeyFrom
 )
@@ -221,7 +242,8 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	var r keyRow
 	var a accountRow
 	var b balanceRow
-	q, dest := pgLookupKeySQL, append(r.dest(), a.dest()...)
+	var current bool
+	q, dest := pgLookupKeySQL, append(append(r.dest(), &current), a.dest()...)
 	if withBalance {
 		q, dest = pgLookupKeyBalanceSQL, append(dest, b.dest()...)
 	}
@@ -234,8 +256,14 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	}
 	k := r.key()
 	t := now()
-	if !k.Revoked.IsZero() || (!k.Expires.IsZero() && !t.Before(k.Expires)) {
+	if !current && !t.Before(k.GraceUntil) {
+		return Key{}, Account{}, Balance{}, ErrInvalidKey // a replaced secret past its grace period
+	}
+	if !k.Revoked.IsZero() {
 		return Key{}, Account{}, Balance{}, ErrInvalidKey
+	}
+	if !k.Expires.IsZero() && !t.Before(k.Expires) {
+		return Key{}, Account{}, Balance{}, ErrKeyExpired
 	}
 	s.used.note(k.ID, t.UnixNano())
 	k.LastUsed = t.UTC()

@@ -222,8 +222,8 @@ func (s *Postgres) RemoveMember(ctx context.Context, orgID, memberID string) ([]
 		if _, err := tx.Exec(ctx, `DELETE FROM memberships WHERE org_id = $1 AND member_id = $2`, orgID, memberID); err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, `UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND member_id = $2 AND revoked IS NULL
-			RETURNING `+pgKeyCols, orgID, memberID, now().UTC().UnixNano())
+		rows, _ := tx.Query(ctx, `WITH k AS (UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND member_id = $2 AND revoked IS NULL
+			RETURNING *) SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`, orgID, memberID, now().UTC().UnixNano())
 		revoked, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
 			var kr keyRow
 			err := r.Scan(kr.dest()...)

@@ -110,13 +110,38 @@ type Keys interface {
 	//   - ErrClosed.
 	RevokeKey(ctx context.Context, accountID, keyID string) (Key, error)
 
+	// UpdateKey replaces the key's name, expiry and limits (keylimits.go) with set and returns
+	// the key. Its usage is kept. The next Hold and LookupKey, on any instance, use them.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: a name or note too long or not UTF-8, a new expiry not in the
+	//     future, a negative budget, a tool or range that is malformed, too many of them.
+	//   - ErrNotFound: no account has accountID, or it has no key keyID.
+	//   - ErrAlreadyRevoked: the key is revoked.
+	//   - ErrClosed.
+	UpdateKey(ctx context.Context, accountID, keyID string, set KeySettings) (Key, error)
+
+	// RollKey gives the key a new secret, returned in full once, for the same key id: its
+	// limits, usage and expiry are kept. The previous secret keeps working until grace (0 to
+	// 7 days) has passed, on every instance; a secret that was already in its grace period
+	// (a second roll within it) stops at once.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: grace is negative or longer than 7 days.
+	//   - ErrNotFound: no account has accountID, or it has no key keyID.
+	//   - ErrAlreadyRevoked: the key is revoked.
+	//   - ErrClosed.
+	RollKey(ctx context.Context, accountID, keyID string, grace time.Duration) (fullKey string, k Key, err error)
+
 	// LookupKey returns the key presented by a client and its account (whatever the account's
 	// status: the caller checks it). It checks the format first (CheckKeyFormat), so garbage
 	// costs no store access, and records the use: Key.LastUsed is now. Last-use times may reach
 	// the disk later than the lookup (Badger flushes them every LastUsedFlushInterval).
 	//
 	// Expected errors:
-	//   - ErrInvalidKey: the key is malformed, unknown, revoked or expired (no hint which).
+	//   - ErrInvalidKey: the key is malformed, unknown or revoked, or a rolled key's previous
+	//     secret past its grace period (no hint which).
+	//   - ErrKeyExpired: the key is known and its expiry has passed.
 	//   - ErrClosed.
 	LookupKey(ctx context.Context, presented string) (Key, Account, error)
 
@@ -143,6 +168,8 @@ type Credits interface {
 	//   - ErrNotFound: no account has req.AccountID.
 	//   - ErrAccountDisabled: the account is disabled (a repeated request id is still reported).
 	//   - ErrInsufficientCredits: no credit of req.Mode is available; nothing was written.
+	//   - ErrKeyBudgetExhausted (a *KeyBudgetError): req.KeyID, a key of the account, has
+	//     spent one of its budgets (keylimits.go); nothing was written.
 	//   - ErrClosed.
 	Hold(ctx context.Context, req HoldRequest) (HoldResult, error)
 
@@ -435,7 +462,7 @@ type Store interface {
 	Payments
 	Reversals
 	Receipts
-	KeyUsage
+	KeyReports
 	Members
 	Operators
 }

@@ -52,6 +52,15 @@ type Key struct {
 	// MemberID is the member of an organisation who made the key (members.go); "" for the
 	// account's own keys.
 	MemberID string `json:"member_id,omitempty"`
+	// KeyLimits are what the key may spend and do (keylimits.go).
+	KeyLimits
+	// Usage is what the key has spent, as of its last hold (keylimits.go).
+	Usage KeyUsage `json:"usage"`
+	// Rolled is when the key's secret was last replaced (Keys.RollKey); the previous secret,
+	// whose last 4 characters are PreviousLast4, works until GraceUntil.
+	Rolled        time.Time `json:"rolled,omitzero"`
+	PreviousLast4 string    `json:"previous_last4,omitempty"`
+	GraceUntil    time.Time `json:"grace_until,omitzero"`
 }
 
 // Balance is the credit state of one account.

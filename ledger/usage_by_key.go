@@ -21,8 +21,8 @@ type KeyUsageRow struct {
 	Voided   int64  `json:"voided"`
 }
 
-// KeyUsage is the role of usage by key.
-type KeyUsage interface {
+// KeyReports is the role of usage by key.
+type KeyReports interface {
 	// UsageByKey counts holds, settles and voids per key, tool and mode of q.AccountID (which
 	// is required) with times in [q.From, q.To) (zero: unbounded), ordered by key, tool and
 	// mode.

@@ -174,6 +174,9 @@ func (a *app) routes() {
 	m.HandleFunc("POST "+p+"/keys", a.authedPost(a.verifiedFor(liveKeyRequest, a.createKey)))
 	m.HandleFunc("GET "+p+"/keys/revoke", a.authed(a.revokeConfirm))
 	m.HandleFunc("POST "+p+"/keys/revoke", a.authedPost(a.revokeKey))
+	m.HandleFunc("GET "+p+"/keys/settings", a.authed(a.keySettings)) // key_limits.go
+	m.HandleFunc("POST "+p+"/keys/settings", a.authedPost(a.saveKeySettings))
+	m.HandleFunc("POST "+p+"/keys/roll", a.authedPost(a.rollKey))
 	m.HandleFunc("POST "+p+"/test-credits", a.authedPost(a.needs(ledger.RoleAdmin, a.refillTestCredits)))
 	m.HandleFunc("GET "+p+"/usage.csv", a.authed(a.needs(ledger.RoleAdmin, a.exportCSV)))
 	m.HandleFunc("GET "+p+"/usage-by-key.csv", a.authed(a.needs(ledger.RoleAdmin, a.exportKeyUsageCSV)))

@@ -427,6 +427,52 @@ http://127.0.0.1:%d {
 		t.Fatal("a purchase receipt with another amount verifies")
 	}
 
+	// The key's limits, on its own form: a daily budget of 2, of which the generation above
+	// spent 1; the keys page shows what is left, and the API refuses the key past it.
+	do("key limits", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS(".limits-link")),
+		chromedp.Click(chromedp.CSS(".limits-link")), chromedp.WaitVisible(chromedp.CSS("#budget-day")))
+	shots.shot("key-settings")
+	do("set a budget", chromedp.SendKeys(chromedp.CSS("#budget-day"), "2"),
+		chromedp.Click(chromedp.CSS(`form[action="/account/keys/settings"] button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("p.notice")))
+	if left := text(".budget-left"); !strings.Contains(left, "1 of 2 left today") {
+		t.Fatalf("budget left after setting it: %q", left)
+	}
+	shots.shot("keys-budget")
+	if res := generate(t, apiKey); res.status != http.StatusOK {
+		t.Fatalf("generate within the key's budget: %d %s", res.status, res.body)
+	}
+	if res := generate(t, apiKey); res.status != http.StatusPaymentRequired || !strings.Contains(res.body, "key_budget_exhausted") {
+		t.Fatalf("generate past the key's budget: %d %s", res.status, res.body)
+	}
+	do("keys page again", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS(".budget-left")))
+	if left := text(".budget-left"); !strings.Contains(left, "0 of 2 left today") {
+		t.Fatalf("budget left once spent: %q", left)
+	}
+	// Remove the budget again (the test goes on spending below).
+	do("remove the budget", chromedp.Click(chromedp.CSS(".limits-link")), chromedp.WaitVisible(chromedp.CSS("#budget-day")),
+		chromedp.SetValue(chromedp.CSS("#budget-day"), ""),
+		chromedp.Click(chromedp.CSS(`form[action="/account/keys/settings"] button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("p.notice")))
+	// Roll the key with an hour's grace: the new secret is shown once, and both work.
+	do("roll", chromedp.Click(chromedp.CSS(".limits-link")), chromedp.WaitVisible(chromedp.CSS("#roll-grace")),
+		chromedp.SetValue(chromedp.CSS("#roll-grace"), "1h"),
+		chromedp.Click(chromedp.CSS(`form[action="/account/keys/roll"] button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#new-key")))
+	rolledKey, err := chromedp.Run(ctx, chromedp.Value(chromedp.CSS("#new-key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ledger.CheckKeyFormat(rolledKey); !ok || rolledKey == apiKey || !strings.Contains(text("#grace-note"), "works until") {
+		t.Fatalf("the roll shows %q and %q", rolledKey, text("#grace-note"))
+	}
+	shots.shot("key-rolled")
+	for _, k := range []string{apiKey, rolledKey} {
+		if res := generate(t, k); res.status != http.StatusOK {
+			t.Fatalf("generate after the roll, within the grace period: %d %s", res.status, res.body)
+		}
+	}
+
 	// Phone size: the same pages must be usable on a 360 px screen, tables included.
 	for _, p := range []struct{ path, wait, name string }{
 		{"/account/", "#live-credits", "phone-dashboard"},
@@ -435,6 +481,7 @@ http://127.0.0.1:%d {
 		{"/account/receipts/" + cs.ID, "#receipt-credits", "phone-receipt"},
 		{"/account/buy/success?session_id=" + cs.ID, "#live-credits", "phone-buy-success"},
 		{"/account/keys/revoke?id=" + keyIDOf(t, store, acct.ID), "button.danger", "phone-revoke-confirm"},
+		{"/account/keys/settings?id=" + keyIDOf(t, store, acct.ID), "#budget-day", "phone-key-settings"},
 		{"/account/nowhere", "h1", "phone-not-found"},
 	} {
 		do(p.name, phone, chromedp.Navigate(caddyBase+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))

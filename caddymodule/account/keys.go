@@ -24,6 +24,8 @@ type keysData struct {
 	Created  *ledger.Key
 	FullKey  string
 	Endpoint string
+	// Rolled: FullKey is the new secret of the existing key Created (key_limits.go).
+	Rolled bool
 }
 
 func (a *app) keys(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -37,6 +39,13 @@ func (a *app) keys(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		for i := range d.Keys {
 			if d.Keys[i].ID == id && !d.Keys[i].Revoked.IsZero() {
 				p.Flash = "The key “" + displayName(d.Keys[i]) + "” is revoked. Requests with it are refused from now on."
+			}
+		}
+	}
+	if id := r.URL.Query().Get("saved"); id != "" {
+		for i := range d.Keys {
+			if d.Keys[i].ID == id {
+				p.Flash = "The limits of the key “" + displayName(d.Keys[i]) + "” are saved. They apply from the next request."
 			}
 		}
 	}

@@ -13,6 +13,6 @@ type accountLedger interface {
 	ledger.Mail
 	ledger.Payments
 	ledger.Reversals
-	ledger.KeyUsage
+	ledger.KeyReports
 	ledger.Members
 }

@@ -45,6 +45,7 @@ var funcs = template.FuncMap{
 		return formatEuro(p.PriceCents / p.Credits)
 	},
 	"customerStatus": customerStatus,
+	"budgetLeft":     budgetLeft,
 }
 
 // customerStatus says where a refund or dispute stands, in the customer's words (a dispute the

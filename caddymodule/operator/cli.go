@@ -190,7 +190,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("enable", "Enables a disabled account", cmdAccountStatus("enable"), accountFlag),
 			cliLeaf("invite", "E-mails (and prints) a link with which the account sets its password", cmdAccountInvite, accountFlag),
 		),
-		cliGroup("key", "API keys: create, list, revoke",
+		cliGroup("key", "API keys: create, list, revoke, limits, roll",
 			cliLeaf("create", "Creates an API key; the full key is printed only this once", cmdKeyCreate, func(c *cobra.Command) {
 				accountFlag(c)
 				c.Flags().Bool("test", false, "Create a test key (tg_test_...): sample text, test credits, never the model")
@@ -201,6 +201,12 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			cliLeaf("revoke", "Revokes a key; it stops working with the next request", cmdKeyRevoke, func(c *cobra.Command) {
 				accountFlag(c)
 				c.Flags().String("key-id", "", "Id of the key to revoke (required; see 'caddy textgen key list')")
+			}),
+			cliLeaf("limits", "Sets a key's budgets, allowed tools and addresses, name, note or expiry (flags not given are kept)", cmdKeyLimits, keyLimitsFlags),
+			cliLeaf("roll", "Gives a key a new secret (same id, limits and budgets); the old one works for --grace", cmdKeyRoll, func(c *cobra.Command) {
+				accountFlag(c)
+				c.Flags().String("key-id", "", "Id of the key to roll (required)")
+				c.Flags().String("grace", "0", "How long the previous secret keeps working: 0 to 7d (24h, 2d)")
 			}),
 		),
 		cliGroup("member", "Organisations: an account's members (each a login of its own) share its credits: list, organise, add, remove, role, cap, usage",

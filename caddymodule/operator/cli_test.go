@@ -70,6 +70,7 @@ func TestCLICommands(t *testing.T) {
 	for _, args := range [][]string{
 		{"account", "get"}, {"account", "disable"}, {"account", "enable"},
 		{"key", "create"}, {"key", "list"}, {"key", "revoke", "--key-id", "key_x"},
+		{"key", "limits", "--key-id", "key_x", "--budget-day", "1"}, {"key", "roll", "--key-id", "key_x"},
 		{"credits", "grant", "--credits", "1"}, {"credits", "adjust", "--credits", "1", "--reason", "r"},
 		{"balance"}, {"history"}, {"usage"},
 	} {
@@ -113,6 +114,18 @@ func TestCLICommands(t *testing.T) {
 			}
 		}
 	}
+	// key limits and roll, as tables: what is left of a budget, and the new secret once.
+	testID := caddyproc.Str(t, test, "id")
+	if out := s.Textgen("key", "limits", "--account", id, "--key-id", testID, "--budget-day", "5", "--tools", "summarizer"); out.Code != 0 ||
+		!strings.Contains(out.Stdout, "5 of 5 left, resets ") || !strings.Contains(out.Stdout, "summarizer") {
+		t.Errorf("key limits table\n%s", out)
+	}
+	caddyproc.MustFail(t, s.Textgen("key", "limits", "--account", id, "--key-id", testID, "--tools", "nope", "--json"), 1, "not a tool")
+	if out := s.Textgen("key", "roll", "--account", id, "--key-id", testID, "--grace", "1h"); out.Code != 0 ||
+		!strings.Contains(out.Stdout, "tg_test_") || !strings.Contains(out.Stdout, "works until") || strings.Contains(out.Stdout, testKey) {
+		t.Errorf("key roll table\n%s", out)
+	}
+	caddyproc.MustFail(t, s.Textgen("key", "roll", "--account", id, "--key-id", testID, "--grace", "8d", "--json"), 1, "0 to 7 days")
 	rev := s.JSON("key", "revoke", "--account", id, "--key-id", liveID)
 	if !caddyproc.Bool(t, rev, "revoked") || caddyproc.Str(t, rev, "id") != liveID || caddyproc.Str(t, rev, "status") != "revoked" {
 		t.Errorf("key revoke: %v", rev)

@@ -19,7 +19,7 @@ func newKeyView(k ledger.Key) keyView {
 		ID: k.ID, AccountID: k.AccountID, Mode: k.Mode, Name: k.Name,
 		Hint: k.Prefix + "…" + k.Last4, Prefix: k.Prefix, Last4: k.Last4,
 		Status: "active", Created: k.Created, LastUsed: k.LastUsed, Expires: k.Expires,
-		Revoked: !k.Revoked.IsZero(), RevokedAt: k.Revoked, MemberID: k.MemberID,
+		Revoked: !k.Revoked.IsZero(), RevokedAt: k.Revoked, MemberID: k.MemberID, keyLimitsView: newKeyLimitsView(k),
 	}
 	switch {
 	case v.Revoked:

@@ -14,7 +14,7 @@ type operatorLedger interface {
 	ledger.Mail
 	ledger.Payments
 	ledger.Reversals
-	ledger.KeyUsage
+	ledger.KeyReports
 	ledger.Members
 	ledger.Operators
 }

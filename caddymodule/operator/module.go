@@ -118,6 +118,8 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("POST /textgen/accounts/{id}/keys", a.createKey)
 	handle("GET /textgen/accounts/{id}/keys", a.listKeys)
 	handle("POST /textgen/accounts/{id}/keys/{kid}/revoke", a.revokeKey)
+	handle("POST /textgen/accounts/{id}/keys/{kid}/limits", a.setKeyLimits) // key_limits.go
+	handle("POST /textgen/accounts/{id}/keys/{kid}/roll", a.rollKey)
 	handle("POST /textgen/accounts/{id}/credits", a.grant)
 	handle("POST /textgen/accounts/{id}/adjust", a.adjust)
 	handle("GET /textgen/accounts/{id}/balance", a.balance)

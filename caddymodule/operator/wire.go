@@ -46,15 +46,16 @@ type keyView struct {
 	Mode      ledger.Mode `json:"mode"`
 	Name      string      `json:"name"`
 	// Hint is how the key is shown after its creation: prefix, an ellipsis, the last 4 characters.
-	Hint      string    `json:"hint"`
-	Prefix    string    `json:"prefix"`
-	Last4     string    `json:"last4"`
-	Status    string    `json:"status"` // active, revoked or expired
-	Created   time.Time `json:"created"`
-	LastUsed  time.Time `json:"last_used,omitzero"`
-	Expires   time.Time `json:"expires,omitzero"`
-	Revoked   bool      `json:"revoked"`
-	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	Hint          string    `json:"hint"`
+	Prefix        string    `json:"prefix"`
+	Last4         string    `json:"last4"`
+	Status        string    `json:"status"` // active, revoked or expired
+	Created       time.Time `json:"created"`
+	LastUsed      time.Time `json:"last_used,omitzero"`
+	Expires       time.Time `json:"expires,omitzero"`
+	Revoked       bool      `json:"revoked"`
+	RevokedAt     time.Time `json:"revoked_at,omitzero"`
+	keyLimitsView           // key_limits.go
 	// MemberID is the organisation's member who made the key; empty for the account's own.
 	MemberID string `json:"member_id,omitempty"`
 }

@@ -100,8 +100,9 @@ END
 $$;
 -- +goose StatementEnd
 
--- The hold operations of 00001, with the member's monthly cap: a hold that the member's cap
--- refuses is 'member_cap' (after 'insufficient'), and a void or expiry gives its count back.
+-- The hold operations of 00009 (the key's budget), with the member's monthly cap: a hold that the
+-- key's budget allows and the member's cap refuses is 'member_cap' (the key's count given back at
+-- once), and a void or expiry gives its count back. The down step restores 00009's.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION ledger_holds(p_accounts text[], p_ats bigint[], p_ops text[], p_rids text[], p_modes text[],
     p_keys text[], p_tools text[], p_expires bigint[], p_reasons text[])
@@ -128,6 +129,7 @@ DECLARE
     amount bigint;
     want bigint;
     got bigint;
+    kc record;
 BEGIN
     FOR i IN 1 .. cardinality(p_ops) LOOP
         IF array_position(accts, p_accounts[i]) IS NULL THEN
@@ -168,19 +170,27 @@ BEGIN
                 o_outcome := 'disabled';
             ELSIF ledger_available(a, p_modes[i]) < 1 THEN
                 o_outcome := 'insufficient';
-            ELSIF NOT ledger_member_take(a, p_keys[i], p_modes[i], p_ats[i]) THEN
-                o_outcome := 'member_cap';
             ELSE
-                a := ledger_change(a, p_modes[i], 0, 1);
-                es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
-                hs := hs || ROW(a.id, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
-                    a.next_seq - 1, NULL, NULL, '')::holds;
-                hkeys := hkeys || ledger_hold_key(a.id, p_rids[i]);
-                fresh := fresh || true;
-                changed := changed || false;
-                o_outcome := 'ok';
-                o_state := 'open';
-                o_available := ledger_available(a, p_modes[i]);
+                SELECT * INTO kc FROM ledger_key_charge(a.id, p_keys[i], p_ats[i]);
+                IF kc.o_outcome <> 'ok' THEN
+                    o_outcome := kc.o_outcome;
+                    o_available := kc.o_limit;
+                ELSIF NOT ledger_member_take(a, p_keys[i], p_modes[i], p_ats[i]) THEN
+                    -- The member's cap refuses what the key's budget just counted: give it back.
+                    PERFORM ledger_key_release(a.id, p_keys[i], p_ats[i]);
+                    o_outcome := 'member_cap';
+                ELSE
+                    a := ledger_change(a, p_modes[i], 0, 1);
+                    es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
+                    hs := hs || ROW(a.id, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
+                        a.next_seq - 1, NULL, NULL, '')::holds;
+                    hkeys := hkeys || ledger_hold_key(a.id, p_rids[i]);
+                    fresh := fresh || true;
+                    changed := changed || false;
+                    o_outcome := 'ok';
+                    o_state := 'open';
+                    o_available := ledger_available(a, p_modes[i]);
+                END IF;
             END IF;
         ELSIF j IS NULL THEN
             o_outcome := 'no_hold';
@@ -199,6 +209,9 @@ BEGIN
             h.reason := CASE p_ops[i] WHEN 'settle' THEN '' WHEN 'expire' THEN 'expired' ELSE p_reasons[i] END;
             hs[j] := h;
             changed[j] := true;
+            IF p_ops[i] <> 'settle' THEN
+                PERFORM ledger_key_release(a.id, h.key_id, h.created);
+            END IF;
             es := es || ledger_entry(a, CASE WHEN p_ops[i] = 'settle' THEN 'settle' ELSE 'void' END, h.mode,
                 amount, p_rids[i], h.key_id, h.tool, '', h.reason, 0, '', p_ats[i]);
             o_outcome := 'ok';
@@ -246,6 +259,7 @@ DECLARE
     found_hold boolean;
     delta bigint;
     n bigint;
+    kc record;
 BEGIN
     o_state := '';
     o_available := 0;
@@ -265,9 +279,19 @@ BEGIN
             o_outcome := 'disabled';
         ELSIF ledger_available(a, p_mode) < 1 THEN
             o_outcome := 'insufficient';
-        ELSIF NOT ledger_member_take(a, p_key, p_mode, p_at) THEN
-            o_outcome := 'member_cap';
         ELSE
+            SELECT * INTO kc FROM ledger_key_charge(p_account, p_key, p_at);
+            IF kc.o_outcome <> 'ok' THEN
+                o_outcome := kc.o_outcome;
+                o_available := kc.o_limit;
+                RETURN;
+            END IF;
+            IF NOT ledger_member_take(a, p_key, p_mode, p_at) THEN
+                -- The member's cap refuses what the key's budget just counted: give it back.
+                PERFORM ledger_key_release(p_account, p_key, p_at);
+                o_outcome := 'member_cap';
+                RETURN;
+            END IF;
             a := ledger_change(a, p_mode, 0, 1);
             WITH nh AS (
                 INSERT INTO holds VALUES (p_account, p_rid, p_mode, 'open', p_key, p_tool, p_at, p_expires,
@@ -315,6 +339,9 @@ BEGIN
         IF n <> 1 THEN
             RAISE EXCEPTION 'ledger_hold: hold % of account % was resolved already', p_rid, p_account;
         END IF;
+        IF p_op <> 'settle' THEN
+            PERFORM ledger_key_release(p_account, h.key_id, h.created);
+        END IF;
         o_outcome := 'ok';
         o_state := h.state;
         o_available := ledger_available(a, h.mode);
@@ -350,6 +377,7 @@ DECLARE
     amount bigint;
     want bigint;
     got bigint;
+    kc record;
 BEGIN
     FOR i IN 1 .. cardinality(p_ops) LOOP
         IF array_position(accts, p_accounts[i]) IS NULL THEN
@@ -391,16 +419,22 @@ BEGIN
             ELSIF ledger_available(a, p_modes[i]) < 1 THEN
                 o_outcome := 'insufficient';
             ELSE
-                a := ledger_change(a, p_modes[i], 0, 1);
-                es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
-                hs := hs || ROW(a.id, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
-                    a.next_seq - 1, NULL, NULL, '')::holds;
-                hkeys := hkeys || ledger_hold_key(a.id, p_rids[i]);
-                fresh := fresh || true;
-                changed := changed || false;
-                o_outcome := 'ok';
-                o_state := 'open';
-                o_available := ledger_available(a, p_modes[i]);
+                SELECT * INTO kc FROM ledger_key_charge(a.id, p_keys[i], p_ats[i]);
+                IF kc.o_outcome <> 'ok' THEN
+                    o_outcome := kc.o_outcome;
+                    o_available := kc.o_limit;
+                ELSE
+                    a := ledger_change(a, p_modes[i], 0, 1);
+                    es := es || ledger_entry(a, 'hold', p_modes[i], 0, p_rids[i], p_keys[i], p_tools[i], '', '', 0, '', p_ats[i]);
+                    hs := hs || ROW(a.id, p_rids[i], p_modes[i], 'open', p_keys[i], p_tools[i], p_ats[i], p_expires[i],
+                        a.next_seq - 1, NULL, NULL, '')::holds;
+                    hkeys := hkeys || ledger_hold_key(a.id, p_rids[i]);
+                    fresh := fresh || true;
+                    changed := changed || false;
+                    o_outcome := 'ok';
+                    o_state := 'open';
+                    o_available := ledger_available(a, p_modes[i]);
+                END IF;
             END IF;
         ELSIF j IS NULL THEN
             o_outcome := 'no_hold';
@@ -418,6 +452,9 @@ BEGIN
             h.reason := CASE p_ops[i] WHEN 'settle' THEN '' WHEN 'expire' THEN 'expired' ELSE p_reasons[i] END;
             hs[j] := h;
             changed[j] := true;
+            IF p_ops[i] <> 'settle' THEN
+                PERFORM ledger_key_release(a.id, h.key_id, h.created);
+            END IF;
             es := es || ledger_entry(a, CASE WHEN p_ops[i] = 'settle' THEN 'settle' ELSE 'void' END, h.mode,
                 amount, p_rids[i], h.key_id, h.tool, '', h.reason, 0, '', p_ats[i]);
             o_outcome := 'ok';
@@ -465,6 +502,7 @@ DECLARE
     found_hold boolean;
     delta bigint;
     n bigint;
+    kc record;
 BEGIN
     o_state := '';
     o_available := 0;
@@ -485,6 +523,12 @@ BEGIN
         ELSIF ledger_available(a, p_mode) < 1 THEN
             o_outcome := 'insufficient';
         ELSE
+            SELECT * INTO kc FROM ledger_key_charge(p_account, p_key, p_at);
+            IF kc.o_outcome <> 'ok' THEN
+                o_outcome := kc.o_outcome;
+                o_available := kc.o_limit;
+                RETURN;
+            END IF;
             a := ledger_change(a, p_mode, 0, 1);
             WITH nh AS (
                 INSERT INTO holds VALUES (p_account, p_rid, p_mode, 'open', p_key, p_tool, p_at, p_expires,
@@ -530,6 +574,9 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> 1 THEN
             RAISE EXCEPTION 'ledger_hold: hold % of account % was resolved already', p_rid, p_account;
+        END IF;
+        IF p_op <> 'settle' THEN
+            PERFORM ledger_key_release(p_account, h.key_id, h.created);
         END IF;
         o_outcome := 'ok';
         o_state := h.state;

@@ -20,3 +20,21 @@ func TestKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAddr: the whole address, for a key's allowed ranges (an IPv6 address is not cut to its
+// /64, an IPv4-mapped one is its IPv4 address).
+func TestAddr(t *testing.T) {
+	for remote, want := range map[string]string{
+		"192.0.2.7:5555":             "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2:3:4:5:6",
+		"[::ffff:192.0.2.9]:80":      "192.0.2.9",
+		"not an address":             "",
+	} {
+		r, _ := http.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		got, ok := Addr(r)
+		if (want == "") == ok || (ok && got.String() != want) {
+			t.Errorf("%s: %v %v, want %q", remote, got, ok, want)
+		}
+	}
+}
