@@ -171,7 +171,7 @@ func (p *pgImport) Key(k ExportKey) error {
 	err := p.add("api_keys", k.ID, k.AccountID, k.Digest[:], string(k.Mode), k.Name, k.Prefix, k.Last4,
 		k.Created.UnixNano(), pgNanos(k.LastUsed), pgNanos(k.Expires), pgNanos(k.Revoked),
 		k.Note, k.BudgetTotal, k.BudgetDay, k.BudgetMonth, pgTextArray(k.AllowedTools), pgTextArray(k.AllowedCIDRs),
-		pgNanos(k.Rolled), prev, k.PreviousLast4, pgNanos(k.GraceUntil))
+		pgNanos(k.Rolled), prev, k.PreviousLast4, pgNanos(k.GraceUntil), k.MemberID)
 	if err != nil || k.Usage == (KeyUsage{}) {
 		return err
 	}
