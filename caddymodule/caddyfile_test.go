@@ -16,8 +16,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 
-	// textgen_account, which the example Caddyfile uses.
+	// textgen_account and textgen_console, which the example Caddyfile uses.
 	_ "github.com/caddy-textgen/textgen/caddymodule/account"
+	_ "github.com/caddy-textgen/textgen/caddymodule/console"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 )
 
