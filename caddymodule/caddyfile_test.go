@@ -18,8 +18,8 @@ import (
 
 	// textgen_account and textgen_console, which the example Caddyfile uses.
 	_ "github.com/caddy-textgen/textgen/caddymodule/account"
-	_ "github.com/caddy-textgen/textgen/caddymodule/console"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	_ "github.com/caddy-textgen/textgen/caddymodule/console"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
