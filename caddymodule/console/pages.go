@@ -151,14 +151,16 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 }
 
 type accountData struct {
-	Account            ledger.Account
-	Balance            ledger.Balance
-	Debt               int64
-	Keys               []ledger.Key
-	Purchases          []ledger.Entry
-	History            []ledger.Entry
-	Payments           []ledger.Payment
-	Audit              []ledger.AuditRecord
+	Account   ledger.Account
+	Balance   ledger.Balance
+	Debt      int64
+	Keys      []ledger.Key
+	Purchases []ledger.Entry
+	History   []ledger.Entry
+	Payments  []ledger.Payment
+	Audit     []ledger.AuditRecord
+	// Members are an organisation's members and invitations (none for a personal account).
+	Members            []ledger.Membership
 	Done               string
 	CanSupport, CanOwn bool
 	// The credit forms' ids: sent twice, a form credits once.
@@ -186,6 +188,9 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	}
 	if err == nil {
 		d.Payments, err = a.store.AccountPayments(ctx, id, 100)
+	}
+	if err == nil {
+		d.Members, err = a.store.ListMembers(ctx, id)
 	}
 	if err == nil {
 		d.Audit, _, err = a.store.ListAudit(ctx, ledger.AuditQuery{AccountID: id, Page: ledger.Page{Limit: 100}})
