@@ -465,4 +465,5 @@ type Store interface {
 	KeyReports
 	Members
 	Operators
+	KeySearch
 }
