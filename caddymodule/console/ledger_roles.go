@@ -15,5 +15,6 @@ type consoleLedger interface {
 	ledger.Payments
 	ledger.Reversals
 	ledger.Members
+	ledger.KeySearch
 	ledger.Operators
 }

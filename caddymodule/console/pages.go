@@ -113,11 +113,13 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 type accountsData struct {
 	Query    string
 	Accounts []ledger.Account
-	Next     string
-	Message  string
+	// Keys are the keys a key hint found, with their accounts' e-mail.
+	Keys    []keyMatch
+	Next    string
+	Message string
 }
 
-// accounts finds accounts by e-mail or id, or lists them.
+// accounts finds accounts by e-mail, account id or key (keys.go), or lists them.
 func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	ctx := r.Context()
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
@@ -135,7 +137,12 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	case strings.Contains(q, "@"):
 		acct, err = a.store.GetAccountByEmail(ctx, q)
 	default:
-		d.Message = "Search by an e-mail address or an account id (acct_...)."
+		var only string
+		d.Keys, only, d.Message, err = a.findKeys(ctx, q)
+		if only != "" {
+			acct.ID = only
+		}
+		d.Query = keyQuery(q)
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
