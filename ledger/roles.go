@@ -466,4 +466,5 @@ type Store interface {
 	Members
 	Operators
 	KeySearch
+	MoneyReports
 }
