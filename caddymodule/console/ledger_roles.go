@@ -16,5 +16,6 @@ type consoleLedger interface {
 	ledger.Reversals
 	ledger.Members
 	ledger.KeySearch
+	ledger.MoneyReports
 	ledger.Operators
 }

@@ -35,6 +35,7 @@ type overviewData struct {
 	RecentRefunds   []ledger.Reversal
 	OutboxWaiting   int
 	OperatorsNumber int
+	Revenue         revenueData
 }
 
 // overviewDays is how many days of generations the overview shows.
@@ -107,6 +108,10 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	d.OutboxWaiting = len(mail)
+	if d.Revenue, err = a.revenue(ctx); err != nil {
+		a.internalError(w, r, sc, "read the revenue", err)
+		return
+	}
 	a.render(w, r, http.StatusOK, "overview", sc, page{Title: "Overview", Nav: "overview", Data: d})
 }
 
