@@ -279,9 +279,18 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	}
 	logOut()
 
+	// The account made an organisation with a member (through the CLI): its page has the
+	// Members card, which axe-core checks on the viewer's page below.
+	member := caddyproc.Str(t, s.JSON("account", "create", "--email", "member@example.com", "--test-credits", "0"), "id")
+	s.JSON("member", "organise", "--account", acct)
+	s.JSON("member", "add", "--account", acct, "--member", member)
+
 	// A viewer sees the account without forms; a grant form forged in its page is refused.
 	logIn(viewer, totp(viewer))
 	sh.do("viewer's account page", chromedp.Navigate(base+"/ops/accounts/"+acct), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("#members-title + p + div"); !strings.Contains(body, "member@example.com") || !strings.Contains(body, "customer@example.com") {
+		t.Fatalf("the Members card: %s", body)
+	}
 	sh.shot("account-viewer")
 	forge := fmt.Sprintf(`(() => { const f = document.createElement("form"); f.method = "post"; f.action = "/ops/accounts/%s/grant";
 		for (const [k, v] of [["csrf_token", document.querySelector("form.who input[name=csrf_token]").value], ["credits", "50"], ["note", "forged"]]) {
@@ -332,10 +341,14 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	logIn(owner, owner.RecoveryCodes[1])
 	// What the CLI does to an account is in the audit log too.
 	s.JSON("credits", "adjust", "--account", acct, "--credits", "3", "--reason", "cli goodwill")
+	kid := caddyproc.Str(t, s.JSON("key", "create", "--account", acct, "--name", "ci"), "id")
+	s.JSON("key", "roll", "--account", acct, "--key-id", kid)
+	s.JSON("member", "remove", "--account", acct, "--member", member)
 	s.JSON("account", "disable", "--account", acct)
 	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
 	body := sh.text("main")
-	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)"} {
+	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)",
+		"key.roll", "key " + kid, "member.remove", "member " + member} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("the audit page after a removal and CLI actions lacks %q: %s", want, body)
 		}
