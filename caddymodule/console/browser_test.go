@@ -6,7 +6,9 @@ package console
 // of the secret the CLI printed (a wrong code and the same code twice are refused), finds an
 // account, refunds its purchase (through Stripe's API; Stripe's own event for the refund then
 // takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
-// operator's grant above its limit are refused by the server. Every page is checked with
+// operator's grant above its limit are refused by the server; an organisation's page shows its
+// members; a key rolled and a member removed through the CLI are in the audit log. Every page is
+// checked with
 // axe-core and saved as a screenshot at 1280 and 390 pixels wide, in $TEXTGEN_SCREENSHOTS (else
 // a temporary folder). The console is mounted at /ops only: /console on the same server is not
 // the console.
