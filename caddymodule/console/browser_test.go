@@ -8,9 +8,8 @@ package console
 // takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
 // operator's grant above its limit are refused by the server; an organisation's page shows its
 // members; a key rolled and a member removed through the CLI are in the audit log. Every page is
-// checked with
-// axe-core and saved as a screenshot at 1280 and 390 pixels wide, in $TEXTGEN_SCREENSHOTS (else
-// a temporary folder). The console is mounted at /ops only: /console on the same server is not
+// checked with axe-core and saved as a screenshot at 1280 and 390 pixels wide, in
+// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console on the same server is not
 // the console.
 
 import (
