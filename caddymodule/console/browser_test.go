@@ -9,8 +9,8 @@ package console
 // operator's grant above its limit are refused by the server; an organisation's page shows its
 // members; a key rolled and a member removed through the CLI are in the audit log. Every page is
 // checked with axe-core and saved as a screenshot at 1280 and 390 pixels wide, in
-// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console on the same server is not
-// the console.
+// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console
+// on the same server is not the console.
 
 import (
 	"context"
