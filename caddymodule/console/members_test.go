@@ -11,13 +11,16 @@ import (
 )
 
 // TestConsoleMembers: an organisation's account page lists its members and invitations (e-mail,
-// role, monthly cap, what each used this month, pending), read-only; a personal account's page
-// has no Members card.
+// role, monthly cap, what each used this month and last month, pending), read-only; a personal
+// account's page has no Members card.
 func TestConsoleMembers(t *testing.T) {
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
 			e := newEnv(t, eng.open(t))
-			at := time.Date(2026, 5, 1, 9, 0, 10, 0, time.UTC)
+			// The console's clock a month after the ledger's: what the ledger counts this
+			// month is the page's last month.
+			n := time.Now().UTC()
+			at := time.Date(n.Year(), n.Month()+1, 1, 9, 0, 0, 0, time.UTC)
 			setClock(t, &at)
 			mk := func(email string) ledger.Account {
 				a, err := e.store.CreateAccount(bg, email)
@@ -60,10 +63,11 @@ func TestConsoleMembers(t *testing.T) {
 			expectStatus(t, "the organisation's page", r, http.StatusOK)
 			rows := memberRows(r.body)
 			want := []string{
-				"org@example.com|owner|none|0|member",
-				"bob@example.com|admin|7|1|member",
-				"carol@example.com|member|none|0|invited, not accepted",
+				"org@example.com|owner|none|0|0|member",
+				"bob@example.com|admin|7|1|1|member",
+				"carol@example.com|member|none|0|0|invited, not accepted",
 			}
+			mustContain(t, "the Members card", r.body, `<th scope="col">Used in `+n.Format("2006-01")+`</th>`)
 			if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 				t.Fatalf("the Members card:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 			}

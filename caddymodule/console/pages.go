@@ -171,8 +171,10 @@ type accountData struct {
 	History   []ledger.Entry
 	Payments  []ledger.Payment
 	Audit     []ledger.AuditRecord
-	// Members are an organisation's members and invitations (none for a personal account).
-	Members            []ledger.Membership
+	// Members are an organisation's members and invitations (none for a personal account),
+	// with what each member's keys took last UTC month (members.go).
+	Members            []memberRow
+	LastMonth          string
 	Done               string
 	CanSupport, CanOwn bool
 	// The credit forms' ids: sent twice, a form credits once.
@@ -202,7 +204,7 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		d.Payments, err = a.store.AccountPayments(ctx, id, 100)
 	}
 	if err == nil {
-		d.Members, err = a.store.ListMembers(ctx, id)
+		d.Members, d.LastMonth, err = a.members(ctx, id)
 	}
 	if err == nil {
 		d.Audit, _, err = a.store.ListAudit(ctx, ledger.AuditQuery{AccountID: id, Page: ledger.Page{Limit: 100}})
