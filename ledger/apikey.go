@@ -31,8 +31,11 @@ func keyChecksumBytes(b []byte) [keyChecksumLen]byte {
 	return out
 }
 
-// newFullKey makes a fresh API key for mode.
-func newFullKey(m Mode) string {
+// newFullKey makes a fresh API key for mode (a variable so that a test can choose a key's last
+// characters).
+var newFullKey = makeFullKey
+
+func makeFullKey(m Mode) string {
 	p := livePrefix
 	if m == Test {
 		p = testPrefix

@@ -47,6 +47,8 @@ var conformanceTests = []struct {
 	{"KeyBudgets", testKeyBudgets},
 	{"KeyBudgetConcurrent", testKeyBudgetConcurrent},
 	{"KeyRoll", testKeyRoll},
+	{"FindKeys", testFindKeys},         // conformance_key_search_test.go
+	{"MoneyBetween", testMoneyBetween}, // conformance_money_report_test.go
 	{"KeyUpdate", testKeyUpdate},
 	// Credits (conformance_credits_test.go).
 	{"HoldSettleVoid", testHoldSettleVoid},

@@ -465,4 +465,6 @@ type Store interface {
 	KeyReports
 	Members
 	Operators
+	KeySearch
+	MoneyReports
 }

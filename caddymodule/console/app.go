@@ -106,6 +106,7 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/accounts/{id}", a.authed(a.account))
 	m.HandleFunc("GET "+p+"/audit", a.authed(a.audit))
 	m.HandleFunc("GET "+p+"/payments", a.authed(a.payments))
+	m.HandleFunc("GET "+p+"/exports/{file}", a.authed(a.export))
 	m.HandleFunc("GET "+p+"/mail", a.authed(a.mail))
 	m.HandleFunc("POST "+p+"/mail/{id}/drop", a.authedPost(actDrop, a.dropMail))
 	for action := range actionRoles {

@@ -6,10 +6,11 @@ package console
 // of the secret the CLI printed (a wrong code and the same code twice are refused), finds an
 // account, refunds its purchase (through Stripe's API; Stripe's own event for the refund then
 // takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
-// operator's grant above its limit are refused by the server. Every page is checked with
-// axe-core and saved as a screenshot at 1280 and 390 pixels wide, in $TEXTGEN_SCREENSHOTS (else
-// a temporary folder). The console is mounted at /ops only: /console on the same server is not
-// the console.
+// operator's grant above its limit are refused by the server; an organisation's page shows its
+// members; a key rolled and a member removed through the CLI are in the audit log. Every page is
+// checked with axe-core and saved as a screenshot at 1280 and 390 pixels wide, in
+// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console
+// on the same server is not the console.
 
 import (
 	"context"
@@ -279,9 +280,18 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	}
 	logOut()
 
+	// The account made an organisation with a member (through the CLI): its page has the
+	// Members card, which axe-core checks on the viewer's page below.
+	member := caddyproc.Str(t, s.JSON("account", "create", "--email", "member@example.com", "--test-credits", "0"), "id")
+	s.JSON("member", "organise", "--account", acct)
+	s.JSON("member", "add", "--account", acct, "--member", member)
+
 	// A viewer sees the account without forms; a grant form forged in its page is refused.
 	logIn(viewer, totp(viewer))
 	sh.do("viewer's account page", chromedp.Navigate(base+"/ops/accounts/"+acct), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if body := sh.text("#members-title + p + div"); !strings.Contains(body, "member@example.com") || !strings.Contains(body, "customer@example.com") {
+		t.Fatalf("the Members card: %s", body)
+	}
 	sh.shot("account-viewer")
 	forge := fmt.Sprintf(`(() => { const f = document.createElement("form"); f.method = "post"; f.action = "/ops/accounts/%s/grant";
 		for (const [k, v] of [["csrf_token", document.querySelector("form.who input[name=csrf_token]").value], ["credits", "50"], ["note", "forged"]]) {
@@ -332,10 +342,14 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	logIn(owner, owner.RecoveryCodes[1])
 	// What the CLI does to an account is in the audit log too.
 	s.JSON("credits", "adjust", "--account", acct, "--credits", "3", "--reason", "cli goodwill")
+	kid := caddyproc.Str(t, s.JSON("key", "create", "--account", acct, "--name", "ci"), "id")
+	s.JSON("key", "roll", "--account", acct, "--key-id", kid)
+	s.JSON("member", "remove", "--account", acct, "--member", member)
 	s.JSON("account", "disable", "--account", acct)
 	sh.do("audit", chromedp.Navigate(base+"/ops/audit"), chromedp.WaitVisible(chromedp.CSS("main h1")))
 	body := sh.text("main")
-	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)"} {
+	for _, want := range []string{"operator.remove", "left the team", "+3 live credits", "cli goodwill", "disable", "(no reason given)", "caddy textgen (admin API)",
+		"key.roll", "key " + kid, "member.remove", "member " + member} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("the audit page after a removal and CLI actions lacks %q: %s", want, body)
 		}

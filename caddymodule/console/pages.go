@@ -35,6 +35,7 @@ type overviewData struct {
 	RecentRefunds   []ledger.Reversal
 	OutboxWaiting   int
 	OperatorsNumber int
+	Revenue         revenueData
 }
 
 // overviewDays is how many days of generations the overview shows.
@@ -107,17 +108,23 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	d.OutboxWaiting = len(mail)
+	if d.Revenue, err = a.revenue(ctx); err != nil {
+		a.internalError(w, r, sc, "read the revenue", err)
+		return
+	}
 	a.render(w, r, http.StatusOK, "overview", sc, page{Title: "Overview", Nav: "overview", Data: d})
 }
 
 type accountsData struct {
 	Query    string
 	Accounts []ledger.Account
-	Next     string
-	Message  string
+	// Keys are the keys a key hint found, with their accounts' e-mail.
+	Keys    []keyMatch
+	Next    string
+	Message string
 }
 
-// accounts finds accounts by e-mail or id, or lists them.
+// accounts finds accounts by e-mail, account id or key (keys.go), or lists them.
 func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	ctx := r.Context()
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
@@ -135,7 +142,12 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	case strings.Contains(q, "@"):
 		acct, err = a.store.GetAccountByEmail(ctx, q)
 	default:
-		d.Message = "Search by an e-mail address or an account id (acct_...)."
+		var only string
+		d.Keys, only, d.Message, err = a.findKeys(ctx, q)
+		if only != "" {
+			acct.ID = only
+		}
+		d.Query = keyQuery(q)
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -151,14 +163,18 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 }
 
 type accountData struct {
-	Account            ledger.Account
-	Balance            ledger.Balance
-	Debt               int64
-	Keys               []ledger.Key
-	Purchases          []ledger.Entry
-	History            []ledger.Entry
-	Payments           []ledger.Payment
-	Audit              []ledger.AuditRecord
+	Account   ledger.Account
+	Balance   ledger.Balance
+	Debt      int64
+	Keys      []ledger.Key
+	Purchases []ledger.Entry
+	History   []ledger.Entry
+	Payments  []ledger.Payment
+	Audit     []ledger.AuditRecord
+	// Members are an organisation's members and invitations (none for a personal account),
+	// with what each member's keys took last UTC month (members.go).
+	Members            []memberRow
+	LastMonth          string
 	Done               string
 	CanSupport, CanOwn bool
 	// The credit forms' ids: sent twice, a form credits once.
@@ -186,6 +202,9 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	}
 	if err == nil {
 		d.Payments, err = a.store.AccountPayments(ctx, id, 100)
+	}
+	if err == nil {
+		d.Members, d.LastMonth, err = a.members(ctx, id)
 	}
 	if err == nil {
 		d.Audit, _, err = a.store.ListAudit(ctx, ledger.AuditQuery{AccountID: id, Page: ledger.Page{Limit: 100}})

@@ -87,4 +87,9 @@ func TestAdminKeyLimitsAndRoll(t *testing.T) {
 	wantStatus(t, w, http.StatusConflict, "revoked")
 	w, _ = adminDo(t, dir, "POST", base+"/limits", `{"budget_day":1}`)
 	wantStatus(t, w, http.StatusConflict, "revoked")
+	// Every change made is in the audit log, and so is every refused one.
+	wantAudit(t, store,
+		"admin_api key.limits "+id+" key "+kid,
+		"admin_api key.roll "+id+" key "+kid+", grace 1h0m0s",
+		"admin_api key.roll.failed "+id+" key already revoked")
 }

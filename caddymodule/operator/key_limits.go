@@ -145,7 +145,10 @@ func (adminAPI) setKeyLimits(w http.ResponseWriter, r *http.Request, store opera
 	if err != nil {
 		return err
 	}
-	k, err = store.UpdateKey(r.Context(), id, kid, set)
+	err = audited(r.Context(), store, "key.limits", id, "key "+kid, "", func() (err error) {
+		k, err = store.UpdateKey(r.Context(), id, kid, set)
+		return err
+	})
 	if err != nil {
 		return keyError(err, id, kid, "changing the limits of key %s of account %s", kid, id)
 	}
@@ -169,7 +172,12 @@ func (adminAPI) rollKey(w http.ResponseWriter, r *http.Request, store operatorLe
 	if _, err := keyOfAccount(r, store, id, kid); err != nil {
 		return err
 	}
-	full, k, err := store.RollKey(r.Context(), id, kid, grace)
+	var full string
+	var k ledger.Key
+	err := audited(r.Context(), store, "key.roll", id, fmt.Sprintf("key %s, grace %s", kid, grace), "", func() (err error) {
+		full, k, err = store.RollKey(r.Context(), id, kid, grace)
+		return err
+	})
 	if err != nil {
 		return keyError(err, id, kid, "rolling key %s of account %s", kid, id)
 	}

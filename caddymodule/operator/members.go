@@ -83,7 +83,11 @@ func (adminAPI) makeOrganisation(w http.ResponseWriter, r *http.Request, store o
 		return err
 	}
 	id := r.PathValue("id")
-	if _, err := store.MakeOrganisation(r.Context(), id); err != nil {
+	err := audited(r.Context(), store, "organisation", id, "", "", func() error {
+		_, err := store.MakeOrganisation(r.Context(), id)
+		return err
+	})
+	if err != nil {
 		return accountError(err, id, "making %s an organisation", id)
 	}
 	ms, err := store.ListMembers(r.Context(), id)
@@ -105,7 +109,11 @@ func (adminAPI) addMember(w http.ResponseWriter, r *http.Request, store operator
 		req.Role = ledger.RoleMember
 	}
 	id := r.PathValue("id")
-	m, err := store.AddMember(r.Context(), id, req.Member, req.Role, false)
+	var m ledger.Membership
+	err := audited(r.Context(), store, "member.add", id, fmt.Sprintf("member %s as %s", req.Member, req.Role), "", func() (err error) {
+		m, err = store.AddMember(r.Context(), id, req.Member, req.Role, false)
+		return err
+	})
 	if err != nil {
 		return memberError(err, "adding %s to %s", req.Member, id)
 	}
@@ -117,7 +125,11 @@ func (adminAPI) removeMember(w http.ResponseWriter, r *http.Request, store opera
 		return err
 	}
 	id, mid := r.PathValue("id"), r.PathValue("mid")
-	keys, err := store.RemoveMember(r.Context(), id, mid)
+	var keys []ledger.Key
+	err := audited(r.Context(), store, "member.remove", id, "member "+mid, "", func() (err error) {
+		keys, err = store.RemoveMember(r.Context(), id, mid)
+		return err
+	})
 	if err != nil {
 		return memberError(err, "removing %s from %s", mid, id)
 	}
@@ -134,7 +146,11 @@ func (adminAPI) setMemberRole(w http.ResponseWriter, r *http.Request, store oper
 		return err
 	}
 	id, mid := r.PathValue("id"), r.PathValue("mid")
-	m, err := store.SetMemberRole(r.Context(), id, mid, req.Role)
+	var m ledger.Membership
+	err := audited(r.Context(), store, "member.role", id, fmt.Sprintf("member %s as %s", mid, req.Role), "", func() (err error) {
+		m, err = store.SetMemberRole(r.Context(), id, mid, req.Role)
+		return err
+	})
 	if err != nil {
 		return memberError(err, "setting the role of %s in %s", mid, id)
 	}
@@ -150,7 +166,11 @@ func (adminAPI) setMemberCap(w http.ResponseWriter, r *http.Request, store opera
 		return badRequest("monthly_cap is required (0: no cap)")
 	}
 	id, mid := r.PathValue("id"), r.PathValue("mid")
-	m, err := store.SetMemberCap(r.Context(), id, mid, *req.MonthlyCap)
+	var m ledger.Membership
+	err := audited(r.Context(), store, "member.cap", id, fmt.Sprintf("member %s, monthly cap %d", mid, *req.MonthlyCap), "", func() (err error) {
+		m, err = store.SetMemberCap(r.Context(), id, mid, *req.MonthlyCap)
+		return err
+	})
 	if err != nil {
 		return memberError(err, "setting the cap of %s in %s", mid, id)
 	}

@@ -103,4 +103,9 @@ func TestAdminMembers(t *testing.T) {
 	}
 	w, _ = adminDo(t, dir, "POST", base+"/members/"+bid+"/remove", "")
 	wantStatus(t, w, http.StatusNotFound, "not a member")
+	wantAudit(t, store,
+		"admin_api organisation "+oid,
+		"admin_api member.add "+oid+" member "+bid+" as admin",
+		"admin_api member.cap "+oid+" member "+bid+", monthly cap 3",
+		"admin_api member.remove "+oid+" member "+bid)
 }

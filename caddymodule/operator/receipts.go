@@ -51,7 +51,11 @@ func (adminAPI) rotateReceiptKey(w http.ResponseWriter, r *http.Request, store o
 	if err != nil {
 		return err
 	}
-	if _, err := sg.Rotate(r.Context()); err != nil {
+	err = audited(r.Context(), store, "receipts.rotate-key", "", "receipt signing key", "", func() error {
+		_, err := sg.Rotate(r.Context())
+		return err
+	})
+	if err != nil {
 		return receiptKeyError(err, "rotating the receipt key")
 	}
 	return writeReceiptKeys(w, r, sg)

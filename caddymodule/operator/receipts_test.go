@@ -64,4 +64,5 @@ func TestAdminReceiptKeys(t *testing.T) {
 	wantStatus(t, w, http.StatusBadRequest, "unknown field")
 	w, _ = adminDo(t, dir, http.MethodDelete, "/textgen/receipts/rotate-key", "")
 	wantStatus(t, w, http.StatusMethodNotAllowed, "")
+	wantAudit(t, store, "admin_api receipts.rotate-key  receipt signing key")
 }

@@ -1,0 +1,42 @@
+package ledger
+
+import (
+	"context"
+	"slices"
+)
+
+// FindKeys on Badger: a key id is looked up; the last 4 characters are matched against every
+// key in memory (one pass, no disk read; LIMITS.md).
+func (s *Badger) FindKeys(ctx context.Context, hint string, limit int) ([]Key, error) {
+	h, err := keySearchArgs(hint, limit)
+	if err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	out := []Key{}
+	s.keyMu.RLock()
+	if h.ID != "" {
+		if e := s.keyIDs[h.ID]; e != nil {
+			out = append(out, e.key())
+		}
+	} else {
+		for _, e := range s.keyIDs {
+			if k := e.rec.Load(); h.matches(*k) {
+				out = append(out, e.key())
+			}
+		}
+	}
+	s.keyMu.RUnlock()
+	slices.SortFunc(out, func(x, y Key) int {
+		if c := y.Created.Compare(x.Created); c != 0 {
+			return c
+		}
+		return compareStrings(y.ID, x.ID)
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}

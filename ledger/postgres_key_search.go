@@ -1,0 +1,36 @@
+package ledger
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FindKeys on PostgreSQL: one query, by the primary key for an id, else a scan of api_keys for
+// the last 4 characters (no index on them; LIMITS.md).
+func (s *Postgres) FindKeys(ctx context.Context, hint string, limit int) ([]Key, error) {
+	h, err := keySearchArgs(hint, limit)
+	if err != nil {
+		return nil, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgKeyCols+pgKeyFrom+`
+		WHERE ($1 <> '' AND k.id = $1) OR ($1 = '' AND k.last4 = $2 AND ($3 = '' OR k.prefix = $3))
+		ORDER BY k.created DESC, k.id DESC LIMIT $4`, h.ID, h.Last4, h.Prefix, limit)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
+		var r keyRow
+		err := row.Scan(r.dest()...)
+		return s.used.merge(r.key()), err
+	})
+	if err != nil {
+		return nil, pgErr(ctx, "finding keys", err)
+	}
+	if out == nil {
+		out = []Key{}
+	}
+	return out, nil
+}
