@@ -371,27 +371,14 @@ func (h *Handler) release() error {
 	return h.ledgerRef.Release()
 }
 
-// ServeHTTP serves the account area and passes other paths on.
+// ServeHTTP serves the account area under PathPrefix and passes other paths on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	p := r.URL.Path
-	if p != h.PathPrefix && !strings.HasPrefix(p, h.PathPrefix+"/") {
-		return next.ServeHTTP(w, r)
-	}
-	if !h.inFlight.Enter() {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "The server is reloading its configuration; retry.", http.StatusServiceUnavailable)
+	return h.inFlight.ServeArea(w, r, next, h.PathPrefix, func() http.Handler {
+		if a := h.app.Load(); a != nil {
+			return a
+		}
 		return nil
-	}
-	defer h.inFlight.Exit()
-	a := h.app.Load()
-	if a == nil {
-		// Between the HTTP app's start and the textgen app's (Caddy starts apps in no order).
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "The server is starting; retry.", http.StatusServiceUnavailable)
-		return nil
-	}
-	a.ServeHTTP(w, r)
-	return nil
+	})
 }
 
 // Interface guards
