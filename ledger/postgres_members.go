@@ -255,12 +255,8 @@ func (s *Postgres) ListMembers(ctx context.Context, orgID string) ([]Membership,
 		return nil, err
 	}
 	defer done()
-	var exists bool
-	if err := s.pool.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, orgID).Scan(&exists); err != nil {
-		return nil, pgErr(ctx, "listing members", err)
-	}
-	if !exists {
-		return nil, fmt.Errorf("account %q: %w", orgID, ErrNotFound)
+	if err := s.mustExist(qctx, orgID); err != nil {
+		return nil, err
 	}
 	ms, err := pgMembers(qctx, s.pool, `WHERE m.org_id = $2`, orgID)
 	return ms, pgErr(ctx, "listing members", err)
@@ -293,12 +289,8 @@ func (s *Postgres) MemberUsage(ctx context.Context, orgID, from, to string) ([]M
 		return nil, err
 	}
 	defer done()
-	var exists bool
-	if err := s.pool.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, orgID).Scan(&exists); err != nil {
-		return nil, pgErr(ctx, "reading member usage", err)
-	}
-	if !exists {
-		return nil, fmt.Errorf("account %q: %w", orgID, ErrNotFound)
+	if err := s.mustExist(qctx, orgID); err != nil {
+		return nil, err
 	}
 	rows, _ := s.pool.Query(qctx, `SELECT u.member_id, coalesce(a.email, ''), u.month, u.used FROM member_usage u
 		LEFT JOIN accounts a ON a.id = u.member_id
