@@ -29,6 +29,7 @@ type overviewData struct {
 	Health          string
 	Healthy         bool
 	Days            []dayCount
+	Charged         []chargedDay // charged.go
 	Tools           []toolCount
 	OpenDisputes    []ledger.Reversal
 	OpenUnmatched   []ledger.UnmatchedPayment
@@ -48,8 +49,10 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		d.Health, d.Healthy = err.Error(), false
 	}
 	t := now().UTC()
-	from := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, -(overviewDays - 1))
-	rows, err := a.store.Usage(ctx, ledger.UsageQuery{From: from})
+	today := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	from, chargedFrom := today.AddDate(0, 0, -(overviewDays-1)), today.AddDate(0, 0, -(chargedDays-1))
+	// One read serves both: the error rates' days (chargedDays) cover the generations' days.
+	rows, err := a.store.Usage(ctx, ledger.UsageQuery{From: chargedFrom})
 	if err != nil {
 		a.internalError(w, r, sc, "read usage", err)
 		return
@@ -59,8 +62,9 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		day := from.AddDate(0, 0, i).Format("2006-01-02")
 		byDay[day] = &dayCount{Day: day}
 	}
+	d.Charged = chargedRows(rows, chargedFrom)
 	for _, u := range rows {
-		if u.Mode != ledger.Live {
+		if u.Mode != ledger.Live || u.Day < from.Format("2006-01-02") {
 			continue
 		}
 		if dc := byDay[u.Day]; dc != nil {
