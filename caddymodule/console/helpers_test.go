@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/opauth"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
@@ -58,12 +59,18 @@ type env struct {
 
 func newEnv(t *testing.T, store ledger.Store) *env {
 	t.Helper()
+	return newEnvLimits(t, store, nil)
+}
+
+// newEnvLimits is newEnv with the log-in throttles in limits (a limits_store), nil: in memory.
+func newEnvLimits(t *testing.T, store ledger.Store, limits *ratelimit.Shared) *env {
+	t.Helper()
 	sealer, err := sealing.New(bytes.Repeat([]byte{9}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := newApp(appConfig{
-		store: store, sealer: sealer, limitsName: "test", logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
+		store: store, sealer: sealer, limits: limits, limitsName: "test", logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
 		prefix: "/console", sessionLifetime: 8 * time.Hour, idleTimeout: 30 * time.Minute,
 		cookieName: "textgen_console", supportGrantLimit: 100, siteName: "Test API",
 	})

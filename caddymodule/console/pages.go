@@ -26,15 +26,13 @@ type toolCount struct {
 }
 
 type overviewData struct {
-	Health          string
-	Healthy         bool
+	Health          []healthLine // health.go
 	Days            []dayCount
 	Charged         []chargedDay // charged.go
 	Tools           []toolCount
 	OpenDisputes    []ledger.Reversal
 	OpenUnmatched   []ledger.UnmatchedPayment
 	RecentRefunds   []ledger.Reversal
-	OutboxWaiting   int
 	OperatorsNumber int
 	Revenue         revenueData
 }
@@ -44,10 +42,7 @@ const overviewDays = 14
 
 func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	ctx := r.Context()
-	d := overviewData{Health: "working", Healthy: true}
-	if err := a.store.Health(ctx); err != nil {
-		d.Health, d.Healthy = err.Error(), false
-	}
+	var d overviewData
 	t := now().UTC()
 	today := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 	from, chargedFrom := today.AddDate(0, 0, -(overviewDays-1)), today.AddDate(0, 0, -(chargedDays-1))
@@ -111,7 +106,7 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		a.internalError(w, r, sc, "list the outbox", err)
 		return
 	}
-	d.OutboxWaiting = len(mail)
+	d.Health = a.health(ctx, mail)
 	if d.Revenue, err = a.revenue(ctx); err != nil {
 		a.internalError(w, r, sc, "read the revenue", err)
 		return
