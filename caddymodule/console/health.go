@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -54,28 +55,36 @@ func (a *app) ledgerHealth(ctx context.Context) healthLine {
 // their backends' periodic health checks last found them (what /api/v1/ready and the
 // caddy_textgen_model_hosts metric report).
 func modelServersHealth() healthLine {
+	var hosts []backends.HostStatus
+	for _, s := range textgenapp.OpenServers() {
+		hosts = append(hosts, s.Hosts()...)
+	}
+	return hostsHealth(hosts)
+}
+
+// hostsHealth is the model servers' line of these hosts: ok when all are healthy, down when
+// none is, degraded between, not used without any.
+func hostsHealth(hosts []backends.HostStatus) healthLine {
 	l := healthLine{ID: "health-models", Name: "Model servers"}
 	healthy := 0
-	for _, s := range textgenapp.OpenServers() {
-		for _, hs := range s.Hosts() {
-			l.Hosts = append(l.Hosts, hostLine{Host: hostName(hs.URL), Healthy: hs.Healthy})
-			if hs.Healthy {
-				healthy++
-			}
+	for _, hs := range hosts {
+		l.Hosts = append(l.Hosts, hostLine{Host: hostName(hs.URL), Healthy: hs.Healthy})
+		if hs.Healthy {
+			healthy++
 		}
 	}
 	switch {
-	case len(l.Hosts) == 0:
+	case len(hosts) == 0:
 		l.Word, l.Detail = healthNotUsed, "no model server is open in this process"
 		return l
-	case healthy == len(l.Hosts):
+	case healthy == len(hosts):
 		l.Word = healthOK
 	case healthy == 0:
 		l.Word = healthDown
 	default:
 		l.Word = healthDegraded
 	}
-	l.Detail = fmt.Sprintf("%d of %d hosts healthy", healthy, len(l.Hosts))
+	l.Detail = fmt.Sprintf("%d of %d hosts healthy", healthy, len(hosts))
 	return l
 }
 

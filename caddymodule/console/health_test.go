@@ -1,11 +1,13 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/redistest"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -81,5 +83,31 @@ func TestConsoleOverviewHealth(t *testing.T) {
 			mustContain(t, "the overview without a limits_store", r.body,
 				`<p id="health-redis" class="">Redis (log-in throttles): <strong>not used</strong>`)
 		})
+	}
+}
+
+// TestConsoleOverviewModelHosts: the model servers' line is ok, degraded, down or not used as
+// the hosts' health says, and names each host by its scheme and address only: never the
+// password, path or query of its URL.
+func TestConsoleOverviewModelHosts(t *testing.T) {
+	up := backends.HostStatus{URL: "http://user:s3cret@gpu1.internal:11434/v1?key=k3y", Healthy: true}
+	down := backends.HostStatus{URL: "https://gpu2.internal", LastError: "connection refused"}
+	for _, c := range []struct {
+		hosts        []backends.HostStatus
+		word, detail string
+	}{
+		{nil, "not used", "no model server is open in this process"},
+		{[]backends.HostStatus{up}, "ok", "1 of 1 hosts healthy"},
+		{[]backends.HostStatus{up, down}, "degraded", "1 of 2 hosts healthy"},
+		{[]backends.HostStatus{down}, "down", "0 of 1 hosts healthy"},
+	} {
+		l := hostsHealth(c.hosts)
+		if string(l.Word) != c.word || l.Detail != c.detail || len(l.Hosts) != len(c.hosts) {
+			t.Fatalf("%d hosts: %+v, want %s, %s", len(c.hosts), l, c.word, c.detail)
+		}
+	}
+	l := hostsHealth([]backends.HostStatus{up, down})
+	if got := fmt.Sprint(l.Hosts); got != "[{http://gpu1.internal:11434 true} {https://gpu2.internal false}]" {
+		t.Fatalf("the hosts: %s", got)
 	}
 }
