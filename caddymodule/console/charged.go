@@ -8,9 +8,8 @@ import (
 )
 
 // The Overview's error rates: of the live generations that reached a hold, per UTC day, how many
-// were charged (their hold settled) and how many were not (voided: the model failed, the client
-// left before the first token, the request was refused after its hold), from the entries the
-// ledger's Usage counts. A hold still open is neither yet; a settle or void counts on its own
+// were charged (their hold settled) and how many were not (voided: the model failed or answered
+// nothing, the client left, the hold expired), from the entries the ledger's Usage counts. A hold still open is neither yet; a settle or void counts on its own
 // day.
 
 // chargedDays is how many days of error rates the Overview shows.
