@@ -33,6 +33,19 @@ type healthLine struct {
 	Hosts  []hostLine // the model servers' hosts
 }
 
+// Class is the line's style: green, amber, red, or grey when not used.
+func (l healthLine) Class() string {
+	switch l.Word {
+	case healthOK:
+		return "ok"
+	case healthDegraded:
+		return "warn"
+	case healthDown:
+		return "error"
+	}
+	return "small"
+}
+
 type hostLine struct {
 	Host    string
 	Healthy bool
@@ -113,6 +126,9 @@ func (a *app) redisHealth(ctx context.Context) healthLine {
 	return l
 }
 
+// outboxReadLimit is the most queued messages the Overview reads (ListMail's most).
+const outboxReadLimit = 1000
+
 // mailHealth is the outbox: how many messages wait, the oldest's age, and how many failed
 // their last attempt. Degraded when one failed, or when the oldest has waited over
 // mailStaleAfter.
@@ -136,7 +152,11 @@ func mailHealth(mail []ledger.MailMessage) healthLine {
 	if failed > 0 || age > mailStaleAfter {
 		l.Word = healthDegraded
 	}
-	l.Detail = fmt.Sprintf("%d queued, the oldest for %s, %d with a last error", len(mail), age, failed)
+	queued := fmt.Sprint(len(mail))
+	if len(mail) >= outboxReadLimit {
+		queued = "at least " + queued
+	}
+	l.Detail = fmt.Sprintf("%s queued, the oldest for %s, %d with a last error", queued, age, failed)
 	return l
 }
 

@@ -52,7 +52,7 @@ func TestConsoleOverviewHealth(t *testing.T) {
 			expectStatus(t, "the overview", r, http.StatusOK)
 			mustContain(t, "the overview's health", r.body,
 				`<p id="health-ledger" class="ok">Ledger: <strong>ok</strong>`,
-				`<p id="health-models" class="">Model servers: <strong>not used</strong>`,
+				`<p id="health-models" class="small">Model servers: <strong>not used</strong>`,
 				`<p id="health-redis" class="ok">Redis (log-in throttles): <strong>ok</strong>`,
 				`<p id="health-mail" class="ok">Mail: <strong>ok</strong>, 2 queued, the oldest for `, `, 0 with a last error</p>`)
 
@@ -71,7 +71,7 @@ func TestConsoleOverviewHealth(t *testing.T) {
 			expectStatus(t, "the overview with Redis stopped", r, http.StatusOK)
 			mustContain(t, "the overview's health with Redis stopped", r.body,
 				`<p id="health-redis" class="error">Redis (log-in throttles): <strong>down</strong>`,
-				`<p id="health-mail" class="error">Mail: <strong>degraded</strong>, 2 queued, the oldest for `, `, 1 with a last error</p>`)
+				`<p id="health-mail" class="warn">Mail: <strong>degraded</strong>, 2 queued, the oldest for `, `, 1 with a last error</p>`)
 			for _, secret := range []string{"sealed secret link", "550 mailbox", rs.Addr()} {
 				if strings.Contains(r.body, secret) {
 					t.Fatalf("the overview shows %q", secret)
@@ -81,7 +81,7 @@ func TestConsoleOverviewHealth(t *testing.T) {
 			r = logIn(plain, en.RecoveryCodes[1]).get("/console/")
 			expectStatus(t, "the overview without a limits_store", r, http.StatusOK)
 			mustContain(t, "the overview without a limits_store", r.body,
-				`<p id="health-redis" class="">Redis (log-in throttles): <strong>not used</strong>`)
+				`<p id="health-redis" class="small">Redis (log-in throttles): <strong>not used</strong>`)
 		})
 	}
 }

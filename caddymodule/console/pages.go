@@ -101,7 +101,7 @@ func (a *app) overview(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		a.internalError(w, r, sc, "list refunds", err)
 		return
 	}
-	mail, err := a.store.ListMail(ctx, 1000)
+	mail, err := a.store.ListMail(ctx, outboxReadLimit)
 	if err != nil {
 		a.internalError(w, r, sc, "list the outbox", err)
 		return
