@@ -31,10 +31,11 @@ func exampleSettings(t *testing.T) string {
 		t.Fatal(err)
 	}
 	text := string(raw)
-	start := strings.Index(text, "\ttextgen /api/* {\n")
+	start := strings.Index(text, "\n\ttextgen @textgen {\n")
 	if start < 0 {
-		t.Fatal("the example Caddyfile has no textgen /api/* block")
+		t.Fatal("the example Caddyfile has no textgen @textgen block")
 	}
+	start++
 	block := text[start:]
 	block = block[strings.Index(block, "\n")+1 : strings.Index(block, "\n\t}\n")]
 	var keep []string
