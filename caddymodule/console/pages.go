@@ -165,7 +165,7 @@ type accountData struct {
 	Account   ledger.Account
 	Balance   ledger.Balance
 	Debt      int64
-	Keys      []ledger.Key
+	Keys      []keyRow // key_limits.go
 	Purchases []ledger.Entry
 	History   []ledger.Entry
 	Payments  []ledger.Payment
@@ -191,7 +191,9 @@ func (a *app) account(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	if d.Balance, err = a.store.Balance(ctx, id); err == nil {
-		d.Keys, err = a.store.ListKeys(ctx, id)
+		var keys []ledger.Key
+		keys, err = a.store.ListKeys(ctx, id)
+		d.Keys = keyRows(keys, now())
 	}
 	if err == nil {
 		d.Purchases, err = a.store.Purchases(ctx, id, 50)
