@@ -97,11 +97,13 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		return HoldResult{}, ErrInsufficientCredits
 	}
 	t := now().UTC()
-	// The key's budget is checked first and charged last, so that a refusal by the member's cap
+	// The key's budget is counted first and stored last, so that a refusal by the member's cap
 	// leaves the key's count as it was (both change only in memory, under a.mu, until the commit).
+	var charged Key
 	ke := s.holdKeyEntry(a, req.KeyID)
 	if ke != nil {
-		if over := s.keyOver(ke, t); over != nil {
+		var over *KeyBudgetError
+		if charged, over = s.keyCharged(ke, t); over != nil {
 			a.mu.Unlock()
 			return HoldResult{}, over
 		}
@@ -113,7 +115,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	}
 	var kw write
 	if ke != nil {
-		kw, _ = s.chargeKey(ke, t) // cannot be over: checked above under the same lock
+		kw = s.storeKeyLocked(ke, charged)
 	}
 	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
 	rec := holdRecord{

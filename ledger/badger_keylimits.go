@@ -26,26 +26,17 @@ func (s *Badger) holdKeyEntry(a *account, keyID string) *keyEntry {
 	return e
 }
 
-// chargeKey counts a hold at t against key e, or returns the budget it would exceed. Called
-// with a.mu held; the write it returns goes in the hold's commit.
-func (s *Badger) chargeKey(e *keyEntry, t time.Time) (write, *KeyBudgetError) {
+// keyCharged is key e with a hold at t counted, or the budget the hold would exceed. It changes
+// nothing: the hold stores the record (storeKeyLocked) once every other check has passed.
+// Called with a.mu held.
+func (s *Badger) keyCharged(e *keyEntry, t time.Time) (Key, *KeyBudgetError) {
 	k := *e.rec.Load()
 	u, over := k.Usage.charge(k.KeyLimits, t)
 	if over != "" {
-		return write{}, keyBudgetError(k.KeyLimits, over, t)
+		return Key{}, keyBudgetError(k.KeyLimits, over, t)
 	}
 	k.Usage = u
-	return s.storeKeyLocked(e, k), nil
-}
-
-// keyOver returns the budget a hold at t would exceed on key e, or nil; it changes nothing.
-// Called with a.mu held.
-func (s *Badger) keyOver(e *keyEntry, t time.Time) *KeyBudgetError {
-	k := e.rec.Load()
-	if _, over := k.Usage.charge(k.KeyLimits, t); over != "" {
-		return keyBudgetError(k.KeyLimits, over, t)
-	}
-	return nil
+	return k, nil
 }
 
 // releaseKey gives back to key e the count of a hold made at created (a void). Called with

@@ -428,3 +428,38 @@ func testMemberCapRace(t *testing.T, eng engine) {
 	}
 	verifyClean(t, s)
 }
+
+// testMemberCapKeyBudget: a hold that the key's budget allows and the member's cap refuses
+// leaves the key's count as it was, so the refused request costs the key's budget nothing.
+func testMemberCapKeyBudget(t *testing.T, eng engine) {
+	s := eng.open(t, time.Minute)
+	alice, bob, _ := org(t, s, RoleMember)
+	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateKey(bg, alice.ID, bk.ID, KeySettings{Name: "bob's", Limits: KeyLimits{BudgetTotal: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetMemberCap(bg, alice.ID, bob.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(rid string) error {
+		_, err := s.Hold(bg, HoldRequest{AccountID: alice.ID, Mode: Live, RequestID: rid, KeyID: bk.ID, Tool: "summarize"})
+		return err
+	}
+	if err := hold("k1"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, hold("k2"), ErrMemberCapReached)
+	wantErr(t, hold("k3"), ErrMemberCapReached)
+	keys, err := s.ListKeys(bg, alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.ID == bk.ID && k.Usage.Total != 1 {
+			t.Fatalf("the key counts %d credits after one hold and two refused by the member's cap", k.Usage.Total)
+		}
+	}
+}

@@ -113,6 +113,7 @@ var conformanceTests = []struct {
 	{"MemberCap", testMemberCap},
 	{"MemberCapMonths", testMemberCapMonths},
 	{"MemberCapRace", testMemberCapRace},
+	{"MemberCapKeyBudget", testMemberCapKeyBudget},
 	// Operators of the console (conformance_operators_test.go).
 	{"Operators", testOperators},
 	{"OperatorSecondFactor", testOperatorSecondFactor},
