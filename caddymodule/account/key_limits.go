@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/keytext"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -191,20 +192,4 @@ func (a *app) rollKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 }
 
 // budgetLeft says what is left of a key's budgets, for the keys table ("" when it has none).
-func budgetLeft(k ledger.Key) string {
-	if !k.HasBudget() {
-		return ""
-	}
-	r := k.Remaining(time.Now())
-	var parts []string
-	if r.Day != nil {
-		parts = append(parts, fmt.Sprintf("%d of %d left today (until %s UTC)", *r.Day, k.BudgetDay, r.DayResets.UTC().Format("01-02 15:04")))
-	}
-	if r.Month != nil {
-		parts = append(parts, fmt.Sprintf("%d of %d left this month (until %s)", *r.Month, k.BudgetMonth, r.MonthResets.UTC().Format("2006-01-02")))
-	}
-	if r.Total != nil {
-		parts = append(parts, fmt.Sprintf("%d of %d left in all", *r.Total, k.BudgetTotal))
-	}
-	return strings.Join(parts, "; ")
-}
+func budgetLeft(k ledger.Key) string { return keytext.BudgetLeft(k, time.Now()) }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/keytext"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -26,16 +27,9 @@ func keyRows(keys []ledger.Key, t time.Time) []keyRow {
 
 func keyLimits(k ledger.Key, t time.Time) string {
 	var parts []string
-	left := k.Remaining(t)
 	day := func(x time.Time) string { return x.UTC().Format("2006-01-02 15:04 UTC") }
-	if left.Day != nil {
-		parts = append(parts, fmt.Sprintf("today %d of %d left (resets %s)", *left.Day, k.BudgetDay, day(left.DayResets)))
-	}
-	if left.Month != nil {
-		parts = append(parts, fmt.Sprintf("this month %d of %d left (resets %s)", *left.Month, k.BudgetMonth, day(left.MonthResets)))
-	}
-	if left.Total != nil {
-		parts = append(parts, fmt.Sprintf("%d of %d left in all", *left.Total, k.BudgetTotal))
+	if b := keytext.BudgetLeft(k, t); b != "" {
+		parts = append(parts, b)
 	}
 	if !k.Expires.IsZero() {
 		parts = append(parts, "expires "+day(k.Expires))
