@@ -159,6 +159,9 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 	if !ok {
 		return ReversalResult{}, fmt.Errorf("payment %q of %s %q: %w", req.Payment, req.Kind, req.ID, ErrNotFound)
 	}
+	if err := checkReversible(p, req); err != nil {
+		return ReversalResult{}, err
+	}
 	var prev *Reversal
 	if v, ok, err := s.get(reversalKey(req.ID)); err != nil {
 		return ReversalResult{}, err

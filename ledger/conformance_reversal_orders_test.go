@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 )
@@ -134,5 +135,36 @@ func testReversalOrders(t *testing.T, eng engine) {
 			wantFigures(t, s, a.ID, want, want)
 		})
 	}
+	verifyClean(t, s)
+}
+
+// testReversalOfPendingPayment: a refund or dispute of a payment still pending (its success
+// not arrived yet: Stripe does not promise the order) is not applied (ErrNotFound: the webhook
+// answers 500 and Stripe delivers it again); once the payment succeeded and its purchase is
+// credited, the event delivered again takes its share.
+func testReversalOfPendingPayment(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "pending@example.com")
+	pend := Payment{ID: "pi_pend", Reference: "cs_pend", AccountID: a.ID, Package: "10", AmountCents: 200, Currency: "eur",
+		Status: PaymentPending}
+	mustRecordPayment(t, s, pend)
+	early := []ReversalRequest{refund("re_pend", "pi_pend", 200), dispute("du_pend", "pi_pend", 200, DisputeOpen)}
+	for _, req := range early {
+		if _, err := s.Reverse(bg, req); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s %s of a pending payment: %v, want ErrNotFound", req.Kind, req.ID, err)
+		}
+	}
+	if rs, err := s.ListReversals(bg, a.ID, "", 0); err != nil || len(rs) != 0 {
+		t.Fatalf("reversals of a pending payment: %+v %v", rs, err)
+	}
+	buyPaid(t, s, a.ID, "cs_pend", "pi_pend", 10, 200) // the success: credited, then paid
+	wantFigures(t, s, a.ID, 10, 10)
+	for _, req := range early {
+		if r := mustReverse(t, s, req); r.Repeated {
+			t.Fatalf("%s %s after the success: %+v", req.Kind, req.ID, r)
+		}
+	}
+	mustReverse(t, s, dispute("du_pend", "pi_pend", 200, DisputeWon))
+	wantFigures(t, s, a.ID, 0, 0)
 	verifyClean(t, s)
 }

@@ -104,6 +104,7 @@ var conformanceTests = []struct {
 	{"Payments", testPayments},
 	{"ReversalsInvalid", testReversalsInvalid},
 	{"ReversalOrders", testReversalOrders}, // conformance_reversal_orders_test.go
+	{"ReversalOfPendingPayment", testReversalOfPendingPayment},
 	// Receipts (conformance_receipts_test.go).
 	{"ReceiptKeys", testReceiptKeys},
 	{"ReceiptKeysConcurrent", testReceiptKeysConcurrent},

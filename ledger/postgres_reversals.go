@@ -210,6 +210,9 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 		if err != nil {
 			return err
 		}
+		if err := checkReversible(p, req); err != nil {
+			return err
+		}
 		rows, err = tx.Query(wctx, `SELECT `+pgReversalCols+` FROM reversals WHERE id = $1`, req.ID)
 		old, ok, err := pgOne(rows, err, scanReversal)
 		if err != nil {

@@ -69,7 +69,8 @@ type Reversals interface {
 	// Expected errors:
 	//   - ErrInvalidArgument: a bad kind or status; ID, Payment empty or too long; a string not
 	//     UTF-8; AmountCents negative; ID used by a reversal of the other kind.
-	//   - ErrNotFound: no payment has req.Payment (not recorded yet: the caller retries later).
+	//   - ErrNotFound: no payment has req.Payment, or it is still pending (not recorded, or not
+	//     paid, yet: the caller retries later).
 	//   - ErrClosed; ErrUnavailable.
 	Reverse(ctx context.Context, req ReversalRequest) (ReversalResult, error)
 
@@ -262,6 +263,18 @@ func checkReversal(req ReversalRequest) error {
 	case req.Kind == ReversalDispute && (req.Status == DisputeOpen || req.Status == DisputeWon || req.Status == DisputeLost):
 	default:
 		return fmt.Errorf("reversal kind %q with status %q: %w", req.Kind, req.Status, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkReversible refuses an event about payment p that the ledger cannot apply yet: p is
+// pending (its purchase credits nothing until it succeeds), so the event arrived before the
+// payment's success, which Stripe does not promise to deliver first. Applied then, it would take
+// nothing, and the success would credit the whole purchase: ErrNotFound, as for a payment not
+// recorded yet, so that the caller retries once the payment is paid.
+func checkReversible(p Payment, req ReversalRequest) error {
+	if p.Status == PaymentPending {
+		return fmt.Errorf("payment %q of %s %q is still pending: %w", p.ID, req.Kind, req.ID, ErrNotFound)
 	}
 	return nil
 }
