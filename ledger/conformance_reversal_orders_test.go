@@ -155,7 +155,7 @@ func testReversalOfPendingPayment(t *testing.T, eng engine) {
 		}
 	}
 	if rs, err := s.ListReversals(bg, a.ID, "", 0); err != nil || len(rs) != 0 {
-		t.Fatalf("reversals of a pending payment: %+v %v", rs, err)
+		t.Errorf("reversals of a pending payment: %+v %v", rs, err)
 	}
 	buyPaid(t, s, a.ID, "cs_pend", "pi_pend", 10, 200) // the success: credited, then paid
 	wantFigures(t, s, a.ID, 10, 10)
