@@ -312,6 +312,24 @@ func TestWebhookRefundDuringInquiry(t *testing.T) {
 	}
 }
 
+// TestWebhookRefundBeforeDelayedSuccess: a refund of a payment that settles later, delivered
+// before the payment's success (Stripe does not promise the order), is answered 500 and takes
+// nothing; after the success credits the purchase, its delivery again takes the credits.
+func TestWebhookRefundBeforeDelayedSuccess(t *testing.T) {
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	acct, _ := e.store.CreateAccount(bg, "early-refund@example.com")
+	hook(t, e, checkoutEvent("checkout.session.completed", "cs_test_sepa_re", acct.ID, "unpaid", "10", 200), 200, "payment pending")
+	early := refundEvent("refund.created", "re_test_sepa", paymentIntentOf("cs_test_sepa_re"), 200, "succeeded")
+	hook(t, e, early, 500, "retry later")
+	wantBalance(t, e.store, acct.ID, 0, 0)
+	hook(t, e, checkoutEvent("checkout.session.async_payment_succeeded", "cs_test_sepa_re", acct.ID, "paid", "10", 200), 200, "credited")
+	wantBalance(t, e.store, acct.ID, 10, 10)
+	hook(t, e, early, 200, "refund applied")
+	hook(t, e, early, 200, "duplicate")
+	wantBalance(t, e.store, acct.ID, 0, 0)
+	verifyOK(t, e.store)
+}
+
 // TestWebhookDelayedPayment: a session paid by a method that settles later is pending (nothing
 // credited), then credited once when the payment succeeds; one whose payment fails credits
 // nothing.
