@@ -159,6 +159,9 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 	if !ok {
 		return ReversalResult{}, fmt.Errorf("payment %q of %s %q: %w", req.Payment, req.Kind, req.ID, ErrNotFound)
 	}
+	if err := checkReversible(p, req); err != nil {
+		return ReversalResult{}, err
+	}
 	var prev *Reversal
 	if v, ok, err := s.get(reversalKey(req.ID)); err != nil {
 		return ReversalResult{}, err
@@ -171,6 +174,11 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 	}
 	if err := checkSameReversal(prev, req); err != nil {
 		return ReversalResult{}, err
+	}
+	if p.DisputedCredits > 0 && p.DisputedCents == 0 {
+		if p.DisputedCents, err = s.disputedCents(ctx, p.ID); err != nil {
+			return ReversalResult{}, err
+		}
 	}
 	st := reverse(p, prev, req, now().UTC())
 	res := ReversalResult{Reversal: st.reversal, Payment: st.payment, Repeated: st.repeated}
@@ -232,6 +240,20 @@ func (s *Badger) ListReversals(ctx context.Context, accountID string, kind Rever
 	}
 	slices.SortFunc(out, compareReversals)
 	return out[:min(len(out), limit)], nil
+}
+
+// disputedCents counts the cents of payment id's disputes open or lost, for a payment that an
+// earlier version stored without them (it kept only their credits). It reads every reversal,
+// once per such payment: the payment is stored with them by the Reverse that asks.
+func (s *Badger) disputedCents(ctx context.Context, id string) (int64, error) {
+	var cents int64
+	err := scanJSON(ctx, s, prefixReversal, "reversal", func(r Reversal) bool {
+		if r.Payment == id && r.Kind == ReversalDispute && (r.Status == DisputeOpen || r.Status == DisputeLost) {
+			cents += r.AmountCents
+		}
+		return false
+	})
+	return cents, err
 }
 
 // payRecord reads the payment of id; ok is false when there is none.

@@ -103,6 +103,8 @@ var conformanceTests = []struct {
 	{"Disputes", testDisputes},
 	{"Payments", testPayments},
 	{"ReversalsInvalid", testReversalsInvalid},
+	{"ReversalOrders", testReversalOrders}, // conformance_reversal_orders_test.go
+	{"ReversalOfPendingPayment", testReversalOfPendingPayment},
 	// Receipts (conformance_receipts_test.go).
 	{"ReceiptKeys", testReceiptKeys},
 	{"ReceiptKeysConcurrent", testReceiptKeysConcurrent},

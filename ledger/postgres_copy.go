@@ -60,6 +60,9 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 		if err := imp.countReversed(); err != nil {
 			return err
 		}
+		if err := imp.countDisputed(); err != nil {
+			return err
+		}
 		return imp.markOrganisations()
 	})
 	return pgErr(ctx, "copying ledger", err)
@@ -146,6 +149,19 @@ func (p *pgImport) countReversed() error {
 		WHERE a.id = r.account_id`)
 	if err != nil {
 		return fmt.Errorf("counting reversed credits: %w", err)
+	}
+	return nil
+}
+
+// countDisputed sets the disputed cents of the payments that a ledger of an earlier version
+// copied without them, from their disputes open or lost (as migration 00013 does).
+func (p *pgImport) countDisputed() error {
+	_, err := p.tx.Exec(p.ctx, `UPDATE payments p SET disputed_cents = d.cents
+		FROM (SELECT payment, sum(amount_cents) AS cents FROM reversals
+			WHERE kind = 'dispute' AND status IN ('open', 'lost') GROUP BY payment) d
+		WHERE p.id = d.payment AND p.disputed_cents = 0`)
+	if err != nil {
+		return fmt.Errorf("counting disputed cents: %w", err)
 	}
 	return nil
 }

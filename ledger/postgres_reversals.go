@@ -18,7 +18,7 @@ import (
 
 const (
 	pgPayCols = "id, reference, account_id, package, credits, amount_cents, currency, status, refunded_cents, " +
-		"refunded_credits, disputed_credits, created, updated"
+		"refunded_credits, disputed_credits, created, updated, disputed_cents"
 	pgReversalCols = "id, kind, payment, account_id, reference, amount_cents, currency, credits, status, reason, event, created, updated"
 )
 
@@ -26,14 +26,14 @@ func scanPay(row pgx.CollectableRow) (Payment, error) {
 	var p Payment
 	var created, updated int64
 	err := row.Scan(&p.ID, &p.Reference, &p.AccountID, &p.Package, &p.Credits, &p.AmountCents, &p.Currency, &p.Status,
-		&p.RefundedCents, &p.RefundedCredits, &p.DisputedCredits, &created, &updated)
+		&p.RefundedCents, &p.RefundedCredits, &p.DisputedCredits, &created, &updated, &p.DisputedCents)
 	p.Created, p.Updated = pgTime(created), pgTime(updated)
 	return p, err
 }
 
 func payArgs(p Payment) []any {
 	return []any{p.ID, p.Reference, p.AccountID, p.Package, p.Credits, p.AmountCents, p.Currency, string(p.Status),
-		p.RefundedCents, p.RefundedCredits, p.DisputedCredits, p.Created.UnixNano(), p.Updated.UnixNano()}
+		p.RefundedCents, p.RefundedCredits, p.DisputedCredits, p.Created.UnixNano(), p.Updated.UnixNano(), p.DisputedCents}
 }
 
 func scanReversal(row pgx.CollectableRow) (Reversal, error) {
@@ -77,7 +77,7 @@ func (s *Postgres) RecordPayment(ctx context.Context, p Payment) (Payment, bool,
 	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
 		fresh, _ := advancePayment(nil, p, now().UTC())
 		rows, err := tx.Query(wctx, `INSERT INTO payments (`+pgPayCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 			ON CONFLICT (id) DO NOTHING RETURNING `+pgPayCols, payArgs(fresh)...)
 		ins, ok, err := pgOne(rows, err, scanPay)
 		if err != nil || ok {
@@ -210,6 +210,9 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 		if err != nil {
 			return err
 		}
+		if err := checkReversible(p, req); err != nil {
+			return err
+		}
 		rows, err = tx.Query(wctx, `SELECT `+pgReversalCols+` FROM reversals WHERE id = $1`, req.ID)
 		old, ok, err := pgOne(rows, err, scanReversal)
 		if err != nil {
@@ -260,7 +263,8 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 		}
 		p = st.payment
 		_, err = tx.Exec(wctx, `UPDATE payments SET refunded_cents = $2, refunded_credits = $3, disputed_credits = $4,
-			updated = $5 WHERE id = $1`, p.ID, p.RefundedCents, p.RefundedCredits, p.DisputedCredits, p.Updated.UnixNano())
+			updated = $5, disputed_cents = $6 WHERE id = $1`,
+			p.ID, p.RefundedCents, p.RefundedCredits, p.DisputedCredits, p.Updated.UnixNano(), p.DisputedCents)
 		return err
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"strings"
 	"time"
@@ -68,7 +69,8 @@ type Reversals interface {
 	// Expected errors:
 	//   - ErrInvalidArgument: a bad kind or status; ID, Payment empty or too long; a string not
 	//     UTF-8; AmountCents negative; ID used by a reversal of the other kind.
-	//   - ErrNotFound: no payment has req.Payment (not recorded yet: the caller retries later).
+	//   - ErrNotFound: no payment has req.Payment, or it is still pending (not recorded, or not
+	//     paid, yet: the caller retries later).
 	//   - ErrClosed; ErrUnavailable.
 	Reverse(ctx context.Context, req ReversalRequest) (ReversalResult, error)
 
@@ -108,10 +110,12 @@ type Payment struct {
 	AmountCents int64         `json:"amount_cents"`
 	Currency    string        `json:"currency"`
 	Status      PaymentStatus `json:"status"`
-	// RefundedCents is the sum of the refunds applied; RefundedCredits and DisputedCredits the
-	// credits that refunds and open or lost disputes took off (set by the store).
+	// RefundedCents is the sum of the refunds applied, DisputedCents of the disputes open or
+	// lost; RefundedCredits and DisputedCredits the credits that they took off (set by the
+	// store: reverse).
 	RefundedCents   int64     `json:"refunded_cents,omitempty"`
 	RefundedCredits int64     `json:"refunded_credits,omitempty"`
+	DisputedCents   int64     `json:"disputed_cents,omitempty"`
 	DisputedCredits int64     `json:"disputed_credits,omitempty"`
 	Created         time.Time `json:"created"`
 	Updated         time.Time `json:"updated"`
@@ -226,7 +230,7 @@ func advancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
 	if old != nil && (old.Status != PaymentPending || p.Status == PaymentPending) {
 		return *old, true
 	}
-	p.RefundedCents, p.RefundedCredits, p.DisputedCredits = 0, 0, 0
+	p.RefundedCents, p.RefundedCredits, p.DisputedCents, p.DisputedCredits = 0, 0, 0, 0
 	p.Created, p.Updated = t, t
 	if old != nil {
 		p.Created = old.Created
@@ -259,6 +263,18 @@ func checkReversal(req ReversalRequest) error {
 	case req.Kind == ReversalDispute && (req.Status == DisputeOpen || req.Status == DisputeWon || req.Status == DisputeLost):
 	default:
 		return fmt.Errorf("reversal kind %q with status %q: %w", req.Kind, req.Status, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkReversible refuses an event about payment p that the ledger cannot apply yet: p is
+// pending (its purchase credits nothing until it succeeds), so the event arrived before the
+// payment's success, which Stripe does not promise to deliver first. Applied then, it would take
+// nothing, and the success would credit the whole purchase: ErrNotFound, as for a payment not
+// recorded yet, so that the caller retries once the payment is paid.
+func checkReversible(p Payment, req ReversalRequest) error {
+	if p.Status == PaymentPending {
+		return fmt.Errorf("payment %q of %s %q is still pending: %w", p.ID, req.Kind, req.ID, ErrNotFound)
 	}
 	return nil
 }
@@ -304,11 +320,29 @@ type reversalStep struct {
 	repeated bool
 }
 
+// takenBy is what refunds and disputes take off purchase p together, split into the refunds'
+// part and the disputes': the share of all the money they took back or hold (the refunded
+// cents, and the cents of the disputes open or lost), rounded up once (creditsFor), never more
+// than the purchase credited. Refunds come first: their part is the share of the refunded cents
+// alone, the disputes' the rest. So the purchase keeps what it paid for less what came back,
+// whatever the order of its events: a dispute freezes only what refunds have not taken; when it
+// closes in the payment's favour, it gives back only what refunds made meanwhile have not taken;
+// a lost one keeps what it froze.
+func takenBy(p Payment) (refunded, disputed int64) {
+	r, d := max(p.RefundedCents, 0), max(p.DisputedCents, 0)
+	all := r + d
+	if all < r { // overflow: more than any purchase
+		all = math.MaxInt64
+	}
+	refunded = creditsFor(p, r)
+	return refunded, max(creditsFor(p, all)-refunded, 0)
+}
+
 // reverse is the one rule of money that flows back, for every engine: what req does to payment
-// p, whose reversal req.ID was prev (nil: none yet). Refunds add up: the credits they take are
-// creditsFor(all refunded cents), so partial refunds round once, not each; a dispute freezes the
-// share of its amount that refunds have not taken yet. Refunds and disputes together never take
-// more than the purchase credited.
+// p, whose reversal req.ID was prev (nil: none yet). The event moves the payment's money
+// figures (RefundedCents, DisputedCents); the credits taken off follow from them (takenBy), and
+// the event's entry is the difference. Refunds add up, so partial refunds round once, not each.
+// A reversal's Credits is what its event took off and has not given back.
 func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) reversalStep {
 	st := reversalStep{payment: p}
 	if prev != nil {
@@ -329,11 +363,8 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 			return st
 		}
 		pay.RefundedCents += req.AmountCents
-		target := min(creditsFor(p, pay.RefundedCents), p.Credits-p.DisputedCredits)
-		off := max(target-p.RefundedCredits, 0)
-		pay.RefundedCredits += off
-		r.Credits, r.Status = off, RefundApplied
-		st.kind, st.delta, st.ref = KindRefund, -off, r.ID
+		r.Credits, r.Status = -st.retake(), RefundApplied
+		st.kind, st.ref = KindRefund, r.ID
 		st.reason = fmt.Sprintf("refund of %s of purchase %s", money(req.AmountCents), p.Reference)
 	case req.Kind == ReversalRefund: // failed
 		if prev != nil && prev.Status == RefundFailed {
@@ -345,8 +376,8 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 			break
 		}
 		pay.RefundedCents -= prev.AmountCents
-		pay.RefundedCredits -= prev.Credits
-		st.kind, st.delta, st.ref = KindRefund, prev.Credits, r.ID+"/failed"
+		st.retake()
+		st.kind, st.ref = KindRefund, r.ID+"/failed"
 		st.reason = fmt.Sprintf("refund %s failed: credits given back", r.ID)
 		r.Credits = 0
 	case req.Status == DisputeOpen:
@@ -363,9 +394,13 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 		if prev == nil { // closed before its creation arrived: nothing was frozen
 			break
 		}
-		pay.DisputedCredits -= prev.Credits
-		st.kind, st.delta, st.ref = KindDispute, prev.Credits, r.ID+"/won"
+		pay.DisputedCents -= prev.AmountCents
+		st.retake()
+		st.kind, st.ref = KindDispute, r.ID+"/won"
 		st.reason = fmt.Sprintf("dispute %s won: frozen credits given back", r.ID)
+		if st.delta < prev.Credits {
+			st.reason = fmt.Sprintf("dispute %s won: frozen credits given back, less what refunds took meanwhile", r.ID)
+		}
 		r.Credits = 0
 	default: // lost
 		if prev == nil {
@@ -384,13 +419,24 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 	return st
 }
 
-// freeze takes a new dispute's share of the purchase off.
+// retake sets the payment's credit figures from its money figures (takenBy) and the step's delta
+// to the difference, which it returns: negative when the event takes credits off, positive when
+// it gives them back.
+func (st *reversalStep) retake() int64 {
+	pay := &st.payment
+	before := pay.RefundedCredits + pay.DisputedCredits
+	pay.RefundedCredits, pay.DisputedCredits = takenBy(*pay)
+	st.delta = before - pay.RefundedCredits - pay.DisputedCredits
+	return st.delta
+}
+
+// freeze takes a new dispute's share of the purchase off: what refunds and other disputes have
+// not taken yet.
 func (st *reversalStep) freeze(req ReversalRequest) {
 	p := st.payment
-	off := max(min(creditsFor(p, req.AmountCents), p.Credits-p.RefundedCredits-p.DisputedCredits), 0)
-	st.payment.DisputedCredits += off
-	st.reversal.Credits, st.reversal.Status = off, DisputeOpen
-	st.kind, st.delta, st.ref = KindDispute, -off, st.reversal.ID
+	st.payment.DisputedCents += req.AmountCents
+	st.reversal.Credits, st.reversal.Status = max(-st.retake(), 0), DisputeOpen
+	st.kind, st.ref = KindDispute, st.reversal.ID
 	reason := req.Reason
 	if reason == "" {
 		reason = "no reason given"

@@ -266,6 +266,70 @@ func TestWebhookDisputes(t *testing.T) {
 	verifyOK(t, e.store)
 }
 
+// TestWebhookRefundDuringInquiry: a purchase of 10 credits, an inquiry (warning_needs_response)
+// freezes them, the operator refunds the whole charge, the inquiry closes (warning_closed): the
+// customer has the money back, so the credits stay taken; each event again changes nothing. A
+// partial refund during an inquiry leaves the purchase what the rest paid for. On both engines.
+func TestWebhookRefundDuringInquiry(t *testing.T) {
+	for name, env := range map[string]func(t *testing.T) *testEnv{
+		"badger": func(t *testing.T) *testEnv { return newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret)) },
+		"postgres": func(t *testing.T) *testEnv {
+			s := postgresOpener(t, pgtest.NewDatabase(t))()
+			return newTestEnvOn(t, s, withStripe("http://127.0.0.1:1", testWebhookSecret))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := env(t)
+			acct, _ := e.store.CreateAccount(bg, "inquiry@example.com")
+			buyThrough(t, e, acct.ID, "cs_test_inq1")
+			pi := paymentIntentOf("cs_test_inq1")
+			events := []struct {
+				payload []byte
+				reply   string
+				bal     int64
+			}{
+				{disputeEvent("charge.dispute.created", "du_test_inq1", pi, 200, "warning_needs_response"), "dispute open", 0},
+				{refundEvent("refund.created", "re_test_inq1", pi, 200, "succeeded"), "refund applied", 0},
+				{disputeEvent("charge.dispute.closed", "du_test_inq1", pi, 200, "warning_closed"), "dispute won", 0},
+			}
+			for _, ev := range events {
+				hook(t, e, ev.payload, 200, ev.reply)
+				wantBalance(t, e.store, acct.ID, ev.bal, ev.bal)
+			}
+			for _, ev := range events {
+				hook(t, e, ev.payload, 200, "duplicate")
+			}
+			wantBalance(t, e.store, acct.ID, 0, 0)
+
+			buyThrough(t, e, acct.ID, "cs_test_inq2")
+			pi2 := paymentIntentOf("cs_test_inq2")
+			hook(t, e, disputeEvent("charge.dispute.created", "du_test_inq2", pi2, 200, "warning_needs_response"), 200, "dispute open")
+			hook(t, e, refundEvent("refund.created", "re_test_inq2", pi2, 50, "succeeded"), 200, "refund applied")
+			hook(t, e, disputeEvent("charge.dispute.closed", "du_test_inq2", pi2, 200, "warning_closed"), 200, "dispute won")
+			wantBalance(t, e.store, acct.ID, 7, 7) // 1.50 of 2.00 EUR kept: 7.5 credits, rounded down
+			verifyOK(t, e.store)
+		})
+	}
+}
+
+// TestWebhookRefundBeforeDelayedSuccess: a refund of a payment that settles later, delivered
+// before the payment's success (Stripe does not promise the order), is answered 500 and takes
+// nothing; after the success credits the purchase, its delivery again takes the credits.
+func TestWebhookRefundBeforeDelayedSuccess(t *testing.T) {
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret))
+	acct, _ := e.store.CreateAccount(bg, "early-refund@example.com")
+	hook(t, e, checkoutEvent("checkout.session.completed", "cs_test_sepa_re", acct.ID, "unpaid", "10", 200), 200, "payment pending")
+	early := refundEvent("refund.created", "re_test_sepa", paymentIntentOf("cs_test_sepa_re"), 200, "succeeded")
+	hook(t, e, early, 500, "retry later")
+	wantBalance(t, e.store, acct.ID, 0, 0)
+	hook(t, e, checkoutEvent("checkout.session.async_payment_succeeded", "cs_test_sepa_re", acct.ID, "paid", "10", 200), 200, "credited")
+	wantBalance(t, e.store, acct.ID, 10, 10)
+	hook(t, e, early, 200, "refund applied")
+	hook(t, e, early, 200, "duplicate")
+	wantBalance(t, e.store, acct.ID, 0, 0)
+	verifyOK(t, e.store)
+}
+
 // TestWebhookDelayedPayment: a session paid by a method that settles later is pending (nothing
 // credited), then credited once when the payment succeeds; one whose payment fails credits
 // nothing.
