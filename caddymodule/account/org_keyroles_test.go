@@ -225,8 +225,11 @@ func keyAction(t *testing.T, o *roleOrg, actor, holder *orgPerson, action string
 // the session may see: an admin's leaves out an owner's and another admin's keys.
 func usageByKeyByRole(t *testing.T, o *roleOrg) {
 	mustGrant(t, o.e.store, ledger.GrantRequest{AccountID: o.org.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 10})
+	// A key shows by its id in the CSV and by its last 4 on the dashboard.
+	ids := map[string]map[string]string{"/account/usage-by-key.csv": {}, "/account/": {}}
 	for i, p := range []*orgPerson{o.owner, o.admin2, o.member} {
 		_, k := o.keyOf(t, p, "used-by-"+p.name)
+		ids["/account/usage-by-key.csv"][p.name], ids["/account/"][p.name] = k.ID, "<code>…"+k.Last4+"</code>"
 		rid := fmt.Sprintf("use-%d", i)
 		if _, err := o.e.store.Hold(bg, ledger.HoldRequest{AccountID: o.org.ID, Mode: ledger.Live, RequestID: rid, KeyID: k.ID, Tool: "summarizer"}); err != nil {
 			t.Fatal(err)
@@ -235,13 +238,13 @@ func usageByKeyByRole(t *testing.T, o *roleOrg) {
 			t.Fatal(err)
 		}
 	}
-	for _, path := range []string{"/account/usage-by-key.csv", "/account/"} {
+	for path, ids := range ids {
 		r := o.admin.b.get(path)
 		expectStatus(t, "the admin's "+path, r, http.StatusOK)
-		mustContain(t, "the admin's "+path, r.body, "used-by-member")
-		mustNotContain(t, "the admin's "+path, r.body, "used-by-owner", "used-by-admin2")
+		mustContain(t, "the admin's "+path, r.body, "used-by-member", ids["member"])
+		mustNotContain(t, "the admin's "+path, r.body, "used-by-owner", "used-by-admin2", ids["owner"], ids["admin2"])
 		r = o.owner.b.get(path)
-		mustContain(t, "the owner's "+path, r.body, "used-by-member", "used-by-owner", "used-by-admin2")
+		mustContain(t, "the owner's "+path, r.body, "used-by-member", "used-by-owner", "used-by-admin2", ids["owner"], ids["admin2"])
 	}
 }
 
