@@ -2,11 +2,13 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"testing"
 	"time"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
@@ -93,5 +95,44 @@ func adminRollOfMemberKey(t *testing.T, dir string) {
 	wantStatus(t, w, http.StatusOK, "")
 	if _, _, err := store.LookupKey(ctx, full); err == nil {
 		t.Fatal("the member's key works after the operator revoked it")
+	}
+}
+
+// TestCLIRollOfMemberKey: `caddy textgen key roll` of a key an organisation's member made fails
+// with the admin API's reason, prints no secret and leaves the key working; the organisation's
+// own key rolls. PostgreSQL, so that the test can make the member's key (as My Account does)
+// while the server holds the ledger.
+func TestCLIRollOfMemberKey(t *testing.T) {
+	ctx := context.Background()
+	secretRe := regexp.MustCompile(`tg_(live|test)_[0-9A-Za-z]{36}`)
+	url := pgtest.NewDatabase(t)
+	s := caddyproc.Start(t, fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama http://127.0.0.1:1\n\t}", url), url)
+	org := caddyproc.Str(t, s.JSON("account", "create", "--email", "org@example.com"), "id")
+	bob := caddyproc.Str(t, s.JSON("account", "create", "--email", "bob@example.com"), "id")
+	s.JSON("member", "organise", "--account", org)
+	s.JSON("member", "add", "--account", org, "--member", bob)
+	store, err := ledger.OpenPostgres(ctx, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	full, k, err := store.CreateMemberKey(ctx, org, bob, ledger.Live, "bob's", time.Time{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	res := s.Textgen("key", "roll", "--account", org, "--key-id", k.ID, "--grace", "1h")
+	oneErrorLine(t, res, 1, "only they can roll it")
+	if secretRe.MatchString(res.Stdout + res.Stderr) {
+		t.Fatalf("a refused roll printed a secret: %s", res)
+	}
+	if got, _, err := store.LookupKey(ctx, full); err != nil || !got.Rolled.IsZero() {
+		t.Fatalf("the member's key after a refused roll: %+v %v", got, err)
+	}
+
+	own := s.JSON("key", "create", "--account", org, "--name", "ci")
+	rolled := s.JSON("key", "roll", "--account", org, "--key-id", caddyproc.Str(t, own, "id"))
+	if nw := caddyproc.Str(t, rolled, "key"); !secretRe.MatchString(nw) || nw == caddyproc.Str(t, own, "key") {
+		t.Fatalf("the roll of the organisation's own key: %v", rolled)
 	}
 }
