@@ -75,7 +75,7 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 		a.internalError(w, r, sc, "reading usage", err)
 		return
 	}
-	byKey, err := a.usageByKey(ctx, sc.acct.ID, first)
+	byKey, err := a.usageByKey(ctx, sc, first)
 	if err != nil {
 		a.internalError(w, r, sc, "reading usage by key", err)
 		return

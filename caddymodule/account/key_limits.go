@@ -30,6 +30,8 @@ type keySettingsData struct {
 	Remaining                           ledger.KeyRemaining
 	AllTools                            []string
 	GraceChoices                        []graceChoice
+	// MayRoll: the key is the session's own, the only keys it may roll (ledger.ActKeyRoll).
+	MayRoll bool
 }
 
 type graceChoice struct {
@@ -57,31 +59,27 @@ func newKeySettingsData(k ledger.Key) keySettingsData {
 	return d
 }
 
-// ownKey finds the account's unrevoked key id for a settings or roll request, answering 404
-// for another account's key or one that does not exist.
-func (a *app) ownKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx, id string) (ledger.Key, bool) {
-	k, ok, err := a.findKey(r, sc, id)
-	switch {
-	case err != nil:
-		a.internalError(w, r, sc, "finding key", err)
-		return k, false
-	case !ok:
-		a.errorPage(w, r, sc, http.StatusNotFound, "Key not found", "You have no key with this id.")
-		return k, false
-	case !k.Revoked.IsZero():
+// ownKey finds the account's unrevoked key id for a settings or roll request that the session
+// may do (act), answering 404 for another account's key, one that does not exist or one the
+// session may not see, and 403 for one it sees but may not act on (keyFor).
+func (a *app) ownKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx, id string, act ledger.Action) (ledger.Key, bool) {
+	k, ok := a.keyFor(w, r, sc, id, act)
+	if ok && !k.Revoked.IsZero() {
 		a.errorPage(w, r, sc, http.StatusConflict, "Key revoked", "This key is revoked: its limits can no longer change.")
 		return k, false
 	}
-	return k, true
+	return k, ok
 }
 
 func (a *app) keySettings(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	k, ok := a.ownKey(w, r, sc, r.URL.Query().Get("id"))
+	k, ok := a.ownKey(w, r, sc, r.URL.Query().Get("id"), ledger.ActKeyLimits)
 	if !ok {
 		return
 	}
 	p := sc.page("Key limits", "keys")
-	p.Data = newKeySettingsData(k)
+	d := newKeySettingsData(k)
+	d.MayRoll = sc.mayKey(k, nil, ledger.ActKeyRoll)
+	p.Data = d
 	a.render(w, r, http.StatusOK, "key_settings", p)
 }
 
@@ -129,11 +127,16 @@ func parseKeySettings(r *http.Request) (ledger.KeySettings, string) {
 }
 
 func (a *app) saveKeySettings(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	k, ok := a.ownKey(w, r, sc, r.PostFormValue("id"))
+	k, ok := a.ownKey(w, r, sc, r.PostFormValue("id"), ledger.ActKeyLimits)
 	if !ok {
 		return
 	}
 	set, msg := parseKeySettings(r)
+	if msg == "" && set.Name != k.Name {
+		if _, ok := a.keyFor(w, r, sc, k.ID, ledger.ActKeyRename); !ok {
+			return
+		}
+	}
 	if msg == "" {
 		var err error
 		_, err = a.store.UpdateKey(r.Context(), sc.acct.ID, k.ID, set)
@@ -147,6 +150,7 @@ func (a *app) saveKeySettings(w http.ResponseWriter, r *http.Request, sc *sessio
 	}
 	if msg != "" {
 		d := newKeySettingsData(k)
+		d.MayRoll = sc.mayKey(k, nil, ledger.ActKeyRoll)
 		d.Name, d.Note, d.Tools, d.CIDRs, d.Expires = r.PostFormValue("name"), r.PostFormValue("note"), r.PostFormValue("tools"), r.PostFormValue("cidrs"), r.PostFormValue("expires")
 		d.BudgetTotal, d.BudgetDay, d.BudgetMonth = r.PostFormValue("budget_total"), r.PostFormValue("budget_day"), r.PostFormValue("budget_month")
 		p := sc.page("Key limits", "keys")
@@ -159,7 +163,7 @@ func (a *app) saveKeySettings(w http.ResponseWriter, r *http.Request, sc *sessio
 }
 
 func (a *app) rollKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	k, ok := a.ownKey(w, r, sc, r.PostFormValue("id"))
+	k, ok := a.ownKey(w, r, sc, r.PostFormValue("id"), ledger.ActKeyRoll)
 	if !ok {
 		return
 	}

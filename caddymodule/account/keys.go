@@ -58,7 +58,11 @@ func (a *app) keysData(r *http.Request, sc *sessionCtx) (keysData, error) {
 	if err != nil {
 		return keysData{}, err
 	}
-	keys = sc.visibleKeys(keys)
+	roles, err := a.memberRoles(r.Context(), sc)
+	if err != nil {
+		return keysData{}, err
+	}
+	keys = sc.visibleKeys(keys, roles)
 	// Newest first; revoked keys after the active ones.
 	sorted := make([]ledger.Key, 0, len(keys))
 	active := 0
@@ -140,28 +144,56 @@ func (a *app) createKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// findKey finds one of the account's own keys; another account's key id is "not found".
-func (a *app) findKey(r *http.Request, sc *sessionCtx, id string) (ledger.Key, bool, error) {
+// findKey finds one of the account's keys that the session may see. A key it may not see (of
+// another account, or of a member the session's role does not reach) is "not found"; one it
+// may see but not act on gets allowed false.
+func (a *app) findKey(r *http.Request, sc *sessionCtx, id string, act ledger.Action) (k ledger.Key, found, allowed bool, err error) {
 	keys, err := a.store.ListKeys(r.Context(), sc.acct.ID)
 	if err != nil {
-		return ledger.Key{}, false, err
+		return ledger.Key{}, false, false, err
+	}
+	roles, err := a.memberRoles(r.Context(), sc)
+	if err != nil {
+		return ledger.Key{}, false, false, err
 	}
 	for _, k := range keys {
-		if k.ID == id && sc.mayManage(k) {
-			return k, true, nil
+		if k.ID == id && sc.mayKey(k, roles, ledger.ActKeySee) {
+			return k, true, sc.mayKey(k, roles, act), nil
 		}
 	}
-	return ledger.Key{}, false, nil
+	return ledger.Key{}, false, false, nil
+}
+
+// keyFor finds key id for act, answering the request itself unless the session may do act to
+// it: 404 for a key it may not see (another member's key looks exactly like a key that does
+// not exist), 403 for one it may see but not act on.
+func (a *app) keyFor(w http.ResponseWriter, r *http.Request, sc *sessionCtx, id string, act ledger.Action) (ledger.Key, bool) {
+	k, found, allowed, err := a.findKey(r, sc, id, act)
+	switch {
+	case err != nil:
+		a.internalError(w, r, sc, "finding key", err)
+		return k, false
+	case !found:
+		a.logger.Info("refused a key action: a key the member may not see, or an unknown key",
+			zap.String("account", sc.acct.ID), zap.String("login", sc.login.ID), zap.String("action", string(act)))
+		a.errorPage(w, r, sc, http.StatusNotFound, "Key not found", "You have no key with this id.")
+		return k, false
+	case !allowed:
+		a.logger.Info("refused a key action above the member's role", zap.String("account", sc.acct.ID),
+			zap.String("login", sc.login.ID), zap.String("key_id", k.ID), zap.String("action", string(act)))
+		msg := "Your role in this organisation (" + string(sc.role) + ") does not allow this on this key."
+		if act == ledger.ActKeyRoll {
+			msg = "Only the member this key belongs to can roll it: its new secret is shown to them alone. You can revoke it."
+		}
+		a.errorPage(w, r, sc, http.StatusForbidden, "Not allowed", msg)
+		return k, false
+	}
+	return k, true
 }
 
 func (a *app) revokeConfirm(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	k, ok, err := a.findKey(r, sc, r.URL.Query().Get("id"))
-	if err != nil {
-		a.internalError(w, r, sc, "finding key", err)
-		return
-	}
+	k, ok := a.keyFor(w, r, sc, r.URL.Query().Get("id"), ledger.ActKeyRevoke)
 	if !ok {
-		a.errorPage(w, r, sc, http.StatusNotFound, "Key not found", "You have no key with this id.")
 		return
 	}
 	if !k.Revoked.IsZero() {
@@ -175,13 +207,7 @@ func (a *app) revokeConfirm(w http.ResponseWriter, r *http.Request, sc *sessionC
 
 func (a *app) revokeKey(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	id := r.PostFormValue("id")
-	if _, ok, err := a.findKey(r, sc, id); err != nil {
-		a.internalError(w, r, sc, "finding key", err)
-		return
-	} else if !ok {
-		// Another member's key looks exactly like a key that does not exist.
-		a.logger.Info("refused to revoke a key the member may not manage, or an unknown key", zap.String("account", sc.acct.ID))
-		a.errorPage(w, r, sc, http.StatusNotFound, "Key not found", "You have no key with this id.")
+	if _, ok := a.keyFor(w, r, sc, id, ledger.ActKeyRevoke); !ok {
 		return
 	}
 	k, err := a.store.RevokeKey(r.Context(), sc.acct.ID, id)

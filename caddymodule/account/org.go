@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -102,17 +103,42 @@ func (a *app) ownDashboard(f func(http.ResponseWriter, *http.Request, *sessionCt
 	}
 }
 
-// mayManage reports whether the session may see and revoke key k: admins and owners every key
-// of the account, a member only their own.
-func (sc *sessionCtx) mayManage(k ledger.Key) bool {
-	return rank(sc.role) >= rank(ledger.RoleAdmin) || ledger.KeyMember(k) == sc.login.ID
+// keyRoles are the roles of an organisation's accepted members, by member id, for deciding what
+// the session may do to whose key (ledger.Allowed); nil for a personal account, whose keys are
+// all its login's.
+type keyRoles map[string]ledger.Role
+
+// memberRoles loads the roles of the members of the account the session acts in.
+func (a *app) memberRoles(ctx context.Context, sc *sessionCtx) (keyRoles, error) {
+	if !sc.inOrg {
+		return nil, nil
+	}
+	ms, err := a.store.ListMembers(ctx, sc.acct.ID)
+	if err != nil {
+		return nil, err
+	}
+	roles := make(keyRoles, len(ms))
+	for _, m := range ms {
+		if !m.Pending {
+			roles[m.MemberID] = m.Role
+		}
+	}
+	return roles, nil
+}
+
+// mayKey reports whether the session may do act to key k, by the organisation's one rule
+// (ledger.Allowed): everyone everything to their own keys; owners see, limit, rename and revoke
+// every key, admins those of members below them; nobody rolls a key that is not theirs.
+func (sc *sessionCtx) mayKey(k ledger.Key, roles keyRoles, act ledger.Action) bool {
+	holder := ledger.KeyMember(k)
+	return ledger.Allowed(sc.role, holder == sc.login.ID, roles[holder], act)
 }
 
 // visibleKeys is the keys the session may see.
-func (sc *sessionCtx) visibleKeys(keys []ledger.Key) []ledger.Key {
+func (sc *sessionCtx) visibleKeys(keys []ledger.Key, roles keyRoles) []ledger.Key {
 	out := keys[:0:0]
 	for _, k := range keys {
-		if sc.mayManage(k) {
+		if sc.mayKey(k, roles, ledger.ActKeySee) {
 			out = append(out, k)
 		}
 	}
@@ -146,6 +172,8 @@ type orgData struct {
 	Month   string
 	Owner   bool
 	Admin   bool
+	// Removable: the members the session may remove (ledger.ActMemberRemove), by member id.
+	Removable map[string]bool
 }
 
 func (a *app) orgPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -174,6 +202,10 @@ func (a *app) renderOrg(w http.ResponseWriter, r *http.Request, sc *sessionCtx, 
 		}
 		if d.Admin {
 			d.Members = ms
+			d.Removable = map[string]bool{}
+			for _, m := range ms {
+				d.Removable[m.MemberID] = m.MemberID != sc.acct.ID && ledger.Allowed(sc.role, m.MemberID == sc.login.ID, m.Role, ledger.ActMemberRemove)
+			}
 		}
 	}
 	p := sc.page("Organisation", "org")
@@ -278,23 +310,25 @@ func (a *app) orgLeave(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	a.orgDone(w, r, "left")
 }
 
-// targetMember reads the form's member and checks what the session may do to them: an admin
-// changes no owner.
-func (a *app) targetMember(w http.ResponseWriter, r *http.Request, sc *sessionCtx) (ledger.Membership, bool) {
+// targetMember reads the form's member and checks that the session may do act to them
+// (ledger.Allowed): an admin changes no owner and no other admin.
+func (a *app) targetMember(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ledger.Action) (ledger.Membership, bool) {
 	m, err := a.store.GetMembership(r.Context(), sc.acct.ID, r.PostFormValue("member"))
 	if err != nil {
 		a.memberError(w, r, sc, err)
 		return m, false
 	}
-	if m.Role == ledger.RoleOwner && sc.role != ledger.RoleOwner {
-		a.renderOrg(w, r, sc, http.StatusForbidden, "Only an owner can change an owner.")
+	if !ledger.Allowed(sc.role, m.MemberID == sc.login.ID, m.Role, act) {
+		a.logger.Info("refused a member action above the member's role", zap.String("account", sc.acct.ID),
+			zap.String("login", sc.login.ID), zap.String("member", m.MemberID), zap.String("action", string(act)))
+		a.renderOrg(w, r, sc, http.StatusForbidden, "Only an owner can change an owner or an admin.")
 		return m, false
 	}
 	return m, true
 }
 
 func (a *app) orgRemove(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	m, ok := a.targetMember(w, r, sc)
+	m, ok := a.targetMember(w, r, sc, ledger.ActMemberRemove)
 	if !ok {
 		return
 	}
@@ -309,7 +343,7 @@ func (a *app) orgRemove(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 }
 
 func (a *app) orgRole(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	m, ok := a.targetMember(w, r, sc)
+	m, ok := a.targetMember(w, r, sc, ledger.ActMemberRole)
 	if !ok {
 		return
 	}
@@ -327,7 +361,7 @@ func (a *app) orgRole(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 }
 
 func (a *app) orgCap(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
-	m, ok := a.targetMember(w, r, sc)
+	m, ok := a.targetMember(w, r, sc, ledger.ActMemberCap)
 	if !ok {
 		return
 	}
@@ -358,8 +392,8 @@ func (a *app) orgInvite(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 	if rank(role) == 0 {
 		role = ledger.RoleMember
 	}
-	if role == ledger.RoleOwner && sc.role != ledger.RoleOwner {
-		a.renderOrg(w, r, sc, http.StatusForbidden, "Only an owner can invite an owner.")
+	if !ledger.Allowed(sc.role, false, role, ledger.ActMemberInvite) {
+		a.renderOrg(w, r, sc, http.StatusForbidden, "Only an owner can invite an owner or an admin.")
 		return
 	}
 	if !sc.inOrg {

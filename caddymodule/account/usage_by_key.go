@@ -30,26 +30,36 @@ type keyUsage struct {
 	Tools                         string
 }
 
-// keyNames returns the account's keys by id.
-func (a *app) keyNames(ctx context.Context, acct string) (map[string]ledger.Key, error) {
-	keys, err := a.store.ListKeys(ctx, acct)
+// keyNames returns the account's keys the session may see by id, and the ids of those it may
+// not (an owner's or another admin's key, for an admin): their use is left out.
+func (a *app) keyNames(ctx context.Context, sc *sessionCtx) (names map[string]ledger.Key, hidden map[string]bool, err error) {
+	keys, err := a.store.ListKeys(ctx, sc.acct.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[string]ledger.Key, len(keys))
+	roles, err := a.memberRoles(ctx, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, hidden = make(map[string]ledger.Key, len(keys)), map[string]bool{}
 	for _, k := range keys {
-		out[k.ID] = k
+		if sc.mayKey(k, roles, ledger.ActKeySee) {
+			names[k.ID] = k
+		} else {
+			hidden[k.ID] = true
+		}
 	}
-	return out, nil
+	return names, hidden, nil
 }
 
-// usageByKey is the account's use per key from `from` on, the busiest key first.
-func (a *app) usageByKey(ctx context.Context, acct string, from time.Time) ([]keyUsage, error) {
-	rows, err := a.store.UsageByKey(ctx, ledger.UsageQuery{AccountID: acct, From: from})
+// usageByKey is the account's use per key from `from` on, the busiest key first, of the keys
+// the session may see.
+func (a *app) usageByKey(ctx context.Context, sc *sessionCtx, from time.Time) ([]keyUsage, error) {
+	rows, err := a.store.UsageByKey(ctx, ledger.UsageQuery{AccountID: sc.acct.ID, From: from})
 	if err != nil {
 		return nil, err
 	}
-	names, err := a.keyNames(ctx, acct)
+	names, hidden, err := a.keyNames(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +70,9 @@ func (a *app) usageByKey(ctx context.Context, acct string, from time.Time) ([]ke
 	byKey := map[string]*keyUsage{}
 	tools := map[string][]perTool{}
 	for _, r := range rows {
+		if hidden[r.KeyID] {
+			continue
+		}
 		id := r.KeyID + "\x00" + string(r.Mode)
 		u := byKey[id]
 		if u == nil {
@@ -104,7 +117,7 @@ func (a *app) exportKeyUsageCSV(w http.ResponseWriter, r *http.Request, sc *sess
 		a.internalError(w, r, sc, "reading usage by key for the CSV export", err)
 		return
 	}
-	names, err := a.keyNames(ctx, sc.acct.ID)
+	names, hidden, err := a.keyNames(ctx, sc)
 	if err != nil {
 		a.internalError(w, r, sc, "reading keys for the CSV export", err)
 		return
@@ -115,6 +128,9 @@ func (a *app) exportKeyUsageCSV(w http.ResponseWriter, r *http.Request, sc *sess
 	cw := csv.NewWriter(w)
 	cw.Write(keyUsageColumns)
 	for _, u := range rows {
+		if hidden[u.KeyID] {
+			continue
+		}
 		k := names[u.KeyID]
 		cw.Write([]string{u.KeyID, csvText(k.Name), k.Last4, string(u.Mode), u.Tool,
 			strconv.FormatInt(u.Requests, 10), strconv.FormatInt(u.Settled, 10), strconv.FormatInt(u.Voided, 10)})

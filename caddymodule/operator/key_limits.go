@@ -169,12 +169,20 @@ func (adminAPI) rollKey(w http.ResponseWriter, r *http.Request, store operatorLe
 		grace = d
 	}
 	id, kid := r.PathValue("id"), r.PathValue("kid")
-	if _, err := keyOfAccount(r, store, id, kid); err != nil {
+	k, err := keyOfAccount(r, store, id, kid)
+	if err != nil {
 		return err
 	}
+	// The operator acts for the account's own login: a key an organisation's member made is
+	// theirs to roll, and its new secret theirs alone to see (ledger.Allowed). Revoking it, or
+	// changing its limits, stays open to the operator.
+	if !ledger.Allowed(ledger.RoleOwner, ledger.KeyMember(k) == id, "", ledger.ActKeyRoll) {
+		return caddy.APIError{HTTPStatus: http.StatusForbidden, Err: fmt.Errorf(
+			"key %s of account %s belongs to its member %s: only they can roll it (in My Account), so that its secret is shown to them alone; revoke it instead if it may have leaked",
+			kid, id, k.MemberID)}
+	}
 	var full string
-	var k ledger.Key
-	err := audited(r.Context(), store, "key.roll", id, fmt.Sprintf("key %s, grace %s", kid, grace), "", func() (err error) {
+	err = audited(r.Context(), store, "key.roll", id, fmt.Sprintf("key %s, grace %s", kid, grace), "", func() (err error) {
 		full, k, err = store.RollKey(r.Context(), id, kid, grace)
 		return err
 	})
