@@ -157,12 +157,14 @@ func keyAt(keys []ledger.ReceiptKey, at time.Time) ledger.ReceiptKey {
 	if at.IsZero() {
 		return keys[len(keys)-1]
 	}
+	// A receipt's time is in whole seconds; so are the periods the list publishes.
 	for _, k := range keys {
-		if !at.Before(k.ValidFrom) && (k.ValidUntil.IsZero() || at.Before(k.ValidUntil)) {
+		from, until := k.ValidFrom.Truncate(time.Second), k.ValidUntil.Truncate(time.Second)
+		if !at.Before(from) && (k.ValidUntil.IsZero() || at.Before(until)) {
 			return k
 		}
 	}
-	if at.Before(keys[0].ValidFrom) {
+	if at.Before(keys[0].ValidFrom.Truncate(time.Second)) {
 		return keys[0]
 	}
 	return keys[len(keys)-1]
@@ -271,10 +273,13 @@ func (s *Signer) PublicKeys(ctx context.Context) (KeySet, error) {
 }
 
 func publicKey(k ledger.ReceiptKey) PublicKey {
+	// In whole seconds, as receipts' times are: a key made or rotated in to a second covers the
+	// receipts of that second (keyAt signs them with it), so no receipt's time is before its
+	// key's valid_from as the list shows it.
 	p := PublicKey{KeyID: k.ID, Algorithm: "Ed25519", PublicKey: b64.EncodeToString(k.PublicKey),
-		ValidFrom: k.ValidFrom.UTC().Format(time.RFC3339Nano), Current: k.ValidUntil.IsZero()}
+		ValidFrom: Time(k.ValidFrom.Truncate(time.Second)), Current: k.ValidUntil.IsZero()}
 	if !k.ValidUntil.IsZero() {
-		p.ValidUntil = k.ValidUntil.UTC().Format(time.RFC3339Nano)
+		p.ValidUntil = Time(k.ValidUntil.Truncate(time.Second))
 	}
 	return p
 }

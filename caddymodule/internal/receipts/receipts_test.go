@@ -352,16 +352,19 @@ func TestSigningKeyCoversReceiptTime(t *testing.T) {
 	}
 }
 
-// TestKeyAt: the key of a time among periods, at their bounds.
+// TestKeyAt: the key of a receipt's time (whole seconds) among periods that begin within a
+// second, at their bounds: the second a key is made or rotated in is that key's.
 func TestKeyAt(t *testing.T) {
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 500, time.UTC)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 5e8, time.UTC)
 	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
 	keys := []ledger.ReceiptKey{{ID: "a", ValidFrom: t0, ValidUntil: t1}, {ID: "b", ValidFrom: t1, ValidUntil: t2}, {ID: "c", ValidFrom: t2}}
+	sec := func(h, m, s int) time.Time { return time.Date(2030, 1, 1, h, m, s, 0, time.UTC) }
 	for _, c := range []struct {
 		at   time.Time
 		want string
 	}{
-		{time.Time{}, "c"}, {t0.Add(-time.Hour), "a"}, {t0, "a"}, {t1.Add(-1), "a"}, {t1, "b"}, {t2.Add(-1), "b"}, {t2, "c"}, {t2.Add(time.Hour), "c"},
+		{time.Time{}, "c"}, {sec(0, 0, 0).Add(-time.Hour), "a"}, {sec(0, 0, 0), "a"}, {sec(0, 59, 59), "a"}, {sec(1, 0, 0), "b"},
+		{sec(1, 59, 59), "b"}, {sec(2, 0, 0), "c"}, {sec(3, 0, 0), "c"},
 	} {
 		if got := keyAt(keys, c.at).ID; got != c.want {
 			t.Errorf("keyAt(%s) = %s, want %s", c.at, got, c.want)
