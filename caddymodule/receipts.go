@@ -1,11 +1,13 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -42,16 +44,26 @@ type receiptSigning struct {
 	unreg  func()
 }
 
-// setupReceipts makes the signer when the app starts (Provision); a ledger that opens later
-// gets it on first use.
+// setupReceipts makes the signer when the app starts (Provision), and the ledger's first
+// signing key with it, so that the key's period begins before anything it signs; a ledger that
+// opens later gets both on first use. A failure here is logged, not fatal: signing tries again
+// when a receipt is asked for.
 func (h *Handler) setupReceipts(app *textgenapp.App) {
 	if h.retain == nil {
 		return
 	}
 	h.receipts = &receiptSigning{}
 	app.OnStart(func() error {
-		if store := h.store(); store != nil {
-			h.receiptSigner(store)
+		store := h.store()
+		if store == nil {
+			return nil
+		}
+		if sg := h.receiptSigner(store); sg != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := sg.Ensure(ctx); err != nil {
+				h.logger.Warn("receipts: the signing key is not ready; signing tries again when a receipt is asked for", zap.Error(err))
+			}
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +13,8 @@ import (
 
 // TestVerifyReceiptExample: the accountant's program of docs/clients/verify-receipt, built as
 // the docs say, checks a receipt fetched from the real server with the key list of the
-// well-known path and the text as received, and refuses it with a changed field or another
-// text.
+// well-known path and the text as received, and refuses it with a changed field, a member
+// twice or another text.
 func TestVerifyReceiptExample(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "verify-receipt")
@@ -55,6 +56,23 @@ func TestVerifyReceiptExample(t *testing.T) {
 	tampered := write("tampered.json", strings.Replace(receipt, `"credits":1`, `"credits":0`, 1))
 	if out, err := run("-keys", kf, tampered); err == nil || !strings.Contains(out, "NOT VALID") {
 		t.Fatalf("a tampered receipt: %v\n%s", err, out)
+	}
+	// A member twice, whichever copy the signature holds for, however its name is written, at
+	// any depth of the file: RFC 8785 accepts no such input, and a reader that keeps the first
+	// value would read 500 credits of a receipt signed for 1.
+	for i, dup := range []string{
+		strings.Replace(receipt, `"credits":1`, `"credits":500,"credits":1`, 1),
+		strings.Replace(receipt, `"credits":1`, `"credits":1,"credits":500`, 1),
+		strings.Replace(receipt, `"credits":1`, `"cr\u0065dits":500,"credits":1`, 1),
+		strings.Replace(receipt, `"signature":`, `"key_id":"rk_other","signature":`, 1),
+	} {
+		if dup == receipt {
+			t.Fatalf("variant %d changed nothing: %s", i, receipt)
+		}
+		f := write(fmt.Sprintf("dup%d.json", i), dup)
+		if out, err := run("-keys", kf, f); err == nil || !strings.Contains(out, "NOT VALID") || !strings.Contains(out, "twice") {
+			t.Fatalf("a receipt with a member twice (%s): %v\n%s", dup, err, out)
+		}
 	}
 	other := write("other.txt", text+" and a little more")
 	if out, err := run("-keys", kf, "-text", other, rf); err == nil || !strings.Contains(out, "NOT VALID") {

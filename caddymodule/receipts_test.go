@@ -51,11 +51,41 @@ func (e *env) fetchSigned(key, rid string) (receipts.Signed, receipts.Generation
 	return sr, g
 }
 
+// keyHolding is the id of the listed key whose period (valid_from to valid_until) holds the
+// receipt time at; it fails the test when none or several do.
+func keyHolding(t *testing.T, set receipts.KeySet, at string) string {
+	t.Helper()
+	ts, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		t.Fatalf("receipt time %q: %v", at, err)
+	}
+	var ids []string
+	for _, k := range set.Keys {
+		from, err := time.Parse(time.RFC3339Nano, k.ValidFrom)
+		if err != nil {
+			t.Fatalf("key %s valid_from %q: %v", k.KeyID, k.ValidFrom, err)
+		}
+		until := time.Time{}
+		if k.ValidUntil != "" {
+			if until, err = time.Parse(time.RFC3339Nano, k.ValidUntil); err != nil {
+				t.Fatalf("key %s valid_until %q: %v", k.KeyID, k.ValidUntil, err)
+			}
+		}
+		if !ts.Before(from) && (until.IsZero() || ts.Before(until)) {
+			ids = append(ids, k.KeyID)
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("receipt time %s is in the period of %d keys (%v): %+v", at, len(ids), ids, set.Keys)
+	}
+	return ids[0]
+}
+
 // TestSignedGenerationReceipts: a real server signs a settled generation's receipt; a test that
 // knows only the key list of the well-known path verifies it, and refuses it with any field or
-// the text's digest changed; the digest is that of the text delivered; after a rotation the old
-// receipt still verifies with the old key, still listed, and new receipts are signed with the
-// new key; what was not charged, another account's and malformed ids get a JSON 404 at no
+// the text's digest changed; the digest is that of the text delivered; the first key's period
+// begins before the generation it signs; after a rotation the old receipt still verifies with
+// the old key, still listed, and every receipt is signed with the key whose period holds its time; what was not charged, another account's and malformed ids get a JSON 404 at no
 // charge; the private key is nowhere in the ledger's directory in clear.
 func TestSignedGenerationReceipts(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
@@ -79,6 +109,11 @@ func TestSignedGenerationReceipts(t *testing.T) {
 		t.Fatalf("the key list: %+v", set)
 	}
 	old, g := e.fetchSigned(key, rid)
+	// The key was made when the server started, not when first needed: its period holds the
+	// receipt's time.
+	if id := keyHolding(t, set, g.Time); id != old.KeyID {
+		t.Fatalf("the receipt (time %s) is signed with %s, the key of its time is %s", g.Time, old.KeyID, id)
+	}
 	if err := receipts.Verify(set, old); err != nil {
 		t.Fatalf("the signed receipt does not verify with the published key: %v", err)
 	}
@@ -122,10 +157,13 @@ func TestSignedGenerationReceipts(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkStreamed(t, resp, "3")
+	// Each receipt is signed with the key whose listed period (in whole seconds, as receipts'
+	// times are) holds its time: a generation charged before the rotation's second with the
+	// old key still, one of the rotation's second or later with the new key.
 	for _, r := range []string{rid, resp.Header.Get("X-Request-Id")} {
-		sr, _ := e.fetchSigned(key, r)
-		if sr.KeyID != cur.KeyID {
-			t.Errorf("%s signed after the rotation with %s, want %s", r, sr.KeyID, cur.KeyID)
+		sr, g := e.fetchSigned(key, r)
+		if want := keyHolding(t, set, g.Time); sr.KeyID != want {
+			t.Errorf("%s (time %s) signed after the rotation with %s, want %s; keys %+v", r, g.Time, sr.KeyID, want, set.Keys)
 		}
 		if err := receipts.Verify(set, sr); err != nil {
 			t.Errorf("%s after the rotation: %v", r, err)

@@ -1,6 +1,9 @@
 package ledger
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"strings"
+)
 
 // The API key format, for every engine: what CreateKey hands out and what LookupKey accepts
 // before it looks anything up.
@@ -79,4 +82,57 @@ func checkKeyFormat(s string, buf *[keyLen]byte) (Mode, bool) {
 		return "", false
 	}
 	return m, true
+}
+
+// keyHintLen is how many base62 characters a hint ("tg_live_abcd") may put after a key's prefix:
+// more than that is part of a key's secret.
+const keyHintLen = 4
+
+// ContainsKeySecret reports whether s holds a key's secret, or a piece of one, anywhere in it:
+// a key's prefix followed by more base62 characters than a hint has (the checksum right or
+// not: a mistyped key is a secret too), or, without its prefix, the 36 characters of a key
+// whose checksum is right. Quotes, "Bearer ", "X-API-Key: " or a trailing dot around a key do
+// not hide it. A page that must never echo nor search by a secret refuses such input whole.
+func ContainsKeySecret(s string) bool {
+	for _, p := range []string{livePrefix, testPrefix} {
+		for rest := s; ; {
+			i := strings.Index(rest, p)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(p):]
+			if base62Run(rest) > keyHintLen {
+				return true
+			}
+		}
+	}
+	// The secret without its prefix: a run of exactly a key's random part and checksum whose
+	// checksum is right under either prefix.
+	const body = keyRandomLen + keyChecksumLen
+	for i := 0; i < len(s); {
+		n := base62Run(s[i:])
+		if n == 0 {
+			i++
+			continue
+		}
+		if n == body {
+			run := s[i : i+n]
+			for _, p := range []string{livePrefix, testPrefix} {
+				if sum := keyChecksum(p + run[:keyRandomLen]); string(sum[:]) == run[keyRandomLen:] {
+					return true
+				}
+			}
+		}
+		i += n
+	}
+	return false
+}
+
+// base62Run is how many base62 characters s starts with.
+func base62Run(s string) int {
+	n := 0
+	for n < len(s) && isBase62[s[n]] {
+		n++
+	}
+	return n
 }

@@ -88,3 +88,43 @@ func TestKeyChecksumIsFixedWidth(t *testing.T) {
 		t.Fatalf("checksum of the empty string is %q", got)
 	}
 }
+
+// TestContainsKeySecret: a key is found wherever it stands in the input (quoted, after
+// "Bearer " or "X-API-Key: ", before a dot, without its prefix), and so is a mistyped key or a
+// piece of one; a hint, a key id and ordinary search words are not secrets.
+func TestContainsKeySecret(t *testing.T) {
+	for _, m := range []Mode{Live, Test} {
+		k := newFullKey(m)
+		mistyped := k[:20] + string(base62[(strings.IndexByte(base62, k[20])+1)%62]) + k[21:]
+		if _, ok := CheckKeyFormat(mistyped); ok {
+			t.Fatal("the mistyped key passes the checksum")
+		}
+		for _, in := range []string{
+			k, " " + k + " ", `"` + k + `"`, "'" + k + "'", k + ".", "Bearer " + k, "Authorization: Bearer " + k,
+			"X-API-Key: " + k, "x-api-key:" + k, "key=" + k + "&x=1", "<" + k + ">", "mine is " + k + ", thanks",
+			k[len("tg_live_"):], `"` + k[len("tg_live_"):] + `"`, mistyped, k[:20], k[:len("tg_live_")+5],
+			"abcd " + k,
+		} {
+			if !ContainsKeySecret(in) {
+				t.Errorf("ContainsKeySecret(%q) = false", in)
+			}
+		}
+		for _, in := range []string{
+			"", "abcd", "tg_live_…abcd", "tg_test_...abcd", "tg_live_abcd", "…abcd", "key_AAAAAAAAAAAA",
+			"acct_AAAAAAAAAAAAAAAA", "someone@example.com", "tg_live_", "hello world",
+			k[len("tg_live_"):len(k)-1] + "x", // 36 characters without a key's checksum (one in 62^6 may have one by chance)
+		} {
+			if strings.HasSuffix(in, "x") && len(in) == 36 {
+				if _, ok := CheckKeyFormat("tg_live_" + in); ok {
+					continue
+				}
+				if _, ok := CheckKeyFormat("tg_test_" + in); ok {
+					continue
+				}
+			}
+			if ContainsKeySecret(in) {
+				t.Errorf("ContainsKeySecret(%q) = true", in)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -69,6 +70,22 @@ func (op *pendingOp) size() int {
 
 // wait blocks until the operation is durable (or failed).
 func (op *pendingOp) wait() error { return <-op.done }
+
+// waitCtx is wait for a caller that may stop waiting: when ctx ends first, the operation stays
+// queued and may still be made, so the answer is ErrOutcomeUnknown.
+func (op *pendingOp) waitCtx(ctx context.Context) error {
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-op.done: // it ended as well: its outcome is known
+			return err
+		default:
+		}
+		return fmt.Errorf("%w (it is still queued: %v)", ErrOutcomeUnknown, ctx.Err())
+	}
+}
 
 type committer struct {
 	db    *badger.DB
@@ -346,16 +363,22 @@ func (c *committer) commit(batch []*pendingOp) {
 		if hasWrites(batch) { // a barrier alone writes nothing: it need not wait for space
 			c.space.waitForFloor(c.stop)
 		}
-		err = c.write(batch)
+		var committing bool
+		committing, err = c.write(batch)
 		if err != nil {
 			err = fmt.Errorf("committing ledger writes: %w", err)
 			c.log.Error("ledger commit failed; the store refuses further work until it is reopened",
 				zap.Error(err), zap.Int("operations", len(batch)))
 			c.mu.Lock()
 			if c.failed == nil {
-				c.failed = err
+				c.failed = err // what later operations get: they were not written
 			}
 			c.mu.Unlock()
+			if committing {
+				// The commit itself failed: its writes may have reached Badger's log, which the
+				// next open replays.
+				err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+			}
 		} else {
 			last := batch[len(batch)-1].id
 			c.durable.Store(last)
@@ -376,7 +399,9 @@ func hasWrites(batch []*pendingOp) bool {
 	return false
 }
 
-func (c *committer) write(batch []*pendingOp) error {
+// write commits batch in one transaction. committing reports whether an error came from the
+// commit itself (after which the writes may be in Badger's log) rather than before it.
+func (c *committer) write(batch []*pendingOp) (committing bool, err error) {
 	c.mu.Lock()
 	db := c.db
 	c.mu.Unlock()
@@ -394,19 +419,19 @@ func (c *committer) write(batch []*pendingOp) error {
 				err = txn.SetEntry(e)
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			n++
 		}
 	}
 	if n == 0 {
-		return nil
+		return false, nil
 	}
-	err := txn.Commit()
+	err = txn.Commit()
 	c.commits.Add(1)
 	if errors.Is(err, badger.ErrConflict) {
 		// Cannot happen with DetectConflicts off; say so loudly if it ever does.
-		return fmt.Errorf("unexpected conflict on a blind write: %w", err)
+		return true, fmt.Errorf("unexpected conflict on a blind write: %w", err)
 	}
-	return err
+	return err != nil, err
 }

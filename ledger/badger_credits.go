@@ -62,7 +62,9 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 	}
 	b := a.balance()
 	a.mu.Unlock()
-	if err := op.wait(); err != nil {
+	// A caller that stops waiting (an operator's command that timed out while the commit
+	// waits for disk space) learns that the grant may still be made: ErrOutcomeUnknown.
+	if err := op.waitCtx(ctx); err != nil {
 		return GrantResult{}, err
 	}
 	return GrantResult{Entry: ent, Balance: b}, nil

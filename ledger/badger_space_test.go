@@ -3,6 +3,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -238,6 +239,56 @@ func TestCloseOnFullDisk(t *testing.T) {
 		s = openDir(t, ldir, o)
 		if b := mustBalance(t, s, a); b.Balance != 50*51/2 {
 			t.Fatalf("balance after closing on a full disk and reopening: %+v, want %d", b, 50*51/2)
+		}
+		verifyClean(t, s)
+	})
+}
+
+// TestGrantOutcomeUnknownOnFullDisk: a grant that got past the space check just before another
+// program filled the disk waits in the committer for space. A caller that stops waiting (an
+// operator's command that gave up) is told ErrOutcomeUnknown, not a failure: the grant is still
+// queued, and is made once space is back. A retry with the same reference credits nothing more.
+func TestGrantOutcomeUnknownOnFullDisk(t *testing.T) {
+	disktest.Run(t, 40<<20, func(t *testing.T, dir string) {
+		o := quiet
+		o.SpaceCheckInterval = time.Hour // only the committer's own check sees the disk fill
+		o.Logger = zaptest.NewLogger(t)
+		s := openDir(t, filepath.Join(dir, "ledger"), o)
+		a := mustAccount(t, s, "grant@example.com").ID
+		req := GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 10, Reference: "ticket-7"}
+
+		remove := disktest.Fill(t, dir)
+		removed := false
+		defer func() {
+			if !removed {
+				remove()
+			}
+		}()
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() { _, err := s.Grant(ctx, req); got <- err }()
+		var err error
+		select {
+		case err = <-got:
+		case <-time.After(time.Minute):
+			remove()
+			removed = true
+			t.Fatalf("the grant waited for space long past its context's end (it then returned %v)", <-got)
+		}
+		wantErr(t, err, ErrOutcomeUnknown)
+		if errors.Is(err, ErrUnavailable) {
+			t.Fatalf("an unknown outcome reported as unavailable (nothing written): %v", err)
+		}
+
+		remove()
+		removed = true
+		eventually(t, "the queued grant to be made", func() bool { return mustBalance(t, s, a).Balance == 10 })
+		// The background check (an hour apart here) would lower the alarm; check now.
+		eventually(t, "the store to take work again", func() bool { s.space.check(); return s.Health(bg) == nil })
+		res, err := s.Grant(bg, req)
+		if err != nil || !res.Repeated || res.Balance.Balance != 10 {
+			t.Fatalf("the retry with the same reference: %+v %v; want repeated, balance 10", res, err)
 		}
 		verifyClean(t, s)
 	})

@@ -33,6 +33,11 @@ var (
 	ErrUnavailable = errors.New("ledger unavailable")
 	// ErrDiskFull wraps ErrUnavailable: the store's disk has less free space than its reserve.
 	ErrDiskFull = fmt.Errorf("%w: its disk is nearly full", ErrUnavailable)
+	// ErrOutcomeUnknown: a write was handed to the store but it cannot say whether it was made
+	// (its commit failed after it may have reached the log, or the caller stopped waiting while
+	// it was queued). A write idempotent by reference (a grant with a reference) may be retried
+	// with the same reference: it is made at most once.
+	ErrOutcomeUnknown = errors.New("the outcome is unknown: the write may have been made")
 	// ErrClosed: the store was closed, or is being closed.
 	ErrClosed = errors.New("ledger closed")
 	// ErrInvalidCredentials: unknown email, no password set, or wrong password (no hint which).

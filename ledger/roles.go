@@ -211,6 +211,8 @@ type Credits interface {
 	//     or currency (8 bytes) too long or not UTF-8.
 	//   - ErrNotFound: no account has req.AccountID.
 	//   - ErrInsufficientCredits: an adjustment would take available credits below zero.
+	//   - ErrOutcomeUnknown: the grant may or may not have been made (its commit failed, or ctx
+	//     ended while it waited to be written); a retry with the same Reference makes it once.
 	//   - ErrClosed.
 	Grant(ctx context.Context, req GrantRequest) (GrantResult, error)
 

@@ -234,6 +234,15 @@ func TestConsoleRoles(t *testing.T) {
 			r = viewer.get("/console/audit")
 			expectStatus(t, "the audit page", r, http.StatusOK)
 			mustContain(t, "the audit page", r.body, "goodwill for the outage", "abuse report 17", "sam@example.com", "contract credit")
+			// Every cell's tag is whole: nothing stray (such as a "None") written into it.
+			for _, td := range regexp.MustCompile(`<td[^>]*>`).FindAllString(r.body, -1) {
+				if !regexp.MustCompile(`^<td data-label="[A-Za-z ]+">$`).MatchString(td) {
+					t.Fatalf("the audit page has a cell %q", td)
+				}
+			}
+			if strings.Contains(r.body, "None") {
+				t.Fatalf("the audit page shows a stray None:\n%s", r.body)
+			}
 			r = viewer.get(page)
 			mustContain(t, "the account page's notes", r.body, "goodwill for the outage", "disabled")
 		})

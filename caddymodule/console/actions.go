@@ -31,7 +31,8 @@ const (
 	actDisable action = "disable"
 	actEnable  action = "enable"
 	actRefund  action = "refund"
-	actDrop    action = "drop" // an e-mail of the outbox (mail.go)
+	actDrop    action = "drop"   // an e-mail of the outbox (mail.go)
+	actSearch  action = "search" // the Accounts page's search, sent as a form (pages.go)
 )
 
 // actionRoles is the least role that may take each action.
@@ -44,11 +45,13 @@ var actionRoles = map[action]ledger.OperatorRole{
 	actEnable:  ledger.OperatorOwner,
 	actRefund:  ledger.OperatorOwner,
 	actDrop:    ledger.OperatorSupport,
+	actSearch:  ledger.OperatorViewer,
 }
 
 var actionNames = map[action]string{
 	actLogout: "log out", actNote: "write notes", actGrant: "grant credits", actAdjust: "adjust credits",
 	actDisable: "disable accounts", actEnable: "enable accounts", actRefund: "refund purchases", actDrop: "drop e-mail",
+	actSearch: "search accounts",
 }
 
 var roleRank = map[ledger.OperatorRole]int{ledger.OperatorViewer: 1, ledger.OperatorSupport: 2, ledger.OperatorOwner: 3}

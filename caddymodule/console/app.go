@@ -103,6 +103,7 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/{$}", a.authed(a.overview))
 	m.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/", http.StatusSeeOther) })
 	m.HandleFunc("GET "+p+"/accounts", a.authed(a.accounts))
+	m.HandleFunc("POST "+p+"/accounts", a.authedPost(actSearch, a.searchAccounts))
 	m.HandleFunc("GET "+p+"/accounts/{id}", a.authed(a.account))
 	m.HandleFunc("GET "+p+"/audit", a.authed(a.audit))
 	m.HandleFunc("GET "+p+"/payments", a.authed(a.payments))
@@ -110,7 +111,7 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/mail", a.authed(a.mail))
 	m.HandleFunc("POST "+p+"/mail/{id}/drop", a.authedPost(actDrop, a.dropMail))
 	for action := range actionRoles {
-		if action == actLogout || action == actDrop {
+		if action == actLogout || action == actDrop || action == actSearch {
 			continue
 		}
 		m.HandleFunc("POST "+p+"/accounts/{id}/"+string(action), a.authedPost(action, a.act))

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -25,9 +24,6 @@ type keyMatch struct {
 // them (the page goes there), or a message for the operator.
 func (a *app) findKeys(ctx context.Context, q string) (found []keyMatch, only, message string, err error) {
 	if _, err := ledger.ParseKeyHint(q); err != nil {
-		if wholeKey(q) {
-			return nil, "", "That is a whole API key, a secret: search by its hint (tg_live_…abcd) or its last 4 characters, and ask the customer to roll the key.", nil
-		}
 		return nil, "", "Search by an e-mail address, an account id (acct_…), a key id (key_…), a key's hint (tg_live_…abcd) or its last 4 characters.", nil
 	}
 	keys, err := a.store.FindKeys(ctx, q, keySearchLimit)
@@ -35,7 +31,7 @@ func (a *app) findKeys(ctx context.Context, q string) (found []keyMatch, only, m
 		return nil, "", "", err
 	}
 	if len(keys) == 0 {
-		return nil, "", "No key matches " + keyQuery(q) + ".", nil
+		return nil, "", "No key matches " + q + ".", nil
 	}
 	emails := map[string]string{}
 	for _, k := range keys {
@@ -60,19 +56,4 @@ func (a *app) findKeys(ctx context.Context, q string) (found []keyMatch, only, m
 		msg = "The newest keys that match are shown; a longer hint finds fewer."
 	}
 	return found, "", msg, nil
-}
-
-// wholeKey reports whether q looks like a whole API key (a secret that the console neither
-// shows back nor searches by).
-func wholeKey(q string) bool {
-	_, ok := ledger.CheckKeyFormat(strings.TrimSpace(q))
-	return ok || (strings.HasPrefix(q, "tg_") && len(q) > 20 && !strings.ContainsAny(q, "….*"))
-}
-
-// keyQuery is q as the page may show it again: a whole key is not.
-func keyQuery(q string) string {
-	if wholeKey(q) {
-		return ""
-	}
-	return q
 }

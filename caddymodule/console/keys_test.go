@@ -3,6 +3,7 @@ package console
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,12 @@ func TestConsoleKeySearch(t *testing.T) {
 			en := e.enroll("vera@example.com", ledger.OperatorViewer)
 			viewer := e.client()
 			expectStatus(t, "the viewer logs in", viewer.login("vera@example.com", en.Password, en.RecoveryCodes[0]), http.StatusSeeOther)
+			// find searches as the page's form does: a POST, then the address it answers with.
 			find := func(q string) resp {
-				return viewer.get("/console/accounts?q=" + strings.ReplaceAll(q, "…", "%E2%80%A6"))
+				t.Helper()
+				r := viewer.post("/console/accounts", "csrf_token", viewer.csrf("/console/accounts"), "q", q)
+				expectStatus(t, "the search form with "+q, r, http.StatusSeeOther)
+				return viewer.get(strings.TrimPrefix(r.header.Get("Location"), viewer.base))
 			}
 			last4 := full[len(full)-4:]
 			for _, q := range []string{"tg_live_…" + last4, "tg_live_..." + last4, last4, k.ID} {
@@ -55,11 +60,35 @@ func TestConsoleKeySearch(t *testing.T) {
 			r = find("key_AAAAAAAAAAAA")
 			expectStatus(t, "a search by an unknown key id", r, http.StatusOK)
 			mustContain(t, "a search by an unknown key id", r.body, "No key matches key_AAAAAAAAAAAA.")
-			r = find(newFull)
-			expectStatus(t, "a search by a whole key", r, http.StatusOK)
-			mustContain(t, "a search by a whole key", r.body, "a secret")
-			if strings.Contains(r.body, newFull) || strings.Contains(r.body, newFull[8:]) {
-				t.Fatal("the page shows the whole key it was given")
+			// A key's secret anywhere in the input is refused, never shown again and never sent on
+			// to an address; so is a key mistyped, cut short or without its prefix.
+			secret := newFull[len("tg_live_"):]
+			mistyped := newFull[:30] + map[bool]string{true: "B", false: "A"}[newFull[30] == 'A'] + newFull[31:]
+			for _, q := range []string{
+				newFull, `"` + newFull + `"`, newFull + ".", "Bearer " + newFull, "X-API-Key: " + newFull,
+				"x-api-key:" + newFull, "'" + newFull + "'", "keyed@example.com " + newFull, newFull + "@example.com",
+				"acct_" + newFull, secret, mistyped, newFull[:24],
+			} {
+				r := viewer.post("/console/accounts", "csrf_token", viewer.csrf("/console/accounts"), "q", q)
+				expectStatus(t, "a search by "+q, r, http.StatusBadRequest)
+				mustContain(t, "a search by "+q, r.body, "a secret")
+				if r.header.Get("Location") != "" || strings.Contains(r.body, secret[:20]) || strings.Contains(r.body, mistyped[8:28]) {
+					t.Fatalf("a search by %q: the page shows the key it was given or sends it on (%q):\n%s", q, r.header.Get("Location"), r.body)
+				}
+				// An address that already holds one (typed, or an old link) moves to one that
+				// does not, and searches nothing.
+				r = viewer.get("/console/accounts?q=" + url.QueryEscape(q))
+				expectStatus(t, "an address with "+q, r, http.StatusSeeOther)
+				loc := r.header.Get("Location")
+				if strings.Contains(loc, secret[:20]) || strings.Contains(loc, mistyped[8:28]) || strings.Contains(loc, "q=") {
+					t.Fatalf("an address with %q goes to %q", q, loc)
+				}
+				r = viewer.get(loc)
+				expectStatus(t, "the page an address with a key goes to", r, http.StatusOK)
+				mustContain(t, "the page an address with a key goes to", r.body, "a secret")
+			}
+			if !strings.Contains(viewer.get("/console/accounts").body, `method="post"`) {
+				t.Fatal("the search form is not sent by POST")
 			}
 			r = find("hello")
 			mustContain(t, "a search by nothing like a key", r.body, "Search by an e-mail address")

@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -127,7 +130,16 @@ type accountsData struct {
 func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	ctx := r.Context()
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if ledger.ContainsKeySecret(q) {
+		// Typed into the address bar or kept from an old link: the secret is already in this
+		// request's URL, so the page moves to an address without it, and searches nothing.
+		http.Redirect(w, r, a.prefix+"/accounts?refused=secret", http.StatusSeeOther)
+		return
+	}
 	d := accountsData{Query: q}
+	if r.URL.Query().Get("refused") == "secret" {
+		d.Message = secretRefused
+	}
 	var acct ledger.Account
 	var err error
 	switch {
@@ -146,7 +158,6 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		if only != "" {
 			acct.ID = only
 		}
-		d.Query = keyQuery(q)
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -159,6 +170,29 @@ func (a *app) accounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 		return
 	}
 	a.render(w, r, http.StatusOK, "accounts", sc, page{Title: "Accounts", Nav: "accounts", Data: d})
+}
+
+// secretRefused is what the Accounts page says to a search that holds a key's secret.
+const secretRefused = "That holds an API key, a secret: the console neither searches by it nor shows it. " +
+	"Search by the key's hint (tg_live_…abcd), its last 4 characters or its id (key_…), and ask the customer to roll the key."
+
+// searchAccounts takes the Accounts page's search, sent as a form so that what was typed reaches
+// no URL (the browser's history, an access log) before the server has read it: input that holds
+// a key's secret is refused and never shown again; any other search goes on to the Accounts
+// page's address, which a bookmark or the back button may keep.
+func (a *app) searchAccounts(w http.ResponseWriter, r *http.Request, sc *sessionCtx, _ action) {
+	q := strings.TrimSpace(r.PostFormValue("q"))
+	if ledger.ContainsKeySecret(q) {
+		a.logger.Info("console: refused a search that holds a key's secret", zap.String("operator", sc.op.ID))
+		a.render(w, r, http.StatusBadRequest, "accounts", sc, page{Title: "Accounts", Nav: "accounts",
+			Data: accountsData{Message: secretRefused}})
+		return
+	}
+	to := a.prefix + "/accounts"
+	if q != "" {
+		to += "?q=" + url.QueryEscape(q)
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 type accountData struct {

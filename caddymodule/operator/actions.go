@@ -59,9 +59,32 @@ func Credit(ctx context.Context, store CreditLedger, id string, kind ledger.Entr
 			}
 			return m, ledger.GrantResult{}, caddy.APIError{HTTPStatus: http.StatusConflict, Err: errors.New(msg)}
 		}
+		if errors.Is(err, ledger.ErrOutcomeUnknown) {
+			return m, ledger.GrantResult{}, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable,
+				Err: errors.New(outcomeUnknownMessage(kind, strings.TrimSpace(reference) != ""))}
+		}
 		return m, ledger.GrantResult{}, accountError(err, id, "crediting account %s", id)
 	}
 	return m, res, nil
+}
+
+// outcomeUnknownPrefix begins the message of a write whose outcome is unknown: the CLI knows
+// it by it and exits with its own code.
+const outcomeUnknownPrefix = "the outcome is unknown"
+
+// outcomeUnknownMessage says that a grant or an adjustment may have been made, and whether a
+// retry is safe: with the same reference it is (a reference credits once), without one it may
+// credit twice.
+func outcomeUnknownMessage(kind ledger.EntryKind, withReference bool) string {
+	what := "grant"
+	if kind == ledger.KindAdjustment {
+		what = "adjustment"
+	}
+	if withReference {
+		return outcomeUnknownPrefix + ": the " + what + " may have been applied; retrying with the same --reference is safe (it is applied once)"
+	}
+	return outcomeUnknownPrefix + ": the " + what + " may have been applied; look at the account's history (caddy textgen history) " +
+		"before trying again: without a --reference a retry may apply it twice"
 }
 
 // SetStatus enables or disables an account.

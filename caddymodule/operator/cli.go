@@ -44,7 +44,9 @@ the ledger directory, which the running server holds. Use --address, or --config
 With --json a command prints exactly one JSON object on stdout and nothing else;
 without it, a readable table. A failed command exits non-zero with the error on
 stderr (without --json, one line "error: ..."): 1 when the operation failed (or
-ledger verify found problems), 2 when the command line is wrong.
+ledger verify found problems), 2 when the command line is wrong, 3 when a change
+was sent but its outcome is unknown (it may have been made: the message says
+whether retrying is safe).
 
 'caddy textgen restore' is the one offline command: it loads a backup into a new,
 empty ledger directory while the server is stopped.
@@ -56,9 +58,14 @@ from the internet.`,
 }
 
 const (
-	exitFailed = 1
-	exitUsage  = 2
+	exitFailed  = 1
+	exitUsage   = 2
+	exitUnknown = 3 // a write's outcome is unknown (errOutcomeUnknown)
 )
+
+// errOutcomeUnknown marks a write that the server may or may not have made: its answer says so,
+// or it was sent and no answer came (exit 3).
+var errOutcomeUnknown = errors.New(outcomeUnknownPrefix)
 
 // usageError marks a command-line mistake (exit 2).
 type usageError struct{ msg string }
@@ -101,6 +108,8 @@ func cliRun(f cliFunc) func(*cobra.Command, []string) error {
 			return nil
 		case errors.As(err, &ue):
 			return cliFail(cmd, exitUsage, err, c.json)
+		case errors.Is(err, errOutcomeUnknown):
+			return cliFail(cmd, exitUnknown, err, c.json)
 		}
 		return cliFail(cmd, exitFailed, err, c.json)
 	}

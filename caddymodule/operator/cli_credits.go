@@ -1,10 +1,12 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -51,6 +53,15 @@ func cmdCreditsAdjust(c *cliContext) error {
 func (c *cliContext) credit(id, route string, req grantRequest) error {
 	var res creditsResult
 	raw, err := c.call(http.MethodPost, "/textgen/accounts/"+url.PathEscape(id)+"/"+route, nil, req, &res)
+	var oe *outcomeError
+	if errors.As(err, &oe) {
+		// No answer came: say what the server would have said of a grant it cannot account for.
+		kind := ledger.KindGrant
+		if route == "adjust" {
+			kind = ledger.KindAdjustment
+		}
+		oe.msg = outcomeUnknownMessage(kind, strings.TrimSpace(req.Reference) != "") + " (no answer came from Caddy's admin API)"
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -67,6 +68,21 @@ type adminAPIError struct {
 	Message string
 }
 
+// Is makes an answer that says the outcome is unknown an errOutcomeUnknown (exit 3).
+func (e *adminAPIError) Is(target error) bool {
+	return target == errOutcomeUnknown && strings.HasPrefix(e.Message, outcomeUnknownPrefix)
+}
+
+// outcomeError is a change that was sent but whose answer never came.
+type outcomeError struct {
+	msg   string
+	cause error
+}
+
+func (e *outcomeError) Error() string        { return e.msg + " (" + e.cause.Error() + ")" }
+func (e *outcomeError) Unwrap() error        { return e.cause }
+func (e *outcomeError) Is(target error) bool { return target == errOutcomeUnknown }
+
 func (e *adminAPIError) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("the admin API answered %d %s", e.Status, http.StatusText(e.Status))
@@ -106,7 +122,13 @@ func (a *adminClient) request(ctx context.Context, method, path string, q url.Va
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach Caddy's admin API at %s (is Caddy running? set --address or --config): %w", a.addr, err)
+		var oe *net.OpError
+		if method == http.MethodGet || method == http.MethodHead || (errors.As(err, &oe) && oe.Op == "dial") {
+			return nil, fmt.Errorf("cannot reach Caddy's admin API at %s (is Caddy running? set --address or --config): %w", a.addr, err)
+		}
+		// A change was sent and no answer came: the server may have made it.
+		return nil, &outcomeError{msg: outcomeUnknownPrefix + ": the change was sent to Caddy's admin API at " + a.addr +
+			" and no answer came; it may have been made", cause: err}
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()

@@ -7,6 +7,7 @@
 package receipts
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -121,26 +122,77 @@ func (s *Signer) newKey() (ledger.ReceiptKey, ed25519.PrivateKey, error) {
 	return ledger.ReceiptKey{ID: id, PublicKey: pub, SealedPrivateKey: s.sealer.Seal(priv, keyAD(id))}, priv, nil
 }
 
-// current returns the current key, making the ledger's first one when it has none.
-func (s *Signer) current(ctx context.Context) (string, ed25519.PrivateKey, error) {
+// signingKey returns the key that signs a receipt dated at: the one whose period (ValidFrom to
+// ValidUntil) holds it, so that every listed period covers what its key signed, a receipt
+// fetched again after a rotation included. It makes the ledger's first key when it has no
+// current one. A zero at is the current key.
+func (s *Signer) signingKey(ctx context.Context, at time.Time) (string, ed25519.PrivateKey, error) {
 	keys, err := s.store.ReceiptKeys(ctx)
 	if err != nil {
 		return "", nil, err
 	}
-	var cur ledger.ReceiptKey
-	if n := len(keys); n > 0 && keys[n-1].ValidUntil.IsZero() {
-		cur = keys[n-1]
-	} else {
+	if n := len(keys); n == 0 || !keys[n-1].ValidUntil.IsZero() {
 		k, _, err := s.newKey()
 		if err != nil {
 			return "", nil, err
 		}
-		if cur, err = s.store.AddReceiptKey(ctx, k, false); err != nil {
+		if _, err := s.store.AddReceiptKey(ctx, k, false); err != nil {
+			return "", nil, err
+		}
+		// Read again: another instance may have made the first key at the same time.
+		if keys, err = s.store.ReceiptKeys(ctx); err != nil {
 			return "", nil, err
 		}
 	}
-	priv, err := s.unseal(cur)
-	return cur.ID, priv, err
+	k := keyAt(keys, at)
+	priv, err := s.unseal(k)
+	return k.ID, priv, err
+}
+
+// keyAt is the key of keys (oldest first, the current one last) whose period holds at: the
+// current key for a zero at or one at or after its start, the first key for one before every
+// key's start (a receipt of a ledger that charged before it had a key; Ensure at start keeps
+// that from happening on a new ledger).
+func keyAt(keys []ledger.ReceiptKey, at time.Time) ledger.ReceiptKey {
+	if at.IsZero() {
+		return keys[len(keys)-1]
+	}
+	// A receipt's time is in whole seconds; so are the periods the list publishes.
+	for _, k := range keys {
+		from, until := k.ValidFrom.Truncate(time.Second), k.ValidUntil.Truncate(time.Second)
+		if !at.Before(from) && (k.ValidUntil.IsZero() || at.Before(until)) {
+			return k
+		}
+	}
+	if at.Before(keys[0].ValidFrom.Truncate(time.Second)) {
+		return keys[0]
+	}
+	return keys[len(keys)-1]
+}
+
+// Ensure makes the ledger's first key now, when it has none, and checks that the current key
+// opens with this sealing key: the handler calls it when it starts, so the first key's period
+// begins before the first generation or purchase it signs.
+func (s *Signer) Ensure(ctx context.Context) error {
+	_, _, err := s.signingKey(ctx, time.Time{})
+	return err
+}
+
+// receiptTime is the time a receipt states (a Generation's or a Purchase's), zero for another.
+func receiptTime(r any) time.Time {
+	var v string
+	switch r := r.(type) {
+	case Generation:
+		v = r.Time
+	case *Generation:
+		v = r.Time
+	case Purchase:
+		v = r.Time
+	case *Purchase:
+		v = r.Time
+	}
+	t, _ := time.Parse(time.RFC3339, v)
+	return t
 }
 
 // unseal opens a key's private half, once per key.
@@ -171,13 +223,14 @@ func OpenKey(sealer *sealing.Sealer, k ledger.ReceiptKey) (ed25519.PrivateKey, e
 	return ed25519.PrivateKey(plain), nil
 }
 
-// Sign signs the receipt r (a Generation or a Purchase) with the current key.
+// Sign signs the receipt r (a Generation or a Purchase) with the key whose period holds the
+// receipt's time.
 func (s *Signer) Sign(ctx context.Context, r any) (Signed, error) {
 	c, err := Canonical(r)
 	if err != nil {
 		return Signed{}, err
 	}
-	id, priv, err := s.current(ctx)
+	id, priv, err := s.signingKey(ctx, receiptTime(r))
 	if err != nil {
 		return Signed{}, err
 	}
@@ -205,7 +258,7 @@ func (s *Signer) PublicKeys(ctx context.Context) (KeySet, error) {
 		return KeySet{}, err
 	}
 	if len(keys) == 0 {
-		if _, _, err := s.current(ctx); err != nil {
+		if err := s.Ensure(ctx); err != nil {
 			return KeySet{}, err
 		}
 		if keys, err = s.store.ReceiptKeys(ctx); err != nil {
@@ -220,10 +273,13 @@ func (s *Signer) PublicKeys(ctx context.Context) (KeySet, error) {
 }
 
 func publicKey(k ledger.ReceiptKey) PublicKey {
+	// In whole seconds, as receipts' times are: a key made or rotated in to a second covers the
+	// receipts of that second (keyAt signs them with it), so no receipt's time is before its
+	// key's valid_from as the list shows it.
 	p := PublicKey{KeyID: k.ID, Algorithm: "Ed25519", PublicKey: b64.EncodeToString(k.PublicKey),
-		ValidFrom: k.ValidFrom.UTC().Format(time.RFC3339Nano), Current: k.ValidUntil.IsZero()}
+		ValidFrom: Time(k.ValidFrom.Truncate(time.Second)), Current: k.ValidUntil.IsZero()}
 	if !k.ValidUntil.IsZero() {
-		p.ValidUntil = k.ValidUntil.UTC().Format(time.RFC3339Nano)
+		p.ValidUntil = Time(k.ValidUntil.Truncate(time.Second))
 	}
 	return p
 }
@@ -251,12 +307,58 @@ func Verify(set KeySet, sr Signed) error {
 	if err != nil {
 		return fmt.Errorf("the signature is not base64url: %w", ErrInvalid)
 	}
+	if err := noDuplicateNames(sr.Receipt); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
+	}
 	c, err := jcs.Transform(sr.Receipt)
 	if err != nil {
 		return fmt.Errorf("the receipt is not JSON: %w", ErrInvalid)
 	}
 	if !ed25519.Verify(pub, c, sig) {
 		return ErrInvalid
+	}
+	return nil
+}
+
+// noDuplicateNames refuses JSON in which an object, at any depth, has a member name twice (as
+// decoded: "cr\u0065dits" is "credits"). RFC 8785 accepts no such input, and readers disagree
+// on it: with "credits":500 before the signed "credits":1, a reader that keeps the first value
+// reads 500 of a receipt whose signature holds for 1.
+func noDuplicateNames(b []byte) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return checkNames(d)
+}
+
+// checkNames reads one JSON value from d, refusing a member name twice in any of its objects.
+func checkNames(d *json.Decoder) error {
+	t, err := d.Token()
+	if err != nil {
+		return errors.New("the receipt is not JSON")
+	}
+	delim, ok := t.(json.Delim)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		if delim == '{' {
+			t, err := d.Token()
+			if err != nil {
+				return errors.New("the receipt is not JSON")
+			}
+			name, _ := t.(string)
+			if seen[name] {
+				return fmt.Errorf("the receipt has the member %q twice in one object", name)
+			}
+			seen[name] = true
+		}
+		if err := checkNames(d); err != nil {
+			return err
+		}
+	}
+	if _, err := d.Token(); err != nil {
+		return errors.New("the receipt is not JSON")
 	}
 	return nil
 }

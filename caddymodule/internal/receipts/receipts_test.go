@@ -247,3 +247,127 @@ func assertNotInDir(t *testing.T, dir string, secrets ...[]byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestVerifyRefusesRepeatedMembers: a receipt with a member twice is refused, whichever copy
+// the signature holds for and however the name is written, at any depth; RFC 8785 accepts no
+// such input and readers disagree on its value (one that keeps the first would read 500).
+func TestVerifyRefusesRepeatedMembers(t *testing.T) {
+	store, err := ledger.Open(t.TempDir(), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sg := New(store, testSealer(t, 7))
+	set, err := sg.PublicKeys(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := sg.Sign(bg, sampleReceipt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(set, sr); err != nil {
+		t.Fatalf("the receipt as signed: %v", err)
+	}
+	r := string(sr.Receipt)
+	if !strings.Contains(r, `"credits":1,`) {
+		t.Fatalf("no credits member to repeat: %s", r)
+	}
+	for _, forged := range []string{
+		strings.Replace(r, `"credits":1,`, `"credits":500,"credits":1,`, 1),
+		strings.Replace(r, `"credits":1,`, `"credits":1,"credits":500,`, 1),
+		strings.Replace(r, `"credits":1,`, `"cr\u0065dits":500,"credits":1,`, 1),
+		strings.Replace(r, `"credits":1,`, `"credits":1,"extra":{"a":[{"b":1,"b":2}]},`, 1),
+	} {
+		err := Verify(set, Signed{Receipt: []byte(forged), Signature: sr.Signature, KeyID: sr.KeyID})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("a receipt with a repeated member %s: %v", forged, err)
+		}
+	}
+}
+
+// TestSigningKeyCoversReceiptTime: Ensure makes the first key, whose period then holds every
+// later receipt; after a rotation the old key's valid_until is the new key's valid_from (no gap,
+// no overlap), a receipt dated before the rotation, signed again, is still the old key's, and
+// one dated after it the new key's: every listed period holds what its key signed.
+func TestSigningKeyCoversReceiptTime(t *testing.T) {
+	store, err := ledger.Open(t.TempDir(), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sg := New(store, testSealer(t, 7))
+	if err := sg.Ensure(bg); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := store.ReceiptKeys(bg)
+	if err != nil || len(keys) != 1 || !keys[0].ValidUntil.IsZero() {
+		t.Fatalf("keys after Ensure: %+v %v", keys, err)
+	}
+	first := keys[0]
+	if err := sg.Ensure(bg); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ = store.ReceiptKeys(bg); len(keys) != 1 {
+		t.Fatalf("a second Ensure made another key: %+v", keys)
+	}
+	cur, err := sg.Rotate(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err = store.ReceiptKeys(bg)
+	if err != nil || len(keys) != 2 || keys[0].ID != first.ID || keys[1].ID != cur.KeyID {
+		t.Fatalf("keys after the rotation: %+v %v", keys, err)
+	}
+	if !keys[0].ValidUntil.Equal(keys[1].ValidFrom) || !keys[1].ValidUntil.IsZero() {
+		t.Fatalf("the periods leave a gap or overlap: %+v", keys)
+	}
+	signAt := func(at time.Time) string {
+		t.Helper()
+		g := sampleReceipt()
+		g.Time = Time(at)
+		sr, err := sg.Sign(bg, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sr.KeyID
+	}
+	rotation := keys[1].ValidFrom
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{rotation.Add(-time.Second), first.ID}, // charged before the rotation, signed after it
+		{rotation.Add(time.Second), cur.KeyID},
+		{rotation.Add(24 * time.Hour), cur.KeyID},
+	} {
+		if got := signAt(c.at); got != c.want {
+			t.Errorf("a receipt dated %s signed with %s, want %s (keys %+v)", Time(c.at), got, c.want, keys)
+		}
+	}
+	// The periods a customer reads say the same.
+	set, err := sg.PublicKeys(bg)
+	if err != nil || len(set.Keys) != 2 || set.Keys[0].ValidUntil != set.Keys[1].ValidFrom {
+		t.Fatalf("the published list: %+v %v", set, err)
+	}
+}
+
+// TestKeyAt: the key of a receipt's time (whole seconds) among periods that begin within a
+// second, at their bounds: the second a key is made or rotated in is that key's.
+func TestKeyAt(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 5e8, time.UTC)
+	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	keys := []ledger.ReceiptKey{{ID: "a", ValidFrom: t0, ValidUntil: t1}, {ID: "b", ValidFrom: t1, ValidUntil: t2}, {ID: "c", ValidFrom: t2}}
+	sec := func(h, m, s int) time.Time { return time.Date(2030, 1, 1, h, m, s, 0, time.UTC) }
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{time.Time{}, "c"}, {sec(0, 0, 0).Add(-time.Hour), "a"}, {sec(0, 0, 0), "a"}, {sec(0, 59, 59), "a"}, {sec(1, 0, 0), "b"},
+		{sec(1, 59, 59), "b"}, {sec(2, 0, 0), "c"}, {sec(3, 0, 0), "c"},
+	} {
+		if got := keyAt(keys, c.at).ID; got != c.want {
+			t.Errorf("keyAt(%s) = %s, want %s", c.at, got, c.want)
+		}
+	}
+}

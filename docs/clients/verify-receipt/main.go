@@ -11,7 +11,8 @@
 // The signature is Ed25519 over the receipt's canonical JSON (RFC 8785, JSON Canonicalization
 // Scheme). A receipt holds only strings and integers, so its canonical form is simple: the
 // members sorted by name, no spaces, strings escaped as JSON.stringify does, integers in
-// decimal. canonical below writes exactly that.
+// decimal. canonical below writes exactly that. RFC 8785 also requires that no object have a
+// member name twice: such a file is refused (noDuplicateNames).
 package main
 
 import (
@@ -118,8 +119,54 @@ func readJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
+	if err := noDuplicateNames(b); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// noDuplicateNames refuses JSON in which an object, at any depth, has a member name twice.
+// RFC 8785 accepts no such input, and readers disagree on it: with "credits":500 before the
+// signed "credits":1, one that keeps the last value checks the signature while one that keeps
+// the first reads 500. Names are compared as decoded, so "cr\u0065dits" is "credits".
+func noDuplicateNames(b []byte) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return checkNames(d)
+}
+
+// checkNames reads one JSON value from d, refusing a member name twice in any of its objects.
+func checkNames(d *json.Decoder) error {
+	t, err := d.Token()
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	delim, ok := t.(json.Delim)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		if delim == '{' {
+			t, err := d.Token()
+			if err != nil {
+				return fmt.Errorf("not JSON: %w", err)
+			}
+			name, _ := t.(string)
+			if seen[name] {
+				return fmt.Errorf("the member %q appears twice in one object, which RFC 8785 does not accept: readers would disagree on its value", name)
+			}
+			seen[name] = true
+		}
+		if err := checkNames(d); err != nil {
+			return err
+		}
+	}
+	if _, err := d.Token(); err != nil { // the closing bracket
+		return fmt.Errorf("not JSON: %w", err)
 	}
 	return nil
 }
