@@ -228,3 +228,54 @@ func TestKeyLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyLastUsedOnlyWhenHeld: through the server, a key's last use is the time of the last
+// request that got its credit held. Requests refused before a hold (no credit: 402; a spent
+// budget: 402 key_budget_exhausted; a tool the key may not use: 403) and balance reads leave it
+// as it was.
+func TestKeyLastUsedOnlyWhenHeld(t *testing.T) {
+	e := newEnv(t, envOptions{ollama: modelServer(t)})
+	acct, key := e.account(0)
+	kid := keyIDOf(t, e, acct.ID)
+	lastUsed := func() time.Time {
+		t.Helper()
+		keys, err := e.store.ListKeys(context.Background(), acct.ID)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("keys: %v %v", keys, err)
+		}
+		return keys[0].LastUsed
+	}
+	if r := e.generateAs(t, key, "summarizer"); r.status != 402 || r.code != "insufficient_credits" {
+		t.Fatalf("no credits: %d %s", r.status, r.raw)
+	}
+	resp := e.get("/api/v1/balance", key)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("balance: %d", resp.StatusCode)
+	}
+	if u := lastUsed(); !u.IsZero() {
+		t.Fatalf("a refused request and a balance read made the key used at %v", u)
+	}
+
+	e.grant(acct.ID, ledger.Live, 5)
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetDay: 1, AllowedTools: []string{"summarizer"}})
+	if r := e.generateAs(t, key, "summarizer"); r.status != 200 {
+		t.Fatalf("a request within the budget: %d %s", r.status, r.raw)
+	}
+	held := lastUsed()
+	if held.IsZero() {
+		t.Fatal("a served request did not make the key used")
+	}
+	// The ledger notes a key's use at most once a second: let a second pass, so that a refusal
+	// that counted as a use would show.
+	waitFor(t, "a second past the served request", func() bool { return time.Since(held) > 1100*time.Millisecond })
+	if r := e.generateAs(t, key, "summarizer"); r.status != 402 || r.code != "key_budget_exhausted" {
+		t.Fatalf("a spent budget: %d %s", r.status, r.raw)
+	}
+	if r := e.generateAs(t, key, "email-writer"); r.status != 403 || r.code != "tool_not_allowed" {
+		t.Fatalf("a tool the key may not use: %d %s", r.status, r.raw)
+	}
+	if u := lastUsed(); !u.Equal(held) {
+		t.Fatalf("refused requests moved the key's last use from %v to %v", held, u)
+	}
+}

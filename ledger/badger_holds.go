@@ -115,6 +115,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 	}
 	var kw write
 	if ke != nil {
+		ke.noteUse(t) // only a request that got its hold counts as the key's use
 		kw = s.storeKeyLocked(ke, charged)
 	}
 	ent, ws := a.appendEntry(Entry{Kind: KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)

@@ -282,12 +282,16 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 	if !k.Expires.IsZero() && !t.Before(k.Expires) {
 		return Key{}, Account{}, ErrKeyExpired
 	}
+	return e.keyWith(e.used.Load()), *e.acct.rec.Load(), nil
+}
+
+// noteUse records a use of the key at t (a hold made with it): its last-use time, written with
+// the hold's key record or by the next flush.
+func (e *keyEntry) noteUse(t time.Time) {
 	tn := t.UnixNano()
 	if old := e.used.Load(); tn-old >= lastUsedGranularity {
 		e.used.CompareAndSwap(old, tn)
 	}
-	k.LastUsed = t.UTC()
-	return k, *e.acct.rec.Load(), nil
 }
 
 // LookupKeyBalance is LookupKey and Balance (roles.go); both are in memory here.

@@ -8,9 +8,9 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// TestLastUsedFlushedNotWrittenPerLookup: a lookup records its use in memory only; the flush
-// and Close write it, and it survives a reopen.
-func TestLastUsedFlushedNotWrittenPerLookup(t *testing.T) {
+// TestLastUsedStoredWithHold: a hold writes its key's last use with the key's record (a lookup
+// writes nothing), and it survives a reopen.
+func TestLastUsedStoredWithHold(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
@@ -34,22 +34,25 @@ func TestLastUsedFlushedNotWrittenPerLookup(t *testing.T) {
 		}
 		return rec.Key
 	}
+	mustGrant(t, s, a.ID, Live, 5)
 	t0 = t0.Add(time.Minute)
 	if _, _, err := s.LookupKey(bg, full); err != nil {
 		t.Fatal(err)
-	}
-	if !stored().LastUsed.IsZero() {
-		t.Fatal("a lookup wrote to disk")
 	}
 	if err := s.flushLastUsed(true); err != nil {
 		t.Fatal(err)
 	}
-	if got := stored().LastUsed; !got.Equal(t0) {
-		t.Fatalf("flushed last use %v, want %v", got, t0)
+	if !stored().LastUsed.IsZero() {
+		t.Fatal("a lookup was recorded as a use")
 	}
-	// Close flushes too.
+	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored().LastUsed; !got.Equal(t0) {
+		t.Fatalf("stored last use %v, want %v", got, t0)
+	}
 	t0 = t0.Add(time.Minute)
-	if _, _, err := s.LookupKey(bg, full); err != nil {
+	if err := holdOn(s, a.ID, k.ID, "r2"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

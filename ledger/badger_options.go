@@ -34,7 +34,7 @@ type Options struct {
 	// has nothing to rewrite). Default: 5 minutes. A negative value disables it.
 	GCInterval time.Duration `json:"gc_interval,omitempty"`
 
-	// LastUsedFlushInterval is how often API keys' last-use times, kept in memory by LookupKey,
+	// LastUsedFlushInterval is how often API keys' last-use times, kept in memory by Hold,
 	// are written to disk. They are also written at Close. Default: 1 minute. A negative value
 	// disables the periodic flush.
 	LastUsedFlushInterval time.Duration `json:"last_used_flush_interval,omitempty"`

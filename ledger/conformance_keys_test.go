@@ -35,11 +35,12 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != k.ID || acct.ID != a.ID || acct.Status != StatusActive || !got.LastUsed.Equal(t0) {
+	// A lookup is not a use (a hold is: testKeyLastUsed).
+	if got.ID != k.ID || acct.ID != a.ID || acct.Status != StatusActive || !got.LastUsed.IsZero() {
 		t.Fatalf("lookup: %+v %+v", got, acct)
 	}
 	keys, err := s.ListKeys(bg, a.ID)
-	if err != nil || len(keys) != 2 || keys[0].ID != k.ID || !keys[0].LastUsed.Equal(t0) || !keys[1].LastUsed.IsZero() {
+	if err != nil || len(keys) != 2 || keys[0].ID != k.ID || !keys[0].LastUsed.IsZero() || !keys[1].LastUsed.IsZero() {
 		t.Fatalf("list: %+v %v", keys, err)
 	}
 
@@ -193,4 +194,63 @@ func testLookupKeyBalance(t *testing.T, eng engine) {
 	if _, _, _, err := s.LookupKeyBalance(bg, full); err != ErrInvalidKey {
 		t.Fatalf("LookupKeyBalance of a revoked key: %v", err)
 	}
+}
+
+// testKeyLastUsed: a key's last use is the time of its last hold. A request refused before it
+// was charged (no credit, a spent budget, a disabled account) and a mere lookup leave it as it
+// was; a repeated hold is not a new use.
+func testKeyLastUsed(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
+	setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := mustAccount(t, s, "lastused@example.com")
+	full, k, err := s.CreateKey(bg, a.ID, Live, "ci", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func(want time.Time, after string) {
+		t.Helper()
+		keys, err := s.ListKeys(bg, a.ID)
+		if err != nil || len(keys) != 1 || !keys[0].LastUsed.Equal(want) {
+			t.Fatalf("after %s: ListKeys %+v %v, want last use %v", after, keys, err, want)
+		}
+		got, _, _, err := s.LookupKeyBalance(bg, full)
+		if err != nil || !got.LastUsed.Equal(want) {
+			t.Fatalf("after %s: LookupKeyBalance's last use %v %v, want %v", after, got.LastUsed, err, want)
+		}
+	}
+	t0 = t0.Add(time.Minute)
+	if _, _, err := s.LookupKey(bg, full); err != nil {
+		t.Fatal(err)
+	}
+	lastUsed(time.Time{}, "a lookup")
+	// No credit: refused, not a use.
+	wantErr(t, holdOn(s, a.ID, k.ID, "r0"), ErrInsufficientCredits)
+	lastUsed(time.Time{}, "a hold refused for want of credits")
+
+	mustGrant(t, s, a.ID, Live, 10)
+	if _, err := s.UpdateKey(bg, a.ID, k.ID, KeySettings{Name: "ci", Limits: KeyLimits{BudgetDay: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t0 = t0.Add(time.Minute)
+	held := t0
+	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	lastUsed(held, "a hold")
+	// The day's budget of 1 is spent: refused, not a use.
+	t0 = t0.Add(time.Minute)
+	wantBudget(t, holdOn(s, a.ID, k.ID, "r2"), "day", 1, time.Date(2030, 3, 5, 0, 0, 0, 0, time.UTC))
+	lastUsed(held, "a hold refused by the key's budget")
+	// A repeated request id changes nothing.
+	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	lastUsed(held, "a repeated hold")
+	// A disabled account's hold is refused: not a use.
+	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, holdOn(s, a.ID, k.ID, "r3"), ErrAccountDisabled)
+	lastUsed(held, "a hold refused on a disabled account")
 }

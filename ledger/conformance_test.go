@@ -41,6 +41,7 @@ var conformanceTests = []struct {
 	{"ListAccountsPages", testListAccountsPages},
 	// Keys (conformance_keys_test.go).
 	{"CreateLookupRevokeKey", testCreateLookupRevokeKey},
+	{"KeyLastUsed", testKeyLastUsed},
 	{"CreateKeyCapped", testCreateKeyCapped},
 	{"LookupKeyBalance", testLookupKeyBalance},
 	// Keys with limits and rolls (conformance_keylimits_test.go).

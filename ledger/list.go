@@ -39,16 +39,19 @@ func pageLimit(p Page) (int, error) { return checkListLimit(p.Limit) }
 // last account id listed (ListAccounts), or of 'h' and the big-endian number of the last entry
 // listed (History). A cursor an engine did not make is ErrInvalidArgument.
 
-// accountCursor is the cursor of the ListAccounts page that ended with account id.
-func accountCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte("a:" + id)) }
+// accountCursor is the cursor of the ListAccounts page that ended with the account whose
+// e-mail address is email.
+func accountCursor(email string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("e:" + email))
+}
 
-// parseAccountCursor is the account id after which the page of cursor starts ("" for none).
+// parseAccountCursor is the e-mail address after which the page of cursor starts ("" for none).
 func parseAccountCursor(cursor string) (string, error) {
 	if cursor == "" {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(b), "a:") {
+	if err != nil || !strings.HasPrefix(string(b), "e:") {
 		return "", fmt.Errorf("cursor %q: %w", cursor, ErrInvalidArgument)
 	}
 	return string(b[2:]), nil

@@ -92,7 +92,7 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 		return nil, "", err
 	}
 	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE id > $1 ORDER BY id LIMIT $2`, after, limit+1)
+	rows, _ := s.pool.Query(qctx, `SELECT `+pgAccountCols+` FROM accounts WHERE email > $1 ORDER BY email LIMIT $2`, after, limit+1)
 	out, err := pgx.CollectRows(rows, scanAccount)
 	if err != nil {
 		return nil, "", pgErr(ctx, "listing accounts", err)
@@ -100,7 +100,7 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = accountCursor(out[len(out)-1].ID)
+		next = accountCursor(out[len(out)-1].Email)
 	}
 	return out, next, nil
 }

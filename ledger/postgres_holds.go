@@ -138,6 +138,9 @@ func (s *Postgres) Hold(ctx context.Context, req HoldRequest) (HoldResult, error
 	if e, ok := keyBudgetOutcome(h.out, t); ok {
 		return HoldResult{}, e
 	}
+	if h.out.outcome == "ok" && req.KeyID != "" {
+		s.used.note(req.KeyID, t.UnixNano()) // only a request that got its hold counts as the key's use
+	}
 	return h.out.result(req.AccountID, req.RequestID)
 }
 

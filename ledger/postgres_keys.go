@@ -265,8 +265,7 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	if !k.Expires.IsZero() && !t.Before(k.Expires) {
 		return Key{}, Account{}, Balance{}, ErrKeyExpired
 	}
-	s.used.note(k.ID, t.UnixNano())
-	k.LastUsed = t.UTC()
+	k = s.used.merge(k)
 	acct := a.account()
 	return k, acct, b.balance(acct.ID), nil
 }

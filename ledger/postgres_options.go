@@ -22,7 +22,7 @@ type PostgresOptions struct {
 	// the sweep.
 	SweepInterval time.Duration `json:"sweep_interval,omitempty"`
 
-	// LastUsedFlushInterval is how often the API keys' last-use times that LookupKey noted in
+	// LastUsedFlushInterval is how often the API keys' last-use times that Hold noted in
 	// memory are written to the database (also at Close). Default: 1 minute. A negative value
 	// disables the periodic flush.
 	LastUsedFlushInterval time.Duration `json:"last_used_flush_interval,omitempty"`

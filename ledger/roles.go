@@ -53,8 +53,8 @@ type Accounts interface {
 	//   - ErrClosed.
 	GetAccountByEmail(ctx context.Context, email string) (Account, error)
 
-	// ListAccounts lists accounts in id order, p.Limit at a time (0: 50, at most 1000).
-	// nextCursor is "" on the last page.
+	// ListAccounts lists accounts in the order of their e-mail addresses (byte order), p.Limit
+	// at a time (0: 50, at most 1000). nextCursor is "" on the last page.
 	//
 	// Expected errors:
 	//   - ErrInvalidArgument: a cursor this store did not make, or a negative limit.
@@ -135,8 +135,8 @@ type Keys interface {
 
 	// LookupKey returns the key presented by a client and its account (whatever the account's
 	// status: the caller checks it). It checks the format first (CheckKeyFormat), so garbage
-	// costs no store access, and records the use: Key.LastUsed is now. Last-use times may reach
-	// the disk later than the lookup (Badger flushes them every LastUsedFlushInterval).
+	// costs no store access. It does not record a use: Hold does, so that a request refused
+	// before it was charged (no credit, a spent budget, a limit) leaves Key.LastUsed as it was.
 	//
 	// Expected errors:
 	//   - ErrInvalidKey: the key is malformed, unknown or revoked, or a rolled key's previous
@@ -159,7 +159,10 @@ type Credits interface {
 	// Hold reserves one credit of req.Mode for req.RequestID and returns once the hold is
 	// durable. A request id is held at most once per account: a repeated Hold reports the
 	// hold's current state with Repeated set and changes nothing. An open hold is voided with
-	// reason "expired" once req.TTL (0: the store's default hold TTL) has passed.
+	// reason "expired" once req.TTL (0: the store's default hold TTL) has passed. A new hold
+	// records the use of req.KeyID: its Key.LastUsed becomes the hold's time (a refused hold
+	// records nothing). Last-use times may reach the disk later than the hold (they are flushed
+	// every LastUsedFlushInterval and at Close).
 	//
 	// Expected errors:
 	//   - ErrInvalidArgument: mode is not Live or Test; the request id is empty or longer than

@@ -216,7 +216,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// The API's 402 names this area (textgen_account's own address when it has public_url,
 	// else its path on the site) and, when buying is on, the packages it sells.
-	area := textgenapp.AccountArea{Where: strings.TrimRight(h.PublicURL, "/") + h.PathPrefix + "/"}
+	area := textgenapp.AccountArea{Where: strings.TrimRight(h.PublicURL, "/") + h.PathPrefix + "/", SiteName: h.SiteName}
 	if secretKey != "" {
 		for _, p := range h.Packages {
 			area.Packages = append(area.Packages, fmt.Sprintf("%d credits = %d.%02d EUR", p.Credits, p.PriceCents/100, p.PriceCents%100))

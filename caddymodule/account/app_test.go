@@ -465,7 +465,7 @@ func TestKeys(t *testing.T) {
 	}
 	// The list shows prefix and last 4 only.
 	r = b.get("/account/keys")
-	mustContain(t, "key list", r.body, "laptop", "tg_live_…"+full[len(full)-4:], time.Now().UTC().Format("2006-01-02")) // used once above
+	mustContain(t, "key list", r.body, "laptop", "tg_live_…"+full[len(full)-4:], time.Now().UTC().Format("2006-01-02")) // made today
 	mustNotContain(t, "key list", r.body, full)
 
 	r = b.post("/account/keys", "csrf_token", b.csrf("/account/keys"), "name", "ci", "mode", "test")

@@ -23,6 +23,8 @@ type authForm struct {
 	Email    string
 	Expired  bool
 	LoggedIn bool
+	// Reset: passwords can be reset by e-mail (the log-in page links to it only then).
+	Reset bool
 }
 
 func (a *app) signupForm(w http.ResponseWriter, r *http.Request) {
@@ -58,6 +60,7 @@ func (a *app) authPage(w http.ResponseWriter, r *http.Request, status int, name,
 	if name == "signup" {
 		title = "Create your account"
 	}
+	f.Reset = a.mail != nil
 	a.render(w, r, status, name, page{Title: title, CSRF: a.anonCSRF(w, r), Error: errMsg, Data: f})
 }
 

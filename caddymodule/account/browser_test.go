@@ -133,22 +133,32 @@ func (s *shooter) text(sel string) string {
 	return strings.TrimSpace(v)
 }
 
-// shot saves a full-page PNG of the current page as testdata/artifacts/<NN>-<name>.png.
+// shot checks the current page with axe-core and that it fits a phone's (390 px) and a
+// desktop's (1280 px) width: nothing scrolls sideways, every link, button and field (a table's
+// actions too) in view. It saves a full-page PNG at each width as
+// testdata/artifacts/<NN>-<name>-<width>.png, and leaves the desktop's width set.
 func (s *shooter) shot(name string) {
 	s.t.Helper()
-	png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		s.t.Fatalf("screenshot %s: %v", name, err)
+	ours := !strings.HasPrefix(name, "stripe-") // Stripe's page is not ours to check
+	if ours {
+		checkAccessibility(s.t, s.ctx, name)
 	}
 	s.n++
-	path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s.png", s.n, name))
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		s.t.Fatal(err)
-	}
-	abs, _ := filepath.Abs(path)
-	s.t.Logf("screenshot: %s", abs)
-	if !strings.HasPrefix(name, "stripe-") { // Stripe's page is not ours to check
-		checkAccessibility(s.t, s.ctx, name)
+	for _, w := range browsertest.Widths {
+		s.do("viewport "+w.Name, w.Viewport)
+		if ours {
+			browsertest.CheckFits(s.t, s.ctx, name, w.Name)
+		}
+		png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			s.t.Fatalf("screenshot %s: %v", name, err)
+		}
+		path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s-%s.png", s.n, name, w.Name))
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+		abs, _ := filepath.Abs(path)
+		s.t.Logf("screenshot: %s", abs)
 	}
 }
 
@@ -429,8 +439,12 @@ http://127.0.0.1:%d {
 
 	// The key's limits, on its own form: a daily budget of 2, of which the generation above
 	// spent 1; the keys page shows what is left, and the API refuses the key past it.
-	do("key limits", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS(".limits-link")),
-		chromedp.Click(chromedp.CSS(".limits-link")), chromedp.WaitVisible(chromedp.CSS("#budget-day")))
+	do("keys", chromedp.Navigate(caddyBase+"/account/keys"), chromedp.WaitVisible(chromedp.CSS(".limits-link")))
+	// A key without a budget says so in words that do not read as none left.
+	if left := text(".budget-left"); left != "no limit" {
+		t.Fatalf("budget left of a key without a budget: %q", left)
+	}
+	do("key limits", chromedp.Click(chromedp.CSS(".limits-link")), chromedp.WaitVisible(chromedp.CSS("#budget-day")))
 	shots.shot("key-settings")
 	do("set a budget", chromedp.SendKeys(chromedp.CSS("#budget-day"), "2"),
 		chromedp.Click(chromedp.CSS(`form[action="/account/keys/settings"] button[type="submit"]`)),
@@ -528,6 +542,10 @@ http://127.0.0.1:%d {
 	do("wrong password", chromedp.SendKeys(chromedp.CSS("#email"), email), chromedp.SendKeys(chromedp.CSS("#password"), "wrong password!"),
 		chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#form-error")))
 	shots.shot("login-error")
+	// This server sends no e-mail, so its log-in page offers no password reset.
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('a[href$="/forgot"]').length`)); n != 0 || !strings.Contains(text("#no-reset"), "ask its operator") {
+		t.Fatalf("the log-in page of a server without e-mail links to a password reset")
+	}
 	do("log in", chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#live-credits")))
 

@@ -76,24 +76,20 @@ func (s *shots) text(sel string) string {
 	return strings.TrimSpace(v)
 }
 
-// shot checks the page with axe-core and saves it at desktop and phone width.
+// shot checks the page with axe-core, checks that it fits a phone's and a desktop's width
+// (nothing scrolls sideways, every link and button in view), and saves it at both widths.
 func (s *shots) shot(name string) {
 	s.t.Helper()
 	browsertest.CheckAccessibility(s.t, s.ctx, name)
 	s.n++
-	for _, w := range []struct {
-		name string
-		vp   chromedp.Action[chromedp.Void]
-	}{
-		{"phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)},
-		{"desktop", chromedp.EmulateViewport(1280, 900)},
-	} {
-		s.do("viewport "+w.name, w.vp)
+	for _, w := range browsertest.Widths {
+		s.do("viewport "+w.Name, w.Viewport)
+		browsertest.CheckFits(s.t, s.ctx, name, w.Name)
 		png, err := chromedp.Run(s.ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			s.t.Fatalf("screenshot %s: %v", name, err)
 		}
-		path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s-%s.png", s.n, name, w.name))
+		path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s-%s.png", s.n, name, w.Name))
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			s.t.Fatal(err)
 		}
@@ -109,6 +105,7 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 			stripe_secret_key sk_test_console
 			stripe_webhook_secret %[2]s
 			stripe_api_url %[3]s
+			site_name "Heron Text"
 		}
 	}
 	handle /ops/* {
@@ -144,6 +141,10 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 		t.Fatalf("operator list: %v", ops)
 	}
 	acct := caddyproc.Str(t, s.JSON("account", "create", "--email", "customer@example.com", "--test-credits", "0"), "id")
+	// A key with budgets: the longest row of the account page's keys table.
+	budgeted := caddyproc.Str(t, s.JSON("key", "create", "--account", acct, "--name", "build server"), "id")
+	s.JSON("key", "limits", "--account", acct, "--key-id", budgeted, "--budget-day", "5", "--budget-month", "100", "--budget-total", "1000",
+		"--tools", "summarizer,email-writer", "--cidrs", "203.0.113.0/24,2001:db8::/32")
 	s.JSON("stripe", "webhook", "--url", base+"/account/stripe/webhook", "--secret", secret, "--account", acct, "--session", "cs_test_console")
 
 	dir := os.Getenv("TEXTGEN_SCREENSHOTS")
@@ -191,6 +192,24 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	if h := sh.text("main h1"); h != "Overview" {
 		t.Fatalf("after log-in: %q", h)
 	}
+	// Without a site_name of its own, the console is named as My Account on the same ledger.
+	if brand := sh.text(".brand"); !strings.Contains(brand, "Heron Text") {
+		t.Fatalf("the console's header: %q, want My Account's site_name", brand)
+	}
+	// The accountant's export links, and the hint for any month, are under the console's
+	// path (/ops here: revenue_test.go downloads them).
+	exports, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#revenue-title ~ p a")].map(a => a.getAttribute("href"))`))
+	if err != nil || len(exports) != 2 {
+		t.Fatalf("the export links: %v %v", exports, err)
+	}
+	for _, x := range exports {
+		if !strings.HasPrefix(x, "/ops/exports/payments-") || !strings.HasSuffix(x, ".csv") {
+			t.Errorf("an export link: %s, want /ops/exports/payments-YYYY-MM.csv", x)
+		}
+	}
+	if hint := sh.text("#revenue-title ~ p"); !strings.Contains(hint, "any month: /ops/exports/payments-YYYY-MM.csv") {
+		t.Errorf("the export hint: %q", hint)
+	}
 	sh.shot("overview")
 	logOut()
 	logIn(owner, code) // the same code again
@@ -202,7 +221,14 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 		t.Fatalf("after log-in with a recovery code: %q", h)
 	}
 
+	// The accounts page lists them by e-mail address (these two made after the customer's).
+	s.JSON("account", "create", "--email", "zoe@example.com", "--test-credits", "0")
+	s.JSON("account", "create", "--email", "adam@example.com", "--test-credits", "0")
 	sh.do("accounts", chromedp.Navigate(base+"/ops/accounts"), chromedp.WaitVisible(chromedp.CSS("#q")))
+	emails, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td[data-label="E-mail"]')].map(e => e.textContent.trim())`))
+	if err != nil || strings.Join(emails, " ") != "adam@example.com customer@example.com zoe@example.com" {
+		t.Fatalf("the accounts page lists %q (%v), want them by e-mail address", emails, err)
+	}
 	sh.shot("accounts")
 	sh.do("search", chromedp.SendKeys(chromedp.CSS("#q"), "customer@example.com"),
 		chromedp.Click(chromedp.CSS(`form.search button`)), chromedp.WaitVisible(chromedp.CSS("#grant-credits")))

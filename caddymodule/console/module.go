@@ -56,7 +56,8 @@ type Handler struct {
 	// SupportGrantLimit is the most credits an operator of role support may grant, or add or
 	// take off by an adjustment, in one action. Default: 100.
 	SupportGrantLimit int64 `json:"support_grant_limit,omitempty"`
-	// SiteName is shown in page titles. Default: "Text generation API".
+	// SiteName is shown in page titles and the header. Default: the site_name of My Account
+	// (textgen_account) on the same ledger, else "Text generation API".
 	SiteName string `json:"site_name,omitempty"`
 
 	inFlight   *inflight.Guard
@@ -94,6 +95,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.IdleTimeout = cmp.Or(h.IdleTimeout, caddy.Duration(defaultIdleTimeout))
 	h.CookieName = cmp.Or(h.CookieName, defaultCookieName)
 	h.SupportGrantLimit = cmp.Or(h.SupportGrantLimit, defaultSupportGrantLimit)
+	ownName := h.SiteName != ""
 	h.SiteName = cmp.Or(h.SiteName, defaultSiteName)
 	if err := h.Validate(); err != nil {
 		return err
@@ -130,6 +132,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("textgen_console: %w", err)
 		}
 		cfg.store = store
+		// Without a site_name of its own, the console is named as My Account of the same ledger
+		// (known once every handler is provisioned).
+		if n := tg.AccountArea(h.ledgerRef.Key()).SiteName; !ownName && n != "" {
+			cfg.siteName = n
+		}
 		h.app.Store(newApp(cfg))
 		h.unregister = textgenapp.RegisterConsoleSealer(store, cfg.sealer)
 		return nil

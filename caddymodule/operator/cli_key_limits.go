@@ -20,9 +20,9 @@ func keyLimitsFlags(c *cobra.Command) {
 	c.Flags().String("name", "", "A new name for the key")
 	c.Flags().String("note", "", "A note about the key (\"\" removes it)")
 	c.Flags().String("expires", "", "Expiry: an RFC 3339 time or a duration from now (720h, 90d); \"\" removes it")
-	c.Flags().Int64("budget-total", 0, "Most credits the key may spend in all (0: no budget)")
-	c.Flags().Int64("budget-day", 0, "Most credits the key may spend per UTC day (0: no budget)")
-	c.Flags().Int64("budget-month", 0, "Most credits the key may spend per UTC calendar month (0: no budget)")
+	c.Flags().Int64("budget-total", 0, "Most credits the key may spend in all (0: no limit)")
+	c.Flags().Int64("budget-day", 0, "Most credits the key may spend per UTC day (0: no limit)")
+	c.Flags().Int64("budget-month", 0, "Most credits the key may spend per UTC calendar month (0: no limit)")
 	c.Flags().String("tools", "", "Comma-separated tool slugs the key may call (\"\": every tool)")
 	c.Flags().String("cidrs", "", "Comma-separated client address ranges the key may be used from, IPv4 or IPv6 CIDR (\"\": anywhere)")
 }
@@ -111,16 +111,7 @@ func cmdKeyRoll(c *cliContext) error {
 // printKeyLimits prints a key's limits and what is left of its budgets.
 func printKeyLimits(w io.Writer, k keyView) {
 	tw := cliTable(w)
-	budget := func(b int64, left *int64, resets time.Time) string {
-		if b == 0 {
-			return "-"
-		}
-		s := fmt.Sprintf("%d of %d left", *left, b)
-		if !resets.IsZero() {
-			s += ", resets " + cliTime(resets)
-		}
-		return s
-	}
+	budget := cliBudget
 	fmt.Fprintf(tw, "KEY\t%s (%s)\n", k.ID, k.Hint)
 	fmt.Fprintf(tw, "NAME\t%s\nNOTE\t%s\nEXPIRES\t%s\n", cliDash(k.Name), cliDash(k.Note), cliTime(k.Expires))
 	fmt.Fprintf(tw, "BUDGET TOTAL\t%s\n", budget(k.BudgetTotal, k.Remaining.Total, time.Time{}))
@@ -128,4 +119,17 @@ func printKeyLimits(w io.Writer, k keyView) {
 	fmt.Fprintf(tw, "BUDGET MONTH\t%s\n", budget(k.BudgetMonth, k.Remaining.Month, k.Remaining.MonthResets))
 	fmt.Fprintf(tw, "TOOLS\t%s\nADDRESSES\t%s\n", cliDash(strings.Join(k.AllowedTools, ", ")), cliDash(strings.Join(k.AllowedCIDRs, ", ")))
 	tw.Flush()
+}
+
+// cliBudget is what is left of budget b and when it resets, as the server counted it; "no limit"
+// when the key has no such budget.
+func cliBudget(b int64, left *int64, resets time.Time) string {
+	if b == 0 || left == nil {
+		return "no limit"
+	}
+	s := fmt.Sprintf("%d of %d left", *left, b)
+	if !resets.IsZero() {
+		s += ", resets " + cliTime(resets)
+	}
+	return s
 }

@@ -69,10 +69,13 @@ func cmdKeyRevoke(c *cliContext) error {
 
 func printKeys(w io.Writer, keys []keyView) {
 	tw := cliTable(w)
-	fmt.Fprintln(tw, "KEY ID\tNAME\tMODE\tKEY\tSTATUS\tCREATED\tLAST USED\tEXPIRES")
+	fmt.Fprintln(tw, "KEY ID\tNAME\tMODE\tKEY\tSTATUS\tCREATED\tLAST USED\tEXPIRES\tBUDGET DAY\tBUDGET MONTH\tBUDGET TOTAL")
 	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cliDash(k.Name), k.Mode, k.Hint, k.Status,
-			cliTime(k.Created), cliTime(k.LastUsed), cliTime(k.Expires))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cliDash(k.Name), k.Mode, k.Hint, k.Status,
+			cliTime(k.Created), cliTime(k.LastUsed), cliTime(k.Expires),
+			cliBudget(k.BudgetDay, k.Remaining.Day, k.Remaining.DayResets),
+			cliBudget(k.BudgetMonth, k.Remaining.Month, k.Remaining.MonthResets),
+			cliBudget(k.BudgetTotal, k.Remaining.Total, time.Time{}))
 	}
 	tw.Flush()
 }

@@ -121,6 +121,20 @@ func TestCLICommands(t *testing.T) {
 		t.Errorf("key limits table\n%s", out)
 	}
 	caddyproc.MustFail(t, s.Textgen("key", "limits", "--account", id, "--key-id", testID, "--tools", "nope", "--json"), 1, "not a tool")
+	// key list shows every key's budgets: what is left and when it resets, in its table and --json.
+	if out := s.Textgen("key", "list", "--account", id); out.Code != 0 || !strings.Contains(out.Stdout, "BUDGET DAY") ||
+		!strings.Contains(out.Stdout, "5 of 5 left, resets ") || !strings.Contains(out.Stdout, "no limit") {
+		t.Errorf("key list table does not show the key's budgets\n%s", out)
+	}
+	for _, k := range caddyproc.List(t, s.JSON("key", "list", "--account", id), "keys") {
+		if k["id"] != testID {
+			continue
+		}
+		rem, _ := k["remaining"].(map[string]any)
+		if fmt.Sprint(k["budget_day"]) != "5" || fmt.Sprint(rem["day"]) != "5" || rem["day_resets"] == nil {
+			t.Errorf("key list --json does not show the key's day budget: %v", k)
+		}
+	}
 	if out := s.Textgen("key", "roll", "--account", id, "--key-id", testID, "--grace", "1h"); out.Code != 0 ||
 		!strings.Contains(out.Stdout, "tg_test_") || !strings.Contains(out.Stdout, "works until") || strings.Contains(out.Stdout, testKey) {
 		t.Errorf("key roll table\n%s", out)

@@ -2,16 +2,74 @@
 //
 //   TEXTGEN_KEY=tg_live_... node textgen.mjs '{"tool":"summarizer","input":"...","language":"en"}' [idempotency-key]
 //
-// Streams the text as it is generated (server-sent events) and handles every error class: 402
-// throws with where to buy credits; 429 and 409 wait Retry-After; 502/503/504 retry with backoff;
+// Streams the text as it is generated (server-sent events) and handles every error code of the
+// API (MESSAGES; `node textgen.mjs --codes` prints them): a 402 throws with what ran out (the
+// account's credits, where to buy more; this key's budget, when it resets; a member's cap); 409,
+// 429 and 502/503/504 are retried after Retry-After (or a backoff when there is none), up to
+// MAX_WAIT seconds a wait and `tries` attempts, else the APIError is thrown with its retryAfter;
 // a cut stream resumes the kept generation after its last event (GET /api/v1/generations/{id}
 // with Last-Event-ID), and a request cut before its answer is retried with the same
 // Idempotency-Key, so nothing is generated or charged twice.
 
+// MAX_WAIT is the longest Retry-After waited out (seconds); a longer one is thrown to the caller.
+export const MAX_WAIT = 60;
+
+// MESSAGES says what each error code of the API (docs/openapi.json) means for the caller; the
+// server's own message adds the details.
+export const MESSAGES = {
+  invalid_json: "the request body is not valid JSON",
+  missing_field: "a required field is missing",
+  invalid_field: "a field has a value the API does not accept",
+  unknown_field: "the request has a field the API does not know",
+  empty_input: "the input is empty",
+  invalid_utf8: "the input is not valid UTF-8 text",
+  unknown_tool: "there is no such tool (GET /api/v1/tools lists them)",
+  unsupported_language: "the tool does not support this language",
+  invalid_tone: "the tool has no such tone",
+  conflicting_api_keys: "the request carries two different API keys; send one",
+  missing_api_key: "no API key was sent (set TEXTGEN_KEY)",
+  invalid_api_key: "the API key is not valid (unknown, revoked or mistyped)",
+  key_expired: "the API key has expired; make a new one in My Account",
+  insufficient_credits: "out of credits",
+  key_budget_exhausted: "this key's budget is used up",
+  member_cap_reached: "your monthly credit cap in this organisation is used up; its owner can raise it",
+  account_disabled: "the account is disabled; contact support",
+  tool_not_allowed: "this key may not use this tool",
+  address_not_allowed: "this key may not be used from this address",
+  not_found: "no such resource",
+  method_not_allowed: "the API does not take this method here",
+  request_timeout: "the request took too long to arrive",
+  idempotency_in_progress: "a request with this Idempotency-Key is still running",
+  input_too_large: "the input is too long for the tool",
+  body_too_large: "the request body is too large",
+  unsupported_media_type: "the request body must be JSON (Content-Type: application/json)",
+  idempotency_key_reused: "this Idempotency-Key was used for another request; use a new one",
+  range_not_satisfiable: "the resume point is past the end of the text",
+  rate_limited: "too many requests; slow down",
+  too_many_concurrent_requests: "too many requests at once",
+  internal_error: "the server failed; nothing was charged",
+  backend_error: "the model failed; nothing was charged",
+  backend_unavailable: "the model server is unreachable; nothing was charged",
+  backend_timeout: "the model server took too long; nothing was charged",
+  ledger_unavailable: "the server takes no new work now; nothing was charged",
+  overloaded: "the model server is busy; nothing was charged",
+};
+
+// explain is what error code means for the caller (an unknown code: the server's message says).
+export function explain(code, resetsAt) {
+  let text = MESSAGES[code] ?? "the server refused the request";
+  if (code === "key_budget_exhausted") text += resetsAt ? `; resets at ${resetsAt}` : "; it does not reset (a total budget)";
+  return text;
+}
+
+// APIError is an error answer: status, code, the server's message (detail) and what it means
+// (explanation); retryAfter is Retry-After in seconds (null without one), resetsAt when a key's
+// budget starts again.
 export class APIError extends Error {
-  constructor(status, code, message) {
-    super(`${status} ${code}: ${message}`);
-    Object.assign(this, { status, code, detail: message });
+  constructor(status, code, message, retryAfter = null, resetsAt = null) {
+    const explanation = explain(code, resetsAt);
+    super(`${status} ${code}: ${explanation}: ${message}`);
+    Object.assign(this, { status, code, detail: message, explanation, retryAfter, resetsAt });
   }
 }
 
@@ -42,20 +100,26 @@ export async function generate({ api, key, body, idempotencyKey = crypto.randomU
       continue;
     }
     if (!resp.ok) {
-      const e = await resp.json().then((b) => b.error).catch(() => ({ code: "http_error", message: resp.statusText }));
-      const wait = Number(resp.headers.get("Retry-After") ?? 0);
+      const e = await resp.json().then((b) => b.error).catch(() => null) ?? { code: "http_error", message: resp.statusText };
+      const ra = resp.headers.get("Retry-After");
+      const retryAfter = ra !== null && Number.isFinite(Number(ra)) ? Math.max(Number(ra), 0) : null;
+      const err = new APIError(resp.status, e.code, e.message, retryAfter, e.resets_at ?? null);
       if (resp.status === 409 || resp.status === 429) { // busy with this key / over a limit
+        const wait = retryAfter ?? 1;
+        if (wait > MAX_WAIT) throw err; // longer than we wait: the caller decides (err.retryAfter)
         log(`${e.code}: waiting ${wait} s`);
         await sleep(Math.max(wait, 1));
         continue;
       }
       if ([502, 503, 504].includes(resp.status)) { // the model server failed; nothing charged
-        log(`${e.code}: retrying in ${Math.max(wait, backoff)} s`);
-        await sleep(Math.max(wait, backoff));
+        const wait = retryAfter ?? backoff;
+        if (wait > MAX_WAIT) throw err;
+        log(`${e.code}: retrying in ${wait} s`);
+        await sleep(wait);
         backoff = Math.min(backoff * 2, 30);
         continue;
       }
-      throw new APIError(resp.status, e.code, e.message); // 402: the message says where to buy
+      throw err; // 402: what ran out; others: a request to fix (400, 401, 403, 404, 413...)
     }
     rid ??= resp.headers.get("X-Generation-Id") ?? resp.headers.get("X-Request-Id");
     try {
@@ -105,6 +169,10 @@ async function readEvents(stream, onEvent) {
 
 // The command line (Node only).
 if (typeof process !== "undefined" && process.argv[1]?.endsWith("textgen.mjs")) {
+  if (process.argv[2] === "--codes") { // the error codes this client knows, with what it says
+    console.log(JSON.stringify(MESSAGES, null, 1));
+    process.exit(0);
+  }
   const key = process.env.TEXTGEN_KEY;
   if (!key) { console.error("set TEXTGEN_KEY to your API key"); process.exit(1); }
   try {
@@ -113,8 +181,7 @@ if (typeof process !== "undefined" && process.argv[1]?.endsWith("textgen.mjs")) 
       onText: (t) => process.stdout.write(t) });
     console.error(`\n[request ${done.request_id}: ${done.credits_used} credit used, ${done.credits_remaining} left]`);
   } catch (err) {
-    if (err.status === 402) { console.error(`out of credits: ${err.detail}`); process.exit(2); }
     console.error(`error ${err.message}`);
-    process.exit(1);
+    process.exit(err.status === 402 ? 2 : 1); // 2: credits, a key's budget or a member's cap ran out
   }
 }

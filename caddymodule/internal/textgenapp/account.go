@@ -20,6 +20,9 @@ type AccountArea struct {
 	// Packages names the credit packages on sale ("10 credits = 2.00 EUR"); empty when buying
 	// is off.
 	Packages []string
+	// SiteName is My Account's site_name: the console of the same ledger shows it when it has
+	// none of its own.
+	SiteName string
 }
 
 // SetAccountArea records the account area of the ledger named ledgerKey.

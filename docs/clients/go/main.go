@@ -3,8 +3,11 @@
 //	TEXTGEN_KEY=tg_live_... go run ./docs/clients/go '{"tool":"summarizer","input":"...","language":"en"}' [idempotency-key]
 //
 // It streams the text to stdout as it is generated (server-sent events) and handles every error
-// class: 402 prints where to buy credits (exit 2); 429 and 409 wait Retry-After; 502/503/504 retry
-// with backoff; a cut stream resumes the kept generation after its last event (GET
+// code of the API (Messages; `go run ./docs/clients/go --codes` prints them): a 402 says what ran
+// out (the account's credits, where to buy more; this key's budget, when it resets; a member's
+// cap) and exits 2; 409, 429 and 502/503/504 are retried after Retry-After (or a backoff when
+// there is none), up to MaxWait a wait and 8 attempts, else the *APIError is returned with its
+// RetryAfter; a cut stream resumes the kept generation after its last event (GET
 // /api/v1/generations/{id} with Last-Event-ID), and a request cut before its answer is retried
 // with the same Idempotency-Key, so nothing is generated or charged twice.
 package main
@@ -24,14 +27,79 @@ import (
 	"time"
 )
 
-// APIError is an error answer of the API.
-type APIError struct {
-	Status  int
-	Code    string `json:"code"`
-	Message string `json:"message"`
+// MaxWait is the longest Retry-After waited out; a longer one is returned to the caller.
+const MaxWait = time.Minute
+
+// Messages says what each error code of the API (docs/openapi.json) means for the caller; the
+// server's own message adds the details.
+var Messages = map[string]string{
+	"invalid_json":                 "the request body is not valid JSON",
+	"missing_field":                "a required field is missing",
+	"invalid_field":                "a field has a value the API does not accept",
+	"unknown_field":                "the request has a field the API does not know",
+	"empty_input":                  "the input is empty",
+	"invalid_utf8":                 "the input is not valid UTF-8 text",
+	"unknown_tool":                 "there is no such tool (GET /api/v1/tools lists them)",
+	"unsupported_language":         "the tool does not support this language",
+	"invalid_tone":                 "the tool has no such tone",
+	"conflicting_api_keys":         "the request carries two different API keys; send one",
+	"missing_api_key":              "no API key was sent (set TEXTGEN_KEY)",
+	"invalid_api_key":              "the API key is not valid (unknown, revoked or mistyped)",
+	"key_expired":                  "the API key has expired; make a new one in My Account",
+	"insufficient_credits":         "out of credits",
+	"key_budget_exhausted":         "this key's budget is used up",
+	"member_cap_reached":           "your monthly credit cap in this organisation is used up; its owner can raise it",
+	"account_disabled":             "the account is disabled; contact support",
+	"tool_not_allowed":             "this key may not use this tool",
+	"address_not_allowed":          "this key may not be used from this address",
+	"not_found":                    "no such resource",
+	"method_not_allowed":           "the API does not take this method here",
+	"request_timeout":              "the request took too long to arrive",
+	"idempotency_in_progress":      "a request with this Idempotency-Key is still running",
+	"input_too_large":              "the input is too long for the tool",
+	"body_too_large":               "the request body is too large",
+	"unsupported_media_type":       "the request body must be JSON (Content-Type: application/json)",
+	"idempotency_key_reused":       "this Idempotency-Key was used for another request; use a new one",
+	"range_not_satisfiable":        "the resume point is past the end of the text",
+	"rate_limited":                 "too many requests; slow down",
+	"too_many_concurrent_requests": "too many requests at once",
+	"internal_error":               "the server failed; nothing was charged",
+	"backend_error":                "the model failed; nothing was charged",
+	"backend_unavailable":          "the model server is unreachable; nothing was charged",
+	"backend_timeout":              "the model server took too long; nothing was charged",
+	"ledger_unavailable":           "the server takes no new work now; nothing was charged",
+	"overloaded":                   "the model server is busy; nothing was charged",
 }
 
-func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+// APIError is an error answer of the API: its code, the server's message, and when to retry
+// (RetryAfter, from Retry-After; -1 without one) or when a key's budget resets (ResetsAt).
+type APIError struct {
+	Status     int
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	ResetsAt   string `json:"resets_at"`
+	RetryAfter time.Duration
+}
+
+// Explanation is what the error's code means for the caller.
+func (e *APIError) Explanation() string {
+	text, ok := Messages[e.Code]
+	if !ok {
+		text = "the server refused the request"
+	}
+	if e.Code == "key_budget_exhausted" {
+		if e.ResetsAt != "" {
+			text += "; resets at " + e.ResetsAt
+		} else {
+			text += "; it does not reset (a total budget)"
+		}
+	}
+	return text
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%d %s: %s: %s", e.Status, e.Code, e.Explanation(), e.Message)
+}
 
 // Done is the done event: the text is complete.
 type Done struct {
@@ -73,26 +141,41 @@ func (c *Client) Generate(body any, idempotencyKey string, out io.Writer) (*Done
 			continue
 		}
 		if resp.StatusCode != http.StatusOK {
-			e := &APIError{Status: resp.StatusCode}
+			e := &APIError{Status: resp.StatusCode, Code: "http_error", Message: resp.Status, RetryAfter: -1}
 			var b struct{ Error *APIError }
 			if json.NewDecoder(resp.Body).Decode(&b) == nil && b.Error != nil {
-				e.Code, e.Message = b.Error.Code, b.Error.Message
+				e.Code, e.Message, e.ResetsAt = b.Error.Code, b.Error.Message, b.Error.ResetsAt
 			}
 			resp.Body.Close()
-			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+				e.RetryAfter = time.Duration(max(s, 0)) * time.Second
+			}
 			switch resp.StatusCode {
 			case http.StatusConflict, http.StatusTooManyRequests: // busy with this key / over a limit
-				fmt.Fprintf(c.Log, "%s: waiting %d s\n", e.Code, wait)
-				time.Sleep(max(time.Duration(wait)*time.Second, time.Second))
+				wait := time.Second
+				if e.RetryAfter >= 0 {
+					wait = e.RetryAfter
+				}
+				if wait > MaxWait {
+					return nil, e // longer than we wait: the caller decides (e.RetryAfter)
+				}
+				fmt.Fprintf(c.Log, "%s: waiting %d s\n", e.Code, int(wait.Seconds()))
+				time.Sleep(max(wait, time.Second))
 				continue
 			case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-				d := max(time.Duration(wait)*time.Second, backoff) // the model server failed; nothing charged
-				fmt.Fprintf(c.Log, "%s: retrying in %v\n", e.Code, d)
-				time.Sleep(d)
+				wait := backoff // the model server failed; nothing charged
+				if e.RetryAfter >= 0 {
+					wait = e.RetryAfter
+				}
+				if wait > MaxWait {
+					return nil, e
+				}
+				fmt.Fprintf(c.Log, "%s: retrying in %v\n", e.Code, wait)
+				time.Sleep(wait)
 				backoff = min(backoff*2, 30*time.Second)
 				continue
 			}
-			return nil, e // 402: the message says where to buy; others: a request to fix
+			return nil, e // 402: what ran out; others: a request to fix (400, 401, 403, 404, 413...)
 		}
 		if rid == "" {
 			if rid = resp.Header.Get("X-Generation-Id"); rid == "" {
@@ -155,7 +238,7 @@ func readEvents(body io.Reader, out io.Writer, lastID *int) (*Done, error) {
 			case "error": // the model failed: nothing was charged
 				var e struct{ Error APIError }
 				json.Unmarshal([]byte(data), &e)
-				e.Error.Status = http.StatusBadGateway
+				e.Error.Status, e.Error.RetryAfter = http.StatusBadGateway, -1
 				return nil, &e.Error
 			}
 			if id >= 0 {
@@ -168,6 +251,11 @@ func readEvents(body io.Reader, out io.Writer, lastID *int) (*Done, error) {
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "--codes" { // the error codes this client knows, with what it says
+		b, _ := json.MarshalIndent(Messages, "", " ")
+		fmt.Println(string(b))
+		return
+	}
 	key := os.Getenv("TEXTGEN_KEY")
 	if key == "" || len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, `usage: TEXTGEN_KEY=... go run ./docs/clients/go '{"tool":...}' [idempotency-key]`)
@@ -191,7 +279,7 @@ func main() {
 	var apiErr *APIError
 	switch {
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusPaymentRequired:
-		fmt.Fprintln(os.Stderr, "out of credits:", apiErr.Message)
+		fmt.Fprintln(os.Stderr, "error", err) // credits, a key's budget or a member's cap ran out
 		os.Exit(2)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "error", err)
