@@ -40,12 +40,19 @@ type devMode struct {
 }
 
 func devEnv(port, admin int, dir, bin string) []string {
-	return append(os.Environ(),
+	// Without the developer's Stripe settings (an empty one is not the same as none to the
+	// Caddyfile's {$NAME:default}).
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TEXTGEN_STRIPE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env,
 		fmt.Sprintf("TEXTGEN_PORT=%d", port), fmt.Sprintf("CADDY_ADMIN=localhost:%d", admin),
 		"TEXTGEN_DEV_DIR="+dir, "CADDY_OUT="+bin,
 		// Caddy's own data and config folders, away from the developer's.
-		"XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"),
-		"TEXTGEN_STRIPE_SECRET_KEY=", "TEXTGEN_STRIPE_WEBHOOK_SECRET=", "TEXTGEN_STRIPE_API_URL=")
+		"XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"))
 }
 
 // startDev runs ./xcaddy.sh dev with args and waits until it prints that it is running.
