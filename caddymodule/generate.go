@@ -389,7 +389,10 @@ func (g *generation) insufficient() *apiError {
 	case buying:
 		msg += "buy credits at " + where
 	default:
-		msg += "ask the operator of this service for credits"
+		// Nowhere to buy: name the account, so that its operator knows whom to credit, and the
+		// command that does it (on a site of one's own, the reader is that operator).
+		msg += fmt.Sprintf("this service does not sell credits online: ask the operator of this service to add credits to account %s "+
+			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.acct.ID, g.acct.ID)
 	}
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }

@@ -81,6 +81,12 @@ type Handler struct {
 	// TestCredits is the number of test credits a refill tops the account up to. Default: 50.
 	TestCredits int64 `json:"test_credits,omitempty"`
 
+	// SignupCredits is the number of live credits an account made through the sign-up form
+	// gets, once, when its e-mail address is confirmed (at sign-up without smtp, where every
+	// sign-up counts as confirmed). The grant's reference is unique to the account, so it is
+	// never given twice. Default: 0 (none): live credits are bought or granted by the operator.
+	SignupCredits int64 `json:"signup_credits,omitempty"`
+
 	// SiteName is shown in page titles and the header. Default: "Text generation API".
 	SiteName string `json:"site_name,omitempty"`
 
@@ -203,6 +209,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if secretKey == "" {
 		h.logger.Warn("buying credits is switched off: no stripe_secret_key / stripe_webhook_secret")
 	}
+	if h.SignupCredits > 0 && h.SMTP == nil {
+		h.logger.Warn("signup_credits without smtp: every sign-up counts as confirmed and gets its live credits at once; keep this to a site on your own machine",
+			zap.Int64("signup_credits", h.SignupCredits))
+	}
 
 	// No HoldTTL: My Account holds no credits, and every hold the generate handler makes
 	// carries that handler's own hold_ttl, whoever opened the shared ledger. The textgen app
@@ -236,6 +246,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		packages:         h.Packages,
 		publicURL:        strings.TrimRight(h.PublicURL, "/"),
 		testCredits:      h.TestCredits,
+		signupCredits:    h.SignupCredits,
 		siteName:         h.SiteName,
 		maxKeys:          h.MaxKeys,
 		invoiceCreation:  h.InvoiceCreation,
@@ -323,6 +334,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.TestCredits < 0 || h.TestCredits > 10_000 {
 		return fmt.Errorf("textgen_account: test_credits must be between 0 and 10000")
+	}
+	if h.SignupCredits < 0 || h.SignupCredits > 1_000_000 {
+		return fmt.Errorf("textgen_account: signup_credits must be between 0 and 1000000")
 	}
 	if h.MaxKeys < 0 {
 		return fmt.Errorf("textgen_account: max_keys must not be negative")

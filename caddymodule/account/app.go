@@ -34,6 +34,7 @@ type appConfig struct {
 	packages         []Package
 	publicURL        string
 	testCredits      int64
+	signupCredits    int64 // live credits granted once when a sign-up's address is confirmed (verify.go)
 	siteName         string
 	maxKeys          int
 	invoiceCreation  bool // Stripe Checkout's invoice_creation (buy.go)

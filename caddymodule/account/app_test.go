@@ -639,11 +639,14 @@ func TestLatestRequestsOrderAndLimit(t *testing.T) {
 func TestBuyWithoutStripeAndUnknownPackage(t *testing.T) {
 	e := newTestEnv(t) // no Stripe configured
 	b := e.browser()
-	b.signup("nostripe@example.com")
+	acct := b.signup("nostripe@example.com")
 	r := b.get("/account/buy")
-	mustContain(t, "buy page without Stripe", r.body, "does not sell credits online")
+	// It says what to do instead: whom to ask, for which account, and the command that credits it.
+	mustContain(t, "buy page without Stripe", r.body, "does not sell credits online", "your account, <code>"+acct.ID+"</code>",
+		"caddy textgen credits grant --account "+acct.ID+" --credits &lt;n&gt;")
 	r = b.post("/account/buy", "csrf_token", b.csrf("/account/buy"), "package", "10")
 	expectStatus(t, "buy without Stripe", r, http.StatusServiceUnavailable)
+	mustContain(t, "buy without Stripe", r.body, "caddy textgen credits grant --account "+acct.ID)
 	r = b.post("/account/stripe/webhook")
 	expectStatus(t, "webhook without Stripe", r, http.StatusNotFound)
 

@@ -22,6 +22,15 @@ type buyData struct {
 	Packages []Package
 	Enabled  bool
 	Refused  bool // refuse_disputed_purchases: the account has a dispute
+	// AccountID names the account to its operator when buying is off (noBuying).
+	AccountID string
+}
+
+// noBuying says what to do where this service sells no credits: ask its operator, naming the
+// account and the command that credits it (on a site of one's own, the reader is the operator).
+func noBuying(acct string) string {
+	return fmt.Sprintf("This service does not sell credits online. Ask its operator to add live credits to your account %s; "+
+		"the operator's command is: caddy textgen credits grant --account %s --credits <n>. Test keys work without them, on your free test credits.", acct, acct)
 }
 
 // With refuse_disputed_purchases, an account with an open or lost dispute (chargeback) buys
@@ -52,7 +61,7 @@ func (a *app) disputedBy(ctx context.Context, acct string) (ledger.Reversal, boo
 
 func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	p := sc.page("Buy credits", "buy")
-	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil}
+	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID}
 	status := http.StatusOK
 	if a.stripe != nil {
 		d, refused, err := a.disputedBy(r.Context(), sc.acct.ID)
@@ -70,8 +79,7 @@ func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 
 func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	if a.stripe == nil {
-		a.errorPage(w, r, sc, http.StatusServiceUnavailable, "Buying is not available",
-			"This service does not sell credits online. Please contact its operator.")
+		a.errorPage(w, r, sc, http.StatusServiceUnavailable, "Buying is not available", noBuying(sc.acct.ID))
 		return
 	}
 	id := r.PostFormValue("package")
@@ -132,8 +140,9 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 			"The payment provider could not be reached. Nothing was charged; please try again in a moment.")
 		return
 	}
+	// `caddy textgen stripe webhook --latest-from <log>` pays a local purchase from this line.
 	a.logger.Info("checkout session created", zap.String("account", sc.acct.ID), zap.String("package", pkg.ID),
-		zap.String("checkout_session", cs.ID))
+		zap.Int64("credits", pkg.Credits), zap.Int64("price_cents", pkg.PriceCents), zap.String("checkout_session", cs.ID))
 	http.Redirect(w, r, cs.URL, http.StatusSeeOther)
 }
 

@@ -42,6 +42,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		package               <id> <credits> <price_cents>
 //		public_url            <url>
 //		test_credits          <n>
+//		signup_credits        <n>        # live credits a new account gets once its address is confirmed
 //		site_name             <name>
 //		max_keys              <n>
 //		invoice_creation                 # Stripe invoices for purchases
@@ -104,6 +105,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.TestCredits, err = strconv.ParseInt(s, 10, 64)
 				if err != nil {
 					return d.Errf("test_credits: %q is not a whole number", s)
+				}
+			}
+		case "signup_credits":
+			var s string
+			if err = cfarg.String(d, &s); err == nil {
+				h.SignupCredits, err = strconv.ParseInt(s, 10, 64)
+				if err != nil {
+					return d.Errf("signup_credits: %q is not a whole number", s)
 				}
 			}
 		case "max_keys":

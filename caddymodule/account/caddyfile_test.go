@@ -29,6 +29,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		package big 100 1500
 		public_url https://api.example.com
 		test_credits 20
+		signup_credits 25
 		site_name "Example API"
 		max_keys 5
 		invoice_creation
@@ -45,7 +46,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		CookieName: "my_session", StripeSecretKey: "{env.STRIPE_SECRET_KEY}", StripeWebhookSecret: "{env.STRIPE_WEBHOOK_SECRET}",
 		StripeAPIURL: "http://127.0.0.1:12111", WebhookTolerance: caddy.Duration(10 * time.Minute),
 		Packages:  []Package{{ID: "small", Credits: 10, PriceCents: 200}, {ID: "big", Credits: 100, PriceCents: 1500}},
-		PublicURL: "https://api.example.com", TestCredits: 20, SiteName: "Example API", MaxKeys: 5,
+		PublicURL: "https://api.example.com", TestCredits: 20, SignupCredits: 25, SiteName: "Example API", MaxKeys: 5,
 		InvoiceCreation: true, TaxIDCollection: true, RefuseDisputedPurchases: true, OperatorEmail: "Billing <billing@example.com>",
 	}
 	gotJSON, _ := json.Marshal(h)
@@ -67,6 +68,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		`textgen_account { package p10 ten 200 }`,
 		`textgen_account { package p10 10 2.00 }`,
 		`textgen_account { test_credits many }`,
+		`textgen_account { signup_credits many }`,
+		"textgen_account {\n signup_credits\n}",
 		`textgen_account { refuse_disputed_purchases yes }`,
 		`textgen_account { operator_email a@example.com b@example.com }`,
 		"textgen_account {\n operator_email\n}",
@@ -98,6 +101,8 @@ func TestValidate(t *testing.T) {
 		"public_url path":     {Ledger: "/x", PublicURL: "https://api.example.com/account"},
 		"stripe_api_url":      {Ledger: "/x", StripeAPIURL: "ftp://x"},
 		"test_credits":        {Ledger: "/x", TestCredits: -1},
+		"signup_credits":      {Ledger: "/x", SignupCredits: -1},
+		"signup_credits big":  {Ledger: "/x", SignupCredits: 1_000_001},
 		"webhook_tolerance":   {Ledger: "/x", WebhookTolerance: -1},
 		"operator_email":      {Ledger: "/x", OperatorEmail: "not an address", SMTP: &SMTP{Host: "h", From: "a@example.com"}, PublicURL: "https://x.example"},
 		"operator_email smtp": {Ledger: "/x", OperatorEmail: "ops@example.com"},

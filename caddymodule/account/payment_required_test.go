@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // The API's 402 says where to buy and names the packages that are on sale there: My Account's
-// own packages when its buying is on, none (ask the operator) when it is off, and buy_url's
+// own packages when its buying is on, none (ask the operator, naming the account and the command
+// that credits it) when it is off, and buy_url's
 // address when the handler has one.
 func TestPaymentRequiredNamesPackages(t *testing.T) {
 	stripeMock := realStripeMock(t)
@@ -25,7 +27,8 @@ func TestPaymentRequiredNamesPackages(t *testing.T) {
 		{"two packages on sale", "", "stripe_secret_key {env.TEXTGEN_TEST_STRIPE_KEY}\n\t\tstripe_webhook_secret {env.TEXTGEN_TEST_WEBHOOK_SECRET}\n\t\tstripe_api_url " + stripeMock.URL +
 			"\n\t\tpackage small 10 200\n\t\tpackage large 100 1500",
 			"no credits left; buy a credit package (10 credits = 2.00 EUR, 100 credits = 15.00 EUR) at /account/"},
-		{"buying off", "", "", "no credits left; ask the operator of this service for credits"},
+		{"buying off", "", "", "no credits left; this service does not sell credits online: ask the operator of this service to add credits to account {acct} " +
+			"(the operator's command: caddy textgen credits grant --account {acct} --credits <n>)"},
 		{"buy_url", "buy_url https://shop.example.com/credits", "", "no credits left; buy credits at https://shop.example.com/credits"},
 	}
 	for _, tc := range cases {
@@ -65,13 +68,14 @@ http://127.0.0.1:%d {
 			if err != nil {
 				t.Fatal(err)
 			}
+			want := strings.ReplaceAll(tc.want, "{acct}", acct.ID)
 			res := generate(t, key)
 			var body struct {
 				Error struct{ Code, Message string }
 			}
 			if res.status != http.StatusPaymentRequired || json.Unmarshal([]byte(res.body), &body) != nil ||
-				body.Error.Code != "insufficient_credits" || body.Error.Message != tc.want {
-				t.Fatalf("%d %s\nwant the message %q", res.status, res.body, tc.want)
+				body.Error.Code != "insufficient_credits" || body.Error.Message != want {
+				t.Fatalf("%d %s\nwant the message %q", res.status, res.body, want)
 			}
 		})
 	}

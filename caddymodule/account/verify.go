@@ -18,10 +18,41 @@ import (
 // buy credits nor create live keys (verifiedFor), and every page says so (layout.html). Without
 // smtp no e-mail can be sent, so sign-ups are verified at once.
 
+// Sign-up credits (signup_credits): live credits given when the address is confirmed, not at
+// sign-up, so that only an address its holder reads gets them, and once per account: the grant's
+// reference is the account's own (signupReference), which the ledger never credits twice,
+// whatever follows a second verification link, a retry or an instance beside this one. The
+// grant is made before the account is marked verified: if it fails, the account stays
+// unverified and its owner can ask for a new link, which grants then. Without smtp every
+// sign-up counts as confirmed, so the credits come at sign-up: for a site on one's own machine.
+
+// signupReference is the reference of an account's sign-up credits.
+func signupReference(acct string) string { return "signup-credits:" + acct }
+
+// grantSignupCredits gives the account its sign-up credits, unless it had them already.
+func (a *app) grantSignupCredits(ctx context.Context, acct string) error {
+	if a.signupCredits <= 0 {
+		return nil
+	}
+	res, err := a.store.Grant(ctx, ledger.GrantRequest{AccountID: acct, Mode: ledger.Live, Kind: ledger.KindGrant,
+		Credits: a.signupCredits, Reference: signupReference(acct), Reason: "sign-up credits"})
+	if err != nil {
+		return err
+	}
+	if !res.Repeated {
+		a.logger.Info("sign-up credits granted", zap.String("account", acct), zap.Int64("credits", a.signupCredits))
+	}
+	return nil
+}
+
 // afterSignUp sends the verification e-mail, or marks the account verified when there is no
 // e-mail. A failure leaves the account unverified; its owner can ask again.
 func (a *app) afterSignUp(ctx context.Context, acct ledger.Account) {
 	if a.mail == nil {
+		if err := a.grantSignupCredits(ctx, acct.ID); err != nil {
+			a.logger.Error("granting the sign-up credits; grant them by hand with caddy textgen credits grant",
+				zap.String("account", acct.ID), zap.String("reference", signupReference(acct.ID)), zap.Error(err))
+		}
 		if _, err := a.store.SetEmailVerified(ctx, acct.ID); err != nil {
 			a.logger.Warn("marking a sign-up verified", zap.String("account", acct.ID), zap.Error(err))
 		}
@@ -49,13 +80,20 @@ func (a *app) verifyEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	refund()
+	if err := a.grantSignupCredits(r.Context(), acct.ID); err != nil {
+		a.internalError(w, r, nil, "granting the sign-up credits", err)
+		return
+	}
 	if _, err := a.store.SetEmailVerified(r.Context(), acct.ID); err != nil {
 		a.internalError(w, r, nil, "verifying email", err)
 		return
 	}
 	a.logger.Info("email verified", zap.String("account", acct.ID))
-	a.errorPage(w, r, nil, http.StatusOK, "Email address confirmed",
-		fmt.Sprintf("Thank you: %s is confirmed. You can now buy credits and create live keys.", acct.Email))
+	msg := fmt.Sprintf("Thank you: %s is confirmed. You can now buy credits and create live keys.", acct.Email)
+	if a.signupCredits > 0 {
+		msg = fmt.Sprintf("Thank you: %s is confirmed. Your account has %d free credits for live keys; you can now create live keys and buy credits.", acct.Email, a.signupCredits)
+	}
+	a.errorPage(w, r, nil, http.StatusOK, "Email address confirmed", msg)
 }
 
 // resendVerification sends the verification e-mail again (throttled per account).

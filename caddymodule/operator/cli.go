@@ -329,6 +329,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 				c.Flags().String("package", defaultPackage, "Package id, as the session's metadata names it")
 				c.Flags().Int64("credits", defaultPackage10Credits, "Credits of the package")
 				c.Flags().Int64("amount-cents", defaultPackageCents, "Amount paid in euro cents (the webhook credits only the package's price)")
+				c.Flags().String("latest-from", "", "Caddy's log file: pay the latest Checkout Session it records ('checkout session created': its account, session and package), instead of --account, --session, --package, --credits and --amount-cents")
 			}),
 		),
 	)

@@ -48,16 +48,12 @@ type webhookResult struct {
 }
 
 func cmdStripeWebhook(c *cliContext) error {
+	if c.fl.String("latest-from") != "" {
+		return cmdStripeWebhookLatest(c)
+	}
 	acct, err := requireAccount(c.fl)
 	if err != nil {
 		return err
-	}
-	secret := c.fl.String("secret")
-	if secret == "" {
-		secret = os.Getenv(webhookSecretEnv)
-	}
-	if secret == "" {
-		return usagef("--secret is required (the webhook signing secret, whsec_...), or set %s", webhookSecretEnv)
 	}
 	credits, err := c.fl.GetInt64("credits")
 	if err != nil || credits <= 0 {
@@ -76,6 +72,28 @@ func cmdStripeWebhook(c *cliContext) error {
 		b := make([]byte, 12)
 		rand.Read(b)
 		session = "cs_test_local_" + hex.EncodeToString(b)
+	}
+	return sendCheckoutCompleted(c, checkoutSession{ID: session, Account: acct, Package: pkg, Credits: credits, PriceCents: cents})
+}
+
+// checkoutSession is what the webhook is told of a paid Checkout Session.
+type checkoutSession struct {
+	ID         string `json:"checkout_session"`
+	Account    string `json:"account"`
+	Package    string `json:"package"`
+	Credits    int64  `json:"credits"`
+	PriceCents int64  `json:"price_cents"`
+}
+
+// sendCheckoutCompleted signs and sends the webhook a checkout.session.completed of cs, paid.
+func sendCheckoutCompleted(c *cliContext, cs checkoutSession) error {
+	session, acct, pkg, credits, cents := cs.ID, cs.Account, cs.Package, cs.Credits, cs.PriceCents
+	secret := c.fl.String("secret")
+	if secret == "" {
+		secret = os.Getenv(webhookSecretEnv)
+	}
+	if secret == "" {
+		return usagef("--secret is required (the webhook signing secret, whsec_...), or set %s", webhookSecretEnv)
 	}
 	target := c.fl.String("url")
 	payload, err := checkoutCompleted(session, acct, pkg, credits, cents)

@@ -33,13 +33,17 @@ func main() {
 	flag.Parse()
 
 	if *installOnly {
+		// What it does goes to stderr (a first build takes minutes); the path alone to stdout.
 		bin, err := ollamatest.EnsureBinary()
 		if err != nil {
 			fail(err)
 		}
-		if _, err := ollamatest.EnsureModelFile(); err != nil {
+		fmt.Fprintf(os.Stderr, "tinyollama: Ollama %s: %s\n", ollamatest.OllamaVersion, bin)
+		model, err := ollamatest.EnsureModelFile()
+		if err != nil {
 			fail(err)
 		}
+		fmt.Fprintf(os.Stderr, "tinyollama: the tiny test model: %s\n", model)
 		fmt.Println(bin)
 		return
 	}
