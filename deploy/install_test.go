@@ -215,7 +215,8 @@ func (c *container) sh(script string) string {
 // decodes its one JSON object.
 func (c *container) textgen(args string) map[string]any {
 	c.t.Helper()
-	out := c.sh("caddy textgen " + args + " --json --config /etc/caddy/Caddyfile")
+	// Only stdout: reading --config logs to stderr.
+	out := c.sh("caddy textgen " + args + " --json --config /etc/caddy/Caddyfile 2>/tmp/textgen.err || { cat /tmp/textgen.err; exit 1; }")
 	var v map[string]any
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		c.t.Fatalf("caddy textgen %s: %v\n%s", args, err, out)
