@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -63,6 +64,41 @@ func goreleaser(t *testing.T) string {
 	return bin
 }
 
+// release is the one snapshot release of this test run, shared by the tests that need packages.
+var release struct {
+	once sync.Once
+	dist string
+	err  error
+}
+
+// releaseDist builds a snapshot release as the docs say (`goreleaser release --snapshot --clean`
+// at the repository's root), once per test run, and returns its dist directory.
+func releaseDist(t *testing.T) string {
+	t.Helper()
+	bin := goreleaser(t)
+	release.once.Do(func() {
+		root, err := filepath.Abs("..")
+		if err != nil {
+			release.err = err
+			return
+		}
+		t.Logf("building the packages: goreleaser release --snapshot --clean (a few minutes)")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "release", "--snapshot", "--clean")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			release.err = fmt.Errorf("goreleaser release --snapshot --clean: %v\n%s", err, out)
+			return
+		}
+		release.dist = filepath.Join(root, "dist")
+	})
+	if release.err != nil {
+		t.Fatal(release.err)
+	}
+	return release.dist
+}
+
 // run runs a command and returns its output, failing the test when it fails.
 func run(t *testing.T, dir, name string, args ...string) string {
 	t.Helper()
@@ -93,19 +129,8 @@ func contains(t *testing.T, what, text string, wants ...string) {
 // extracted into a root of its own), and that the packaged amd64 binary has the textgen modules.
 func TestReleasePackages(t *testing.T) {
 	full(t, "goreleaser, dpkg-deb, rpm and systemd-analyze")
-	bin := goreleaser(t)
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "release", "--snapshot", "--clean")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("goreleaser release --snapshot --clean: %v\n%s", err, out)
-	}
-	dist := filepath.Join(root, "dist")
+	dist := releaseDist(t)
+	root := filepath.Dir(dist)
 	find := func(pattern string) string {
 		t.Helper()
 		m, err := filepath.Glob(filepath.Join(dist, pattern))
@@ -173,7 +198,7 @@ func TestReleasePackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	contains(t, "caddy.service", string(raw), "User=caddy", "ExecStart=/usr/bin/caddy run --environ --config /etc/caddy/Caddyfile",
+	contains(t, "caddy.service", string(raw), "User=caddy", "ExecStart=/usr/bin/caddy run --config /etc/caddy/Caddyfile\n",
 		"ExecReload=/usr/bin/caddy reload --config /etc/caddy/Caddyfile", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"StateDirectory=caddy-textgen", "EnvironmentFile=-/etc/default/caddy-textgen", "Type=notify")
 	// Hardening that would break the ledger (a read-only state directory, no fsync) is absent.

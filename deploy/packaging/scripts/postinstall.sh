@@ -1,6 +1,11 @@
 #!/bin/sh
-# Enables and starts caddy.service on a first install, restarts it on an upgrade if it runs.
+# Enables and starts caddy.service on a first install, restarts it on an upgrade if it is enabled.
 # Arguments: deb passes "configure" [old version]; rpm passes 1 (install) or 2 (upgrade).
+#
+# A start or restart that fails is reported, with the service's last log lines, and fails this
+# script: dpkg then says the package is not configured (rather than reporting an install whose
+# service is down), and `dpkg --configure -a` finishes it once the cause is fixed. rpm only
+# warns about a failed scriptlet; the message says what to run.
 set -e
 chmod 0600 /etc/default/caddy-textgen
 chown root:root /etc/default/caddy-textgen
@@ -16,8 +21,18 @@ configure) [ -n "$2" ] && upgrade=yes ;;
 2) upgrade=yes ;;
 esac
 if [ -n "$upgrade" ]; then
-	systemctl try-restart caddy.service >/dev/null || true
+	# As Debian's own packages do (debhelper): an enabled service is restarted, and started if
+	# it was down (also when `dpkg --configure -a` finishes an upgrade whose restart failed).
+	systemctl is-enabled --quiet caddy.service || exit 0
+	action=restart
 else
 	systemctl enable caddy.service >/dev/null || true
-	systemctl start caddy.service >/dev/null || true
+	action=start
+fi
+if ! systemctl "$action" caddy.service; then
+	echo "caddy-textgen: caddy.service failed to start ($action). Its last log lines:" >&2
+	journalctl --no-pager --quiet --lines=20 --unit=caddy.service >&2 || true
+	echo "caddy-textgen: fix the cause (journalctl -u caddy; /etc/caddy/Caddyfile, /etc/default/caddy-textgen)," >&2
+	echo "caddy-textgen: then run 'dpkg --configure -a' (Debian, Ubuntu) or 'systemctl start caddy' (rpm)." >&2
+	exit 1
 fi
