@@ -29,9 +29,13 @@ type holdOp struct {
 	do      func(ctx context.Context) (ledger.HoldResult, error)
 }
 
+// settleOp is the settle of a charge decided now (the text was delivered): it carries that
+// moment, so that the ledger still charges it when it arrives after the hold's expiry and a
+// sweep's void (the ledger, or this instance, stalled in between), once.
 func (g *generation) settleOp() holdOp {
+	decided := time.Now()
 	return holdOp{"settle", "settled", func(ctx context.Context) (ledger.HoldResult, error) {
-		return g.store.Settle(ctx, g.acct.ID, g.id)
+		return g.store.SettleDecided(ctx, g.acct.ID, g.id, decided)
 	}}
 }
 
