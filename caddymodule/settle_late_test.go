@@ -24,7 +24,7 @@ func TestSettleAfterDatabaseDownPastHoldTTL(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	pg := pgtest.Shared(t)
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall, Pieces: 1, Piece: "paid ", Stall: time.Second})
-	site := pgSite(url, fs.URL, "\t\tretention off\n\t\thold_ttl 3s\n")
+	site := pgSite(url, fs.URL, "\t\tretention off\n\t\thold_ttl 3s\n\t\tgeneration_timeout 2s\n\t\tqueue_timeout 500ms\n")
 	a := caddyproc.Start(t, site, url)
 	caddyproc.Start(t, site, url) // a second instance: its sweep voids a's expired holds too
 	acct := caddyproc.Str(t, a.JSON("account", "create", "--email", "late@example.com"), "id")
