@@ -22,6 +22,9 @@ const (
 	retryMax   = 5 * time.Second
 )
 
+// settleRetryFor is the least time a settle that the ledger could not take is retried for.
+const settleRetryFor = time.Hour
+
 // holdOp is a settle or a void of the request's hold.
 type holdOp struct {
 	name    string // "settle", "void": the ledger_op_duration label
@@ -29,9 +32,13 @@ type holdOp struct {
 	do      func(ctx context.Context) (ledger.HoldResult, error)
 }
 
+// settleOp is the settle of a charge decided now (the text was delivered): it carries that
+// moment, so that the ledger still charges it when it arrives after the hold's expiry and a
+// sweep's void (the ledger, or this instance, stalled in between), once.
 func (g *generation) settleOp() holdOp {
+	decided := time.Now()
 	return holdOp{"settle", "settled", func(ctx context.Context) (ledger.HoldResult, error) {
-		return g.store.Settle(ctx, g.acct.ID, g.id)
+		return g.store.SettleDecided(ctx, g.acct.ID, g.id, decided)
 	}}
 }
 
@@ -67,12 +74,18 @@ func (g *generation) resolve(ctx context.Context, op holdOp) (taken bool) {
 }
 
 // resolveLater retries op until the ledger takes it, the hold turns out resolved already (the
-// expiry sweep of another instance, say), the ledger fails otherwise, or the hold's own TTL has
-// passed (by then a sweep has voided it).
+// expiry sweep of another instance, say), or the ledger fails otherwise. A void is given up once
+// the hold's own TTL has passed (by then a sweep has voided it); a settle is retried for at least
+// settleRetryFor, since the ledger still charges a hold voided as expired after the charge was
+// decided (ledger.Credits.SettleDecided).
 func (g *generation) resolveLater(op holdOp) {
 	log := g.h.logger.With(zap.String("request_id", g.id), zap.String("account_id", g.acct.ID), zap.String("op", op.name))
 	mode := string(g.key.Mode)
-	retryLater(log, op.name, time.Now().Add(time.Duration(g.h.HoldTTL)), "the hold's TTL has passed", func(ctx context.Context) error {
+	until, why := time.Duration(g.h.HoldTTL), "the hold's TTL has passed"
+	if op.name == "settle" && until < settleRetryFor {
+		until, why = settleRetryFor, "the ledger was unavailable for "+settleRetryFor.String()
+	}
+	retryLater(log, op.name, time.Now().Add(until), why, func(ctx context.Context) error {
 		res, err := op.do(ctx)
 		switch {
 		case err != nil:

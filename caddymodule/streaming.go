@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -239,12 +240,24 @@ func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
 	return n, nil
 }
 
-// flushed flushes what was written to the client and records that it was delivered.
+// errLeftBeforeText ends a generation whose client had closed its connection when its first
+// text was flushed.
+var errLeftBeforeText = errors.New("the client closed its connection before the first text reached it")
+
+// flushed flushes what was written to the client and records that it was delivered. The first
+// text is not delivered to a client that had already gone (the request's context ended: its
+// connection was closed, or its stream reset), although the flush succeeds: a write into a
+// connection whose client has closed its side only fills the kernel's buffer. The generation
+// then ends uncharged, as for a client that left before the first piece.
 func (s *streamer) flushed() error {
 	if err := s.rc.Flush(); err != nil {
 		return err
 	}
 	s.mu.Lock()
+	if !s.delivered && ctxDone(s.g.r.Context()) {
+		s.mu.Unlock()
+		return errLeftBeforeText
+	}
 	s.delivered = true
 	s.mu.Unlock()
 	if s.g.r.ProtoMajor >= 2 {

@@ -160,18 +160,24 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 // Settle charges the held credit: balance -1, an entry of kind settle. A hold resolved already
 // (settled or voided) reports its first outcome with Repeated set.
 func (s *Badger) Settle(ctx context.Context, accountID, requestID string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldSettled, "")
+	return s.resolve(accountID, requestID, HoldSettled, "", time.Time{})
+}
+
+// SettleDecided is Settle of a charge decided at decided (the text was delivered then): a hold
+// that the sweep voided as expired after that moment is charged after all (settleLate).
+func (s *Badger) SettleDecided(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error) {
+	return s.resolve(accountID, requestID, HoldSettled, "", decided)
 }
 
 // Void releases the held credit without charging it: an entry of kind void with the reason.
 // A hold resolved already reports its first outcome with Repeated set.
 func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error) {
-	return s.resolve(accountID, requestID, HoldVoided, reason)
+	return s.resolve(accountID, requestID, HoldVoided, reason, time.Time{})
 }
 
 // resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
 // after its client went away, with a context that is already canceled.
-func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string) (HoldResult, error) {
+func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string, decided time.Time) (HoldResult, error) {
 	if err := checkResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
@@ -194,7 +200,19 @@ func (s *Badger) resolve(accountID, requestID string, to HoldState, reason strin
 		return HoldResult{}, err
 	}
 	if h.rec.State != HoldOpen {
-		return s.repeated(a, h)
+		if to != HoldSettled || !lateSettleAllowed(h.rec.State, h.rec.Reason, h.rec.Expires, decided) {
+			return s.repeated(a, h)
+		}
+		if bal, held := a.figures(h.rec.Mode); bal-held < 1 {
+			return s.repeated(a, h) // the credit given back is spent: it stays voided
+		}
+		op := s.settleLateLocked(a, h, now().UTC())
+		r := s.holdResult(a, h, false)
+		a.mu.Unlock()
+		if err := op.wait(); err != nil {
+			return HoldResult{}, err
+		}
+		return r, nil
 	}
 	op := s.resolveLocked(a, h, to, reason, now().UTC())
 	r := s.holdResult(a, h, false)
@@ -228,6 +246,28 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to HoldState, reason stri
 	))
 	h.rec, h.op = rec, op.id // h is the map's entry
 	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
+	return op
+}
+
+// settleLateLocked charges hold h, voided by the sweep as expired, whose charge was decided
+// before it expired: an entry of kind settle (balance -1, the open holds as they are, reason
+// SettledLateReason), and the key's and the member's counts that the void gave back are taken
+// again. Called with a.mu held, h voided and the credit available.
+func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingOp {
+	rec := h.rec
+	ent, ws := a.appendEntry(Entry{Kind: KindSettle, Mode: rec.Mode, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool,
+		Reason: SettledLateReason}, -1, 0, t)
+	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = HoldSettled, t, ent.Seq, SettledLateReason
+	if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
+		k := *ke.rec.Load()
+		k.Usage = k.Usage.retake(rec.Created)
+		ws = append(ws, s.storeKeyLocked(ke, k))
+	}
+	ws = append(ws, s.memberRetake(a, &rec)...)
+	op := s.c.enqueue(append(ws, set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec))))
+	a.putHold(rec.RequestID, &holdMem{rec: rec, op: op.id})
+	a.recent = append(a.recent, recentItem{kind: 'h', key: rec.RequestID, op: op.id})
+	*h = holdMem{rec: rec, op: op.id}
 	return op
 }
 

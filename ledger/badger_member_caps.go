@@ -62,6 +62,21 @@ func (s *Badger) memberResolve(a *account, h *holdRecord) []write {
 	return []write{o.usageWrite(a.id, uk)}
 }
 
+// memberRetake counts again, for a hold settled after its expiry's void (settleLateLocked),
+// what memberResolve gave back. Called with a.mu held.
+func (s *Badger) memberRetake(a *account, h *holdRecord) []write {
+	o := a.org
+	if o == nil || h.Mode != Live || h.KeyID == "" {
+		return nil
+	}
+	uk := usageKey{s.keyMemberOf(a, h.KeyID), MonthOf(h.Created)}
+	if _, ok := o.used[uk]; !ok {
+		return nil // the hold counted nothing (no member, or a pending one)
+	}
+	o.used[uk]++
+	return []write{o.usageWrite(a.id, uk)}
+}
+
 func (o *orgState) usageWrite(org string, uk usageKey) write {
 	return set(memberUsageKey(org, uk.member, uk.month), strconv.AppendInt(nil, o.used[uk], 10))
 }

@@ -292,7 +292,7 @@ func (c *acctCheck) entry(seq uint64, v []byte, m *memSnapshot, add func(acct, k
 		return
 	}
 	ms := &c.sums[i]
-	ms.apply(e.Kind, e.Amount)
+	ms.apply(e.Kind, e.Amount, e.Reason)
 	if m != nil && seq < m.nextSeq {
 		c.cut[i] = *ms
 	}

@@ -61,6 +61,7 @@ var conformanceTests = []struct {
 	{"Purchase", testPurchase},
 	{"RefillTestCredits", testRefillTestCredits},
 	{"GetHold", testGetHold},
+	{"SettleDecidedAfterSweep", testSettleDecidedAfterSweep}, // conformance_settle_late_test.go
 	// Idempotency (conformance_idempotency_test.go).
 	{"IdempotencyRecords", testIdempotencyRecords},
 	{"IdempotencyReleaseAndTakeOver", testIdempotencyReleaseAndTakeOver},

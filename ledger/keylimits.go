@@ -164,6 +164,19 @@ func (u KeyUsage) release(created time.Time) KeyUsage {
 	return u
 }
 
+// retake counts again the credit of a hold made at created that release gave back (a hold
+// settled after its expiry's void): the key's budget was checked when the hold was made.
+func (u KeyUsage) retake(created time.Time) KeyUsage {
+	u.Total++
+	if u.DayStart.Equal(dayStart(created)) {
+		u.Day++
+	}
+	if u.MonthStart.Equal(monthStart(created)) {
+		u.Month++
+	}
+	return u
+}
+
 // KeyRemaining is what is left of a key's budgets at one moment; a budget the key does not
 // have is nil.
 type KeyRemaining struct {

@@ -158,6 +158,35 @@ func (s *Postgres) Settle(ctx context.Context, accountID, requestID string) (Hol
 	return s.resolve(accountID, requestID, "settle", "")
 }
 
+// SettleDecided is Settle of a charge decided at decided: a hold that a sweep (of any instance)
+// voided as expired although decided is before its expiry is charged after all, once
+// (ledger_settle_late, postgres_migrations/00013).
+func (s *Postgres) SettleDecided(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error) {
+	r, err := s.Settle(ctx, accountID, requestID)
+	if err != nil || !r.Repeated || r.State != HoldVoided || decided.IsZero() {
+		return r, err
+	}
+	return s.settleLate(ctx, accountID, requestID, decided)
+}
+
+// settleLate runs ledger_settle_late, in a transaction of its own: it is rare (a stall longer
+// than the hold's life), so it does not ride in the group committer's batches.
+func (s *Postgres) settleLate(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error) {
+	if err := s.begin(); err != nil {
+		return HoldResult{}, err
+	}
+	defer s.end()
+	qctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	var o holdOutcome
+	err := o.scan(s.pool.QueryRow(qctx, `SELECT o_outcome, o_state, o_available FROM ledger_settle_late($1, $2, $3, $4)`,
+		accountID, requestID, decided.UnixNano(), now().UTC().UnixNano()))
+	if err != nil {
+		return HoldResult{}, pgErr(ctx, "settling an expired hold", err)
+	}
+	return o.result(accountID, requestID)
+}
+
 // Void releases the held credit without charging it. A hold resolved already reports its first
 // outcome with Repeated set.
 func (s *Postgres) Void(ctx context.Context, accountID, requestID, reason string) (HoldResult, error) {

@@ -115,13 +115,14 @@ func verifyLoadAccounts(ctx context.Context, tx pgx.Tx) (map[string]*pgVerifyAcc
 
 // verifyEntries replays every entry in (account, seq) order and returns how many there are.
 func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAccount, add func(acct, kind, format string, args ...any)) (int, error) {
-	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after FROM entries ORDER BY account_id, seq`)
+	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason FROM entries ORDER BY account_id, seq`)
 	var id string
 	var seq, amount, balAfter, availAfter int64
 	var kind EntryKind
 	var mode Mode
+	var reason string
 	n := 0
-	_, err := pgx.ForEachRow(rows, []any{&id, &seq, &kind, &mode, &amount, &balAfter, &availAfter}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &seq, &kind, &mode, &amount, &balAfter, &availAfter, &reason}, func() error {
 		n++
 		a := accts[id]
 		if a == nil {
@@ -143,7 +144,7 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAcc
 			once("corrupt_record", "entry %d has mode %q", seq, mode)
 			return nil
 		}
-		ms.apply(kind, amount)
+		ms.apply(kind, amount, reason)
 		negBal, negAv := ms.negative()
 		if negBal {
 			once("negative_balance", "%s balance is %d after entry %d", mode, ms.bal, seq)
@@ -221,7 +222,10 @@ func verifyHolds(ctx context.Context, tx pgx.Tx, cutoff int64, add func(acct, ki
 			SELECT account_id, request_id, count(*) FILTER (WHERE kind = 'hold') || ' holds, ' ||
 				count(*) FILTER (WHERE kind <> 'hold') || ' resolutions'
 			FROM entries WHERE kind IN ('hold', 'settle', 'void') GROUP BY 1, 2
-			HAVING count(*) FILTER (WHERE kind = 'hold') <> 1 OR count(*) FILTER (WHERE kind <> 'hold') > 1`, nil},
+			HAVING count(*) FILTER (WHERE kind = 'hold') <> 1 OR count(*) FILTER (WHERE kind = 'settle') > 1
+				OR count(*) FILTER (WHERE kind = 'void') > 1
+				OR count(*) FILTER (WHERE kind = 'settle' AND reason <> '` + SettledLateReason + `') +
+					count(*) FILTER (WHERE kind = 'void') > 1`, nil},
 		{"expired_open_hold", "hold %q expired at %s and is still open", `
 			SELECT account_id, request_id, to_char(to_timestamp(expires / 1e9) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 			FROM holds WHERE state = 'open' AND expires < $1`, []any{cutoff}},

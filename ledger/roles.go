@@ -193,6 +193,15 @@ type Credits interface {
 	//   - ErrClosed.
 	Settle(ctx context.Context, accountID, requestID string) (HoldResult, error)
 
+	// SettleDecided is Settle of a charge decided at decided (the request's text was delivered
+	// then). A hold that the sweep voided as expired although decided is before its expiry is
+	// charged after all, once: an entry of kind settle with reason SettledLateReason, the hold
+	// then settled. When the credit the void gave back is no longer available, or decided is
+	// not before the expiry, it reports the void with Repeated set, as Settle does.
+	//
+	// Expected errors: those of Settle.
+	SettleDecided(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error)
+
 	// Void releases the held credit without charging it (an entry of kind void, amount 0, with
 	// reason). A hold resolved before reports its first outcome with Repeated set.
 	//

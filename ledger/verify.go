@@ -7,14 +7,19 @@ package ledger
 // the open holds, and the credits that refunds and disputes took and did not give back.
 type modeSums struct{ bal, open, reversed int64 }
 
-// apply adds one entry: its amount to the balance; a hold opens one, a settle or void closes one;
-// a refund or dispute moves the reversed credits the other way.
-func (m *modeSums) apply(kind EntryKind, amount int64) {
+// apply adds one entry: its amount to the balance; a hold opens one, a settle or void closes one
+// (a settle after the sweep's void, reason SettledLateReason, closes none: the void did); a
+// refund or dispute moves the reversed credits the other way.
+func (m *modeSums) apply(kind EntryKind, amount int64, reason string) {
 	m.bal += amount
 	switch kind {
 	case KindHold:
 		m.open++
-	case KindSettle, KindVoid:
+	case KindSettle:
+		if reason != SettledLateReason {
+			m.open--
+		}
+	case KindVoid:
 		m.open--
 	case KindRefund, KindDispute:
 		m.reversed -= amount
