@@ -160,7 +160,7 @@ func (s *Postgres) Settle(ctx context.Context, accountID, requestID string) (Hol
 
 // SettleDecided is Settle of a charge decided at decided: a hold that a sweep (of any instance)
 // voided as expired although decided is before its expiry is charged after all, once
-// (ledger_settle_late, postgres_migrations/00013).
+// (ledger_settle_late, postgres_migrations/00014).
 func (s *Postgres) SettleDecided(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error) {
 	r, err := s.Settle(ctx, accountID, requestID)
 	if err != nil || !r.Repeated || r.State != HoldVoided || decided.IsZero() {
