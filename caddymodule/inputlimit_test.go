@@ -2,11 +2,17 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 )
 
@@ -141,6 +147,66 @@ func TestSmallWindowWithoutCountChecksTheInputAlone(t *testing.T) {
 	}
 	if b := e.balance(acct.ID); b.Balance != 1 {
 		t.Errorf("balance %+v, want 1", b)
+	}
+	e.verify()
+}
+
+// The same with an OpenAI-compatible server that counts with POST /tokenize (llama.cpp's
+// server, vLLM): a FAKE /tokenize (no such server is available to the tests; it counts a token
+// for every 4 bytes, as real tokenizers do for English) in front of the fault server, which
+// streams the answers. A short input in a 2,048-token window is served and charged; the
+// catalog's limit is accepted, one character more is refused with the same number, free.
+func TestSmallWindowCountedByTokenize(t *testing.T) {
+	const window, slug = 2048, "summarizer"
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 4})
+	target, err := url.Parse(fs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var counted atomic.Int64
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tokenize" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		counted.Add(1)
+		var req struct {
+			Content string `json:"content"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		_ = json.NewEncoder(w).Encode(map[string]any{"tokens": make([]int, len(req.Content)/4)})
+	}))
+	t.Cleanup(fake.Close)
+	short := "Caddy is a web server. Summarize what it does, please."
+	output := window - (longestSystemBytes(t, slug) + templateAllowance) - len(short) + 10
+	e := newEnv(t, envOptions{ollama: fake.URL + "/v1", wire: "openai", extra: "context tiny " + strconv.Itoa(window) +
+		"\n\t\tmax_output_tokens " + strconv.Itoa(output)})
+	acct, key := e.account(3)
+	code, events, eb := generateSSE(t, e, key, genBody(slug, short, "en", ""))
+	if code != 200 {
+		t.Fatalf("a %d-character input in a %d-token window: %d %+v", len(short), window, code, eb)
+	}
+	if name, done, ev := lastEvent(t, events); name != "done" || done.CreditsUsed != 1 {
+		t.Fatalf("short input: last event %s %+v %+v", name, done, ev)
+	}
+	limit := catalogLimit(t, e, slug)
+	if limit < len(short) || limit >= 20000 {
+		t.Fatalf("the catalog states %d characters for %s", limit, slug)
+	}
+	code, _, eb = generateSSE(t, e, key, genBody(slug, prose(limit+1), "de", "formal"))
+	if code != 413 || eb.Error.Code != "input_too_large" || statedLimit(t, eb) != limit {
+		t.Errorf("one character over the catalog's limit: %d %+v", code, eb)
+	}
+	code, events, eb = generateSSE(t, e, key, genBody(slug, prose(limit), "de", "formal"))
+	if name, done, ev := lastEvent(t, events); code != 200 || name != "done" || done.CreditsUsed != 1 {
+		t.Errorf("at the catalog's limit of %d: %d %+v, last event %s %+v %+v", limit, code, eb, name, done, ev)
+	}
+	if n := counted.Load(); n < 1 || n > int64(len(catalog.Default().Slugs())) {
+		t.Errorf("the instructions were counted %d times, want at most once per tool", n)
+	}
+	if b := e.balance(acct.ID); b.Balance != 1 || b.Available != 1 {
+		t.Errorf("balance %+v, want 1: two served, the refusal free", b)
 	}
 	e.verify()
 }
