@@ -156,9 +156,16 @@ func (h *Handler) checkModelsOn(servers backends.ModelServers, models, contexts 
 		if err := servers.CheckModels(ctx, models, pull); err != nil {
 			logger.Warn("model check", zap.Error(err))
 		}
-		h.reportContexts(ctx, servers, contexts)
+		// The windows and the counts of the instructions get their own time: on a busy CPU
+		// server each count reads a tool's instructions through the model.
+		rctx, rcancel := context.WithTimeout(context.Background(), reportTimeout)
+		defer rcancel()
+		h.reportContexts(rctx, servers, contexts)
 	}()
 }
+
+// reportTimeout bounds the start-up report of the models' contexts (reportContexts).
+const reportTimeout = 10 * time.Minute
 
 // serveTools answers GET /api/v1/tools with the catalog (free, no key needed). Each tool's
 // max_input_chars is its input limit (inputlimit.go), which the model's context may lower: the
