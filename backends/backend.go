@@ -83,7 +83,8 @@ type Admitter interface {
 // ModelServers is a set of model servers as the HTTP layer uses them (caddymodule depends on
 // this, not on a concrete type): it generates with admission, a place held across instances
 // too (HeldAdmitter), checks at start-up that the servers have the models (ModelChecker), tells
-// its hosts' state for readiness (HostReporter) and a model's context window (WindowFinder).
+// its hosts' state for readiness (HostReporter), a model's context window (WindowFinder) and
+// how many tokens a system prompt takes (SystemCounter).
 // Close stops what runs in the background; generations in progress go on. Chat is one, for
 // every server that streams chat completions over HTTP (chat.go).
 type ModelServers interface {
@@ -91,6 +92,7 @@ type ModelServers interface {
 	ModelChecker
 	HostReporter
 	WindowFinder
+	SystemCounter
 	io.Closer
 }
 
@@ -122,6 +124,14 @@ type WindowFinder interface {
 	// wraps ErrWindowUnknown when no server reports it (a setting must say it then), else says
 	// why none could be asked.
 	ContextWindow(ctx context.Context, model string) (int, error)
+}
+
+// SystemCounter tells how many tokens a model makes of a system prompt (count.go).
+type SystemCounter interface {
+	// CountSystem asks the model servers for the tokens of system with model, run with a
+	// context of numCtx tokens (0: the server's default). The error wraps ErrCountUnknown when
+	// no server can count, else says why none could be asked.
+	CountSystem(ctx context.Context, model, system string, numCtx int) (PromptCount, error)
 }
 
 // Kind classifies a backend failure so the HTTP layer can map it to a status code.

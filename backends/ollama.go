@@ -248,5 +248,36 @@ func (w *ollamaWire) window(ctx context.Context, c *Chat, h *chatHost, model str
 	return 0, ErrWindowUnknown
 }
 
+// count runs a chat of the system prompt and an empty input with one token of answer (Ollama
+// v0.6.8 reads num_predict 0 as no limit) and the context the model runs with, and reads the
+// prompt's tokens from prompt_eval_count: the chat template, the system prompt and the empty
+// input, as the server counts them. The count a server gives for a prompt that fills its whole
+// context may be of a cut prompt: that is no count.
+func (w *ollamaWire) count(ctx context.Context, c *Chat, h *chatHost, model, system string, numCtx int) (PromptCount, error) {
+	stream := false
+	opts := map[string]any{"num_predict": 1}
+	if numCtx > 0 {
+		opts["num_ctx"] = numCtx
+	}
+	req := &api.ChatRequest{Model: model, Stream: &stream, KeepAlive: w.keepAlive, Options: opts,
+		Messages: []api.Message{{Role: "system", Content: system}, {Role: "user", Content: ""}}}
+	n := 0
+	err := ollamaClient(c, h).Chat(ctx, req, func(r api.ChatResponse) error {
+		if r.Done {
+			n = r.PromptEvalCount
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return PromptCount{}, err
+	case n <= 0:
+		return PromptCount{}, ErrCountUnknown
+	case numCtx > 0 && n >= numCtx-1:
+		return PromptCount{}, fmt.Errorf("the system prompt fills the context of %d tokens: %w", numCtx, ErrCountUnknown)
+	}
+	return PromptCount{Tokens: n, Templated: true}, nil
+}
+
 // Interface guards
 var _ wire = (*ollamaWire)(nil)

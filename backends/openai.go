@@ -355,5 +355,61 @@ func (w *openaiWire) window(ctx context.Context, c *Chat, h *chatHost, model str
 	return 0, fmt.Errorf("model %q is not in the model list", model)
 }
 
+// tokenizeURL is POST /tokenize of h, beside /v1 (llama.cpp's server and vLLM have it).
+func tokenizeURL(h *chatHost) string {
+	u := *h.base
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+	return u.JoinPath("tokenize").String()
+}
+
+// count asks POST /tokenize for the tokens of the system prompt's text (no chat template: the
+// caller allows for it). One body serves both servers that have it: llama.cpp's server reads
+// "content" and answers {"tokens": [...]}; vLLM reads "model" and "prompt" and answers
+// {"count": n, "tokens": [...]}. A server without it (404, 405, 501, or an answer that holds no
+// count) has no count: ErrCountUnknown.
+func (w *openaiWire) count(ctx context.Context, c *Chat, h *chatHost, model, system string, _ int) (PromptCount, error) {
+	body, err := json.Marshal(map[string]any{"model": model, "prompt": system, "content": system})
+	if err != nil {
+		return PromptCount{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tokenizeURL(h), bytes.NewReader(body))
+	if err != nil {
+		return PromptCount{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	w.authorize(req.Header)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return PromptCount{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return PromptCount{}, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed ||
+		resp.StatusCode == http.StatusNotImplemented:
+		return PromptCount{}, fmt.Errorf("POST %s: %s: %w", tokenizeURL(h), resp.Status, ErrCountUnknown)
+	case resp.StatusCode != http.StatusOK:
+		return PromptCount{}, fmt.Errorf("POST %s: %s: %s", tokenizeURL(h), resp.Status, clip(bytes.TrimSpace(raw)))
+	}
+	var out struct {
+		Count  any               `json:"count"`
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return PromptCount{}, fmt.Errorf("POST %s: %w: %w", tokenizeURL(h), err, ErrCountUnknown)
+	}
+	n, ok := positiveInt(out.Count)
+	if !ok {
+		n = len(out.Tokens)
+	}
+	if n == 0 {
+		return PromptCount{}, fmt.Errorf("POST %s: no tokens in the answer: %w", tokenizeURL(h), ErrCountUnknown)
+	}
+	return PromptCount{Tokens: n}, nil
+}
+
 // Interface guards
 var _ wire = (*openaiWire)(nil)

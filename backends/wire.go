@@ -34,6 +34,9 @@ type wire interface {
 	probe(ctx context.Context, c *Chat, h *chatHost) error
 	// window is model's context window as h reports it, or ErrWindowUnknown.
 	window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error)
+	// count is how many tokens h makes of the system prompt system for model (count.go), or
+	// ErrCountUnknown.
+	count(ctx context.Context, c *Chat, h *chatHost, model, system string, numCtx int) (PromptCount, error)
 }
 
 // The wires a Chat can speak (ChatConfig.API).

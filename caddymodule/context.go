@@ -6,10 +6,10 @@ import (
 	"hash/maphash"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -75,9 +75,16 @@ type modelContext struct {
 	ask    sync.Mutex
 	failed atomic.Int64
 
+	// countAsk is held by the one request that asks the server to count a tool's instructions
+	// (inputlimit.go).
+	countAsk sync.Mutex
+	logger   *zap.Logger
+
 	mu sync.Mutex
 	// seen is, per system prompt, what the server reported of prompts that were not cut.
 	seen map[uint64]promptSeen
+	// counts is, per counted system prompt, what the server counted of it (inputlimit.go).
+	counts map[uint64]counted
 }
 
 // promptSeen bounds the tokens of a system prompt with its template, from the reports of the
@@ -104,11 +111,13 @@ func (h *Handler) setupContexts() {
 	}
 	for _, slug := range catalog.Default().Slugs() {
 		rt := h.tools[slug]
+		rt.longestSystem = h.longestSystemOf(rt)
+		rt.countedSystem = catalog.BuildSystem(rt.Tool, "en", "English", "")
 		key := contextKey(rt)
 		mc := h.contexts.byName[key]
 		if mc == nil {
 			mc = &modelContext{model: rt.model, setting: windows[modelname.Normalize(rt.model)],
-				numCtxSetting: h.NumCtx, seen: make(map[uint64]promptSeen)}
+				numCtxSetting: h.NumCtx, seen: make(map[uint64]promptSeen), counts: make(map[uint64]counted), logger: h.logger}
 			h.contexts.byName[key] = mc
 		}
 		mc.need = max(mc.need, h.toolNeed(rt))
@@ -119,21 +128,7 @@ func (h *Handler) setupContexts() {
 // toolNeed is the most tokens a request of rt may need: its longest system prompt as bytes, its
 // longest input at one token a character, its answer and the template's allowance.
 func (h *Handler) toolNeed(rt *toolRuntime) int {
-	return h.longestSystem(rt) + templateAllowance + rt.maxInputChars + rt.maxOutputTokens
-}
-
-// longestSystem is the length in bytes of rt's longest system prompt (over the languages and
-// tones a request may name).
-func (h *Handler) longestSystem(rt *toolRuntime) int {
-	longestTag, longestName := 0, 0
-	for _, l := range h.languages.Languages() {
-		longestTag, longestName = max(longestTag, len(l.Tag)), max(longestName, len(l.Name))
-	}
-	n := 0
-	for _, tone := range append([]string{""}, catalog.Tones...) {
-		n = max(n, len(catalog.BuildSystem(rt.Tool, strings.Repeat("x", longestTag), strings.Repeat("x", longestName), tone)))
-	}
-	return n
+	return rt.longestSystem + templateAllowance + rt.maxInputChars + rt.maxOutputTokens
 }
 
 // windowOf is the model's window: the `context` setting, else what its server reported. Until
@@ -185,10 +180,13 @@ func (mc *modelContext) numCtx(window int) int {
 }
 
 // fixedBound is at most how many tokens the template and system take: the bytes of system and
-// the template's allowance, or less where the server reported a smaller prompt with it (key is
-// system's hash).
-func (mc *modelContext) fixedBound(system string, key uint64) int {
+// the template's allowance, or less where the server counted the tool's instructions (lim) or
+// reported a smaller prompt with system (key is system's hash).
+func (mc *modelContext) fixedBound(system string, key uint64, lim inputLimit) int {
 	bound := len(system) + templateAllowance
+	if lim.counted {
+		bound = min(bound, lim.fixed)
+	}
 	mc.mu.Lock()
 	seen, ok := mc.seen[key]
 	mc.mu.Unlock()
@@ -210,27 +208,42 @@ type contextFit struct {
 
 func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
 
-// fitContext checks that the request's prompt and answer fit its model's context, before
-// anything is held or sent: else 413 input_too_large, free. It builds the system prompt.
+// fitContext checks the input against the tool's limit (inputlimit.go) and the request's prompt
+// and answer against its model's context, before anything is held or sent: else 413
+// input_too_large, free. It builds the system prompt.
 func (g *generation) fitContext() *apiError {
 	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
+	ctx := g.r.Context()
+	lim := g.h.inputLimit(ctx, g.tool, g.backend, false)
+	if n := utf8.RuneCountInString(g.req.Input); n > lim.chars {
+		if lim.lowered {
+			metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
+		}
+		return lim.tooManyChars(g.tool.Slug, n)
+	}
 	mc := g.tool.context
 	if mc == nil {
 		return nil // not sized (a bug): the server's own answer is the check
 	}
 	key := maphash.String(seed, g.system)
-	g.fit = contextFit{numCtx: mc.numCtx(mc.windowOf(g.r.Context(), g.backend)), fixed: mc.fixedBound(g.system, key),
+	g.fit = contextFit{numCtx: lim.numCtx, fixed: mc.fixedBound(g.system, key, lim),
 		input: len(g.req.Input), output: g.tool.maxOutputTokens, system: key}
+	if !g.fit.fits() && !lim.counted {
+		// Text of other scripts: more bytes than characters. Count the instructions before
+		// refusing on their bytes.
+		lim = g.h.inputLimit(ctx, g.tool, g.backend, true)
+		g.fit.fixed = mc.fixedBound(g.system, key, lim)
+	}
 	if g.fit.fits() {
 		return nil
 	}
 	metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
 	room := max(g.fit.numCtx-g.fit.fixed-g.fit.output, 0)
 	return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", fmt.Sprintf(
-		"input is too long for the model of the tool %s: it may take up to %d tokens (one per byte of UTF-8), "+
+		"input is too long for the model of the tool %s: its %d characters take %d bytes of UTF-8, counted at up to a token a byte, "+
 			"and with the tool's instructions (up to %d tokens) and its answer (up to %d tokens) the model's context of %d tokens "+
-			"has room for %d; shorten it to at most %d bytes (%d characters of plain ASCII text, fewer of other scripts); no credit was charged",
-		g.tool.Slug, g.fit.input, g.fit.fixed, g.fit.output, g.fit.numCtx, room, room, room))
+			"has room for %d; shorten it to at most %d bytes (the tool accepts at most %d characters of plain ASCII text, fewer of other scripts); no credit was charged",
+		g.tool.Slug, utf8.RuneCountInString(g.req.Input), g.fit.input, g.fit.fixed, g.fit.output, g.fit.numCtx, room, room, lim.chars))
 }
 
 // contextCut checks a complete generation's figures against what was sent: a non-nil error
@@ -287,17 +300,19 @@ func (g *generation) finishReason() string {
 	return "stop"
 }
 
-// reportContexts asks the model servers for the windows of the models the tools use and logs,
-// with the numbers, every tool whose longest input does not fit (Provision's start-up check;
-// it blocks, so it runs in the background).
-func (h *Handler) reportContexts(ctx context.Context, wf backends.WindowFinder, keys []string) {
+// reportContexts asks the model servers for the windows of the models the tools use (and, where
+// the instructions' bytes leave no room for max_input_chars, for the tokens of the
+// instructions), and logs once, as a warning, the tools whose input limit the context lowers
+// below max_input_chars, with each limit (Provision's start-up check; it blocks, so it runs in
+// the background).
+func (h *Handler) reportContexts(ctx context.Context, s backends.ModelServers, keys []string) {
 	for _, key := range keys {
 		mc := h.contexts.byName[key]
 		if mc == nil {
 			continue
 		}
 		if mc.setting == 0 {
-			w, err := wf.ContextWindow(ctx, mc.model)
+			w, err := s.ContextWindow(ctx, mc.model)
 			if err != nil {
 				h.logger.Warn("the model server does not tell the model's context window; set `context <model> <tokens>` so that "+
 					"inputs that cannot fit are refused rather than cut by the server",
@@ -308,21 +323,19 @@ func (h *Handler) reportContexts(ctx context.Context, wf backends.WindowFinder, 
 		}
 		window := mc.windowOf(ctx, nil)
 		numCtx := mc.numCtx(window)
-		var short []string
+		var lowered []string
 		for _, slug := range catalog.Default().Slugs() {
 			rt := h.tools[slug]
 			if contextKey(rt) != key {
 				continue
 			}
-			fixed := h.longestSystem(rt) + templateAllowance
-			if need := fixed + rt.maxInputChars + rt.maxOutputTokens; need > numCtx {
-				short = append(short, fmt.Sprintf("%s: needs up to %d tokens (instructions %d, input %d, answer %d); inputs fit up to %d characters",
-					slug, need, fixed, rt.maxInputChars, rt.maxOutputTokens, max(numCtx-fixed-rt.maxOutputTokens, 0)))
+			if lim := h.inputLimit(ctx, rt, s, false); lim.lowered {
+				lowered = append(lowered, lim.description(slug))
 			}
 		}
-		sort.Strings(short)
+		sort.Strings(lowered)
 		fields := []zap.Field{zap.String("model", mc.model), zap.Int("window", window), zap.Int("num_ctx", numCtx)}
-		if len(short) == 0 {
+		if len(lowered) == 0 {
 			h.logger.Info("model context sized for every tool's longest input", fields...)
 			continue
 		}
@@ -330,7 +343,8 @@ func (h *Handler) reportContexts(ctx context.Context, wf backends.WindowFinder, 
 		if mc.numCtxSetting > 0 && (window == 0 || mc.numCtxSetting < window) {
 			remedy = "raise num_ctx (up to the model's window), " + remedy
 		}
-		h.logger.Error("the model's context cannot hold the longest input of some tools: longer inputs are refused with 413 input_too_large; "+remedy,
-			append(fields, zap.Strings("tools", short))...)
+		h.logger.Warn("the model's context holds less than max_input_chars for some tools: their inputs are limited to what it holds "+
+			"(GET /api/v1/tools and every 413 input_too_large state each tool's limit); to accept longer inputs, "+remedy,
+			append(fields, zap.Strings("tools", lowered))...)
 	}
 }

@@ -3,10 +3,10 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,12 +142,11 @@ func TestEveryToolAnswersInDevMode(t *testing.T) {
 	e.verify()
 }
 
-var roomRE = regexp.MustCompile(`shorten it to at most (\d+) bytes`)
-
 // The largest input the example Caddyfile accepts (max_input_chars) does not fit the tiny model's
-// window with any tool: it is refused 413 at the door, free, and never reaches the model. The
-// largest input that the check lets through (the number its message gives) is served whole,
-// with no "truncating input prompt" in Ollama's log, and charged; one byte more is refused.
+// window with any tool: the catalog states each tool's lower limit, and a longer input is
+// refused 413 at the door with that number, free, and never reaches the model. An input at the
+// limit is served whole, with no "truncating input prompt" in Ollama's log, and charged; one
+// character more is refused.
 func TestLongestInputsFitOrAreRefused(t *testing.T) {
 	o := realOllama(t)
 	e := newEnv(t, envOptions{ollama: o.URL, settings: exampleSettings(t)})
@@ -157,14 +156,13 @@ func TestLongestInputsFitOrAreRefused(t *testing.T) {
 	if !strings.Contains(exampleSettings(t), "max_input_chars 20000") {
 		t.Fatal("the example Caddyfile's max_input_chars changed; update this test")
 	}
-	rooms := map[string]int{}
+	limits := map[string]int{}
 	for _, slug := range catalog.Default().Slugs() {
+		limits[slug] = catalogLimit(t, e, slug)
 		code, _, eb := generateSSE(t, e, key, genBody(slug, prose(maxInput), "en", ""))
-		m := roomRE.FindStringSubmatch(eb.Error.Message)
-		if code != 413 || eb.Error.Code != "input_too_large" || eb.Error.Param != "input" || m == nil {
-			t.Fatalf("%s with %d characters: %d %+v", slug, maxInput, code, eb)
+		if code != 413 || eb.Error.Code != "input_too_large" || eb.Error.Param != "input" || statedLimit(t, eb) != limits[slug] {
+			t.Fatalf("%s with %d characters (the catalog states %d): %d %+v", slug, maxInput, limits[slug], code, eb)
 		}
-		rooms[slug], _ = strconv.Atoi(m[1])
 	}
 	if n := e.count(acct.ID, ledger.KindHold); n != 0 {
 		t.Fatalf("%d holds for refused inputs", n)
@@ -172,21 +170,21 @@ func TestLongestInputsFitOrAreRefused(t *testing.T) {
 
 	// At the limit: the tool with the longest answer and a tool with the default one.
 	for _, slug := range []string{"vertrag-erklaerer", "summarizer"} {
-		room := rooms[slug]
-		if room < 1000 {
-			t.Fatalf("%s: room for %d bytes", slug, room)
+		limit := limits[slug]
+		if limit < 1000 || limit >= maxInput {
+			t.Fatalf("%s: a limit of %d characters", slug, limit)
 		}
-		code, _, eb := generateSSE(t, e, key, genBody(slug, prose(room+1), "en", ""))
-		if code != 413 || eb.Error.Code != "input_too_large" {
-			t.Errorf("%s, one byte over the room: %d %+v", slug, code, eb)
+		code, _, eb := generateSSE(t, e, key, genBody(slug, prose(limit+1), "en", ""))
+		if code != 413 || eb.Error.Code != "input_too_large" || statedLimit(t, eb) != limit {
+			t.Errorf("%s, one character over the limit: %d %+v", slug, code, eb)
 		}
-		code, events, eb := generateSSE(t, e, key, genBody(slug, prose(room), "en", ""))
+		code, events, eb := generateSSE(t, e, key, genBody(slug, prose(limit), "en", ""))
 		if code != 200 {
-			t.Fatalf("%s at its room of %d bytes: %d %+v", slug, room, code, eb)
+			t.Fatalf("%s at its limit of %d characters: %d %+v", slug, limit, code, eb)
 		}
 		name, done, ev := lastEvent(t, events)
 		if name != "done" || done.CreditsUsed != 1 || done.FinishReason != "length" {
-			t.Errorf("%s at its room: last event %s %+v %+v", slug, name, done, ev)
+			t.Errorf("%s at its limit: last event %s %+v %+v", slug, name, done, ev)
 		}
 		// The receipt says the same.
 		r, doc := e.getText(key, "/api/v1/generations/"+done.RequestID)
@@ -195,31 +193,11 @@ func TestLongestInputsFitOrAreRefused(t *testing.T) {
 			t.Errorf("%s: receipt %d %s", slug, r.StatusCode, doc)
 		}
 	}
-	// Once the server has reported a prompt with a short input, the instructions count as what it
-	// counted, not as their bytes plus the template's allowance: the room grows, and the larger
-	// room is still served whole, never cut.
-	if code, _, eb := generateSSE(t, e, key, genBody("summarizer", "Caddy is a web server.", "en", "")); code != 200 {
-		t.Fatalf("a short input: %d %+v", code, eb)
-	}
-	_, _, eb := generateSSE(t, e, key, genBody("summarizer", prose(maxInput), "en", ""))
-	m := roomRE.FindStringSubmatch(eb.Error.Message)
-	if m == nil {
-		t.Fatalf("no room in %+v", eb)
-	}
-	refined, _ := strconv.Atoi(m[1])
-	if refined <= rooms["summarizer"] {
-		t.Errorf("the room of summarizer is %d after the server's report, %d before: not refined", refined, rooms["summarizer"])
-	}
-	code, events, eb := generateSSE(t, e, key, genBody("summarizer", prose(refined), "en", ""))
-	if name, done, ev := lastEvent(t, events); code != 200 || name != "done" || done.CreditsUsed != 1 {
-		t.Errorf("summarizer at its refined room of %d bytes: %d %+v, last event %s %+v %+v", refined, code, eb, name, done, ev)
-	}
-
 	if n := o.LogCount("truncating input prompt") - cutsBefore; n != 0 {
 		t.Errorf("Ollama cut %d prompts", n)
 	}
-	if b := e.balance(acct.ID); b.Balance != 6 {
-		t.Errorf("balance %+v, want 6 (four served)", b)
+	if b := e.balance(acct.ID); b.Balance != 8 {
+		t.Errorf("balance %+v, want 8 (two served)", b)
 	}
 	e.verify()
 }
@@ -302,44 +280,46 @@ func TestServerRefusalIs413(t *testing.T) {
 	}
 }
 
-// A model whose window is smaller than a tool needs is reported at start, with the numbers and
-// the setting to change; the model server's window is read at start.
+// A model whose window is smaller than a tool needs is reported at start, once, as a warning,
+// with each lowered tool's limit (the number the catalog states) and the setting to change; the
+// model server's window is read at start.
 func TestSmallWindowReportedAtStart(t *testing.T) {
 	o := realOllama(t)
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	newEnv(t, envOptions{ollama: o.URL, settings: "max_input_chars 4500",
+	e := newEnv(t, envOptions{ollama: o.URL, settings: "max_input_chars 4500",
 		global: "log {\n\t\toutput file " + logFile + "\n\t}"})
-	var line string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && line == ""; time.Sleep(100 * time.Millisecond) {
+	var lines []string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(lines) == 0; time.Sleep(100 * time.Millisecond) {
 		raw, _ := os.ReadFile(logFile)
 		for _, l := range strings.Split(string(raw), "\n") {
-			if strings.Contains(l, "cannot hold the longest input") {
-				line = l
+			if strings.Contains(l, "holds less than max_input_chars") {
+				lines = append(lines, l)
 			}
 		}
 	}
-	if line == "" {
-		t.Fatal("no report of the tools whose longest input does not fit")
+	if len(lines) != 1 {
+		t.Fatalf("%d reports of the tools whose limit the context lowers, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 	var rec struct {
+		Level  string   `json:"level"`
 		Model  string   `json:"model"`
 		Window int      `json:"window"`
 		NumCtx int      `json:"num_ctx"`
 		Tools  []string `json:"tools"`
 		Msg    string   `json:"msg"`
 	}
-	if err := json.Unmarshal([]byte(line), &rec); err != nil {
-		t.Fatalf("%v: %s", err, line)
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatalf("%v: %s", err, lines[0])
 	}
-	if rec.Model != ollamatest.DefaultModel || rec.Window != ollamatest.TinyWindow || rec.NumCtx != ollamatest.TinyWindow ||
-		!strings.Contains(rec.Msg, "max_input_chars") {
+	if rec.Level != "warn" || rec.Model != ollamatest.DefaultModel || rec.Window != ollamatest.TinyWindow || rec.NumCtx != ollamatest.TinyWindow ||
+		!strings.Contains(rec.Msg, "lower max_input_chars") {
 		t.Errorf("report %+v", rec)
 	}
-	// vertrag-erklaerer (3,000 answer tokens) cannot take 4,500 characters in 8,192 tokens;
-	// email-writer (1,024) can.
+	// vertrag-erklaerer (3,000 answer tokens) cannot take 4,500 characters in 8,192 tokens, and
+	// the log states the limit the catalog states; email-writer (1,024) can.
 	joined := strings.Join(rec.Tools, "\n")
-	if !strings.Contains(joined, "vertrag-erklaerer: needs up to") || !strings.Contains(joined, "input 4500, answer 3000") ||
-		strings.Contains(joined, "email-writer") {
-		t.Errorf("tools reported:\n%s\nline: %s", joined, line)
+	want := fmt.Sprintf("vertrag-erklaerer: %d characters (max_input_chars 4500; instructions up to ", catalogLimit(t, e, "vertrag-erklaerer"))
+	if !strings.Contains(joined, want) || !strings.Contains(joined, "answer 3000)") || strings.Contains(joined, "email-writer") {
+		t.Errorf("tools reported:\n%s\nwant %q; line: %s", joined, want, lines[0])
 	}
 }

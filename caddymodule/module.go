@@ -196,7 +196,7 @@ type Handler struct {
 	serversRef *textgenapp.ServersRef
 	tools      map[string]*toolRuntime
 	languages  *catalog.LanguageMatcher
-	toolsJSON  []byte
+	catalog    *catalog.Catalog // the tools with their prompt files (GET /api/v1/tools)
 	lim        *limits
 	receipts   *receiptSigning // receipts.go; nil with retention off
 	// retain keeps generations' text (retention.go); nil when Retention is off.

@@ -226,11 +226,7 @@ func (g *generation) validate() *apiError {
 	if e := checkInput(req.Input); e != nil {
 		return e
 	}
-	if n := utf8.RuneCountInString(req.Input); n > tool.maxInputChars {
-		return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input",
-			fmt.Sprintf("input has %d characters; the tool %s accepts at most %d", n, tool.Slug, tool.maxInputChars))
-	}
-	return nil
+	return nil // the input's length is checked with the model's context (fitContext)
 }
 
 func truncate(s string, n int) string {

@@ -30,6 +30,11 @@ type toolRuntime struct {
 	// context is the context of the tool's model (context.go), set when the handler is
 	// provisioned.
 	context *modelContext
+	// longestSystem is the length in bytes of the tool's longest system prompt (over the
+	// languages and tones), countedSystem the one whose tokens the model server is asked for
+	// (inputlimit.go): both set with context.
+	longestSystem int
+	countedSystem string
 }
 
 // toolDefaults are the handler-wide tool settings the operator set explicitly (zero: not set).
@@ -87,9 +92,8 @@ func (h *Handler) loadTools(explicit toolDefaults) error {
 		}
 		h.tools[t.Slug] = rt
 	}
-	var err error
-	h.toolsJSON, err = h.buildToolsJSON(cat)
-	return err
+	h.catalog = cat
+	return nil
 }
 
 func firstPositive(v ...int) int {
@@ -152,13 +156,32 @@ func (h *Handler) checkModelsOn(servers backends.ModelServers, models, contexts 
 		if err := servers.CheckModels(ctx, models, pull); err != nil {
 			logger.Warn("model check", zap.Error(err))
 		}
-		h.reportContexts(ctx, servers, contexts)
+		// The windows and the counts of the instructions get their own time: on a busy CPU
+		// server each count reads a tool's instructions through the model.
+		rctx, rcancel := context.WithTimeout(context.Background(), reportTimeout)
+		defer rcancel()
+		h.reportContexts(rctx, servers, contexts)
 	}()
 }
 
-// serveTools answers GET /api/v1/tools with the catalog (free, no key needed).
+// reportTimeout bounds the start-up report of the models' contexts (reportContexts).
+const reportTimeout = 10 * time.Minute
+
+// serveTools answers GET /api/v1/tools with the catalog (free, no key needed). Each tool's
+// max_input_chars is its input limit (inputlimit.go), which the model's context may lower: the
+// document is built for each request, from what the model servers have told (asking them what
+// they have not yet).
 func (h *Handler) serveTools(w http.ResponseWriter, r *http.Request, reqID string) {
-	serveStatic(w, r, reqID, h.toolsJSON)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		serveStatic(w, r, reqID, nil) // 405
+		return
+	}
+	doc, err := h.buildToolsJSON(h.toolLimits(r.Context()))
+	if err != nil {
+		writeError(w, reqID, errInternal, -1)
+		return
+	}
+	serveStatic(w, r, reqID, doc)
 }
 
 // serveStatic answers a GET or HEAD of a public JSON document that changes only with the
@@ -198,11 +221,12 @@ type toolsDoc struct {
 	CreditsPerCall int            `json:"credits_per_request"`
 }
 
-func (h *Handler) buildToolsJSON(cat *catalog.Catalog) ([]byte, error) {
+// buildToolsJSON is the catalog document, with each tool's input limit from limits.
+func (h *Handler) buildToolsJSON(limits map[string]int) ([]byte, error) {
 	doc := toolsDoc{Tones: catalog.Tones, CreditsPerCall: 1}
-	for _, slug := range cat.Slugs() {
+	for _, slug := range h.catalog.Slugs() {
 		t := h.tools[slug]
-		doc.Tools = append(doc.Tools, toolInfo{Slug: slug, Name: t.Name, Description: t.Description, MaxInputChars: t.maxInputChars})
+		doc.Tools = append(doc.Tools, toolInfo{Slug: slug, Name: t.Name, Description: t.Description, MaxInputChars: limits[slug]})
 	}
 	for _, l := range h.languages.Languages() {
 		doc.Languages = append(doc.Languages, languageInfo{Tag: l.Tag, Name: l.Name})
