@@ -18,9 +18,9 @@ import (
 // Authorization (unless log_credentials). The operator must filter X-Api-Key out of that log, or
 // have clients send Authorization: Bearer. So, once per server and process:
 //
-//   - at start (warnAccessLogsAtStart), a server that routes to a textgen handler and writes an
-//     access log to a log whose encoder does not delete, replace or hash
-//     request>headers>X-Api-Key is warned about, before the first key arrives;
+//   - at start (warnAccessLogsAtStart), a server that routes to a textgen handler and writes the
+//     access log of the hosts that reach it to a log whose encoder writes X-Api-Key (tried on a
+//     probe entry) is warned about, before the first key arrives;
 //   - where the logs cannot be read at start, the first key sent in X-API-Key on a server that
 //     writes an access log is warned about (warnKeyInAccessLog).
 

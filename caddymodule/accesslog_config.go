@@ -10,8 +10,10 @@ import (
 
 // Reading the running config's logs, for the access log check at start (accesslog.go). Caddy
 // gives a module no accessor for its config's logging section, and it drops each log's raw
-// encoder JSON once the encoder is loaded; so the config and each log's loaded encoder are read
-// through reflection. Both reads check the types they expect and report false on anything else
+// encoder JSON once the encoder is loaded. Its copy of the config's JSON is no way round: Caddy
+// stores it only once the new config has started (after this check), and reads it out only
+// through its admin API, which a config may turn off. So the config and each log's loaded
+// encoder are read through reflection (the encoder is then only used, on a probe entry). Both reads check the types they expect and report false on anything else
 // (another Caddy version), and the check at start then leaves the warning to the first request
 // that carries X-API-Key.
 
