@@ -2,10 +2,12 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -249,6 +251,40 @@ func TestAccessLogFilteredNoWarning(t *testing.T) {
 		}
 		if c.field != "" && !c.warn && strings.Contains(readFile(t, accessLog), key) {
 			t.Errorf("the filtered access log holds the key")
+		}
+	}
+}
+
+// TestAccessLogWarningPerSite: the warning is about the sites that route to textgen. Two sites
+// on one server: the textgen site's access log filtered and another site's plain log is not
+// warned about; the textgen site's log plain and the other site's filtered is, naming the
+// textgen site's log alone.
+func TestAccessLogWarningPerSite(t *testing.T) {
+	fs := fastBackend(t)
+	const filter = "\n\t\tformat filter {\n\t\t\twrap json\n\t\t\trequest>headers>X-Api-Key delete\n\t\t}"
+	for _, c := range []struct {
+		textgenFilter, otherFilter string
+		warn                       bool
+	}{{filter, "", false}, {"", filter, true}} {
+		dir := t.TempDir()
+		pluginLog := filepath.Join(dir, "caddy.log")
+		o := envOptions{ollama: fs.URL,
+			site:   "log {\n\t\toutput file " + filepath.Join(dir, "access.log") + c.textgenFilter + "\n\t}",
+			global: "log {\n\t\toutput file " + pluginLog + "\n\t}"}
+		loadConfig(t, caddyfileFor(o, ledgerDir(t))+fmt.Sprintf(`http://localhost:%d {
+	log {
+		output file %s%s
+	}
+	respond "another site" 200
+}
+`, httpPort, filepath.Join(dir, "other.log"), c.otherFilter))
+		newEnv(t, envOptions{ollama: fs.URL}) // syncs the log files
+		lines := warningLines(t, pluginLog)
+		if c.warn != (len(lines) == 1) || len(lines) > 1 {
+			t.Errorf("textgen site's filter %q: warnings %q, want %v", c.textgenFilter, lines, c.warn)
+		}
+		if c.warn && len(lines) == 1 && !regexp.MustCompile(`"logs":\["log\d+"\]`).MatchString(lines[0]) {
+			t.Errorf("the warning %q does not name one log, the textgen site's", lines[0])
 		}
 	}
 }
