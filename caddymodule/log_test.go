@@ -2,10 +2,12 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -167,17 +169,16 @@ func TestAccessLogBearerKey(t *testing.T) {
 	do(http.MethodPost, "/api/v1/generate", body, "Authorization", bearer, "Accept", "text/event-stream")
 	do(http.MethodGet, "/api/v1/balance", "", "Authorization", bearer)
 	do(http.MethodGet, "/api/v1/generations/"+rid, "", "Authorization", bearer, "Accept", "text/plain")
-	const warning = "an API key sent in X-API-Key is written there in clear"
-	if strings.Contains(readFile(t, pluginLog), warning) {
-		t.Errorf("warned of X-API-Key in the access log before any key came in X-API-Key")
-	}
 	do(http.MethodGet, "/api/v1/balance", "", "X-API-Key", xKey)
 	do(http.MethodGet, "/api/v1/balance", "", "X-API-Key", xKey)
 	// The log lines are written when the requests end; the file is synced on the next config
 	// load, so read it after loading another.
 	newEnv(t, envOptions{ollama: fs.URL})
-	if n := strings.Count(readFile(t, pluginLog), warning); n != 1 {
-		t.Errorf("the warning of keys in the access log was logged %d times, want once", n)
+	// Warned once, at start (the warning that names the logs is the one the config's check
+	// writes, before any key came), and not again when keys came in X-API-Key.
+	if lines := warningLines(t, pluginLog); len(lines) != 1 || !strings.Contains(lines[0], `"logs":["log0"]`) ||
+		!strings.Contains(lines[0], "request>headers>X-Api-Key delete") {
+		t.Errorf("the warnings of keys in the access log: %q, want one at start naming the log and the filter", lines)
 	}
 	access := readFile(t, accessLog)
 	if n := strings.Count(access, `"msg":"handled request"`); n < 6 {
@@ -191,5 +192,99 @@ func TestAccessLogBearerKey(t *testing.T) {
 	}
 	if !strings.Contains(access, xKey) {
 		t.Errorf("the access log does not hold the key sent in X-API-Key: is the access log still unfiltered, and the README's advice still needed?")
+	}
+}
+
+// accessLogWarningText is in every warning of keys in the access log.
+const accessLogWarningText = "an API key sent in X-API-Key is written there in clear"
+
+// warningLines returns the lines of the plugin's log at path that warn of keys in the access log.
+func warningLines(t *testing.T, path string) []string {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(readFile(t, path), "\n") {
+		if strings.Contains(l, accessLogWarningText) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestAccessLogFilteredNoWarning: a site whose access log has the filter of the production
+// example Caddyfile is not warned about, neither at start nor when keys come in X-API-Key, and
+// neither is a site without an access log; the same site with its filter on another field is
+// warned about at start, naming its log (and not the default log, which the Caddyfile keeps
+// for the requests to other hosts).
+func TestAccessLogFilteredNoWarning(t *testing.T) {
+	fs := fastBackend(t)
+	for _, c := range []struct {
+		field string // "": no access log
+		warn  bool
+	}{{"request>headers>X-Api-Key", false}, {"request>headers>User-Agent", true}, {"", false}} {
+		dir := t.TempDir()
+		accessLog, pluginLog := filepath.Join(dir, "access.log"), filepath.Join(dir, "caddy.log")
+		site := ""
+		if c.field != "" {
+			site = "log {\n\t\toutput file " + accessLog + "\n\t\tformat filter {\n\t\t\twrap json\n\t\t\t" + c.field + " delete\n\t\t}\n\t}"
+		}
+		e := newEnv(t, envOptions{ollama: fs.URL, site: site,
+			global: "log {\n\t\toutput file " + pluginLog + "\n\t}"})
+		_, key := e.account(10)
+		req, _ := http.NewRequest(http.MethodGet, baseURL+"/api/v1/balance", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("balance: %d", resp.StatusCode)
+		}
+		newEnv(t, envOptions{ollama: fs.URL}) // syncs the log files
+		lines := warningLines(t, pluginLog)
+		if c.warn != (len(lines) == 1) || len(lines) > 1 {
+			t.Errorf("filter on %q: warnings %q, want %v", c.field, lines, c.warn)
+		}
+		if c.warn && len(lines) == 1 && !strings.Contains(lines[0], `"logs":["log0"]`) {
+			t.Errorf("filter on %q: the warning %q does not name the site's log (alone)", c.field, lines[0])
+		}
+		if c.field != "" && !c.warn && strings.Contains(readFile(t, accessLog), key) {
+			t.Errorf("the filtered access log holds the key")
+		}
+	}
+}
+
+// TestAccessLogWarningPerSite: the warning is about the sites that route to textgen. Two sites
+// on one server: the textgen site's access log filtered and another site's plain log is not
+// warned about; the textgen site's log plain and the other site's filtered is, naming the
+// textgen site's log alone.
+func TestAccessLogWarningPerSite(t *testing.T) {
+	fs := fastBackend(t)
+	const filter = "\n\t\tformat filter {\n\t\t\twrap json\n\t\t\trequest>headers>X-Api-Key delete\n\t\t}"
+	for _, c := range []struct {
+		textgenFilter, otherFilter string
+		warn                       bool
+	}{{filter, "", false}, {"", filter, true}} {
+		dir := t.TempDir()
+		pluginLog := filepath.Join(dir, "caddy.log")
+		o := envOptions{ollama: fs.URL,
+			site:   "log {\n\t\toutput file " + filepath.Join(dir, "access.log") + c.textgenFilter + "\n\t}",
+			global: "log {\n\t\toutput file " + pluginLog + "\n\t}"}
+		loadConfig(t, caddyfileFor(o, ledgerDir(t))+fmt.Sprintf(`http://localhost:%d {
+	log {
+		output file %s%s
+	}
+	respond "another site" 200
+}
+`, httpPort, filepath.Join(dir, "other.log"), c.otherFilter))
+		newEnv(t, envOptions{ollama: fs.URL}) // syncs the log files
+		lines := warningLines(t, pluginLog)
+		if c.warn != (len(lines) == 1) || len(lines) > 1 {
+			t.Errorf("textgen site's filter %q: warnings %q, want %v", c.textgenFilter, lines, c.warn)
+		}
+		if c.warn && len(lines) == 1 && !regexp.MustCompile(`"logs":\["log\d+"\]`).MatchString(lines[0]) {
+			t.Errorf("the warning %q does not name one log, the textgen site's", lines[0])
+		}
 	}
 }

@@ -312,6 +312,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen: %w", err)
 	}
 	h.setupReceipts(app) // receipts.go, after the retention's key
+	// Every app is provisioned by Start: the servers and logs that route to this handler can
+	// be read then (accesslog.go).
+	app.OnStart(func() error { h.warnAccessLogsAtStart(ctx); return nil })
 	app.OnStart(func() error {
 		h.checkModels()
 		return nil

@@ -40,7 +40,9 @@ import (
 // rolls back; the calls are then run again one transaction each, so that only the faulty one
 // fails. If the connection fails or the query timeout passes, every caller of the batch gets
 // ErrUnavailable: the outcome is unknown (the commit may have happened just before), and every
-// function is safe to repeat except an unreferenced grant, so nothing is retried blindly.
+// function is safe to repeat except an unreferenced grant, so nothing is retried blindly. A
+// grant whose batch was sent (so whose commit may have happened) is answered ErrOutcomeUnknown
+// as well: a retry with the same Reference makes it once.
 
 const pgMaxBatch = 256
 
@@ -53,6 +55,10 @@ type pgCall struct {
 	scan func(pgx.Row) error
 	err  error
 	done chan struct{}
+	// outcomeUnknown: a call that is not safe to repeat blindly (a grant) is answered
+	// ErrOutcomeUnknown, not only ErrUnavailable, where the connection failed after its batch
+	// was sent: the commit may have happened.
+	outcomeUnknown bool
 	// deadline is the call's time in the committer (queued, then sent): the timeout from its
 	// enqueue. A database that hangs (stopped, frozen, a lost connection) fails a call with
 	// ErrUnavailable by then, however many batches were ahead of it; the caller never waits
@@ -197,6 +203,9 @@ func (c *pgCommitter) commit(batch []*pgCall) {
 	for _, op := range batch {
 		if err != nil {
 			op.err = pgErr(context.Background(), "committing ledger changes", err)
+			if op.outcomeUnknown && pgMaybeCommitted(err) {
+				op.err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, op.err)
+			}
 		}
 		close(op.done)
 	}
@@ -231,7 +240,12 @@ func (c *pgCommitter) send(batch []*pgCall) error {
 		stmts = append(stmts, batch[i:j])
 		i = j
 	}
-	br := c.pool.SendBatch(ctx, b)
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return pgNotSent{err}
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, b)
 	for _, calls := range stmts {
 		if calls[0].hold == nil {
 			calls[0].err = calls[0].scan(br.QueryRow())
@@ -244,4 +258,20 @@ func (c *pgCommitter) send(batch []*pgCall) error {
 	}
 	// Close reads up to the end of the implicit transaction: nil means it committed.
 	return br.Close()
+}
+
+// pgNotSent is the error of a batch that was never sent: no connection could be had.
+type pgNotSent struct{ err error }
+
+func (e pgNotSent) Error() string { return e.err.Error() }
+func (e pgNotSent) Unwrap() error { return e.err }
+
+// pgMaybeCommitted reports whether a batch that failed with err may have committed: the
+// connection failed (or the deadline passed) after the batch was sent, before its answer came.
+// A batch never sent, or one the server answered with an error (the transaction rolled back),
+// did not.
+func pgMaybeCommitted(err error) bool {
+	var pe *pgconn.PgError
+	var ns pgNotSent
+	return !errors.As(err, &ns) && !errors.As(err, &pe) && !pgconn.SafeToRetry(err)
 }

@@ -38,8 +38,9 @@ func (s *Postgres) Grant(ctx context.Context, req GrantRequest) (GrantResult, er
 	var e entryRow
 	var b balanceRow
 	scan := func(r pgx.Row) error { return r.Scan(append(append([]any{&outcome}, e.dest()...), b.dest()...)...) }
-	err := s.c.call(req.AccountID, pgGrantSQL, scan, req.AccountID, string(req.Mode), string(req.Kind), req.Credits,
-		req.Reference, req.Reason, req.AmountCents, req.Currency, now().UTC().UnixNano())
+	err := s.c.enqueue(&pgCall{acct: req.AccountID, sql: pgGrantSQL, scan: scan, outcomeUnknown: true,
+		args: []any{req.AccountID, string(req.Mode), string(req.Kind), req.Credits,
+			req.Reference, req.Reason, req.AmountCents, req.Currency, now().UTC().UnixNano()}}).wait()
 	if err != nil {
 		return GrantResult{}, err
 	}
