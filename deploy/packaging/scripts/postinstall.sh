@@ -29,7 +29,17 @@ else
 	systemctl enable caddy.service >/dev/null || true
 	action=start
 fi
-if ! systemctl "$action" caddy.service; then
+# started runs the start or restart and looks again for a few seconds: Caddy tells systemd it is
+# ready even when its configuration then fails to load, and exits a moment later, so the
+# systemctl call alone succeeds for a service that is down.
+started() {
+	systemctl "$action" caddy.service || return 1
+	for _ in 1 2 3; do
+		sleep 1
+		systemctl is-active --quiet caddy.service || return 1
+	done
+}
+if ! started; then
 	echo "caddy-textgen: caddy.service failed to start ($action). Its last log lines:" >&2
 	journalctl --no-pager --quiet --lines=20 --unit=caddy.service >&2 || true
 	echo "caddy-textgen: fix the cause (journalctl -u caddy; /etc/caddy/Caddyfile, /etc/default/caddy-textgen)," >&2
