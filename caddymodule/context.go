@@ -215,7 +215,12 @@ func (g *generation) fitContext() *apiError {
 	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
 	ctx := g.r.Context()
 	lim := g.h.inputLimit(ctx, g.tool, g.backend, false)
-	if n := utf8.RuneCountInString(g.req.Input); n > lim.chars {
+	n := utf8.RuneCountInString(g.req.Input)
+	if n > lim.chars && n <= lim.capped && !lim.counted {
+		// Refused on the instructions' bytes only: count them before refusing.
+		lim = g.h.inputLimit(ctx, g.tool, g.backend, true)
+	}
+	if n > lim.chars {
 		if lim.lowered {
 			metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
 		}

@@ -315,11 +315,17 @@ func TestSmallWindowReportedAtStart(t *testing.T) {
 		!strings.Contains(rec.Msg, "lower max_input_chars") {
 		t.Errorf("report %+v", rec)
 	}
-	// vertrag-erklaerer (3,000 answer tokens) cannot take 4,500 characters in 8,192 tokens, and
-	// the log states the limit the catalog states; email-writer (1,024) can.
+	// vertrag-erklaerer (3,000 answer tokens) cannot take 4,500 characters in 8,192 tokens;
+	// email-writer (1,024) can. The start does not ask the model server to count the
+	// instructions (their bytes leave them more room than they take), so the log states the
+	// limit by their bytes: above 0 and at most what the catalog states once counted.
 	joined := strings.Join(rec.Tools, "\n")
-	want := fmt.Sprintf("vertrag-erklaerer: %d characters (max_input_chars 4500; instructions up to ", catalogLimit(t, e, "vertrag-erklaerer"))
-	if !strings.Contains(joined, want) || !strings.Contains(joined, "answer 3000)") || strings.Contains(joined, "email-writer") {
-		t.Errorf("tools reported:\n%s\nwant %q; line: %s", joined, want, lines[0])
+	var logged int
+	if _, err := fmt.Sscanf(joined[strings.Index(joined, "vertrag-erklaerer: ")+len("vertrag-erklaerer: "):], "%d characters (max_input_chars 4500; instructions up to ", &logged); err != nil ||
+		!strings.Contains(joined, "answer 3000)") || strings.Contains(joined, "email-writer") {
+		t.Fatalf("tools reported (%v):\n%s\nline: %s", err, joined, lines[0])
+	}
+	if catalog := catalogLimit(t, e, "vertrag-erklaerer"); logged <= 0 || logged > catalog {
+		t.Errorf("the start-up log states %d characters for vertrag-erklaerer, the catalog %d", logged, catalog)
 	}
 }

@@ -72,8 +72,8 @@ func (h *Handler) servers(rt *toolRuntime) backends.ModelServers {
 }
 
 // inputLimit is rt's input limit. It may ask the model servers s for the model's window
-// (windowOf) and, when the instructions' bytes leave no room for max_input_chars (or count is
-// set), for the tokens of the instructions (countFixed).
+// (windowOf) and, when count is set or the instructions' bytes take more of the context than
+// they leave for the input (a small window), for the tokens of the instructions (countFixed).
 func (h *Handler) inputLimit(ctx context.Context, rt *toolRuntime, s backends.ModelServers, count bool) inputLimit {
 	lim := inputLimit{chars: rt.maxInputChars, capped: rt.maxInputChars, output: rt.maxOutputTokens}
 	mc := rt.context
@@ -86,7 +86,21 @@ func (h *Handler) inputLimit(ctx context.Context, rt *toolRuntime, s backends.Mo
 	}
 	lim.numCtx = mc.numCtx(mc.windowOf(ctx, wf))
 	lim.fixed = rt.longestSystem + templateAllowance
-	if !count && lim.numCtx-lim.fixed-lim.output >= lim.capped {
+	room := lim.numCtx - lim.fixed - lim.output
+	if !count && room >= lim.capped {
+		return lim
+	}
+	if !count && room >= lim.fixed {
+		// The instructions' bytes leave more room than they take: the byte bound stands (or a
+		// count made before), and the server is asked only before an input is refused
+		// (fitContext), so that a start or the catalog does not run every tool's instructions
+		// through the model.
+		if c, ok := mc.countOf(maphash.String(seed, rt.countedSystem)); ok {
+			lim.fixed, lim.counted = min(lim.fixed, c), true
+			room = lim.numCtx - lim.fixed - lim.output
+		}
+		lim.chars = min(lim.capped, max(room, 0))
+		lim.lowered = lim.chars < lim.capped
 		return lim
 	}
 	lim.fixed, lim.counted = min(lim.fixed, mc.countFixed(ctx, rt, s, lim.numCtx)), true
@@ -183,7 +197,12 @@ func (h *Handler) toolLimits(ctx context.Context) map[string]int {
 	out := make(map[string]int, len(h.tools))
 	for _, slug := range catalog.Default().Slugs() {
 		rt := h.tools[slug]
-		out[slug] = h.inputLimit(ctx, rt, h.servers(rt), false).chars
+		lim := h.inputLimit(ctx, rt, h.servers(rt), false)
+		if lim.lowered && !lim.counted {
+			// The catalog states the limit a refusal would: counted (once per model and tool).
+			lim = h.inputLimit(ctx, rt, h.servers(rt), true)
+		}
+		out[slug] = lim.chars
 	}
 	return out
 }
