@@ -239,6 +239,7 @@ http://127.0.0.1:%d {
 			do("log out", chromedp.Click(chromedp.CSS(p.wait)), chromedp.WaitVisible(chromedp.CSS("#email")))
 			continue
 		}
+		do("phone", chromedp.EmulateViewport(360, 800, chromedp.EmulateScale(2), chromedp.EmulateMobile))
 		checkPhoneFit(t, ctx, p.path)
 		shots.shot(p.name)
 	}
