@@ -56,6 +56,32 @@ func exampleSettings(t *testing.T) string {
 	return strings.Join(keep, "\n\t\t")
 }
 
+// patientSettings are the example's settings with its time limits raised far beyond any machine's
+// speed: the tests that run every tool through the real tiny model on the CPU are about what the
+// tools and their limits do, and a busy or slow machine (the tiny model takes from seconds to
+// minutes before the first piece of a long prompt, four at once) must not turn them into tests of
+// its speed. The time limits themselves are tested against the fault model server.
+func patientSettings(t *testing.T) string {
+	t.Helper()
+	s := exampleSettings(t)
+	for _, name := range []string{"first_piece_timeout", "generation_timeout"} {
+		if !strings.Contains(s, name+" ") {
+			t.Fatalf("the example Caddyfile no longer sets %s; update this test", name)
+		}
+	}
+	var lines []string
+	for _, line := range strings.Split(s, "\n\t\t") {
+		switch strings.Fields(line)[0] {
+		case "first_piece_timeout":
+			line = "first_piece_timeout 20m"
+		case "generation_timeout":
+			line = "generation_timeout 30m"
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n\t\t")
+}
+
 // prose is n bytes of plain ASCII text.
 func prose(n int) string {
 	const words = "The tenant shall pay the rent on the first day of each month and give notice in writing. "
@@ -113,7 +139,7 @@ func lastEvent(t *testing.T, events []sseEvent) (string, doneEvent, apiErrBody) 
 // complete answer that is charged once.
 func TestEveryToolAnswersInDevMode(t *testing.T) {
 	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL, settings: exampleSettings(t)})
+	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t)})
 	slugs := catalog.Default().Slugs()
 	acct, key := e.account(int64(len(slugs)))
 	var wg sync.WaitGroup
@@ -149,7 +175,7 @@ func TestEveryToolAnswersInDevMode(t *testing.T) {
 // character more is refused.
 func TestLongestInputsFitOrAreRefused(t *testing.T) {
 	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL, settings: exampleSettings(t)})
+	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t)})
 	acct, key := e.account(10)
 	cutsBefore := o.LogCount("truncating input prompt")
 	maxInput := 20000 // max_input_chars in the example
