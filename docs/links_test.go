@@ -43,6 +43,10 @@ func TestRelativeLinks(t *testing.T) {
 				continue
 			}
 			checked++
+			if ref, ok := strings.CutPrefix(l.target, "undefined-reference:"); ok {
+				t.Errorf("%s:%d: the link reference [%s] is never defined", page, l.line, ref)
+				continue
+			}
 			file, anchor, _ := strings.Cut(l.target, "#")
 			path := page
 			if file != "" {
@@ -79,12 +83,19 @@ type mdLink struct {
 	line   int
 }
 
-var linkRe = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+var (
+	linkRe   = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	refDefRe = regexp.MustCompile(`^\s{0,3}\[([^\]]+)\]:\s+(\S+)`)
+	refUseRe = regexp.MustCompile(`\]\[([^\]]+)\]`)
+)
 
-// markdownLinks returns the targets of the inline links of a Markdown text, outside code blocks
-// and code spans.
+// markdownLinks returns the targets of the links of a Markdown text, inline and reference
+// definitions, outside code blocks and code spans. A reference used but never defined is
+// returned with an empty target, which no file matches.
 func markdownLinks(text string) []mdLink {
 	var out []mdLink
+	defined := map[string]bool{}
+	var used []mdLink
 	fenced := false
 	for i, line := range strings.Split(text, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
@@ -94,8 +105,22 @@ func markdownLinks(text string) []mdLink {
 		if fenced {
 			continue
 		}
-		for _, m := range linkRe.FindAllStringSubmatch(stripCodeSpans(line), -1) {
+		if m := refDefRe.FindStringSubmatch(line); m != nil {
+			defined[strings.ToLower(m[1])] = true
+			out = append(out, mdLink{target: m[2], line: i + 1})
+			continue
+		}
+		plain := stripCodeSpans(line)
+		for _, m := range linkRe.FindAllStringSubmatch(plain, -1) {
 			out = append(out, mdLink{target: m[1], line: i + 1})
+		}
+		for _, m := range refUseRe.FindAllStringSubmatch(plain, -1) {
+			used = append(used, mdLink{target: strings.ToLower(m[1]), line: i + 1})
+		}
+	}
+	for _, u := range used {
+		if !defined[u.target] {
+			out = append(out, mdLink{target: "undefined-reference:" + u.target, line: u.line})
 		}
 	}
 	return out
