@@ -6,7 +6,7 @@ import (
 )
 
 // FindKeys on Badger: a key id is looked up; the last 4 characters are matched against every
-// key in memory (one pass, no disk read; LIMITS.md).
+// key in memory (one pass, no disk read; docs/OPERATING.md, "What the console does not do").
 func (s *Badger) FindKeys(ctx context.Context, hint string, limit int) ([]Key, error) {
 	h, err := keySearchArgs(hint, limit)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // MoneyBetween on Badger: one pass over every payment and one over every reversal (they have
-// no index by time; LIMITS.md).
+// no index by time; docs/OPERATING.md, "What the console does not do").
 func (s *Badger) MoneyBetween(ctx context.Context, from, to time.Time, limit int) (MoneyPeriod, error) {
 	if err := moneyArgs(from, to, limit); err != nil {
 		return MoneyPeriod{}, err

@@ -8,7 +8,8 @@ import (
 )
 
 // MoneyBetween on PostgreSQL: two queries in one read; payments and reversals have no index by
-// creation time, so each is a scan of its table (LIMITS.md).
+// creation time, so each is a scan of its table (docs/OPERATING.md, "What the console does not
+// do").
 func (s *Postgres) MoneyBetween(ctx context.Context, from, to time.Time, limit int) (MoneyPeriod, error) {
 	if err := moneyArgs(from, to, limit); err != nil {
 		return MoneyPeriod{}, err

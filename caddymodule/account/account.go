@@ -171,7 +171,7 @@ const (
 	defaultMaxKeys          = 20
 )
 
-// DefaultPackages is the seed's one package: 10 credits for 2.00 EUR.
+// DefaultPackages is the one package sold when the Caddyfile names none: 10 credits for 2.00 EUR.
 var DefaultPackages = []Package{{ID: "10", Credits: 10, PriceCents: 200}}
 
 var (

@@ -19,8 +19,8 @@ import (
 //go:embed prompts/*.md
 var promptFS embed.FS
 
-// slugs is the seed's list (spec section 2.2) in the seed's order. GET /api/v1/tools lists the
-// tools in this order, so it is kept as a list rather than derived from the directory.
+// slugs are the 27 built-in tools in the order clients have always seen them. GET /api/v1/tools
+// lists the tools in this order, so it is kept as a list rather than derived from the directory.
 var slugs = [...]string{
 	"email-writer",
 	"summarizer",
@@ -90,11 +90,11 @@ var defaultCatalog = sync.OnceValue(func() *Catalog {
 	return c
 })
 
-// Default returns the built-in catalog of the 27 seed tools, parsed once from the embedded prompt
+// Default returns the built-in catalog of the 27 built-in tools, parsed once from the embedded prompt
 // files. It is shared; derive changed copies with With.
 func Default() *Catalog { return defaultCatalog() }
 
-// load builds a catalog from prompts/<slug>.md for every seed slug and rejects prompt files that
+// load builds a catalog from prompts/<slug>.md for every built-in slug and rejects prompt files that
 // belong to no slug, so a renamed file cannot silently drop a tool.
 func load(fsys fs.FS) (*Catalog, error) {
 	known := make(map[string]bool, len(slugs))
@@ -148,7 +148,7 @@ func (c *Catalog) Lookup(slug string) (*Tool, bool) {
 	return t, ok
 }
 
-// Slugs returns the tool slugs in catalog order (the seed's order for Default). The slice is a
+// Slugs returns the tool slugs in catalog order (the built-in order of slugs for Default). The slice is a
 // fresh copy.
 func (c *Catalog) Slugs() []string {
 	out := make([]string, len(c.tools))

@@ -8,7 +8,8 @@ import (
 	"testing/fstest"
 )
 
-// seedSlugs are the 27 tool slugs the API was first specified with, in their order.
+// seedSlugs are the 27 built-in tool slugs in the order GET /api/v1/tools has always listed them:
+// clients may rely on both.
 var seedSlugs = []string{
 	"email-writer", "summarizer", "cover-letter", "plc-explainer", "datasheet",
 	"grammar-checker", "linkedin-post", "product-description", "code-explainer", "job-posting",

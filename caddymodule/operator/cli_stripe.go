@@ -25,7 +25,7 @@ import (
 // Caddyfile reads the same variable.
 const webhookSecretEnv = "TEXTGEN_STRIPE_WEBHOOK_SECRET"
 
-// The defaults name My Account's seed package (account.DefaultPackages) on the example
+// The defaults name My Account's default package (account.DefaultPackages) on the example
 // Caddyfile's address.
 const (
 	defaultWebhookURL       = "http://localhost:8080/account/stripe/webhook"
