@@ -137,7 +137,7 @@ func load(fsys fs.FS) (*Catalog, error) {
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		return nil, fmt.Errorf("prompt files for no seed tool: %s", strings.Join(extra, ", "))
+		return nil, fmt.Errorf("prompt files for no built-in tool: %s", strings.Join(extra, ", "))
 	}
 	return c, nil
 }

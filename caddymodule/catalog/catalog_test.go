@@ -8,9 +8,9 @@ import (
 	"testing/fstest"
 )
 
-// seedSlugs are the 27 built-in tool slugs in the order GET /api/v1/tools has always listed them:
+// builtinSlugs are the 27 built-in tool slugs in the order GET /api/v1/tools has always listed them:
 // clients may rely on both.
-var seedSlugs = []string{
+var builtinSlugs = []string{
 	"email-writer", "summarizer", "cover-letter", "plc-explainer", "datasheet",
 	"grammar-checker", "linkedin-post", "product-description", "code-explainer", "job-posting",
 	"text-rewriter", "instagram-caption", "cv-generator", "contract-checker", "meeting-agenda",
@@ -28,18 +28,18 @@ func TestDefaultCatalogLoads(t *testing.T) {
 	}
 }
 
-func TestSlugsMatchSeed(t *testing.T) {
+func TestSlugsMatchBuiltinList(t *testing.T) {
 	c := Default()
-	if got := c.Slugs(); !reflect.DeepEqual(got, seedSlugs) {
-		t.Fatalf("slugs differ from the seed list:\n got %q\nwant %q", got, seedSlugs)
+	if got := c.Slugs(); !reflect.DeepEqual(got, builtinSlugs) {
+		t.Fatalf("slugs differ from the built-in list:\n got %q\nwant %q", got, builtinSlugs)
 	}
 	if c.Len() != 27 {
 		t.Fatalf("Len() = %d, want 27", c.Len())
 	}
 	tools := c.Tools()
 	for i, tool := range tools {
-		if tool.Slug != seedSlugs[i] {
-			t.Errorf("Tools()[%d].Slug = %q, want %q", i, tool.Slug, seedSlugs[i])
+		if tool.Slug != builtinSlugs[i] {
+			t.Errorf("Tools()[%d].Slug = %q, want %q", i, tool.Slug, builtinSlugs[i])
 		}
 		if got, ok := c.Lookup(tool.Slug); !ok || got != tool {
 			t.Errorf("Lookup(%q) = %v, %v", tool.Slug, got, ok)
@@ -129,7 +129,7 @@ func TestToolSpecifics(t *testing.T) {
 
 func TestLoadRejectsStrayAndMissingFiles(t *testing.T) {
 	fsys := fstest.MapFS{}
-	for _, s := range seedSlugs {
+	for _, s := range builtinSlugs {
 		data, err := promptFS.ReadFile("prompts/" + s + ".md")
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestWith(t *testing.T) {
 	if o, _ := base.Lookup("sql-generator"); o != orig {
 		t.Fatal("With changed the original catalog")
 	}
-	if !reflect.DeepEqual(c.Slugs(), seedSlugs) {
+	if !reflect.DeepEqual(c.Slugs(), builtinSlugs) {
 		t.Fatal("With changed the order")
 	}
 	other1, _ := base.Lookup("summarizer")
