@@ -135,11 +135,14 @@ func lastEvent(t *testing.T, events []sseEvent) (string, doneEvent, apiErrBody) 
 }
 
 // Dev mode is the product in small: every one of the 27 tools answers 200 with the example
-// Caddyfile's settings (the tools' own temperatures and output budgets) and the tiny model, a
-// complete answer that is charged once.
+// Caddyfile's settings (the tools' own instructions and temperatures) and the tiny model, a
+// complete answer that is charged once. The answers are capped at 64 tokens: the test is about
+// every tool answering and being charged once, and the tools' own budgets of up to 1,024 tokens
+// took the tiny model minutes on a 2-core machine (how a budget fits the window is
+// TestLongestInputsFitOrAreRefused's).
 func TestEveryToolAnswersInDevMode(t *testing.T) {
 	o := realOllama(t)
-	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t)})
+	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t) + "\n\t\tmax_output_tokens 64"})
 	slugs := catalog.Default().Slugs()
 	acct, key := e.account(int64(len(slugs)))
 	var wg sync.WaitGroup
