@@ -79,6 +79,7 @@ func patientSettings(t *testing.T) string {
 		}
 		lines = append(lines, line)
 	}
+	lines = append(lines, "idle_timeout 10m") // the example leaves it at its 30s default
 	return strings.Join(lines, "\n\t\t")
 }
 

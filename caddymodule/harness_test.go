@@ -182,6 +182,9 @@ func caddyfileFor(o envOptions, dir string) string {
 		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
 		temperature 1
 		first_piece_timeout %s
+		# Twenty streams at once of the tiny model on a busy 2-core machine can pause for more
+		# than the 30s default between two pieces; tests of the idle timeout set their own.
+		idle_timeout 10m
 		%s
 		%s`, firstPiece, limits, o.extra)
 	}
