@@ -134,9 +134,10 @@ type envOptions struct {
 	// configuration as a user writes it, such as the example Caddyfile's (exampleSettings).
 	settings string
 	global   string // more global options
-	// firstPiece is first_piece_timeout. Default 150s: the tiny model evaluates the long
+	// firstPiece is first_piece_timeout. Default 10m: the tiny model evaluates the long
 	// built-in prompts at a few ms a token, several at once and on a loaded machine much
-	// slower, so tests allow it more than the 60s default.
+	// slower, so tests allow it far more than the 60s default (the tests of the timeout set
+	// their own).
 	firstPiece string
 }
 
@@ -163,7 +164,7 @@ func caddyfileFor(o envOptions, dir string) string {
 	}
 	firstPiece := o.firstPiece
 	if firstPiece == "" {
-		firstPiece = "150s"
+		firstPiece = "10m"
 	}
 	matcher := o.matcher
 	if matcher == "" {
