@@ -20,9 +20,9 @@ import (
 // Errors of an admission that failed (wrapped in an *Error of KindOverloaded).
 var (
 	// ErrQueueFull: every host is at MaxInFlight and QueueSize requests are already waiting.
-	ErrQueueFull = errors.New("every ollama host is busy and the admission queue is full")
+	ErrQueueFull = errors.New("every model server host is busy and the admission queue is full")
 	// ErrQueueTimeout: the request waited QueueTimeout in the admission queue without a free host.
-	ErrQueueTimeout = errors.New("no ollama host became free within the queue timeout")
+	ErrQueueTimeout = errors.New("no model server host became free within the queue timeout")
 )
 
 // Retry hints of a refused admission.
@@ -146,7 +146,7 @@ func (c *Chat) admitLocal(ctx context.Context) (Admission, error) {
 				Err: fmt.Errorf("%w (%s)", ErrQueueTimeout, c.cfg.QueueTimeout)}
 		case <-ctx.Done():
 			c.leave(w)
-			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for an ollama host: %w", context.Cause(ctx))}
+			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for a model server host: %w", context.Cause(ctx))}
 		}
 	}
 }
@@ -155,9 +155,9 @@ func (c *Chat) admitLocal(ctx context.Context) (Admission, error) {
 func (c *Chat) noHost(full bool) error {
 	if full {
 		return &Error{Kind: KindOverloaded, RetryAfter: time.Second,
-			Err: fmt.Errorf("every ollama host has max_in_flight (%d) requests running", c.cfg.MaxInFlight)}
+			Err: fmt.Errorf("every model server host has max_in_flight (%d) requests running", c.cfg.MaxInFlight)}
 	}
-	return &Error{Kind: KindUnavailable, RetryAfter: c.cfg.HealthInterval, Err: errors.New("no healthy ollama host")}
+	return &Error{Kind: KindUnavailable, RetryAfter: c.cfg.HealthInterval, Err: errors.New("no healthy model server host")}
 }
 
 // leave takes a waiter that gives up out of the queue. If a place had already been handed to it,

@@ -126,7 +126,7 @@ func (c *Chat) sharedAdmitHeld(ctx context.Context, host string, held func()) (A
 				Err: fmt.Errorf("%w (%s; every host is full across the instances)", ErrQueueTimeout, c.cfg.QueueTimeout)}
 		case <-ctx.Done():
 			poll.Stop()
-			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for an ollama host: %w", context.Cause(ctx))}
+			return nil, &Error{Kind: KindCanceled, Err: fmt.Errorf("waiting for a model server host: %w", context.Cause(ctx))}
 		}
 	}
 }

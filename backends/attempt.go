@@ -24,20 +24,6 @@ import (
 // the body ends early: a dropped connection or a stream cut before "done":true would pass for
 // a complete generation. The wire types are still the api package's.
 
-// chatChunk is the part of an api.ChatResponse line that matters here, plus the "error" field
-// Ollama sends instead of a chunk when generation fails mid-stream. Unknown fields (model,
-// created_at, role) are skipped without allocating.
-type chatChunk struct {
-	Message struct {
-		Content string `json:"content"`
-	} `json:"message"`
-	Done            bool   `json:"done"`
-	DoneReason      string `json:"done_reason"`
-	Error           string `json:"error"`
-	PromptEvalCount int    `json:"prompt_eval_count"`
-	EvalCount       int    `json:"eval_count"`
-}
-
 // Causes recorded when this backend, not the caller, ends a request.
 var (
 	errFirstPieceTimeout = errors.New("no first piece within the first-piece timeout")
@@ -96,7 +82,7 @@ func (a *attempt) run(ctx context.Context, c *Chat, req *Request, chat *chatBody
 	a.body = resp.Body
 	lines := newLineReader(resp.Body)
 	a.lines = lines
-	dec := c.wire.decoder()
+	dec := c.wire.Decoder()
 	for {
 		// Pieces emitted and not yet flushed go before any wait for the server.
 		if a.pending && !lines.hasLine() {
@@ -107,15 +93,15 @@ func (a *attempt) run(ctx context.Context, c *Chat, req *Request, chat *chatBody
 		line, err := lines.next()
 		switch {
 		case err == nil:
-			err = dec.decode(line, &a.chunk)
-		case errors.Is(err, io.EOF) && dec.atEOF(&a.chunk):
+			err = dec.Decode(line, &a.chunk)
+		case errors.Is(err, io.EOF) && dec.AtEOF(&a.chunk):
 			err = nil // the wire's end without its end marker, after a complete stream
 		}
 		if err != nil {
 			return a.readFailed(ctx, inner, err)
 		}
 		if a.chunk.Error != "" {
-			return a.modelFailed(c.cfg.API)
+			return a.modelFailed()
 		}
 		if piece := a.chunk.Message.Content; piece != "" {
 			if a.stats.Pieces == 0 {
@@ -145,7 +131,7 @@ type attempt struct {
 	h     *chatHost
 	flush func() error // Request.Flush
 	stats Stats
-	chunk chatChunk // the line just read
+	chunk Chunk // the line just read
 	// pending: pieces were emitted that flush has not sent on yet. They go before any wait
 	// for the server and before every return.
 	pending bool
@@ -257,9 +243,9 @@ func (a *attempt) readFailed(ctx, inner context.Context, err error) error {
 // modelFailed ends the attempt whose model server reported an error in its stream.
 //
 //go:noinline
-func (a *attempt) modelFailed(wire string) error {
+func (a *attempt) modelFailed() error {
 	_ = a.deliver()
-	return a.cut(fmt.Errorf("%s: %s", wire, a.chunk.Error))
+	return a.cut(fmt.Errorf("model server: %s", a.chunk.Error))
 }
 
 // cut is the end of an attempt whose stream broke off: interrupted once text went out, else
@@ -308,7 +294,7 @@ func (c *Chat) open(ctx, inner context.Context, h *chatHost, chat *chatBody) (*h
 		return nil, &Error{Kind: KindInternal, Host: h.name, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	c.wire.header(hreq.Header)
+	c.wire.Header(hreq.Header)
 	hreq.Header.Set("User-Agent", "caddy-textgen")
 	// Marks the POST as safe to resend when a kept-alive connection turns out to be closed by
 	// the server before it read anything (net/http, and leanRoundTrip, then retry instead of

@@ -22,10 +22,10 @@ const DefaultOllamaHost = "http://127.0.0.1:11434"
 
 // ChatConfig configures a Chat backend. Zero values take the defaults stated per field.
 type ChatConfig struct {
-	// Hosts are the model servers, as URLs ("http://10.0.0.5:11434") or, on Ollama's wire and as
-	// Ollama itself accepts them, "host:port" or "host" without a scheme (http, port 11434). Requests go to a
-	// healthy host with the fewest requests in flight. Default: $OLLAMA_HOST, else
-	// http://127.0.0.1:11434.
+	// Hosts are the model servers, as URLs ("http://10.0.0.5:11434") or, where the wire takes
+	// them (Ollama's does, as Ollama itself accepts them), "host:port" or "host" without a scheme
+	// (http, port 11434). Requests go to a healthy host with the fewest requests in flight.
+	// Default: $OLLAMA_HOST, else http://127.0.0.1:11434.
 	Hosts []string `json:"hosts,omitempty"`
 
 	// ConnectTimeout bounds establishing a connection (and a TLS handshake) to a host.
@@ -42,13 +42,8 @@ type ChatConfig struct {
 	// overrides it. Default 30s.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 
-	// KeepAlive is sent as keep_alive with every request: how long Ollama keeps the model loaded
-	// afterwards (negative: forever, 0: unload at once). Default nil: Ollama's own default
-	// (5 minutes, or the server's OLLAMA_KEEP_ALIVE).
-	KeepAlive *time.Duration `json:"keep_alive,omitempty"`
-
-	// HealthInterval is how often every host is probed (Ollama: HEAD /; OpenAI-compatible:
-	// GET /v1/models), so a host marked down after a failed connection comes back. Default 10s.
+	// HealthInterval is how often every host is probed (Wire.Probe; Ollama: HEAD /;
+	// OpenAI-compatible: GET /v1/models), so a host marked down after a failed connection comes back. Default 10s.
 	HealthInterval time.Duration `json:"health_interval,omitempty"`
 
 	// MaxInFlight caps the requests sent to one host at a time; when every host is at its cap,
@@ -71,24 +66,18 @@ type ChatConfig struct {
 	// with MaxInFlight > 0. Default nil: this process counts its own.
 	HostCounter HostCounter `json:"-"`
 
-	// API is the wire the hosts speak: "ollama" (Ollama's own /api/chat, the default) or
-	// "openai" (/v1/chat/completions with server-sent events: vLLM, llama.cpp's server, hosted
-	// OpenAI-compatible services, and Ollama too). With "openai" Hosts are URLs with a scheme,
-	// the base URL an OpenAI client is given ("https://api.example.com/v1") or a server's address
-	// (to which /v1 is added); the readiness probe and the model check use GET /v1/models, and
-	// models cannot be pulled.
-	API string `json:"api,omitempty"`
-
-	// APIKey is sent as "Authorization: Bearer <key>" to OpenAI-compatible hosts that need one.
-	// Default: none.
-	APIKey string `json:"-"`
+	// Wire is how the hosts are spoken to: NewOllamaWire (Ollama's own /api/chat),
+	// NewOpenAIWire (/v1/chat/completions) or a wire of another package. A Chat's identity for
+	// pooling is not in its JSON: the caller tells wires apart. Default: NewOllamaWire(nil).
+	Wire Wire `json:"-"`
 
 	// Logger receives host state changes, failovers and start-up checks. Default: no logging.
 	Logger *zap.Logger `json:"-"`
 }
 
 // Chat is a Backend that streams chat completions from one or more model servers that speak one
-// wire (ChatConfig.API: Ollama's /api/chat or the OpenAI-compatible /v1/chat/completions). It
+// wire (ChatConfig.Wire: Ollama's /api/chat, the OpenAI-compatible /v1/chat/completions, or
+// another). It
 // owns what is the same on every wire: the hosts and their health, admission, failover before the
 // first piece, the first-piece and idle watchdog, batching pieces into flushes and typed errors.
 // It is safe for concurrent use. Close stops its health checker.
@@ -100,7 +89,7 @@ type Chat struct {
 	// dial opens the chat streams' own connections (conn.go); the Transport's dialer.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	log  *zap.Logger
-	wire wire          // how the hosts are spoken to (ChatConfig.API)
+	wire Wire          // how the hosts are spoken to (ChatConfig.Wire)
 	rr   atomic.Uint32 // rotates the tie-break among equally busy hosts
 	adm  admission
 	// sharedWaiting counts the requests waiting for a host that is full across the instances.
@@ -140,27 +129,24 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	switch {
 	case cfg.ConnectTimeout < 0:
-		return nil, fmt.Errorf("ollama connect_timeout: must not be negative")
+		return nil, fmt.Errorf("model servers' connect_timeout: must not be negative")
 	case cfg.FirstPieceTimeout < 0:
-		return nil, fmt.Errorf("ollama first_piece_timeout: must not be negative")
+		return nil, fmt.Errorf("model servers' first_piece_timeout: must not be negative")
 	case cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("ollama idle_timeout: must not be negative")
+		return nil, fmt.Errorf("model servers' idle_timeout: must not be negative")
 	case cfg.HealthInterval < 0:
-		return nil, fmt.Errorf("ollama health_interval: must not be negative")
+		return nil, fmt.Errorf("model servers' health_interval: must not be negative")
 	case cfg.MaxInFlight < 0:
-		return nil, fmt.Errorf("ollama max_in_flight: must not be negative")
+		return nil, fmt.Errorf("model servers' max_in_flight: must not be negative")
 	case cfg.QueueSize < 0:
-		return nil, fmt.Errorf("ollama queue_size: must not be negative")
+		return nil, fmt.Errorf("model servers' queue_size: must not be negative")
 	case cfg.QueueTimeout < 0:
-		return nil, fmt.Errorf("ollama queue_timeout: must not be negative")
+		return nil, fmt.Errorf("model servers' queue_timeout: must not be negative")
 	}
-	if cfg.API == "" {
-		cfg.API = APIOllama
+	if cfg.Wire == nil {
+		cfg.Wire = NewOllamaWire(nil)
 	}
-	w, err := newWire(cfg)
-	if err != nil {
-		return nil, err
-	}
+	w := cfg.Wire
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -204,14 +190,14 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		u, err := ParseOllamaHost(raw)
 		var chatURL string
 		if err == nil {
-			chatURL, err = w.chatURL(raw, u)
+			chatURL, err = w.ChatURL(raw, u)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s hosts: %w", cfg.API, err)
+			return nil, fmt.Errorf("model server hosts: %w", err)
 		}
 		name := u.String()
 		if seen[name] {
-			return nil, fmt.Errorf("ollama hosts: %s is listed twice", name)
+			return nil, fmt.Errorf("model server hosts: %s is listed twice", name)
 		}
 		seen[name] = true
 		h := &chatHost{name: name, base: u, chatURL: chatURL}
@@ -302,7 +288,7 @@ func (c *Chat) prepare(ctx context.Context, req *Request, emit Emit) (*Slot, *ch
 	if req.Model == "" || emit == nil {
 		return fail(&Error{Kind: KindInternal, Err: errors.New("generate needs a model and an emit function")})
 	}
-	body, err := c.wire.encode(*req)
+	body, err := c.wire.Encode(*req)
 	if err != nil {
 		return fail(&Error{Kind: KindInternal, Err: fmt.Errorf("encoding chat request: %w", err)})
 	}
@@ -372,7 +358,7 @@ func (c *Chat) attempts(ctx context.Context, slot *Slot, req *Request, chat *cha
 
 //go:noinline
 func (c *Chat) logFailover(h *chatHost, be *Error) {
-	c.log.Warn("ollama host failed before the first piece; trying another host",
+	c.log.Warn("model server host failed before the first piece; trying another host",
 		zap.String("host", h.name), zap.Stringer("kind", be.Kind), zap.Error(be.Err))
 }
 

@@ -31,9 +31,9 @@ func BenchmarkChatRelay(b *testing.B) {
 
 		// "backend" is Ollama's wire; "openai" the same pieces from the same server's
 		// OpenAI-compatible endpoint (server-sent events, walked like Ollama's lines).
-		for _, w := range []struct{ name, api string }{{"backend", backends.APIOllama}, {"openai", backends.APIOpenAI}} {
+		for _, w := range []struct{ name, api string }{{"backend", apiOllama}, {"openai", apiOpenAI}} {
 			b.Run(w.name+"/pieces="+strconv.Itoa(pieces), func(b *testing.B) {
-				o, err := backends.NewChat(backends.ChatConfig{API: w.api, Hosts: []string{fs.URL}, Logger: zap.NewNop()})
+				o, err := backends.NewChat(backends.ChatConfig{Wire: wireOf(w.api), Hosts: []string{fs.URL}, Logger: zap.NewNop()})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -61,9 +61,23 @@ func sharedOllama(t testing.TB) *ollamatest.Server {
 // Ollama's own API and its OpenAI-compatible one (/v1/chat/completions), so the OpenAI wire
 // passes the very suite Ollama's wire does.
 func eachAPI(t *testing.T, test func(t *testing.T, api string)) {
-	for _, api := range []string{backends.APIOllama, backends.APIOpenAI} {
+	for _, api := range []string{apiOllama, apiOpenAI} {
 		t.Run(api, func(t *testing.T) { test(t, api) })
 	}
+}
+
+// The wires the tests run on, by the name eachAPI gives them.
+const (
+	apiOllama = "ollama"
+	apiOpenAI = "openai"
+)
+
+// wireOf is the wire named api, without a key or keep_alive.
+func wireOf(api string) backends.Wire {
+	if api == apiOpenAI {
+		return backends.NewOpenAIWire("")
+	}
+	return backends.NewOllamaWire(nil)
 }
 
 func newChat(t testing.TB, cfg backends.ChatConfig) *backends.Chat {
@@ -119,7 +133,7 @@ func deadPort(t testing.TB) string {
 func TestChatStreamsPiecesWhileGenerating(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{srv.URL}})
 
 		enough := errors.New("enough pieces")
 		var arrivals []time.Time
@@ -152,7 +166,7 @@ func TestChatStreamsPiecesWhileGenerating(t *testing.T) {
 func TestChatCompleteGenerationStats(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{srv.URL}})
 		zero := 0.0
 		var pieces []string
 		stats, err := o.Generate(testCtx(t), backends.Request{
@@ -202,7 +216,7 @@ func TestChatCancelStopsGenerationOnServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(relay.Close)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{relay.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{relay.URL}})
 
 		for _, how := range []string{"context", "emit"} {
 			ctx, cancel := context.WithCancel(testCtx(t))
@@ -244,7 +258,7 @@ func TestChatCancelStopsGenerationOnServer(t *testing.T) {
 func TestChatModelMissing(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := sharedOllama(t)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{srv.URL}})
 		_, err := o.Generate(testCtx(t), backends.Request{Model: "no-such-model", Prompt: "hi"},
 			func(string) error { t.Error("emit called"); return nil })
 		be := wantKind(t, err, backends.KindModelMissing)
@@ -264,7 +278,7 @@ func TestChatStoppedServerThenBack(t *testing.T) {
 		srv := ollamatest.StartT(t, ollamatest.Options{})
 		_, portStr, _ := net.SplitHostPort(srv.Host)
 		port, _ := strconv.Atoi(portStr)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}, HealthInterval: 50 * time.Millisecond})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{srv.URL}, HealthInterval: 50 * time.Millisecond})
 		gen := func() error {
 			_, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "hi", MaxTokens: 4},
 				func(string) error { return nil })
@@ -299,7 +313,7 @@ func TestChatStoppedServerThenBack(t *testing.T) {
 func TestChatOverloadedBurst(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		srv := ollamatest.StartT(t, ollamatest.Options{NumParallel: 1, MaxQueue: 1, SkipPrewarm: true})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{srv.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{srv.URL}})
 
 		const burst = 8
 		for attempt := 1; ; attempt++ {
@@ -373,7 +387,7 @@ func TestChatFailoverFromDeadHost(t *testing.T) {
 		srv := sharedOllama(t)
 		dead := deadPort(t)
 		core, logs := observer.New(zap.WarnLevel)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{"http://" + dead, srv.URL}, Logger: zap.New(core)})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{"http://" + dead, srv.URL}, Logger: zap.New(core)})
 		for i := 0; i < 10 && o.Hosts()[0].Healthy; i++ {
 			stats, err := o.Generate(testCtx(t), backends.Request{Model: srv.Model, Prompt: "hi", MaxTokens: 4},
 				func(string) error { return nil })

@@ -111,10 +111,10 @@ func noTransportStreams(t *testing.T) {
 // Sequential generations share one connection, and each request (its system prompt well over
 // the Transport's 1 KiB write buffer) goes out in one Write.
 func TestLeanConnReusedOneWrite(t *testing.T) {
-	for _, api := range []string{APIOllama, APIOpenAI} {
+	for _, api := range []string{"ollama", "openai"} {
 		t.Run(api, func(t *testing.T) {
 			fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: time.Millisecond})
-			o, d := leanChat(t, ChatConfig{API: api, Hosts: []string{fs.URL}})
+			o, d := leanChat(t, ChatConfig{Wire: map[string]Wire{"ollama": NewOllamaWire(nil), "openai": NewOpenAIWire("")}[api], Hosts: []string{fs.URL}})
 			req := Request{Model: ollamatest.DefaultModel, System: strings.Repeat("system prompt ", 300), Prompt: "hi"}
 			for i := range 5 {
 				if _, err := o.Generate(leanCtx(t), req, func(string) error {
@@ -499,7 +499,7 @@ func TestStreamDropsPrompt(t *testing.T) {
 	emit, first = started()
 	var body weak.Pointer[byte]
 	func() {
-		raw, err := o.wire.encode(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
+		raw, err := o.wire.Encode(Request{Model: ollamatest.DefaultModel, System: strings.Repeat("You write well. ", 4096), Prompt: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func (c *Chat) CountSystem(ctx context.Context, model, system string, numCtx int
 		errs []error
 	)
 	for _, h := range c.hosts {
-		n, err := c.wire.count(ctx, c, h, model, system, numCtx)
+		n, err := c.wire.Count(ctx, c.host(h), model, system, numCtx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.name, err))
 			continue

@@ -32,7 +32,7 @@ func TestCountSystemReal(t *testing.T) {
 		t.Error("a count for a model the server does not have")
 	}
 	// Ollama's OpenAI-compatible API has no /tokenize: no count, said as such.
-	oa := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{srv.URL + "/v1"}})
+	oa := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{srv.URL + "/v1"}})
 	if n, err := oa.CountSystem(testCtx(t), srv.Model, short, 2048); !errors.Is(err, backends.ErrCountUnknown) {
 		t.Errorf("OpenAI wire of Ollama: count %+v, %v; want ErrCountUnknown", n, err)
 	}
@@ -63,7 +63,7 @@ func TestCountSystemTokenizeFake(t *testing.T) {
 	none := httptest.NewServer(http.NotFoundHandler())
 	defer none.Close()
 
-	c := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, APIKey: "sk-test", Hosts: []string{llamacpp.URL + "/v1"}})
+	c := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire("sk-test"), Hosts: []string{llamacpp.URL + "/v1"}})
 	n, err := c.CountSystem(testCtx(t), "m", "be brief", 0)
 	if err != nil || n.Tokens != 7 || n.Templated {
 		t.Fatalf("llama.cpp: %+v, %v", n, err)
@@ -71,11 +71,11 @@ func TestCountSystemTokenizeFake(t *testing.T) {
 	if got := seen.Load().([]any); got[0] != "Bearer sk-test" || got[1] != "be brief" || got[2] != "be brief" || got[3] != "m" {
 		t.Errorf("request seen: %v", got)
 	}
-	c = newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{llamacpp.URL, vllm.URL + "/v1"}})
+	c = newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{llamacpp.URL, vllm.URL + "/v1"}})
 	if n, err := c.CountSystem(testCtx(t), "m", "be brief", 0); err != nil || n.Tokens != 9 {
 		t.Errorf("two hosts: %+v, %v; want vLLM's 9, the largest", n, err)
 	}
-	c = newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{none.URL}})
+	c = newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{none.URL}})
 	if n, err := c.CountSystem(testCtx(t), "m", "be brief", 0); !errors.Is(err, backends.ErrCountUnknown) {
 		t.Errorf("no /tokenize: %+v, %v; want ErrCountUnknown", n, err)
 	}

@@ -60,7 +60,7 @@ func checkAgainstEncodingJSON(t *testing.T, line []byte) {
 	if hasCaseVariantKey(line) {
 		return // encoding/json matches field names in any letter case; Ollama never relies on it
 	}
-	var want, got chatChunk
+	var want, got Chunk
 	wantErr := json.Unmarshal(line, &want)
 	gotErr := decodeChunk(line, &got)
 	if wantErr != nil {
@@ -142,7 +142,7 @@ func BenchmarkDecodeChunk(b *testing.B) {
 	line := []byte(chunkSeeds[0])
 	b.Run("decodeChunk", func(b *testing.B) {
 		b.ReportAllocs()
-		var c chatChunk
+		var c Chunk
 		for b.Loop() {
 			if err := decodeChunk(line, &c); err != nil {
 				b.Fatal(err)
@@ -151,9 +151,9 @@ func BenchmarkDecodeChunk(b *testing.B) {
 	})
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
-		var c chatChunk
+		var c Chunk
 		for b.Loop() {
-			c = chatChunk{}
+			c = Chunk{}
 			if err := json.Unmarshal(line, &c); err != nil {
 				b.Fatal(err)
 			}

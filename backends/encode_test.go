@@ -56,7 +56,7 @@ func TestEncodeChatMatchesAPIChatRequest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ow := &ollamaWire{keepAlive: tc.keepAlive}
-			got, err := ow.encode(tc.req)
+			got, err := ow.Encode(tc.req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func BenchmarkEncodeChat(b *testing.B) {
 	b.Run("struct", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			w.encode(req)
+			w.Encode(req)
 		}
 	})
 	b.Run("api.ChatRequest", func(b *testing.B) {

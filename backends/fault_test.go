@@ -92,7 +92,7 @@ func TestFaultsMapToKinds(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				fs := ollamatest.NewFaultServerT(t, tc.fault)
-				o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}})
+				o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}})
 				req := tc.req
 				req.Model = tc.model
 				if req.Model == "" {
@@ -169,7 +169,7 @@ func TestStopsReachTheServer(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				fs := ollamatest.NewFaultServerT(t, tc.fault)
-				o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}})
+				o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}})
 				ctx, cancel := context.WithCancel(testCtx(t))
 				defer cancel()
 				req := tc.req
@@ -200,7 +200,7 @@ func TestStopsReachTheServer(t *testing.T) {
 func TestConnectionReused(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: time.Millisecond})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}})
 		for range 5 {
 			if _, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error { return nil }); err != nil {
 				t.Fatal(err)
@@ -216,7 +216,7 @@ func TestConnectionReused(t *testing.T) {
 func TestPiecesEmittedBeforeStreamEnds(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall, Pieces: 3})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}})
 		enough := errors.New("enough")
 		n := 0
 		_, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
@@ -237,7 +237,7 @@ func TestSlowEmitIsNotIdle(t *testing.T) {
 		// Pieces 200 ms apart, so each arrives while the caller is still busy with the one before
 		// (all at once, they would be read before the first emit and no idle timer would run).
 		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: 200 * time.Millisecond})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}, IdleTimeout: 100 * time.Millisecond})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}, IdleTimeout: 100 * time.Millisecond})
 		stats, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
 			time.Sleep(400 * time.Millisecond) // 4 idle timeouts
 			return nil
@@ -265,7 +265,7 @@ func checkChatSent(t *testing.T, got api.ChatRequest) {
 // the bearer key; none of Ollama's options.
 func TestRequestSentOpenAI(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1})
-	o := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL + "/v1"}, APIKey: "sk-test-123"})
+	o := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire("sk-test-123"), Hosts: []string{fs.URL + "/v1"}})
 	temp, seed := 0.25, 42
 	_, err := o.Generate(testCtx(t), backends.Request{
 		Model: ollamatest.DefaultModel, System: "sys", Prompt: "user text",
@@ -284,7 +284,7 @@ func TestRequestSentOpenAI(t *testing.T) {
 		t.Errorf("authorization %q", a)
 	}
 	// Without a key, no Authorization header; a base URL without /v1 gets it added.
-	o2 := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
+	o2 := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{fs.URL}})
 	if _, err := o2.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "p"}, func(string) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -293,13 +293,11 @@ func TestRequestSentOpenAI(t *testing.T) {
 	}
 }
 
-// The OpenAI wire's configuration is checked: a key needs the OpenAI wire, its hosts need a
-// scheme, and the wire's name must be known.
+// The OpenAI wire's hosts need a scheme.
 func TestOpenAIConfig(t *testing.T) {
 	for _, cfg := range []backends.ChatConfig{
-		{API: "grpc", Hosts: []string{"http://127.0.0.1:1"}},
-		{Hosts: []string{"http://127.0.0.1:1"}, APIKey: "k"},
-		{API: backends.APIOpenAI, Hosts: []string{"127.0.0.1:8000"}},
+		{Wire: backends.NewOpenAIWire(""), Hosts: []string{"127.0.0.1:8000"}},
+		{Wire: backends.NewOpenAIWire("k"), Hosts: []string{"http://127.0.0.1:1", "127.0.0.1:8000"}},
 	} {
 		if o, err := backends.NewChat(cfg); err == nil {
 			o.Close()
@@ -311,7 +309,7 @@ func TestOpenAIConfig(t *testing.T) {
 // The model check of OpenAI-compatible hosts reads GET /v1/models and cannot pull.
 func TestOpenAICheckModels(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1})
-	o := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
+	o := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{fs.URL}})
 	if err := o.CheckModels(testCtx(t), []string{ollamatest.DefaultModel}, false); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +322,7 @@ func TestOpenAICheckModels(t *testing.T) {
 func TestRequestSentToOllama(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1})
 	keep := 90 * time.Second
-	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, KeepAlive: &keep})
+	o := newChat(t, backends.ChatConfig{Hosts: []string{fs.URL}, Wire: backends.NewOllamaWire(&keep)})
 	temp := 0.25
 	_, err := o.Generate(testCtx(t), backends.Request{
 		Model: ollamatest.DefaultModel, System: "sys", Prompt: "user text",
@@ -359,7 +357,7 @@ func TestFailoverOnlyBeforeFirstPiece(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		good := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 4})
 		busy := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultBusy})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{busy.URL, good.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{busy.URL, good.URL}})
 		for i := 0; i < 6; i++ {
 			stats, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error { return nil })
 			if err != nil || stats.Host != good.URL {
@@ -375,7 +373,7 @@ func TestFailoverOnlyBeforeFirstPiece(t *testing.T) {
 
 		broken := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultErrorAfter, Pieces: 2})
 		good2 := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 4})
-		o2 := newChat(t, backends.ChatConfig{API: api, Hosts: []string{broken.URL, good2.URL}})
+		o2 := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{broken.URL, good2.URL}})
 		failed := 0
 		for i := 0; i < 6; i++ {
 			before := good2.Requests()
@@ -399,7 +397,7 @@ func TestFailoverOnlyBeforeFirstPiece(t *testing.T) {
 
 func TestAllHostsDown(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{"http://" + deadPort(t), "http://" + deadPort(t)}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{"http://" + deadPort(t), "http://" + deadPort(t)}})
 		_, err := o.Generate(testCtx(t), backends.Request{Model: "m", Prompt: "hi"}, func(string) error { return nil })
 		be := wantKind(t, err, backends.KindUnavailable)
 		if !strings.Contains(be.Err.Error(), "refused") {
@@ -419,7 +417,7 @@ func TestAllHostsDown(t *testing.T) {
 func TestBusyAndDownReportsOverloaded(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		busy := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultBusy})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{"http://" + deadPort(t), busy.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{"http://" + deadPort(t), busy.URL}})
 		_, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error { return nil })
 		wantKind(t, err, backends.KindOverloaded)
 	})
@@ -428,7 +426,7 @@ func TestBusyAndDownReportsOverloaded(t *testing.T) {
 func TestMaxInFlight(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Mode: ollamatest.FaultStall})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}, MaxInFlight: 1})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}, MaxInFlight: 1})
 		ctx, cancel := context.WithCancel(testCtx(t))
 		done := make(chan error, 1)
 		go func() {
@@ -453,7 +451,7 @@ func TestHealthCheckerBringsHostBack(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		addr := deadPort(t)
 		core, logs := observer.New(zap.InfoLevel)
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{"http://" + addr}, HealthInterval: 20 * time.Millisecond, Logger: zap.New(core)})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{"http://" + addr}, HealthInterval: 20 * time.Millisecond, Logger: zap.New(core)})
 		if err := o.Check(testCtx(t)); err == nil {
 			t.Fatal("Check found the dead host up")
 		}
@@ -472,7 +470,7 @@ func TestHealthCheckerBringsHostBack(t *testing.T) {
 		if revived.Requests() != 1 {
 			t.Errorf("revived host got %d requests", revived.Requests())
 		}
-		if logs.FilterMessage("ollama host is back").Len() != 1 || logs.FilterMessageSnippet("is down").Len() != 1 {
+		if logs.FilterMessage("model server host is back").Len() != 1 || logs.FilterMessageSnippet("is down").Len() != 1 {
 			t.Errorf("logs %v", logs.All())
 		}
 	})

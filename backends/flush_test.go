@@ -16,7 +16,7 @@ func TestFlushBatches(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
 		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 64, Piece: "tok "})
 		fs.Set(ollamatest.FaultConfig{Model: "paced", Pieces: 5, Piece: "tok ", Delay: 40 * time.Millisecond})
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: []string{fs.URL}})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}})
 		run := func(model string) (emits, flushes, unflushedAtEnd int, gaps []int) {
 			t.Helper()
 			pending := 0

@@ -16,7 +16,7 @@ import (
 type chatHost struct {
 	name    string   // url.String(), as reported in errors, stats and logs
 	base    *url.URL // as ParseOllamaHost read it: the wire's addresses are under it
-	chatURL string   // where chat requests go (wire.chatURL)
+	chatURL string   // where chat requests go (Wire.ChatURL)
 	// lean are the idle connections of the chat streams, when they do not go through the
 	// Transport (conn.go): nil for https:// hosts and proxied ones.
 	lean *leanConns
@@ -27,6 +27,11 @@ type chatHost struct {
 	mu      sync.Mutex
 	lastErr string
 	since   time.Time // when healthy last changed
+}
+
+// host is h as the wire sees it.
+func (c *Chat) host(h *chatHost) Host {
+	return Host{Name: h.name, Base: h.base, Client: c.client, Log: c.log}
 }
 
 // HostStatus is a host's state, for readiness endpoints and admin views.
@@ -62,7 +67,7 @@ func (c *Chat) Check(ctx context.Context) error {
 	if len(errs) < len(c.hosts) {
 		return nil
 	}
-	return fmt.Errorf("no ollama host answers: %w", errors.Join(errs...))
+	return fmt.Errorf("no model server host answers: %w", errors.Join(errs...))
 }
 
 // down marks h unhealthy after a failed connection; the health checker brings it back.
@@ -75,7 +80,7 @@ func (h *chatHost) down(log *zap.Logger, err error) {
 	}
 	h.mu.Unlock()
 	if was {
-		log.Warn("ollama host is down; sending requests to other hosts until it answers again",
+		log.Warn("model server host is down; sending requests to other hosts until it answers again",
 			zap.String("host", h.name), zap.Error(err))
 	}
 }
@@ -92,7 +97,7 @@ func (h *chatHost) up(log *zap.Logger) {
 	}
 	h.mu.Unlock()
 	if !was {
-		log.Info("ollama host is back", zap.String("host", h.name))
+		log.Info("model server host is back", zap.String("host", h.name))
 	}
 }
 
@@ -132,7 +137,7 @@ func (c *Chat) probeAll(ctx context.Context) []error {
 			// A probe is one small round trip; allow a connection plus as much again.
 			pctx, cancel := context.WithTimeout(ctx, 2*c.cfg.ConnectTimeout)
 			defer cancel()
-			if err := c.wire.probe(pctx, c, h); err != nil {
+			if err := c.wire.Probe(pctx, c.host(h)); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", h.name, err)
 				if ctx.Err() == nil { // else we are shutting down: no verdict on the host
 					h.down(c.log, err)

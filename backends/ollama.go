@@ -22,30 +22,31 @@ import (
 
 // ollamaWire speaks Ollama's API.
 type ollamaWire struct {
-	// keepAlive is sent with every chat request (ChatConfig.KeepAlive); nil: Ollama's default.
+	// keepAlive is sent with every chat request; nil: Ollama's default.
 	keepAlive *api.Duration
 }
 
-func newOllamaWire(cfg ChatConfig) (*ollamaWire, error) {
-	if cfg.APIKey != "" {
-		return nil, fmt.Errorf("backend api_key: only OpenAI-compatible hosts take a key")
-	}
+// NewOllamaWire is the wire of Ollama's own API (the default of ChatConfig.Wire). keepAlive is
+// sent as keep_alive with every request: how long Ollama keeps the model loaded afterwards
+// (negative: forever, 0: unload at once); nil: Ollama's own default (5 minutes, or the server's
+// OLLAMA_KEEP_ALIVE). Its hosts may also be written as Ollama reads OLLAMA_HOST ("host:port").
+func NewOllamaWire(keepAlive *time.Duration) Wire {
 	w := &ollamaWire{}
-	if cfg.KeepAlive != nil {
-		w.keepAlive = &api.Duration{Duration: *cfg.KeepAlive}
+	if keepAlive != nil {
+		w.keepAlive = &api.Duration{Duration: *keepAlive}
 	}
-	return w, nil
+	return w
 }
 
-// ollamaClient is the api package's client for h, on c's Transport.
-func ollamaClient(c *Chat, h *chatHost) *api.Client { return api.NewClient(h.base, c.client) }
+// ollamaClient is the api package's client for h, on the Chat's Transport.
+func ollamaClient(h Host) *api.Client { return api.NewClient(h.Base, h.Client) }
 
 // chatURL: any host ParseOllamaHost reads, with or without a scheme.
-func (w *ollamaWire) chatURL(_ string, u *url.URL) (string, error) {
+func (w *ollamaWire) ChatURL(_ string, u *url.URL) (string, error) {
 	return u.JoinPath("/api/chat").String(), nil
 }
 
-func (w *ollamaWire) encode(req Request) ([]byte, error) {
+func (w *ollamaWire) Encode(req Request) ([]byte, error) {
 	body := ollamaChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true, KeepAlive: w.keepAlive,
 		Truncate: &noCut, Shift: &noCut}
 	body.Options.NumPredict, body.Options.Temperature = req.MaxTokens, req.Temperature
@@ -77,20 +78,20 @@ type ollamaChatRequest struct {
 	Shift    *bool `json:"shift,omitempty"`
 }
 
-func (w *ollamaWire) header(h http.Header) { h.Set("Accept", "application/x-ndjson") }
+func (w *ollamaWire) Header(h http.Header) { h.Set("Accept", "application/x-ndjson") }
 
-func (w *ollamaWire) decoder() streamDecoder { return ollamaLines{} }
+func (w *ollamaWire) Decoder() StreamDecoder { return ollamaLines{} }
 
 // ollamaLines decodes Ollama's NDJSON: every line a chunk, the end a "done":true chunk.
 type ollamaLines struct{}
 
-func (ollamaLines) decode(line []byte, c *chatChunk) error { return decodeChunk(line, c) }
-func (ollamaLines) atEOF(*chatChunk) bool                  { return false }
+func (ollamaLines) Decode(line []byte, c *Chunk) error { return decodeChunk(line, c) }
+func (ollamaLines) AtEOF(*Chunk) bool                  { return false }
 
 // decodeChunk parses one line into c, which it zeroes first. Keys match exactly (encoding/json
 // would also accept other letter cases; Ollama never sends them). The walker is decode.go's.
-func decodeChunk(line []byte, c *chatChunk) error {
-	*c = chatChunk{}
+func decodeChunk(line []byte, c *Chunk) error {
+	*c = Chunk{}
 	s := scan{b: line}
 	if err := s.chunk(c); err != nil {
 		return fmt.Errorf("malformed line %q: %w", clip(line), err)
@@ -98,7 +99,7 @@ func decodeChunk(line []byte, c *chatChunk) error {
 	return nil
 }
 
-func (s *scan) chunk(c *chatChunk) error {
+func (s *scan) chunk(c *Chunk) error {
 	return s.document(func(key []byte) error {
 		var err error
 		switch string(key) {
@@ -121,7 +122,7 @@ func (s *scan) chunk(c *chatChunk) error {
 	})
 }
 
-func (s *scan) message(c *chatChunk) error {
+func (s *scan) message(c *Chunk) error {
 	return s.objectOrNull(func(key []byte) error {
 		if string(key) == "content" {
 			var err error
@@ -133,60 +134,52 @@ func (s *scan) message(c *chatChunk) error {
 }
 
 // probe: HEAD /, which Ollama answers with 200 "Ollama is running".
-func (w *ollamaWire) probe(ctx context.Context, c *Chat, h *chatHost) error {
-	return ollamaClient(c, h).Heartbeat(ctx)
+func (w *ollamaWire) Probe(ctx context.Context, h Host) error {
+	return ollamaClient(h).Heartbeat(ctx)
 }
 
-// checkModels asks every host for its version and its models, and pulls a missing model when
-// pull is set, else names the command that does.
-func (w *ollamaWire) checkModels(ctx context.Context, c *Chat, models []string, pull bool) error {
-	var errs []error
-	for _, h := range c.hosts {
-		oc := ollamaClient(c, h)
-		version, err := oc.Version(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.down(c.log, err)
-			}
-			c.log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
-				zap.String("host", h.name), zap.Error(err))
-			errs = append(errs, fmt.Errorf("ollama host %s does not answer: %w", h.name, err))
-			continue
-		}
-		h.up(c.log)
-		list, err := oc.List(ctx)
-		if err != nil {
-			c.log.Error("ollama host cannot list its models", zap.String("host", h.name), zap.Error(err))
-			errs = append(errs, fmt.Errorf("ollama host %s: listing models: %w", h.name, err))
-			continue
-		}
-		have := make(map[string]bool, 2*len(list.Models))
-		for _, m := range list.Models {
-			have[NormalizeModel(m.Name)] = true
-			have[NormalizeModel(m.Model)] = true
-		}
-		missing := missingModels(models, have)
-		c.log.Info("ollama host answers",
-			zap.String("host", h.name), zap.String("version", version),
-			zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
+// CheckModels asks h for its version and its models, and pulls a missing model when pull is
+// set, else names the command that does.
+func (w *ollamaWire) CheckModels(ctx context.Context, h Host, models []string, pull bool) error {
+	oc := ollamaClient(h)
+	version, err := oc.Version(ctx)
+	if err != nil {
+		h.Log.Error("ollama host does not answer; start it with `ollama serve` there, or fix the host in the config",
+			zap.String("host", h.Name), zap.Error(err))
+		return fmt.Errorf("ollama host %s does not answer: %w", h.Name, &NoAnswerError{Err: err})
+	}
+	list, err := oc.List(ctx)
+	if err != nil {
+		h.Log.Error("ollama host cannot list its models", zap.String("host", h.Name), zap.Error(err))
+		return fmt.Errorf("ollama host %s: listing models: %w", h.Name, err)
+	}
+	have := make(map[string]bool, 2*len(list.Models))
+	for _, m := range list.Models {
+		have[NormalizeModel(m.Name)] = true
+		have[NormalizeModel(m.Model)] = true
+	}
+	missing := missingModels(models, have)
+	h.Log.Info("ollama host answers",
+		zap.String("host", h.Name), zap.String("version", version),
+		zap.Int("models", len(list.Models)), zap.Strings("missing", missing))
 
-		for _, m := range missing {
-			command := pullCommand(h, m)
-			if !pull {
-				c.log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
-					zap.String("host", h.name), zap.String("model", m), zap.String("command", command))
-				errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.name, command))
-				continue
-			}
-			c.log.Info("pulling missing model", zap.String("host", h.name), zap.String("model", m))
-			if err := w.pull(ctx, c, h, m); err != nil {
-				c.log.Error("pulling model failed; pull it by hand with the command given",
-					zap.String("host", h.name), zap.String("model", m), zap.String("command", command), zap.Error(err))
-				errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.name, err))
-				continue
-			}
-			c.log.Info("pulled model", zap.String("host", h.name), zap.String("model", m))
+	var errs []error
+	for _, m := range missing {
+		command := pullCommand(h, m)
+		if !pull {
+			h.Log.Error("model missing on ollama host; pull it with the command given, or enable pulling in the config",
+				zap.String("host", h.Name), zap.String("model", m), zap.String("command", command))
+			errs = append(errs, fmt.Errorf("model %q is missing on ollama host %s (run: %s)", m, h.Name, command))
+			continue
 		}
+		h.Log.Info("pulling missing model", zap.String("host", h.Name), zap.String("model", m))
+		if err := w.pull(ctx, h, m); err != nil {
+			h.Log.Error("pulling model failed; pull it by hand with the command given",
+				zap.String("host", h.Name), zap.String("model", m), zap.String("command", command), zap.Error(err))
+			errs = append(errs, fmt.Errorf("pulling model %q on ollama host %s: %w", m, h.Name, err))
+			continue
+		}
+		h.Log.Info("pulled model", zap.String("host", h.Name), zap.String("model", m))
 	}
 	return errors.Join(errs...)
 }
@@ -195,24 +188,24 @@ func (w *ollamaWire) checkModels(ctx context.Context, c *Chat, models []string, 
 var pullLogInterval = 5 * time.Second
 
 // pull pulls model onto h, logging its progress.
-func (w *ollamaWire) pull(ctx context.Context, c *Chat, h *chatHost, model string) error {
+func (w *ollamaWire) pull(ctx context.Context, h Host, model string) error {
 	var (
 		lastStatus string
 		lastLog    time.Time
 	)
-	err := ollamaClient(c, h).Pull(ctx, &api.PullRequest{Model: model}, func(p api.ProgressResponse) error {
+	err := ollamaClient(h).Pull(ctx, &api.PullRequest{Model: model}, func(p api.ProgressResponse) error {
 		now := time.Now()
 		if p.Status == lastStatus && now.Sub(lastLog) < pullLogInterval {
 			return nil
 		}
 		lastStatus, lastLog = p.Status, now
-		fields := []zap.Field{zap.String("host", h.name), zap.String("model", model), zap.String("status", p.Status)}
+		fields := []zap.Field{zap.String("host", h.Name), zap.String("model", model), zap.String("status", p.Status)}
 		if p.Total > 0 {
 			fields = append(fields,
 				zap.String("progress", fmt.Sprintf("%.1f%%", 100*float64(p.Completed)/float64(p.Total))),
 				zap.Int64("completed_bytes", p.Completed), zap.Int64("total_bytes", p.Total))
 		}
-		c.log.Info("pulling model", fields...)
+		h.Log.Info("pulling model", fields...)
 		return nil
 	})
 	// The api client reports a stream cut short as success; Ollama's last line is "success".
@@ -223,17 +216,17 @@ func (w *ollamaWire) pull(ctx context.Context, c *Chat, h *chatHost, model strin
 }
 
 // pullCommand is the shell command an operator runs to get model onto h.
-func pullCommand(h *chatHost, model string) string {
-	if h.name == DefaultOllamaHost {
+func pullCommand(h Host, model string) string {
+	if h.Name == DefaultOllamaHost {
 		return "ollama pull " + model
 	}
-	return "OLLAMA_HOST=" + h.name + " ollama pull " + model
+	return "OLLAMA_HOST=" + h.Name + " ollama pull " + model
 }
 
 // window reads the model's context length from Ollama's /api/show (the
 // "<architecture>.context_length" of the model file).
-func (w *ollamaWire) window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error) {
-	show, err := ollamaClient(c, h).Show(ctx, &api.ShowRequest{Model: model})
+func (w *ollamaWire) Window(ctx context.Context, h Host, model string) (int, error) {
+	show, err := ollamaClient(h).Show(ctx, &api.ShowRequest{Model: model})
 	if err != nil {
 		return 0, err
 	}
@@ -253,7 +246,7 @@ func (w *ollamaWire) window(ctx context.Context, c *Chat, h *chatHost, model str
 // prompt's tokens from prompt_eval_count: the chat template, the system prompt and the empty
 // input, as the server counts them. The count a server gives for a prompt that fills its whole
 // context may be of a cut prompt: that is no count.
-func (w *ollamaWire) count(ctx context.Context, c *Chat, h *chatHost, model, system string, numCtx int) (PromptCount, error) {
+func (w *ollamaWire) Count(ctx context.Context, h Host, model, system string, numCtx int) (PromptCount, error) {
 	stream := false
 	opts := map[string]any{"num_predict": 1}
 	if numCtx > 0 {
@@ -262,7 +255,7 @@ func (w *ollamaWire) count(ctx context.Context, c *Chat, h *chatHost, model, sys
 	req := &api.ChatRequest{Model: model, Stream: &stream, KeepAlive: w.keepAlive, Options: opts,
 		Messages: []api.Message{{Role: "system", Content: system}, {Role: "user", Content: ""}}}
 	n := 0
-	err := ollamaClient(c, h).Chat(ctx, req, func(r api.ChatResponse) error {
+	err := ollamaClient(h).Chat(ctx, req, func(r api.ChatResponse) error {
 		if r.Done {
 			n = r.PromptEvalCount
 		}
@@ -280,4 +273,4 @@ func (w *ollamaWire) count(ctx context.Context, c *Chat, h *chatHost, model, sys
 }
 
 // Interface guards
-var _ wire = (*ollamaWire)(nil)
+var _ Wire = (*ollamaWire)(nil)

@@ -22,14 +22,19 @@ import (
 
 // openaiWire speaks the OpenAI-compatible API.
 type openaiWire struct {
-	key string // ChatConfig.APIKey: sent as a bearer token when set
+	key string // sent as a bearer token when set
 }
 
-func newOpenAIWire(cfg ChatConfig) *openaiWire { return &openaiWire{key: cfg.APIKey} }
+// NewOpenAIWire is the wire of OpenAI-compatible servers (/v1/chat/completions with server-sent
+// events: vLLM, llama.cpp's server, hosted services, and Ollama too). Its hosts are URLs with a
+// scheme, the base URL an OpenAI client is given ("https://api.example.com/v1") or a server's
+// address (to which /v1 is added); the health probe and the model check use GET /v1/models,
+// and models cannot be pulled. apiKey, when set, is sent as "Authorization: Bearer <key>".
+func NewOpenAIWire(apiKey string) Wire { return &openaiWire{key: apiKey} }
 
 // chatURL: a URL with its scheme, the base URL an OpenAI client is given or the server's
 // address.
-func (w *openaiWire) chatURL(raw string, u *url.URL) (string, error) {
+func (w *openaiWire) ChatURL(raw string, u *url.URL) (string, error) {
 	if !strings.Contains(raw, "://") {
 		return "", fmt.Errorf("host %q: an OpenAI-compatible host is a URL with http:// or https://", raw)
 	}
@@ -37,7 +42,7 @@ func (w *openaiWire) chatURL(raw string, u *url.URL) (string, error) {
 }
 
 // modelsURL is GET /v1/models of h: its model list, its probe and its models' windows.
-func modelsURL(h *chatHost) string { return openaiURL(h.base, "models") }
+func modelsURL(h Host) string { return openaiURL(h.Base, "models") }
 
 // openaiURL is the address of path ("chat/completions", "models") under the base URL u. An
 // OpenAI client's base URL usually ends in /v1 ("https://api.openai.com/v1"); a server's bare
@@ -62,7 +67,7 @@ type openaiChatRequest struct {
 	Seed        *int     `json:"seed,omitempty"`
 }
 
-func (w *openaiWire) encode(req Request) ([]byte, error) {
+func (w *openaiWire) Encode(req Request) ([]byte, error) {
 	body := openaiChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
 	// Usage in a last chunk before [DONE], so that token counts are the server's own.
@@ -85,8 +90,8 @@ var sseDone = []byte("[DONE]")
 // decodeChunk reads one of Ollama's lines: the piece in c.Message.Content, the end in c.Done
 // with the counts and reason, a server's error in c.Error. Lines that are not data (comments,
 // "event:", "id:", "retry:") leave c empty.
-func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
-	*c = chatChunk{}
+func decodeOpenAILine(line []byte, c *Chunk, st *openaiStream) error {
+	*c = Chunk{}
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
 		return nil
@@ -106,7 +111,7 @@ func decodeOpenAILine(line []byte, c *chatChunk, st *openaiStream) error {
 // openaiChunk walks one chat.completion.chunk the way chunk walks an Ollama line (see
 // decode.go): the pieces of every choice's delta, the finish reason, the usage, or an
 // error ({"message": ...} or a string). Other members are skipped without allocating.
-func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
+func (s *scan) openaiChunk(c *Chunk, st *openaiStream) error {
 	return s.document(func(key []byte) error {
 		switch string(key) {
 		case "choices":
@@ -150,7 +155,7 @@ func (s *scan) openaiChunk(c *chatChunk, st *openaiStream) error {
 }
 
 // openaiChoice reads one element of "choices": its delta's content and its finish reason.
-func (s *scan) openaiChoice(c *chatChunk, st *openaiStream) error {
+func (s *scan) openaiChoice(c *Chunk, st *openaiStream) error {
 	return s.objectOrNull(func(key []byte) error {
 		switch string(key) {
 		case "delta":
@@ -174,19 +179,19 @@ func (s *scan) openaiChoice(c *chatChunk, st *openaiStream) error {
 	})
 }
 
-func (w *openaiWire) header(h http.Header) {
+func (w *openaiWire) Header(h http.Header) {
 	h.Set("Accept", "text/event-stream")
 	w.authorize(h)
 }
 
-func (w *openaiWire) decoder() streamDecoder { return &openaiStream{} }
+func (w *openaiWire) Decoder() StreamDecoder { return &openaiStream{} }
 
-// decode reads one line of the event stream (decodeOpenAILine).
-func (st *openaiStream) decode(line []byte, c *chatChunk) error { return decodeOpenAILine(line, c, st) }
+// Decode reads one line of the event stream (decodeOpenAILine).
+func (st *openaiStream) Decode(line []byte, c *Chunk) error { return decodeOpenAILine(line, c, st) }
 
-// atEOF: some servers end the body after the finish reason without "data: [DONE]"; that is a
+// AtEOF: some servers end the body after the finish reason without "data: [DONE]"; that is a
 // complete stream. Without either, it was cut.
-func (st *openaiStream) atEOF(c *chatChunk) bool {
+func (st *openaiStream) AtEOF(c *Chunk) bool {
 	if st.finish == "" {
 		return false
 	}
@@ -195,7 +200,7 @@ func (st *openaiStream) atEOF(c *chatChunk) bool {
 }
 
 // end makes c the stream's last chunk.
-func (st *openaiStream) end(c *chatChunk) {
+func (st *openaiStream) end(c *Chunk) {
 	c.Done = true
 	c.DoneReason = st.finish
 	c.PromptEvalCount = st.promptTokens
@@ -219,8 +224,8 @@ func openaiErrorMessage(raw json.RawMessage) string {
 }
 
 // models lists the models of h (GET /v1/models).
-func (w *openaiWire) models(ctx context.Context, c *Chat, h *chatHost) ([]string, error) {
-	resp, err := w.getModels(ctx, c, h)
+func (w *openaiWire) models(ctx context.Context, h Host) ([]string, error) {
+	resp, err := w.getModels(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -248,13 +253,13 @@ func (w *openaiWire) models(ctx context.Context, c *Chat, h *chatHost) ([]string
 }
 
 // getModels sends GET /v1/models to h, with the key: the model check and the probe both ask it.
-func (w *openaiWire) getModels(ctx context.Context, c *Chat, h *chatHost) (*http.Response, error) {
+func (w *openaiWire) getModels(ctx context.Context, h Host) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, modelsURL(h), nil)
 	if err != nil {
 		return nil, err
 	}
 	w.authorize(req.Header)
-	return c.client.Do(req)
+	return h.Client.Do(req)
 }
 
 // errProbeStatus marks a host that answers its probe with a server error.
@@ -262,8 +267,8 @@ var errProbeStatus = errors.New("server error")
 
 // probe: any answer to GET /v1/models below 500 shows a server (a 401 is a wrong key, which the
 // first generation reports).
-func (w *openaiWire) probe(ctx context.Context, c *Chat, h *chatHost) error {
-	resp, err := w.getModels(ctx, c, h)
+func (w *openaiWire) Probe(ctx context.Context, h Host) error {
+	resp, err := w.getModels(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -282,33 +287,26 @@ func (w *openaiWire) authorize(h http.Header) {
 	}
 }
 
-// checkModels: GET /v1/models on each host, every model looked for among the ids. Such hosts
-// cannot pull models (pull is ignored): a missing one is reported.
-func (w *openaiWire) checkModels(ctx context.Context, c *Chat, models []string, _ bool) error {
+// CheckModels: GET /v1/models on h, every model looked for among the ids. Such hosts cannot
+// pull models (pull is ignored): a missing one is reported.
+func (w *openaiWire) CheckModels(ctx context.Context, h Host, models []string, _ bool) error {
+	ids, err := w.models(ctx, h)
+	if err != nil {
+		h.Log.Error("model server does not answer its model list; check the host and the api_key in the config",
+			zap.String("host", h.Name), zap.Error(err))
+		return fmt.Errorf("openai host %s: %w", h.Name, &NoAnswerError{Err: err})
+	}
+	have := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		have[NormalizeModel(id)] = true
+	}
+	missing := missingModels(models, have)
+	h.Log.Info("model server answers", zap.String("host", h.Name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
 	var errs []error
-	for _, h := range c.hosts {
-		ids, err := w.models(ctx, c, h)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.down(c.log, err)
-			}
-			c.log.Error("model server does not answer its model list; check the host and the api_key in the config",
-				zap.String("host", h.name), zap.Error(err))
-			errs = append(errs, fmt.Errorf("openai host %s: %w", h.name, err))
-			continue
-		}
-		h.up(c.log)
-		have := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			have[NormalizeModel(id)] = true
-		}
-		missing := missingModels(models, have)
-		c.log.Info("model server answers", zap.String("host", h.name), zap.Int("models", len(ids)), zap.Strings("missing", missing))
-		for _, m := range missing {
-			c.log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
-				zap.String("host", h.name), zap.String("model", m))
-			errs = append(errs, fmt.Errorf("model %q is not served by openai host %s", m, h.name))
-		}
+	for _, m := range missing {
+		h.Log.Error("model missing on the model server; serve it there (models cannot be pulled through the OpenAI API)",
+			zap.String("host", h.Name), zap.String("model", m))
+		errs = append(errs, fmt.Errorf("model %q is not served by openai host %s", m, h.Name))
 	}
 	return errors.Join(errs...)
 }
@@ -316,8 +314,8 @@ func (w *openaiWire) checkModels(ctx context.Context, c *Chat, models []string, 
 // window looks for the model in the host's GET /v1/models and reads the field its server
 // reports the window in: context_length (OpenRouter, LM Studio), max_model_len (vLLM),
 // context_window, max_context_length, or meta.n_ctx_train (llama.cpp's server).
-func (w *openaiWire) window(ctx context.Context, c *Chat, h *chatHost, model string) (int, error) {
-	resp, err := w.getModels(ctx, c, h)
+func (w *openaiWire) Window(ctx context.Context, h Host, model string) (int, error) {
+	resp, err := w.getModels(ctx, h)
 	if err != nil {
 		return 0, err
 	}
@@ -356,8 +354,8 @@ func (w *openaiWire) window(ctx context.Context, c *Chat, h *chatHost, model str
 }
 
 // tokenizeURL is POST /tokenize of h, beside /v1 (llama.cpp's server and vLLM have it).
-func tokenizeURL(h *chatHost) string {
-	u := *h.base
+func tokenizeURL(h Host) string {
+	u := *h.Base
 	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
 	return u.JoinPath("tokenize").String()
 }
@@ -367,7 +365,7 @@ func tokenizeURL(h *chatHost) string {
 // "content" and answers {"tokens": [...]}; vLLM reads "model" and "prompt" and answers
 // {"count": n, "tokens": [...]}. A server without it (404, 405, 501, or an answer that holds no
 // count) has no count: ErrCountUnknown.
-func (w *openaiWire) count(ctx context.Context, c *Chat, h *chatHost, model, system string, _ int) (PromptCount, error) {
+func (w *openaiWire) Count(ctx context.Context, h Host, model, system string, _ int) (PromptCount, error) {
 	body, err := json.Marshal(map[string]any{"model": model, "prompt": system, "content": system})
 	if err != nil {
 		return PromptCount{}, err
@@ -378,7 +376,7 @@ func (w *openaiWire) count(ctx context.Context, c *Chat, h *chatHost, model, sys
 	}
 	req.Header.Set("Content-Type", "application/json")
 	w.authorize(req.Header)
-	resp, err := c.client.Do(req)
+	resp, err := h.Client.Do(req)
 	if err != nil {
 		return PromptCount{}, err
 	}
@@ -412,4 +410,4 @@ func (w *openaiWire) count(ctx context.Context, c *Chat, h *chatHost, model, sys
 }
 
 // Interface guards
-var _ wire = (*openaiWire)(nil)
+var _ Wire = (*openaiWire)(nil)

@@ -8,7 +8,7 @@ import (
 
 // openaiReference decodes one event's data with encoding/json: what decodeOpenAILine's walker
 // must agree with.
-func openaiReference(data []byte) (chatChunk, openaiStream, error) {
+func openaiReference(data []byte) (Chunk, openaiStream, error) {
 	var ch struct {
 		Choices []struct {
 			Delta struct {
@@ -22,7 +22,7 @@ func openaiReference(data []byte) (chatChunk, openaiStream, error) {
 		} `json:"usage"`
 		Error json.RawMessage `json:"error"`
 	}
-	var c chatChunk
+	var c Chunk
 	var st openaiStream
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return c, st, err
@@ -85,7 +85,7 @@ func checkOpenAIDecode(t *testing.T, data []byte) {
 		return // encoding/json matches field names in any letter case; servers never rely on it
 	}
 	wantC, wantSt, wantErr := openaiReference(data)
-	var c chatChunk
+	var c Chunk
 	var st openaiStream
 	err := decodeOpenAILine(append([]byte("data: "), data...), &c, &st)
 	if wantErr != nil {
@@ -108,12 +108,12 @@ func checkOpenAIDecode(t *testing.T, data []byte) {
 func TestOpenAINonDataLines(t *testing.T) {
 	st := openaiStream{finish: "stop", promptTokens: 3, outputTokens: 4}
 	for _, line := range []string{": keep-alive", "event: message", "id: 7", "retry: 100"} {
-		var c chatChunk
-		if err := decodeOpenAILine([]byte(line), &c, &st); err != nil || c != (chatChunk{}) {
+		var c Chunk
+		if err := decodeOpenAILine([]byte(line), &c, &st); err != nil || c != (Chunk{}) {
 			t.Errorf("%q: %+v %v", line, c, err)
 		}
 	}
-	var c chatChunk
+	var c Chunk
 	if err := decodeOpenAILine([]byte("data:[DONE]"), &c, &st); err != nil || !c.Done || c.DoneReason != "stop" || c.PromptEvalCount != 3 || c.EvalCount != 4 {
 		t.Errorf("[DONE]: %+v %v", c, err)
 	}

@@ -43,7 +43,7 @@ func (c *Chat) ContextWindow(ctx context.Context, model string) (int, error) {
 	smallest := 0
 	var errs []error
 	for _, h := range c.hosts {
-		w, err := c.wire.window(ctx, c, h, model)
+		w, err := c.wire.Window(ctx, c.host(h), model)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.name, err))
 			continue

@@ -27,7 +27,7 @@ func TestContextWindowReal(t *testing.T) {
 		t.Error("a window for a model the server does not have")
 	}
 
-	oa := newChat(t, backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{srv.URL + "/v1"}})
+	oa := newChat(t, backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{srv.URL + "/v1"}})
 	if w, err := oa.ContextWindow(testCtx(t), srv.Model); !errors.Is(err, backends.ErrWindowUnknown) {
 		t.Errorf("OpenAI wire of Ollama: window %d, %v; want ErrWindowUnknown", w, err)
 	}
@@ -40,19 +40,19 @@ func TestContextWindowSmallestOfHosts(t *testing.T) {
 		big := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1, Window: 32768})
 		small := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1, Window: 8192})
 		hosts := []string{big.URL, small.URL}
-		if api == backends.APIOpenAI {
+		if api == apiOpenAI {
 			hosts = []string{big.URL + "/v1", small.URL + "/v1"}
 		}
-		o := newChat(t, backends.ChatConfig{API: api, Hosts: hosts})
+		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: hosts})
 		if w, err := o.ContextWindow(testCtx(t), ollamatest.DefaultModel); err != nil || w != 8192 {
 			t.Fatalf("window %d, %v; want 8192", w, err)
 		}
 		none := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 1})
 		hosts = []string{none.URL}
-		if api == backends.APIOpenAI {
+		if api == apiOpenAI {
 			hosts = []string{none.URL + "/v1"}
 		}
-		o = newChat(t, backends.ChatConfig{API: api, Hosts: hosts})
+		o = newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: hosts})
 		if w, err := o.ContextWindow(testCtx(t), ollamatest.DefaultModel); !errors.Is(err, backends.ErrWindowUnknown) {
 			t.Errorf("a server that reports no window: %d, %v", w, err)
 		}

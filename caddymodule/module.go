@@ -7,6 +7,8 @@ package caddymodule
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -461,25 +463,33 @@ var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
 
-func (h *Handler) chatConfig() backends.ChatConfig {
+func (h *Handler) chatConfig() (backends.ChatConfig, string) {
 	return h.backendConfig(h.Ollama, h.OpenAI, h.APIKey)
 }
 
 // backendConfig is the backend of the handler's settings with these model servers: Ollama
-// hosts, or OpenAI-compatible ones and their key.
-func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends.ChatConfig {
+// hosts, or OpenAI-compatible ones and their key; and what tells its wire apart in the pool.
+func (h *Handler) backendConfig(ollama, openai []string, apiKey string) (backends.ChatConfig, string) {
 	cfg := backends.ChatConfig{
 		Hosts:             ollama,
-		API:               backends.APIOllama,
 		ConnectTimeout:    time.Duration(h.ConnectTimeout),
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
 		QueueTimeout:      time.Duration(h.QueueTimeout),
 		Logger:            h.logger.Named("ollama"),
 	}
+	var keepAlive *time.Duration
+	if h.KeepAlive != 0 {
+		ka := time.Duration(h.KeepAlive)
+		keepAlive = &ka
+	}
+	wire := fmt.Sprintf("ollama %v", time.Duration(h.KeepAlive))
+	cfg.Wire = backends.NewOllamaWire(keepAlive)
 	if len(openai) > 0 {
-		cfg.Hosts, cfg.API, cfg.Logger = openai, backends.APIOpenAI, h.logger.Named("openai")
-		cfg.APIKey = caddy.NewReplacer().ReplaceAll(apiKey, "")
+		key := caddy.NewReplacer().ReplaceAll(apiKey, "")
+		sum := sha256.Sum256([]byte(key))
+		cfg.Hosts, cfg.Logger = openai, h.logger.Named("openai")
+		cfg.Wire, wire = backends.NewOpenAIWire(key), "openai "+hex.EncodeToString(sum[:8])
 	}
 	// -1 (off) in the handler is 0 (none) in the backend.
 	if h.MaxInFlight > 0 {
@@ -488,12 +498,8 @@ func (h *Handler) backendConfig(ollama, openai []string, apiKey string) backends
 			cfg.QueueSize = h.QueueSize
 		}
 	}
-	if h.KeepAlive != 0 {
-		ka := time.Duration(h.KeepAlive)
-		cfg.KeepAlive = &ka
-	}
 	if h.lim != nil && h.lim.hosts != nil && cfg.MaxInFlight > 0 {
 		cfg.HostCounter = hostCounter{slots: h.lim.hosts, store: h.lim.shared.Name() + "|" + time.Duration(h.SlotExpiry).String()}
 	}
-	return cfg
+	return cfg, wire
 }

@@ -213,7 +213,7 @@ func TestReadyCountsToolBackends(t *testing.T) {
 func TestToolBackendNotOpenYet(t *testing.T) {
 	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Model: "hosted-model", Pieces: 1})
 	app := &textgenapp.App{}
-	ref, err := app.ModelServers(backends.ChatConfig{API: backends.APIOpenAI, Hosts: []string{fs.URL}})
+	ref, err := app.ModelServers(backends.ChatConfig{Wire: backends.NewOpenAIWire(""), Hosts: []string{fs.URL}}, "openai")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,9 +93,10 @@ func (a *App) Ledger(spec string, opts ledger.Options) (*LedgerRef, error) {
 	return ref, nil
 }
 
-// ModelServers returns a share of the model servers of cfg, started when the app starts.
-func (a *App) ModelServers(cfg backends.ChatConfig) (*ServersRef, error) {
-	ref, err := newServersRef(cfg)
+// ModelServers returns a share of the model servers of cfg, started when the app starts. wire
+// tells the settings of cfg.Wire apart: equal configs and wires share one client.
+func (a *App) ModelServers(cfg backends.ChatConfig, wire string) (*ServersRef, error) {
+	ref, err := newServersRef(cfg, wire)
 	if err != nil {
 		return nil, err
 	}

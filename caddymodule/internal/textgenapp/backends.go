@@ -1,8 +1,6 @@
 package textgenapp
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -20,7 +18,9 @@ var modelServers = caddy.NewUsagePool()
 // backends.ModelServers; only the pool knows the client that serves them (backends.Chat).
 type ServersRef = Ref[backends.ModelServers]
 
-func newServersRef(cfg backends.ChatConfig) (*ServersRef, error) {
+// newServersRef pools the model servers of cfg by its JSON and wire, which tells cfg.Wire's
+// settings apart (a wire's own settings are not in cfg's JSON).
+func newServersRef(cfg backends.ChatConfig, wire string) (*ServersRef, error) {
 	logger := cfg.Logger
 	cfg.Logger = nil
 	keyJSON, err := json.Marshal(cfg)
@@ -28,19 +28,15 @@ func newServersRef(cfg backends.ChatConfig) (*ServersRef, error) {
 		return nil, err
 	}
 	cfg.Logger = logger
-	key := string(keyJSON)
+	key := string(keyJSON) + "|wire " + wire
 	if cfg.HostCounter != nil { // a backend counting in a shared store is another backend
 		key += "|hosts counted in " + cfg.HostCounter.String()
-	}
-	if cfg.APIKey != "" { // another key is another backend; the key itself is kept out
-		sum := sha256.Sum256([]byte(cfg.APIKey))
-		key += "|key " + hex.EncodeToString(sum[:8])
 	}
 	return acquire(modelServers, key,
 		func() (backends.ModelServers, error) {
 			c, err := backends.NewChat(cfg)
 			if err != nil {
-				return nil, fmt.Errorf("ollama backend: %w", err)
+				return nil, fmt.Errorf("model servers: %w", err)
 			}
 			return c, nil
 		},
