@@ -3,72 +3,100 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/caddymodule/wires"
 )
 
-// validateBackend checks the model servers' settings, the handler's and each tool's: Ollama
-// hosts or OpenAI-compatible ones. The settings only Ollama takes are refused when no Ollama
-// server is in use (the handler's are OpenAI-compatible and no tool has Ollama servers of its
-// own): they would do nothing.
-func (h *Handler) validateBackend() error {
-	if err := validateServers("textgen: ", h.Ollama, h.OpenAI, h.APIKey); err != nil {
+// loadWires loads the wires of the model servers, the handler's and each tool's own
+// (textgen.wires modules, provisioned and validated by Caddy), and refuses num_ctx where no
+// wire in use takes it: it would do nothing.
+func (h *Handler) loadWires(ctx caddy.Context) error {
+	var err error
+	if h.wire, err = loadWire(ctx, h, "textgen: "); err != nil {
 		return err
 	}
-	ollamaInUse := len(h.OpenAI) == 0
+	sizesContext := sizes(h.wire)
 	for slug, tc := range h.Tools {
-		if tc == nil {
+		if tc == nil || len(tc.WireRaw) == 0 {
 			continue
 		}
-		if err := validateServers("textgen: tool "+slug+": ", tc.Ollama, tc.OpenAI, tc.APIKey); err != nil {
+		if tc.wire, err = loadWire(ctx, tc, "textgen: tool "+slug+": "); err != nil {
 			return err
 		}
-		ollamaInUse = ollamaInUse || len(tc.Ollama) > 0
+		sizesContext = sizesContext || sizes(tc.wire)
 	}
-	if ollamaInUse {
-		return nil
-	}
-	switch {
-	case h.PullModels:
-		return fmt.Errorf("textgen: pull_models: models cannot be pulled through the OpenAI API; serve them on the model server")
-	case h.KeepAlive != 0:
-		return fmt.Errorf("textgen: keep_alive: an Ollama setting; OpenAI-compatible servers keep their models loaded themselves")
-	case h.NumCtx != 0:
-		return fmt.Errorf("textgen: num_ctx: an Ollama setting; set the context size on the OpenAI-compatible server")
+	if h.NumCtx != 0 && !sizesContext {
+		return fmt.Errorf("textgen: num_ctx: none of the model servers runs a model with a context size it is given (Ollama does); set the context size on the model server")
 	}
 	return nil
 }
 
-// validateServers checks one set of model servers: one kind, real URLs, a key only for OpenAI.
-func validateServers(where string, ollama, openai []string, apiKey string) error {
-	if len(ollama) > 0 && len(openai) > 0 {
-		return fmt.Errorf("%sollama and openai: one kind of model server per handler or tool", where)
+// loadWire loads the WireRaw field of config (a Handler or a ToolConfig).
+func loadWire(ctx caddy.Context, config any, where string) (wires.Module, error) {
+	m, err := ctx.LoadModule(config, "WireRaw")
+	if err != nil {
+		return nil, fmt.Errorf("%swire: %w", where, err)
 	}
-	for _, u := range ollama {
-		if strings.TrimSpace(u) == "" {
-			return fmt.Errorf("%sollama: empty host", where)
+	w, ok := m.(wires.Module)
+	if !ok {
+		return nil, fmt.Errorf("%swire: %T is not a model-server wire (wires.Module)", where, m)
+	}
+	return w, nil
+}
+
+// sizes reports whether w's servers run a model with the context size a request names.
+func sizes(w wires.Module) bool {
+	s, ok := w.(wires.ContextSizer)
+	return ok && s.SizesContext()
+}
+
+// pulls reports whether w's start-up check pulls the models its servers lack.
+func pulls(w wires.Module) bool {
+	p, ok := w.(wires.Puller)
+	return ok && p.PullModels()
+}
+
+// openServers acquires the model servers of wire w with the handler's timeouts and admission
+// (opened by the textgen app's Start).
+func (h *Handler) openServers(app *textgenapp.App, w wires.Module) (*textgenapp.ServersRef, error) {
+	key, err := wires.Key(w)
+	if err != nil {
+		return nil, err
+	}
+	cfg := backends.ChatConfig{
+		Hosts:             w.Hosts(),
+		Wire:              w.Wire(),
+		ConnectTimeout:    time.Duration(h.ConnectTimeout),
+		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
+		IdleTimeout:       time.Duration(h.IdleTimeout),
+		QueueTimeout:      time.Duration(h.QueueTimeout),
+		Logger:            h.logger.Named(wires.Name(w)),
+	}
+	// -1 (off) in the handler is 0 (none) in the backend.
+	if h.MaxInFlight > 0 {
+		cfg.MaxInFlight = h.MaxInFlight
+		if h.QueueSize > 0 {
+			cfg.QueueSize = h.QueueSize
 		}
 	}
-	for _, u := range openai {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return fmt.Errorf("%sopenai: host %q is not an http:// or https:// URL", where, u)
-		}
+	if h.lim != nil && h.lim.hosts != nil && cfg.MaxInFlight > 0 {
+		cfg.HostCounter = hostCounter{slots: h.lim.hosts, store: h.lim.shared.Name() + "|" + time.Duration(h.SlotExpiry).String()}
 	}
-	if apiKey != "" && len(openai) == 0 {
-		return fmt.Errorf("%sapi_key: only OpenAI-compatible hosts (openai) take a key", where)
-	}
-	return nil
+	return app.ModelServers(cfg, key)
 }
 
 // openToolBackends acquires the model servers of the tools that have their own (Provision).
 func (h *Handler) openToolBackends(app *textgenapp.App) error {
 	for slug, tc := range h.Tools {
-		if tc == nil || len(tc.Ollama)+len(tc.OpenAI) == 0 {
+		if tc == nil || tc.wire == nil {
 			continue
 		}
-		ref, err := app.ModelServers(h.backendConfig(tc.Ollama, tc.OpenAI, tc.APIKey))
+		ref, err := h.openServers(app, tc.wire)
 		if err != nil {
 			return fmt.Errorf("textgen: tool %s: %w", slug, err)
 		}

@@ -36,6 +36,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		ollama              <url> [<url>...]
 //		openai              <url> [<url>...]
 //		api_key             <key, e.g. {env.OPENAI_API_KEY}>
+//		wire <name> {
+//			<the wire's own settings>
+//		}
 //		model               <name>
 //		languages           <tag> [<tag>...]
 //		max_input_chars     <n>
@@ -72,6 +75,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			model             <name>
 //			ollama|openai     <url> [<url>...]
 //			api_key           <key>
+//			wire <name> { ... }
 //			prompt_file       <path>
 //			max_input_chars   <n>
 //			max_output_tokens <n>
@@ -84,6 +88,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	handlerWire, toolWires := &wireDraft{}, map[string]*wireDraft{}
+	var shared ollamaShared
 	seen := map[string]bool{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
@@ -98,22 +104,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			seen[id] = true
 		}
+		if ok, err := handlerWire.parse(d); ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		var err error
 		switch name {
 		case "ledger":
 			err = cfarg.String(d, &h.Ledger)
-		case "ollama":
-			h.Ollama = d.RemainingArgs()
-			if len(h.Ollama) == 0 {
-				return d.ArgErr()
-			}
-		case "openai":
-			h.OpenAI = d.RemainingArgs()
-			if len(h.OpenAI) == 0 {
-				return d.ArgErr()
-			}
-		case "api_key":
-			err = cfarg.String(d, &h.APIKey)
 		case "model":
 			err = cfarg.String(d, &h.Model)
 		case "languages":
@@ -201,14 +201,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "retention_key":
 			err = cfarg.String(d, &h.RetentionKey)
 		case "keep_alive":
-			err = cfarg.Duration(d, &h.KeepAlive)
+			err = cfarg.Duration(d, &shared.keepAlive)
 		case "hold_ttl":
 			err = cfarg.Duration(d, &h.HoldTTL)
 		case "pull_models":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			h.PullModels = true
+			shared.pull = true
 		case "buy_url":
 			err = cfarg.String(d, &h.BuyURL)
 		case "log_prompts":
@@ -243,7 +243,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "body_read_timeout":
 			err = cfarg.Duration(d, &h.BodyReadTimeout)
 		case "tool":
-			err = h.unmarshalTool(d)
+			err = h.unmarshalTool(d, toolWires)
 		default:
 			return d.Errf("unrecognized textgen subdirective '%s'", name)
 		}
@@ -251,10 +251,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
-	return nil
+	return h.setWires(d, handlerWire, toolWires, shared)
 }
 
-func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
+// unmarshalTool reads a tool block; its model servers go into wires, by slug.
+func (h *Handler) unmarshalTool(d *caddyfile.Dispenser, wires map[string]*wireDraft) error {
 	var slug string
 	if err := cfarg.String(d, &slug); err != nil {
 		return err
@@ -265,8 +266,8 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 	if _, dup := h.Tools[slug]; dup {
 		return d.Errf("tool %s specified more than once", slug)
 	}
-	tc := &ToolConfig{}
-	h.Tools[slug] = tc
+	tc, wire := &ToolConfig{}, &wireDraft{where: "tool " + slug + ": "}
+	h.Tools[slug], wires[slug] = tc, wire
 	seen := map[string]bool{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
@@ -279,24 +280,18 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser) error {
 			return d.Errf("tool %s: %s specified more than once", slug, id)
 		}
 		seen[id] = true
+		if ok, err := wire.parse(d); ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		var err error
 		switch name {
 		case "model":
 			err = cfarg.String(d, &tc.Model)
 		case "prompt_file":
 			err = cfarg.String(d, &tc.PromptFile)
-		case "ollama", "openai":
-			hosts := d.RemainingArgs()
-			if len(hosts) == 0 {
-				return d.ArgErr()
-			}
-			if name == "ollama" {
-				tc.Ollama = hosts
-			} else {
-				tc.OpenAI = hosts
-			}
-		case "api_key":
-			err = cfarg.String(d, &tc.APIKey)
 		case "max_input_chars":
 			err = cfarg.Int(d, &tc.MaxInputChars)
 		case "max_output_tokens":

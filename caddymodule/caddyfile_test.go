@@ -59,8 +59,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	if h.Ledger != "/var/lib/textgen" || len(h.Ollama) != 2 || h.Ollama[1] != "http://b:11434" || h.Model != "llama3.2" {
+	if h.Ledger != "/var/lib/textgen" || h.Model != "llama3.2" {
 		t.Errorf("basic fields: %+v", h)
+	}
+	if w := string(h.WireRaw); w != `{"api":"ollama","hosts":["http://a:11434","http://b:11434"],"keep_alive":600000000000,"pull_models":true}` {
+		t.Errorf("wire %s", w)
 	}
 	if strings.Join(h.Languages, ",") != "de,en,tr" || h.MaxInputChars != 5000 || h.MaxBodyBytes != 64*1024 ||
 		h.MaxOutputTokens != 512 || *h.Temperature != 0.3 || h.NumCtx != 4096 ||
@@ -69,10 +72,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	}
 	if time.Duration(h.ConnectTimeout) != 2*time.Second || time.Duration(h.FirstPieceTimeout) != 30*time.Second ||
 		time.Duration(h.IdleTimeout) != 10*time.Second || time.Duration(h.GenerationTimeout) != 2*time.Minute ||
-		time.Duration(h.KeepAlive) != 10*time.Minute || time.Duration(h.HoldTTL) != 20*time.Minute {
+		time.Duration(h.HoldTTL) != 20*time.Minute {
 		t.Errorf("durations: %+v", h)
 	}
-	if !h.PullModels || !h.LogPrompts || h.BuyURL != "https://example.com/account" {
+	if !h.LogPrompts || h.BuyURL != "https://example.com/account" {
 		t.Errorf("flags: %+v", h)
 	}
 	sql := h.Tools["sql-generator"]
@@ -116,7 +119,6 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	neg, nan := -1.0, math.NaN()
-	openaiTool := map[string]*ToolConfig{"summarizer": {OpenAI: []string{"http://b:8000"}}}
 	for name, c := range map[string]struct {
 		h    Handler
 		want string // in the error: the setting at fault
@@ -131,39 +133,15 @@ func TestValidate(t *testing.T) {
 			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(10 * time.Second)}, "hold_ttl"},
 		"hold_ttl just the generation and queue": {Handler{Ledger: "x", HoldTTL: caddy.Duration(3 * time.Minute),
 			GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)}, "hold_ttl"},
-		"ollama and openai":       {Handler{Ledger: "x", Ollama: []string{"http://a:11434"}, OpenAI: []string{"http://b:8000"}}, "one kind"},
-		"openai without a scheme": {Handler{Ledger: "x", OpenAI: []string{"b:8000"}}, "openai: host"},
-		"api_key without openai":  {Handler{Ledger: "x", Ollama: []string{"http://a:11434"}, APIKey: "k"}, "api_key"},
-		"pull_models with openai": {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, PullModels: true}, "pull_models"},
-		"keep_alive with openai":  {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, KeepAlive: caddy.Duration(time.Minute)}, "keep_alive"},
-		"num_ctx with openai, tools too": {Handler{Ledger: "x", OpenAI: []string{"http://b:8000"}, NumCtx: 4096,
-			Tools: openaiTool}, "num_ctx"},
-		"tool with both kinds":        {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, OpenAI: []string{"http://b"}}}}, "tool summarizer: ollama and openai"},
-		"tool api_key without openai": {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"a"}, APIKey: "k"}}}, "tool summarizer: api_key"},
 	} {
 		if err := c.h.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error naming %q", name, err, c.want)
-		}
-	}
-	// Ollama's settings stand wherever an Ollama server is in use: the handler's, or a tool's.
-	for name, h := range map[string]Handler{
-		"keep_alive, an OpenAI tool beside the handler's Ollama": {Ledger: "x", KeepAlive: caddy.Duration(time.Minute), NumCtx: 4096, PullModels: true, Tools: openaiTool},
-		"num_ctx, an Ollama tool beside the handler's OpenAI": {Ledger: "x", OpenAI: []string{"http://b:8000"}, NumCtx: 4096,
-			Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"http://gpu:11434"}}}},
-	} {
-		if err := h.Validate(); err != nil {
-			t.Errorf("%s: rejected: %v", name, err)
 		}
 	}
 	h := Handler{Ledger: "x", Languages: []string{"de", "pt-BR"}, HoldTTL: caddy.Duration(3*time.Minute + time.Second),
 		GenerationTimeout: caddy.Duration(2 * time.Minute), QueueTimeout: caddy.Duration(time.Minute)}
 	if err := h.Validate(); err != nil {
 		t.Errorf("valid config rejected: %v", err)
-	}
-	h = Handler{Ledger: "x", OpenAI: []string{"https://api.example.com/v1"}, APIKey: "{env.KEY}",
-		Tools: map[string]*ToolConfig{"summarizer": {Ollama: []string{"gpu:11434"}}}}
-	if err := h.Validate(); err != nil {
-		t.Errorf("valid OpenAI config rejected: %v", err)
 	}
 }
 

@@ -7,11 +7,9 @@ package caddymodule
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/caddymodule/wires"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -31,7 +30,7 @@ func init() {
 }
 
 // Handler is the paid text-generation API: it checks the API key, reserves one credit, builds
-// the prompt of the requested tool and streams the generated text from Ollama.
+// the prompt of the requested tool and streams the generated text from the model servers.
 //
 // It answers POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools,
 // GET /api/v1/balance and GET /api/v1/ready under whatever matcher routes requests to it; other
@@ -44,21 +43,13 @@ type Handler struct {
 	// share one open database.
 	Ledger string `json:"ledger,omitempty"`
 
-	// Ollama lists the base URLs of the Ollama hosts. Default (without OpenAI): $OLLAMA_HOST,
-	// else http://127.0.0.1:11434.
-	Ollama []string `json:"ollama,omitempty"`
+	// WireRaw is the model servers and the API they speak: a textgen.wires module named by
+	// "api": "ollama" (Ollama's own API: hosts, keep_alive, pull_models), "openai"
+	// (OpenAI-compatible servers: hosts, api_key) or the wire of another plugin. Default:
+	// {"api": "ollama"}, Ollama at $OLLAMA_HOST, else http://127.0.0.1:11434.
+	WireRaw json.RawMessage `json:"wire,omitempty" caddy:"namespace=textgen.wires inline_key=api"`
 
-	// OpenAI lists the base URLs of OpenAI-compatible model servers instead (vLLM, llama.cpp's
-	// server, a hosted API; "https://api.example.com/v1", or a server's address, to which /v1
-	// is added): generations go to their /v1/chat/completions. Not together with Ollama.
-	// Default: none.
-	OpenAI []string `json:"openai,omitempty"`
-
-	// APIKey is the bearer key of the OpenAI-compatible hosts, usually a placeholder such as
-	// {env.OPENAI_API_KEY} (resolved at start, so the key is not in the config). Default: none.
-	APIKey string `json:"api_key,omitempty"`
-
-	// Model is the Ollama model of every tool that does not name its own. Default: llama3.2.
+	// Model is the model of every tool that does not name its own. Default: llama3.2.
 	Model string `json:"model,omitempty"`
 
 	// MaxInputChars is the longest input, in Unicode characters, of every tool without its own
@@ -78,7 +69,8 @@ type Handler struct {
 	// built-in values of the tools. Default: the tool's built-in value, else the model's own.
 	Temperature *float64 `json:"temperature,omitempty"`
 
-	// NumCtx is the context size (in tokens) Ollama runs every model with. Default: sized per
+	// NumCtx is the context size (in tokens) the model servers run every model with, on a wire
+	// that takes it (Ollama's; refused where none does). Default: sized per
 	// model for the tools that use it (their longest system prompt, max_input_chars and
 	// max_output_tokens), at most the model's window (context.go).
 	NumCtx int `json:"num_ctx,omitempty"`
@@ -116,14 +108,9 @@ type Handler struct {
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 	// GenerationTimeout bounds a whole generation. Default: 5m.
 	GenerationTimeout caddy.Duration `json:"generation_timeout,omitempty"`
-	// KeepAlive is how long Ollama keeps a model loaded after a request. Default: Ollama's own (5m).
-	KeepAlive caddy.Duration `json:"keep_alive,omitempty"`
 	// HoldTTL is how long an unresolved hold (a crash mid-request) lives before it is voided.
 	// Default: GenerationTimeout plus 5 minutes.
 	HoldTTL caddy.Duration `json:"hold_ttl,omitempty"`
-	// PullModels pulls missing models at start (in the background, with progress in the log).
-	// Default: off; missing models are reported in the log with the command to get them.
-	PullModels bool `json:"pull_models,omitempty"`
 
 	// BuyURL is where the 402 message tells clients to buy credits. Default: the address of the
 	// config's textgen_account on the same ledger (its public_url and path), else the message
@@ -193,6 +180,7 @@ type Handler struct {
 	inFlight *inflight.Guard
 
 	logger     *zap.Logger
+	wire       wires.Module          // WireRaw, loaded
 	ledgerRef  *textgenapp.LedgerRef // opened by the textgen app's Start
 	app        *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
 	serversRef *textgenapp.ServersRef
@@ -223,12 +211,11 @@ type ToolConfig struct {
 	// RateLimit adds limits per key and per account for the requests of this tool alone; the
 	// handler-wide limits still count them too. Default: none.
 	RateLimit *RateLimits `json:"rate_limit,omitempty"`
-	// Ollama or OpenAI give this tool model servers of its own (as the handler's ollama and
-	// openai), with APIKey for OpenAI-compatible ones; the handler's timeouts and admission
-	// settings apply. Default: the handler's.
-	Ollama []string `json:"ollama,omitempty"`
-	OpenAI []string `json:"openai,omitempty"`
-	APIKey string   `json:"api_key,omitempty"`
+	// WireRaw gives this tool model servers of its own, as the handler's wire; the handler's
+	// timeouts and admission settings apply. Default: the handler's servers.
+	WireRaw json.RawMessage `json:"wire,omitempty" caddy:"namespace=textgen.wires inline_key=api"`
+
+	wire wires.Module // WireRaw, loaded; nil: the handler's
 }
 
 // CaddyModule returns the Caddy module information.
@@ -259,7 +246,8 @@ const (
 	defaultSSEKeepAlive            = 5 * time.Second
 )
 
-// Provision sets defaults, loads the tool catalog and opens (or joins) the ledger and backend.
+// Provision sets defaults, loads the tool catalog and the wires, and opens (or joins) the ledger
+// and backend.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.inFlight = inflight.New(h.release, h.logger)
@@ -279,6 +267,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	if err := h.Validate(); err != nil {
+		return err
+	}
+	if err := h.loadWires(ctx); err != nil {
 		return err
 	}
 
@@ -303,7 +294,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
 		return fmt.Errorf("textgen: limits: %w", err)
 	}
-	if h.serversRef, err = app.ModelServers(h.chatConfig()); err != nil {
+	if h.serversRef, err = h.openServers(app, h.wire); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
 	if err := h.openToolBackends(app); err != nil {
@@ -344,12 +335,8 @@ func (h *Handler) setDefaults() {
 	h.BodyReadTimeout = cmp.Or(h.BodyReadTimeout, caddy.Duration(defaultBodyReadTimeout))
 	h.Retention = cmp.Or(h.Retention, caddy.Duration(defaultRetention))
 	h.SSEKeepAlive = cmp.Or(h.SSEKeepAlive, caddy.Duration(defaultSSEKeepAlive))
-	if len(h.Ollama) == 0 && len(h.OpenAI) == 0 {
-		if env := os.Getenv("OLLAMA_HOST"); env != "" {
-			h.Ollama = []string{env}
-		} else {
-			h.Ollama = []string{"http://127.0.0.1:11434"}
-		}
+	if len(h.WireRaw) == 0 {
+		h.WireRaw = json.RawMessage(`{"api":"ollama"}`)
 	}
 }
 
@@ -376,9 +363,6 @@ func (h *Handler) Validate() error {
 		if err := catalog.CheckTemperature(*h.Temperature); err != nil {
 			return fmt.Errorf("textgen: %w", err)
 		}
-	}
-	if err := h.validateBackend(); err != nil {
-		return err
 	}
 	if len(h.Languages) > 0 {
 		if _, err := catalog.NewLanguageMatcher(h.Languages); err != nil {
@@ -462,44 +446,3 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
-
-func (h *Handler) chatConfig() (backends.ChatConfig, string) {
-	return h.backendConfig(h.Ollama, h.OpenAI, h.APIKey)
-}
-
-// backendConfig is the backend of the handler's settings with these model servers: Ollama
-// hosts, or OpenAI-compatible ones and their key; and what tells its wire apart in the pool.
-func (h *Handler) backendConfig(ollama, openai []string, apiKey string) (backends.ChatConfig, string) {
-	cfg := backends.ChatConfig{
-		Hosts:             ollama,
-		ConnectTimeout:    time.Duration(h.ConnectTimeout),
-		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
-		IdleTimeout:       time.Duration(h.IdleTimeout),
-		QueueTimeout:      time.Duration(h.QueueTimeout),
-		Logger:            h.logger.Named("ollama"),
-	}
-	var keepAlive *time.Duration
-	if h.KeepAlive != 0 {
-		ka := time.Duration(h.KeepAlive)
-		keepAlive = &ka
-	}
-	wire := fmt.Sprintf("ollama %v", time.Duration(h.KeepAlive))
-	cfg.Wire = backends.NewOllamaWire(keepAlive)
-	if len(openai) > 0 {
-		key := caddy.NewReplacer().ReplaceAll(apiKey, "")
-		sum := sha256.Sum256([]byte(key))
-		cfg.Hosts, cfg.Logger = openai, h.logger.Named("openai")
-		cfg.Wire, wire = backends.NewOpenAIWire(key), "openai "+hex.EncodeToString(sum[:8])
-	}
-	// -1 (off) in the handler is 0 (none) in the backend.
-	if h.MaxInFlight > 0 {
-		cfg.MaxInFlight = h.MaxInFlight
-		if h.QueueSize > 0 {
-			cfg.QueueSize = h.QueueSize
-		}
-	}
-	if h.lim != nil && h.lim.hosts != nil && cfg.MaxInFlight > 0 {
-		cfg.HostCounter = hostCounter{slots: h.lim.hosts, store: h.lim.shared.Name() + "|" + time.Duration(h.SlotExpiry).String()}
-	}
-	return cfg, wire
-}

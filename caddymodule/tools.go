@@ -121,8 +121,8 @@ func (h *Handler) models() []string {
 	return out
 }
 
-// checkModels checks in the background that every configured model is on the Ollama hosts,
-// logging what is missing and how to get it (or pulling it when PullModels is set). It never
+// checkModels checks in the background that every configured model is on the model servers,
+// logging what is missing and how to get it (or pulling it where the wire's pull_models is set). It never
 // blocks the start of the server: the model server may come up after Caddy.
 func (h *Handler) checkModels() {
 	if s := h.backend(); s != nil {
@@ -132,19 +132,19 @@ func (h *Handler) checkModels() {
 				keys = append(keys, contextKey(rt))
 			}
 		}
-		h.checkModelsOn(s, h.models(), keys)
+		h.checkModelsOn(s, pulls(h.wire), h.models(), keys)
 	}
-	for _, rt := range h.tools {
+	for slug, rt := range h.tools {
 		if s, _ := rt.ownBackend(); s != nil {
-			h.checkModelsOn(s, []string{rt.model}, []string{contextKey(rt)})
+			h.checkModelsOn(s, pulls(h.Tools[slug].wire), []string{rt.model}, []string{contextKey(rt)})
 		}
 	}
 }
 
-// checkModelsOn checks models on servers, then reads their windows and reports the tools whose
-// longest input does not fit (context.go); contexts are the context keys of those models.
-func (h *Handler) checkModelsOn(servers backends.ModelServers, models, contexts []string) {
-	pull := h.PullModels
+// checkModelsOn checks models on servers (pulling the missing ones with pull), then reads their
+// windows and reports the tools whose longest input does not fit (context.go); contexts are the
+// context keys of those models.
+func (h *Handler) checkModelsOn(servers backends.ModelServers, pull bool, models, contexts []string) {
 	logger := h.logger
 	go func() {
 		timeout := 30 * time.Second
