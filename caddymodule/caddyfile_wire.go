@@ -77,8 +77,11 @@ func (w *wireDraft) parse(d *caddyfile.Dispenser) (ok bool, err error) {
 
 // module is the wire module the draft names, nil when it names none.
 func (w *wireDraft) module(d *caddyfile.Dispenser) (caddy.Module, error) {
-	if w.apiKey != nil && (w.block != nil || w.name != "openai") {
-		return nil, d.Errf("%sapi_key: only OpenAI-compatible hosts (openai) take a key; a wire block takes its own settings", w.where)
+	switch {
+	case w.apiKey != nil && w.block != nil:
+		return nil, d.Errf("%sapi_key: a wire block takes its settings inside it (wire %s { api_key ... })", w.where, w.name)
+	case w.apiKey != nil && w.name != "openai":
+		return nil, d.Errf("%sapi_key: only OpenAI-compatible hosts (openai) take a key", w.where)
 	}
 	switch {
 	case w.block != nil:
