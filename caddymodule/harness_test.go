@@ -139,6 +139,9 @@ type envOptions struct {
 	// slower, so tests allow it far more than the 60s default (the tests of the timeout set
 	// their own).
 	firstPiece string
+	// idle is idle_timeout. Default 10m: twenty streams at once of the tiny model on a busy
+	// 2-core machine can pause for more than the 30s default between two pieces.
+	idle string
 }
 
 // highLimits are on, but out of reach of any test.
@@ -166,6 +169,10 @@ func caddyfileFor(o envOptions, dir string) string {
 	if firstPiece == "" {
 		firstPiece = "10m"
 	}
+	idle := o.idle
+	if idle == "" {
+		idle = "10m"
+	}
 	matcher := o.matcher
 	if matcher == "" {
 		matcher = "/api/*"
@@ -183,11 +190,9 @@ func caddyfileFor(o envOptions, dir string) string {
 		# Ollama cuts a stream after 30 repeats (without its done line). Sampling avoids that.
 		temperature 1
 		first_piece_timeout %s
-		# Twenty streams at once of the tiny model on a busy 2-core machine can pause for more
-		# than the 30s default between two pieces; tests of the idle timeout set their own.
-		idle_timeout 10m
+		idle_timeout %s
 		%s
-		%s`, firstPiece, limits, o.extra)
+		%s`, firstPiece, idle, limits, o.extra)
 	}
 	return fmt.Sprintf(`{
 	admin localhost:%d

@@ -342,7 +342,7 @@ func TestConcurrencyCapPerAccount(t *testing.T) {
 	fs := fastBackend(t)
 	// The streams stall after their first piece: once their clients leave they end by the idle
 	// timeout (charged: text was delivered), kept short here.
-	e := newEnv(t, envOptions{ollama: fs.URL, limits: "max_concurrent_per_account 2", extra: stallTool + "\n\t\tidle_timeout 3s"})
+	e := newEnv(t, envOptions{ollama: fs.URL, limits: "max_concurrent_per_account 2", extra: stallTool, idle: "3s"})
 	acct, key := e.account(10)
 	_, otherKey := e.account(10)
 
