@@ -47,7 +47,7 @@ type Badger struct {
 
 	// Every call that writes or reads Badger is admitted by begin (lifecycle's, and no failed
 	// commit) and released by end, so Close waits for calls in flight.
-	lifecycle
+	life Lifecycle
 
 	createMu sync.Mutex // serialises CreateAccount (email uniqueness)
 	mailMu   sync.Mutex // serialises the outbox's claims and the tokens' consumption (badger_outbox.go, badger_tokens.go)
@@ -122,7 +122,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		bopts:    bopts,
 		unlock:   unlock,
 		space:    space,
-		opened:   now().UTC(),
+		opened:   opts.Now().UTC(),
 		opts:     opts,
 		log:      opts.Logger,
 		accounts: map[string]*account{},
@@ -130,7 +130,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		byDigest: map[[32]byte]*keyEntry{},
 		keyIDs:   map[string]*keyEntry{},
 	}
-	s.startLifecycle()
+	s.life.StartLifecycle()
 	s.c = newCommitter(db, opts.Logger, space)
 	s.c.siblings = s.openHolds.Load
 	s.kept = newKeptStore(dir, opts, locked)
@@ -147,7 +147,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 	if err := s.load(); err != nil {
 		return fail(fmt.Errorf("loading ledger %q: %w", dir, err))
 	}
-	s.opened = now().UTC()
+	s.opened = s.now().UTC()
 	if err := s.space.err(); err != nil {
 		// Start on a full disk: serve reads, refuse new work, and void the holds once there
 		// is space.
@@ -156,7 +156,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 	} else if err := s.voidPrevious(); err != nil {
 		return fail(err)
 	}
-	s.every(opts.SpaceCheckInterval, func() {
+	s.life.Every(opts.SpaceCheckInterval, func() {
 		s.space.check()
 		if s.space.err() == nil && s.readOnly.Load() {
 			if err := s.reopenWritable(); err != nil {
@@ -178,7 +178,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 			s.log.Warn("deleting generations an earlier version kept in the ledger's directory (they expire anyway)", zap.Error(err))
 		}
 	}
-	s.every(opts.SweepInterval, func() {
+	s.life.Every(opts.SweepInterval, func() {
 		if n, err := s.sweep(); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.Error("hold expiry sweep failed", zap.Error(err))
 		} else if n > 0 {
@@ -189,9 +189,9 @@ func Open(dir string, opts Options) (*Badger, error) {
 		}
 	})
 	if !opts.InMemory {
-		s.every(opts.GCInterval, s.runGC)
+		s.life.Every(opts.GCInterval, s.runGC)
 	}
-	s.every(opts.LastUsedFlushInterval, func() {
+	s.life.Every(opts.LastUsedFlushInterval, func() {
 		if err := s.flushLastUsed(true); err != nil {
 			s.log.Error("flushing key last-use times failed", zap.Error(err))
 		}
@@ -235,11 +235,11 @@ func (s *Badger) runGC() {
 	if s.beginWrite() != nil { // the GC rewrites value logs: not while the disk is nearly full
 		return
 	}
-	defer s.end()
+	defer s.life.End()
 	s.kept.runGC()
 	for {
 		select {
-		case <-s.stopping():
+		case <-s.life.Stopping():
 			return
 		default:
 		}
@@ -293,10 +293,10 @@ func (s *Badger) load() error {
 			}
 		}
 		err = iterate(txn, []byte{prefixOpenHold}, func(k, _ []byte) error {
-			if len(k) < 1+accountIDLen {
+			if len(k) < 1+AccountIDLen {
 				return fmt.Errorf("malformed open-hold key %q", k)
 			}
-			acct, rid := string(k[1:1+accountIDLen]), string(k[1+accountIDLen:])
+			acct, rid := string(k[1:1+AccountIDLen]), string(k[1+AccountIDLen:])
 			a := s.accounts[acct]
 			if a == nil {
 				return fmt.Errorf("open hold %q for unknown account %q", rid, acct)
@@ -358,9 +358,9 @@ func (s *Badger) voidPrevious() error {
 // reopenWritable replaces a read-only Badger (opened on a nearly full disk) with a read-write
 // one, once there is space. It waits for the calls in flight; none of them changed anything.
 func (s *Badger) reopenWritable() error {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed.Load() || !s.readOnly.Load() {
+	s.life.CloseMu.Lock()
+	defer s.life.CloseMu.Unlock()
+	if s.life.Closed.Load() || !s.readOnly.Load() {
 		return nil
 	}
 	db, err := badger.Open(s.bopts.WithReadOnly(false))
@@ -404,7 +404,7 @@ func (s *Badger) beginWrite() error {
 // Health reports whether the store takes new work: nil, or why not (ErrUnavailable with the
 // reason, ErrClosed, or the error of a failed commit).
 func (s *Badger) Health(ctx context.Context) error {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return ErrClosed
 	}
 	if err := s.c.err(); err != nil {
@@ -422,11 +422,11 @@ func (s *Badger) Health(ctx context.Context) error {
 // begin admits a call that touches Badger (ErrClosed, or the error of a failed commit); end
 // (lifecycle's) releases it.
 func (s *Badger) begin() error {
-	if err := s.lifecycle.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return err
 	}
 	if err := s.c.err(); err != nil {
-		s.end()
+		s.life.End()
 		return err
 	}
 	return nil
@@ -456,7 +456,7 @@ func (s *Badger) allAccounts() []*account {
 // Close stops the background work, waits for calls in flight, writes the keys' last-use times
 // and closes Badger. It is safe to call more than once.
 func (s *Badger) Close() error {
-	return s.shutdown(func() error {
+	return s.life.Shutdown(func() error {
 		var errs []error
 		if err := s.c.err(); err == nil {
 			if err := s.flushLastUsed(false); err != nil {
@@ -484,3 +484,6 @@ func (s *Badger) Close() error {
 
 // Interface guards
 var _ Store = (*Badger)(nil)
+
+// now is the store's clock (Options.Now).
+func (s *Badger) now() time.Time { return s.opts.Now() }

@@ -12,7 +12,7 @@ import (
 // CreateAccount creates an active account with zero balances. Emails are unique after
 // normalisation (trimmed, lower-cased).
 func (s *Badger) CreateAccount(ctx context.Context, email string) (Account, error) {
-	e, err := normalizeEmail(email)
+	e, err := NormalizeEmail(email)
 	if err != nil {
 		return Account{}, err
 	}
@@ -26,7 +26,7 @@ func (s *Badger) createAccount(e string, unverified bool, extra func(id string, 
 	if err := s.beginWrite(); err != nil {
 		return Account{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 
@@ -34,13 +34,13 @@ func (s *Badger) createAccount(e string, unverified bool, extra func(id string, 
 	_, dup := s.byEmail[e]
 	id := ""
 	for id == "" || s.accounts[id] != nil {
-		id = newAccountID()
+		id = NewAccountID()
 	}
 	s.acctMu.RUnlock()
 	if dup {
 		return Account{}, fmt.Errorf("email %q: %w", e, ErrDuplicateEmail)
 	}
-	rec := Account{ID: id, Email: e, Status: StatusActive, Created: now().UTC(), Unverified: unverified}
+	rec := Account{ID: id, Email: e, Status: StatusActive, Created: s.now().UTC(), Unverified: unverified}
 	a := newAccount(rec)
 	ws := []write{
 		set(accountKey(id), mustJSON(rec)),
@@ -66,7 +66,7 @@ func (s *Badger) createAccount(e string, unverified bool, extra func(id string, 
 
 // GetAccount returns the account or ErrNotFound.
 func (s *Badger) GetAccount(ctx context.Context, id string) (Account, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return Account{}, ErrClosed
 	}
 	a, err := s.account(id)
@@ -78,10 +78,10 @@ func (s *Badger) GetAccount(ctx context.Context, id string) (Account, error) {
 
 // GetAccountByEmail finds an account by its (normalised) email, or returns ErrNotFound.
 func (s *Badger) GetAccountByEmail(ctx context.Context, email string) (Account, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return Account{}, ErrClosed
 	}
-	e := foldEmail(email)
+	e := FoldEmail(email)
 	s.acctMu.RLock()
 	a := s.byEmail[e]
 	s.acctMu.RUnlock()
@@ -94,10 +94,10 @@ func (s *Badger) GetAccountByEmail(ctx context.Context, email string) (Account, 
 // ListAccounts lists accounts in e-mail order, one page at a time. The accounts are in memory;
 // each page sorts them all (a few milliseconds for 100,000 accounts).
 func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return nil, "", ErrClosed
 	}
-	limit, after, err := accountPage(p)
+	limit, after, err := AccountPage(p)
 	if err != nil {
 		return nil, "", err
 	}
@@ -113,7 +113,7 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 	out := all[:min(limit, len(all))]
 	next := ""
 	if len(all) > limit {
-		next = accountCursor(out[len(out)-1].Email)
+		next = AccountCursor(out[len(out)-1].Email)
 	}
 	return out, next, nil
 }
@@ -121,13 +121,13 @@ func (s *Badger) ListAccounts(ctx context.Context, p Page) ([]Account, string, e
 // SetAccountStatus enables or disables an account. Disabling takes effect on the next request;
 // holds already open can still be settled or voided.
 func (s *Badger) SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error) {
-	if err := checkAccountStatus(status); err != nil {
+	if err := CheckAccountStatus(status); err != nil {
 		return Account{}, err
 	}
 	if err := s.beginChange(); err != nil {
 		return Account{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(id)
 	if err != nil {
 		return Account{}, err

@@ -29,7 +29,7 @@ func (s *Badger) Backup(ctx context.Context, w io.Writer) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	// Everything a call made before the backup, writes still queued for a commit included.
 	if err := s.c.barrier(); err != nil {
 		return err

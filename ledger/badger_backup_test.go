@@ -40,7 +40,7 @@ func TestBackupFormat(t *testing.T) {
 		}
 		r := openDir(t, dir, quiet)
 		checkSame(t, r, want, keys)
-		verifyClean(t, r)
+		VerifyClean(t, r)
 		if _, _, err := r.GetSession(bg, tok); err != nil {
 			t.Fatalf("%s: the session did not survive the backup: %v", name, err)
 		}

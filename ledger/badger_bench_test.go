@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,35 +19,10 @@ func benchStore(b *testing.B, n int) (*Badger, []string) {
 	b.Cleanup(func() { s.Close() })
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = mustAccount(b, s, fmt.Sprintf("bench%d@example.com", i)).ID
-		mustGrant(b, s, ids[i], Live, 1<<40)
+		ids[i] = MustAccount(b, s, fmt.Sprintf("bench%d@example.com", i)).ID
+		MustGrant(b, s, ids[i], Live, 1<<40)
 	}
 	return s, ids
-}
-
-// fanOut runs b.N calls of f over exactly callers goroutines and returns calls per second.
-func fanOut(b *testing.B, callers int, f func(caller int, i int64)) float64 {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for c := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				f(c, i)
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	return float64(b.N) / el.Seconds()
 }
 
 func holdSettle(b *testing.B, s *Badger, acct, rid string) {
@@ -74,7 +47,7 @@ func BenchmarkHoldSettle(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s, ids := benchStore(b, c.accounts)
-			rate := fanOut(b, c.callers, func(caller int, i int64) {
+			rate := FanOut(b, c.callers, func(caller int, i int64) {
 				holdSettle(b, s, ids[caller%len(ids)], fmt.Sprint("r", i))
 			})
 			b.ReportMetric(rate, "holdsettle/s")
@@ -96,7 +69,7 @@ func BenchmarkHoldLatency(b *testing.B) {
 			s, ids := benchStore(b, 1)
 			const callers = 8
 			lat := make([][]time.Duration, callers)
-			rate := fanOut(b, callers, func(caller int, i int64) {
+			rate := FanOut(b, callers, func(caller int, i int64) {
 				rid := fmt.Sprint("r", i)
 				t := time.Now()
 				if _, err := s.hold(HoldRequest{AccountID: ids[0], Mode: Live, RequestID: rid}, c.wait); err != nil {

@@ -26,8 +26,8 @@ func BenchmarkChargeCPU(b *testing.B) {
 	stores := []*Badger{synced, unsynced}
 	accts := make([]string, 2)
 	for i, s := range stores {
-		accts[i] = mustAccount(b, s, "charge@example.com").ID
-		mustGrant(b, s, accts[i], Live, 1<<40)
+		accts[i] = MustAccount(b, s, "charge@example.com").ID
+		MustGrant(b, s, accts[i], Live, 1<<40)
 	}
 	const round, callers = 2000, 64
 	var cpu [2]time.Duration

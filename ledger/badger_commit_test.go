@@ -18,9 +18,9 @@ func setGroupWait(s *Badger, d time.Duration) {
 // an hour, so only the count can end it).
 func TestGroupWindowSharesOneCommit(t *testing.T) {
 	s := openDir(t, t.TempDir(), Options{})
-	a := mustAccount(t, s, "group@example.com").ID
+	a := MustAccount(t, s, "group@example.com").ID
 	const open = groupOps + groupSiblings
-	mustGrant(t, s, a, Live, open)
+	MustGrant(t, s, a, Live, open)
 	setLazyWait(s, time.Hour)
 	setGroupWait(s, time.Hour)
 	for i := range open {
@@ -60,8 +60,8 @@ func TestGroupWindowSharesOneCommit(t *testing.T) {
 // settle commits at once (with an hour's window, waiting would not end within the test).
 func TestGroupWindowNotBelowSiblings(t *testing.T) {
 	s := openDir(t, t.TempDir(), Options{})
-	a := mustAccount(t, s, "alone@example.com").ID
-	mustGrant(t, s, a, Live, groupSiblings)
+	a := MustAccount(t, s, "alone@example.com").ID
+	MustGrant(t, s, a, Live, groupSiblings)
 	setGroupWait(s, time.Hour)
 	for i := range groupSiblings - 1 {
 		if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: fmt.Sprintf("req_a%d", i)}); err != nil {

@@ -18,10 +18,10 @@ func compactKey(k *Key, a *account) {
 		k.Mode = Test
 	}
 	switch k.Prefix {
-	case livePrefix:
-		k.Prefix = livePrefix
-	case testPrefix:
-		k.Prefix = testPrefix
+	case LivePrefix:
+		k.Prefix = LivePrefix
+	case TestPrefix:
+		k.Prefix = TestPrefix
 	}
 }
 

@@ -66,7 +66,7 @@ func TestCrashChild(t *testing.T) {
 			t0 := time.Now()
 			rec := GenerationRecord{AccountID: a.ID, RequestID: rid, Mode: Live, State: GenerationCompleted,
 				Created: t0, Finished: t0, Expires: t0.Add(24 * time.Hour), Pieces: 1, Bytes: int64(len(rid))}
-			if err := putGeneration(s, rec, 0, [][]byte{crashKeptChunk(rid)}); err != nil {
+			if err := PutGeneration(s, rec, 0, [][]byte{crashKeptChunk(rid)}); err != nil {
 				die("put generation: %v", err)
 			}
 			fmt.Fprintln(os.Stdout, "KEPT", rid)
@@ -238,7 +238,7 @@ func crashCheck(t *testing.T, round int, dir string, acked, kept map[string]bool
 	restartVoids := 0
 	resolved := map[string]int{}
 	holds := map[string]bool{}
-	h := allHistory(t, s, a.ID)
+	h := AllHistory(t, s, a.ID)
 	for _, e := range h {
 		if e.Reference != "" {
 			seen[e.Reference]++
@@ -270,7 +270,7 @@ func crashCheck(t *testing.T, round int, dir string, acked, kept map[string]bool
 	}
 	// The de-duplication survives the crash too: replaying acknowledged references (a payment
 	// provider retrying after the restart) credits nothing.
-	before := mustBalance(t, s, a.ID)
+	before := MustBalance(t, s, a.ID)
 	replayed := 0
 	for ref := range acked {
 		if replayed == 3 {
@@ -282,7 +282,7 @@ func crashCheck(t *testing.T, round int, dir string, acked, kept map[string]bool
 			t.Fatalf("round %d: replaying acknowledged reference %s: %+v %v, want Repeated", round, ref, r, err)
 		}
 	}
-	b := mustBalance(t, s, a.ID)
+	b := MustBalance(t, s, a.ID)
 	if b != before {
 		t.Fatalf("round %d: replaying references changed the balance from %+v to %+v", round, before, b)
 	}

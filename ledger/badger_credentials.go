@@ -34,7 +34,7 @@ type sessionRecord struct {
 // credential in one durable write: there is never an account that a sign-up created without
 // its password.
 func (s *Badger) CreateAccountWithPassword(ctx context.Context, email, password string) (Account, error) {
-	e, err := normalizeEmail(email)
+	e, err := NormalizeEmail(email)
 	if err != nil {
 		return Account{}, err
 	}
@@ -74,8 +74,8 @@ func (s *Badger) SetPassword(ctx context.Context, accountID, password string) er
 	if err := s.beginWrite(); err != nil {
 		return err
 	}
-	defer s.end()
-	ws := []write{set(credentialKey(a.id), mustJSON(credentialRecord{Hash: hash, Updated: now().UTC()}))}
+	defer s.life.End()
+	ws := []write{set(credentialKey(a.id), mustJSON(credentialRecord{Hash: hash, Updated: s.now().UTC()}))}
 	a.sessMu.Lock()
 	// CreateSession queues under a.sessMu, so after this barrier every session of the account
 	// is durable and visible to the read below.
@@ -121,7 +121,7 @@ func (s *Badger) accountSessions(acct string) ([][32]byte, error) {
 // has an account (unknown email, no password, wrong password) is ErrInvalidCredentials and
 // costs one argon2id hash, like a wrong password does.
 func (s *Badger) Authenticate(ctx context.Context, email, password string) (Account, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return Account{}, ErrClosed
 	}
 	fail := func(hash string) (Account, error) {
@@ -131,19 +131,19 @@ func (s *Badger) Authenticate(ctx context.Context, email, password string) (Acco
 	if len(password) > MaxPasswordLen {
 		return Account{}, ErrInvalidCredentials // no account has such a password; do not hash it
 	}
-	e := foldEmail(email)
+	e := FoldEmail(email)
 	s.acctMu.RLock()
 	a := s.byEmail[e]
 	s.acctMu.RUnlock()
 	if a == nil {
-		return fail(dummyHash())
+		return fail(DummyHash())
 	}
 	cred, ok, err := s.credential(a.id)
 	if err != nil {
 		return Account{}, err
 	}
 	if !ok {
-		return fail(dummyHash())
+		return fail(DummyHash())
 	}
 	match, err := VerifyPassword(cred.Hash, password)
 	if err != nil {
@@ -164,7 +164,7 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 	if err := s.begin(); err != nil {
 		return rec, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	v, ok, err := s.get(credentialKey(acct))
 	if err != nil || !ok {
 		return rec, false, err
@@ -177,13 +177,13 @@ func (s *Badger) credential(acct string) (credentialRecord, bool, error) {
 
 // CreateSession starts a session for an active account.
 func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.Duration) (string, Session, error) {
-	if err := checkSessionTTL(ttl); err != nil {
+	if err := CheckSessionTTL(ttl); err != nil {
 		return "", Session{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", Session{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return "", Session{}, err
@@ -191,10 +191,10 @@ func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.D
 	if a.rec.Load().Status == StatusDisabled {
 		return "", Session{}, ErrAccountDisabled
 	}
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC()
-	rec := sessionRecord{AccountID: a.id, Created: t, Expires: t.Add(ttl), CSRFToken: randomBase62(csrfTokenLen)}
+	t := s.now().UTC()
+	rec := sessionRecord{AccountID: a.id, Created: t, Expires: t.Add(ttl), CSRFToken: RandomBase62(CsrfTokenLen)}
 	// Badger drops both records at expiry; GetSession also compares with the clock.
 	exp := uint64(time.Now().Add(ttl).Unix()) + 1
 	w1 := set(sessionKey(d), mustJSON(rec))
@@ -210,18 +210,18 @@ func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.D
 }
 
 func (r sessionRecord) session(d [32]byte) Session {
-	return Session{ID: sessionID(d), AccountID: r.AccountID, Created: r.Created, Expires: r.Expires, CSRFToken: r.CSRFToken}
+	return Session{ID: SessionID(d), AccountID: r.AccountID, Created: r.Created, Expires: r.Expires, CSRFToken: r.CSRFToken}
 }
 
 // GetSession finds a live session by its token.
 func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account, error) {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return Session{}, Account{}, ErrInvalidSession
 	}
 	if err := s.begin(); err != nil {
 		return Session{}, Account{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	d := sha256.Sum256([]byte(token))
 	v, ok, err := s.get(sessionKey(d))
 	if err != nil {
@@ -232,9 +232,9 @@ func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account
 	}
 	var rec sessionRecord
 	if err := json.Unmarshal(v, &rec); err != nil {
-		return Session{}, Account{}, fmt.Errorf("session %s: %w", sessionID(d), err)
+		return Session{}, Account{}, fmt.Errorf("session %s: %w", SessionID(d), err)
 	}
-	if !now().Before(rec.Expires) {
+	if !s.now().Before(rec.Expires) {
 		return Session{}, Account{}, ErrInvalidSession
 	}
 	a, err := s.account(rec.AccountID)
@@ -249,13 +249,13 @@ func (s *Badger) GetSession(ctx context.Context, token string) (Session, Account
 
 // DeleteSession ends the session of token, if there is one.
 func (s *Badger) DeleteSession(ctx context.Context, token string) error {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return nil
 	}
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	d := sha256.Sum256([]byte(token))
 	v, ok, err := s.get(sessionKey(d))
 	if err != nil || !ok {

@@ -17,13 +17,13 @@ import (
 // it is idempotent: a reference already used on the account returns the first entry with
 // Repeated set and credits nothing.
 func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
-	if err := checkGrantRequest(req); err != nil {
+	if err := CheckGrantRequest(req); err != nil {
 		return GrantResult{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return GrantResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(req.AccountID)
 	if err != nil {
 		return GrantResult{}, err
@@ -51,7 +51,7 @@ func (s *Badger) Grant(ctx context.Context, req GrantRequest) (GrantResult, erro
 		return GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ErrInsufficientCredits)
 	}
 	ent, ws := a.appendEntry(Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
-		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, now().UTC())
+		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, s.now().UTC())
 	if req.Reference != "" {
 		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))
 	}
@@ -98,7 +98,7 @@ func (s *Badger) findGrant(a *account, ref string) (Entry, uint64, bool, error) 
 
 // Balance returns the account's live and test figures.
 func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return Balance{}, ErrClosed
 	}
 	if err := s.c.err(); err != nil {
@@ -116,14 +116,14 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (Balance, error)
 // Purchases lists the account's purchase entries, newest first. It reads the grant-reference
 // index (every purchase has a reference), so it does not scan the account's request entries.
 func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	if _, err := s.account(accountID); err != nil {
 		return nil, err
 	}
@@ -164,13 +164,13 @@ func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]
 // entry's number, so it reads two keys in one transaction, whatever the account's size. Like
 // Purchases it reads what is durable: a purchase is found once its Grant has returned.
 func (s *Badger) Purchase(ctx context.Context, accountID, reference string) (Entry, error) {
-	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+	if err := CheckString("reference", reference, MaxReferenceLen, true); err != nil {
 		return Entry{}, err
 	}
 	if err := s.begin(); err != nil {
 		return Entry{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	if err := ctx.Err(); err != nil {
 		return Entry{}, err
 	}
@@ -214,13 +214,13 @@ func (s *Badger) Purchase(ctx context.Context, accountID, reference string) (Ent
 // RefillTestCredits tops the account's available test credits up to upTo. The check and the
 // grant happen under the account's mutex, so concurrent refills never overshoot.
 func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
-	if err := checkRefillTarget(upTo); err != nil {
+	if err := CheckRefillTarget(upTo); err != nil {
 		return 0, Balance{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return 0, Balance{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return 0, Balance{}, err
@@ -239,7 +239,7 @@ func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo i
 	}
 	// A refill is a grant without a reference: nothing can repeat it (the check above and the
 	// grant are under one lock), so it needs no reference index.
-	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, now().UTC())
+	_, ws := a.appendEntry(Entry{Kind: KindGrant, Mode: Test, Reason: "test credit refill"}, credits, 0, s.now().UTC())
 	op := s.c.enqueue(ws)
 	b := a.balance()
 	a.mu.Unlock()

@@ -19,15 +19,15 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	if err := s.c.barrier(); err != nil {
 		return err
 	}
-	t := now()
+	t := s.now()
 	return s.db.View(func(txn *badger.Txn) error {
 		held := map[string]map[Mode]int64{} // open holds per account and mode
 		err := iterate(txn, []byte{prefixOpenHold}, func(k, _ []byte) error {
-			acct, rid := string(k[1:1+accountIDLen]), string(k[1+accountIDLen:])
+			acct, rid := string(k[1:1+AccountIDLen]), string(k[1+AccountIDLen:])
 			rec, err := getHold(txn, acct, rid)
 			if err != nil {
 				return fmt.Errorf("open hold %q of %q: %w", rid, acct, err)
@@ -119,7 +119,7 @@ func (s *Badger) Export(ctx context.Context, sink ExportSink) error {
 				if err := json.Unmarshal(v, &r); err != nil {
 					return fmt.Errorf("idempotency record %q: %w", k[1:], err)
 				}
-				if idemExpired(r, t) {
+				if IdemExpired(r, t) {
 					return nil
 				}
 				return sink.Idempotency(r)

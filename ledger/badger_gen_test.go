@@ -81,9 +81,9 @@ func genLedger(dir string, spec genSpec) (genResult, error) {
 	accts := make([]genAcct, spec.Accounts)
 	seen := map[string]bool{}
 	for i := range accts {
-		id := newAccountID()
+		id := NewAccountID()
 		for seen[id] {
-			id = newAccountID()
+			id = NewAccountID()
 		}
 		seen[id] = true
 		accts[i].id = id
@@ -109,12 +109,12 @@ func genLedger(dir string, spec genSpec) (genResult, error) {
 		}
 		a.gens = max(0, (e-1)/2)
 		for k := range keysPer {
-			a.keyID = append(a.keyID, newKeyID())
+			a.keyID = append(a.keyID, NewKeyID())
 			mode := Live
 			if k%2 == 1 {
 				mode = Test
 			}
-			a.dig = append(a.dig, sha256.Sum256([]byte(newFullKey(mode))))
+			a.dig = append(a.dig, sha256.Sum256([]byte(NewFullKey(mode))))
 		}
 		slices.Sort(a.keyID)
 	}
@@ -177,9 +177,9 @@ func genLedger(dir string, spec genSpec) (genResult, error) {
 	for i := range accts {
 		a := &accts[i]
 		for k, kid := range a.keyID {
-			mode, prefix := Live, livePrefix
+			mode, prefix := Live, LivePrefix
 			if k%2 == 1 {
-				mode, prefix = Test, testPrefix
+				mode, prefix = Test, TestPrefix
 			}
 			key := Key{ID: kid, AccountID: a.id, Mode: mode, Name: fmt.Sprintf("key %d", k+1), Prefix: prefix,
 				Last4: "abcd", Created: created}
@@ -266,11 +266,11 @@ func genHistory(a *genAcct, i int, spec genSpec) genHist {
 		// hold records come in key order; the rest is random, as the handler's are.
 		n := j
 		for p := 13; p >= 4; p-- {
-			rid[p] = base62[n%62]
+			rid[p] = Base62[n%62]
 			n /= 62
 		}
 		for p := 14; p < len(rid); p++ {
-			rid[p] = base62[rng.IntN(62)]
+			rid[p] = Base62[rng.IntN(62)]
 		}
 		tool := genTools[rng.IntN(len(genTools))]
 		kid := a.keyID[0]

@@ -17,7 +17,7 @@ import (
 // PutGenerations stores the puts with one write batch of the kept store (Badger splits it
 // into transactions it takes whole, committed in order).
 func (s *Badger) PutGenerations(ctx context.Context, puts ...GenerationPut) error {
-	if err := checkGenerationPuts(puts, now()); err != nil {
+	if err := CheckGenerationPuts(puts, s.now()); err != nil {
 		return err
 	}
 	for _, p := range puts {
@@ -28,7 +28,7 @@ func (s *Badger) PutGenerations(ctx context.Context, puts ...GenerationPut) erro
 	if err := s.beginWrite(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	for _, p := range puts {
 		if _, err := s.account(p.Record.AccountID); err != nil {
 			return err
@@ -87,7 +87,7 @@ func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string,
 	if err := s.begin(); err != nil {
 		return GenerationRecord{}, nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	notFound := fmt.Errorf("generation %q of account %q: %w", requestID, accountID, ErrNotFound)
 	db := s.kept.opened()
 	if db == nil && s.space.err() == nil {
@@ -109,7 +109,7 @@ func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string,
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("generation %q: %w", requestID, err)
 		}
-		if generationExpired(rec, now()) {
+		if GenerationExpired(rec, s.now()) {
 			return ErrNotFound
 		}
 		for n := from; n < rec.Chunks; n++ {
@@ -141,7 +141,7 @@ func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID stri
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	db := s.kept.opened()
 	if db == nil {
 		return nil // nothing was written since the store opened; older text is the sweep's
@@ -195,12 +195,12 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 	if err := s.beginChange(); err != nil {
 		return 0, err
 	}
-	defer s.end()
+	defer s.life.End()
 	db, err := s.kept.get()
 	if err != nil {
 		return 0, err
 	}
-	t := now()
+	t := s.now()
 	var keys [][]byte
 	n := 0
 	err = db.View(func(txn *badger.Txn) error {
@@ -229,7 +229,7 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 					return fmt.Errorf("generation %q: %w", rid, err)
 				}
 			}
-			if found && generationExpired(rec, t) {
+			if found && GenerationExpired(rec, t) {
 				keys = append(keys, generationKeys(txn, acct, rid)...)
 				n++
 			}

@@ -13,14 +13,14 @@ import (
 // History returns the account's entries newest first. NextCursor is "" on the last page.
 // It shows durable entries only, so a change is listed once its call has returned.
 func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
-	limit, before, err := historyPage(p) // list entries with seq < before; 0 = from the newest
+	limit, before, err := HistoryPage(p) // list entries with seq < before; 0 = from the newest
 	if err != nil {
 		return nil, "", err
 	}
 	if err := s.begin(); err != nil {
 		return nil, "", err
 	}
-	defer s.end()
+	defer s.life.End()
 	if _, err := s.account(accountID); err != nil {
 		return nil, "", err
 	}
@@ -56,7 +56,7 @@ func (s *Badger) History(ctx context.Context, accountID string, p Page) ([]Entry
 	}
 	next := ""
 	if more {
-		next = historyCursor(out[len(out)-1].Seq)
+		next = HistoryCursor(out[len(out)-1].Seq)
 	}
 	return out, next, nil
 }
@@ -71,7 +71,7 @@ func (s *Badger) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	if q.AccountID != "" {
 		if _, err := s.account(q.AccountID); err != nil {
 			return nil, err

@@ -67,13 +67,13 @@ func (s *Badger) Reserve(ctx context.Context, req HoldRequest) (HoldResult, erro
 }
 
 func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
-	if err := checkHoldRequest(req); err != nil {
+	if err := CheckHoldRequest(req); err != nil {
 		return HoldResult{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return HoldResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(req.AccountID)
 	if err != nil {
 		return HoldResult{}, err
@@ -96,7 +96,7 @@ func (s *Badger) hold(req HoldRequest, wait bool) (HoldResult, error) {
 		a.mu.Unlock()
 		return HoldResult{}, ErrInsufficientCredits
 	}
-	t := now().UTC()
+	t := s.now().UTC()
 	// The key's budget is counted first and stored last, so that a refusal by the member's cap
 	// leaves the key's count as it was (both change only in memory, under a.mu, until the commit).
 	var charged Key
@@ -178,13 +178,13 @@ func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) 
 // resolve settles or voids a hold. ctx is deliberately not consulted: a handler voids holds
 // after its client went away, with a context that is already canceled.
 func (s *Badger) resolve(accountID, requestID string, to HoldState, reason string, decided time.Time) (HoldResult, error) {
-	if err := checkResolve(requestID, reason); err != nil {
+	if err := CheckResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
 	if err := s.beginChange(); err != nil {
 		return HoldResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return HoldResult{}, err
@@ -200,13 +200,13 @@ func (s *Badger) resolve(accountID, requestID string, to HoldState, reason strin
 		return HoldResult{}, err
 	}
 	if h.rec.State != HoldOpen {
-		if to != HoldSettled || !lateSettleAllowed(h.rec.State, h.rec.Reason, h.rec.Expires, decided) {
+		if to != HoldSettled || !LateSettleAllowed(h.rec.State, h.rec.Reason, h.rec.Expires, decided) {
 			return s.repeated(a, h)
 		}
 		if bal, held := a.figures(h.rec.Mode); bal-held < 1 {
 			return s.repeated(a, h) // the credit given back is spent: it stays voided
 		}
-		op := s.settleLateLocked(a, h, now().UTC())
+		op := s.settleLateLocked(a, h, s.now().UTC())
 		r := s.holdResult(a, h, false)
 		a.mu.Unlock()
 		if err := op.wait(); err != nil {
@@ -214,7 +214,7 @@ func (s *Badger) resolve(accountID, requestID string, to HoldState, reason strin
 		}
 		return r, nil
 	}
-	op := s.resolveLocked(a, h, to, reason, now().UTC())
+	op := s.resolveLocked(a, h, to, reason, s.now().UTC())
 	r := s.holdResult(a, h, false)
 	a.mu.Unlock()
 	if err := op.wait(); err != nil {
@@ -260,7 +260,7 @@ func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingO
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = HoldSettled, t, ent.Seq, SettledLateReason
 	if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
 		k := *ke.rec.Load()
-		k.Usage = k.Usage.retake(rec.Created)
+		k.Usage = k.Usage.Retake(rec.Created)
 		ws = append(ws, s.storeKeyLocked(ke, k))
 	}
 	ws = append(ws, s.memberRetake(a, &rec)...)
@@ -273,7 +273,7 @@ func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingO
 
 // sweep voids every open hold past its expiry and returns how many it voided.
 func (s *Badger) sweep() (int, error) {
-	t := now().UTC()
+	t := s.now().UTC()
 	return s.voidWhere("expired", t, func(h *holdMem) bool { return !t.Before(h.rec.Expires) })
 }
 
@@ -282,7 +282,7 @@ func (s *Badger) sweep() (int, error) {
 // its hold_ttl would only keep the customer's credit locked. Expiry by TTL stays for stores that
 // several live processes share.
 func (s *Badger) voidLeftOver() (int, error) {
-	return s.voidWhere("restart", now().UTC(), func(*holdMem) bool { return true })
+	return s.voidWhere("restart", s.now().UTC(), func(*holdMem) bool { return true })
 }
 
 // voidWhere voids, with reason, every open hold for which match is true, and returns how many.
@@ -290,7 +290,7 @@ func (s *Badger) voidWhere(reason string, t time.Time, match func(*holdMem) bool
 	if err := s.beginChange(); err != nil {
 		return 0, err
 	}
-	defer s.end()
+	defer s.life.End()
 	var ops []*pendingOp
 	for _, a := range s.allAccounts() {
 		a.mu.Lock()
@@ -315,13 +315,13 @@ func (s *Badger) voidWhere(reason string, t time.Time, match func(*holdMem) bool
 
 // GetHold returns the account's hold of requestID.
 func (s *Badger) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
-	if err := checkResolve(requestID, ""); err != nil {
+	if err := CheckResolve(requestID, ""); err != nil {
 		return HoldInfo{}, err
 	}
 	if err := s.begin(); err != nil {
 		return HoldInfo{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return HoldInfo{}, err

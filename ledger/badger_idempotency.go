@@ -26,7 +26,7 @@ func (s *Badger) findIdem(a *account, key string) (*idemMem, error) {
 		}
 	}
 	// Badger drops the record after its TTL; the check here makes the injected clock agree.
-	if r != nil && idemExpired(r.rec, now()) {
+	if r != nil && IdemExpired(r.rec, s.now()) {
 		return nil, nil
 	}
 	return r, nil
@@ -41,20 +41,20 @@ func (s *Badger) idemWrite(rec IdempotencyRecord) write {
 // BeginIdempotent stores rec if (AccountID, Key) is new and returns (rec, true); otherwise it
 // returns the existing record and false. Created defaults to now.
 func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error) {
-	if err := checkIdempotencyRecord(rec); err != nil {
+	if err := CheckIdempotencyRecord(rec); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(rec.AccountID)
 	if err != nil {
 		return IdempotencyRecord{}, false, err
 	}
 	a.mu.Lock()
 	old, err := s.findIdem(a, rec.Key)
-	if err == nil && old != nil && (idemReusable(old.rec, now(), s.opts.HoldTTL) || idemOrphaned(old.rec, s.opened)) {
+	if err == nil && old != nil && (IdemReusable(old.rec, s.now(), s.opts.HoldTTL) || IdemOrphaned(old.rec, s.opened)) {
 		old = nil // released, or abandoned by a crash: the new request takes the key over
 	}
 	if err != nil || old != nil {
@@ -68,7 +68,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (Id
 		return old.rec, false, nil
 	}
 	if rec.Created.IsZero() {
-		rec.Created = now()
+		rec.Created = s.now()
 	}
 	rec.Created = rec.Created.UTC()
 	op := s.storeIdem(a, rec)
@@ -90,13 +90,13 @@ func (s *Badger) storeIdem(a *account, rec IdempotencyRecord) *pendingOp {
 // FinishIdempotent records the final HTTP status of the request that began key, or releases
 // the key with StatusReleased.
 func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, status int) error {
-	if err := checkFinishStatus(status); err != nil {
+	if err := CheckFinishStatus(status); err != nil {
 		return err
 	}
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return err

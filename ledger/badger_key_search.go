@@ -8,11 +8,11 @@ import (
 // FindKeys on Badger: a key id is looked up; the last 4 characters are matched against every
 // key in memory (one pass, no disk read; docs/OPERATING.md, "What the console does not do").
 func (s *Badger) FindKeys(ctx context.Context, hint string, limit int) ([]Key, error) {
-	h, err := keySearchArgs(hint, limit)
+	h, err := KeySearchArgs(hint, limit)
 	if err != nil {
 		return nil, err
 	}
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return nil, ErrClosed
 	}
 	out := []Key{}
@@ -23,7 +23,7 @@ func (s *Badger) FindKeys(ctx context.Context, hint string, limit int) ([]Key, e
 		}
 	} else {
 		for _, e := range s.keyIDs {
-			if k := e.rec.Load(); h.matches(*k) {
+			if k := e.rec.Load(); h.Matches(*k) {
 				out = append(out, e.key())
 			}
 		}

@@ -31,9 +31,9 @@ func (s *Badger) holdKeyEntry(a *account, keyID string) *keyEntry {
 // Called with a.mu held.
 func (s *Badger) keyCharged(e *keyEntry, t time.Time) (Key, *KeyBudgetError) {
 	k := *e.rec.Load()
-	u, over := k.Usage.charge(k.KeyLimits, t)
+	u, over := k.Usage.Charge(k.KeyLimits, t)
 	if over != "" {
-		return Key{}, keyBudgetError(k.KeyLimits, over, t)
+		return Key{}, NewKeyBudgetError(k.KeyLimits, over, t)
 	}
 	k.Usage = u
 	return k, nil
@@ -43,7 +43,7 @@ func (s *Badger) keyCharged(e *keyEntry, t time.Time) (Key, *KeyBudgetError) {
 // a.mu held.
 func (s *Badger) releaseKey(e *keyEntry, created time.Time) write {
 	k := *e.rec.Load()
-	k.Usage = k.Usage.release(created)
+	k.Usage = k.Usage.Release(created)
 	return s.storeKeyLocked(e, k)
 }
 
@@ -72,7 +72,7 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set Key
 	if err := s.beginWrite(); err != nil {
 		return Key{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return Key{}, err
@@ -88,7 +88,7 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set Key
 		a.mu.Unlock()
 		return Key{}, ErrAlreadyRevoked
 	}
-	set, err = checkKeySettings(set, k.Expires, now())
+	set, err = CheckKeySettings(set, k.Expires, s.now())
 	if err != nil {
 		a.mu.Unlock()
 		return Key{}, err
@@ -107,13 +107,13 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set Key
 // found once the roll is durable; a previous secret that was still in its grace period stops
 // at once, and so does the replaced one when grace is 0.
 func (s *Badger) RollKey(ctx context.Context, accountID, keyID string, grace time.Duration) (string, Key, error) {
-	if err := checkRollGrace(grace); err != nil {
+	if err := CheckRollGrace(grace); err != nil {
 		return "", Key{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", Key{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return "", Key{}, err
@@ -129,8 +129,8 @@ func (s *Badger) RollKey(ctx context.Context, accountID, keyID string, grace tim
 		a.mu.Unlock()
 		return "", Key{}, ErrAlreadyRevoked
 	}
-	t := now().UTC()
-	full := newFullKey(k.Mode)
+	t := s.now().UTC()
+	full := NewFullKey(k.Mode)
 	old := e.sec.Load()
 	sec := &keySecrets{cur: sha256.Sum256([]byte(full))}
 	drop := [][32]byte{}

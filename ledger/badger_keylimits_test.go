@@ -16,7 +16,7 @@ func TestBadgerKeyFromEarlierRelease(t *testing.T) {
 	setNow(t, &t0)
 	dir := t.TempDir()
 	s := openDir(t, dir, quiet)
-	a := mustAccount(t, s, "old@example.com")
+	a := MustAccount(t, s, "old@example.com")
 	full, k, err := s.CreateKey(bg, a.ID, Live, "old", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +49,8 @@ func TestBadgerKeyFromEarlierRelease(t *testing.T) {
 	if err != nil || got.HasBudget() || got.AllowedTools != nil || got.Usage != (KeyUsage{}) || !got.Rolled.IsZero() {
 		t.Fatalf("an earlier release's key: %+v %v", got, err)
 	}
-	mustGrant(t, s, a.ID, Live, 5)
-	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+	MustGrant(t, s, a.ID, Live, 5)
+	if err := HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Settle(bg, a.ID, "r1"); err != nil {
@@ -61,9 +61,9 @@ func TestBadgerKeyFromEarlierRelease(t *testing.T) {
 	}
 	s.Close()
 	s = openDir(t, dir, quiet)
-	if err := holdOn(s, a.ID, k.ID, "r2"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r2"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r3"), "total", 2, time.Time{})
-	verifyClean(t, s)
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r3"), "total", 2, time.Time{})
+	VerifyClean(t, s)
 }

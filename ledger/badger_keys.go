@@ -108,15 +108,15 @@ func (s *Badger) CreateKeyCapped(ctx context.Context, accountID string, mode Mod
 
 // createKey is CreateKeyCapped for a key made by memberID ("" for the account's own).
 func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
-	t := now().UTC()
-	expires, err := checkKeyRequest(mode, name, expires, t)
+	t := s.now().UTC()
+	expires, err := CheckKeyRequest(mode, name, expires, t)
 	if err != nil {
 		return "", Key{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", Key{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return "", Key{}, err
@@ -137,13 +137,13 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 			return "", Key{}, fmt.Errorf("account %q has %d keys: %w", accountID, active, ErrTooManyKeys)
 		}
 	}
-	full := newFullKey(mode)
+	full := NewFullKey(mode)
 	e := &keyEntry{acct: a}
 	digest := sha256.Sum256([]byte(full))
 	e.sec.Store(&keySecrets{cur: digest})
 	s.keyMu.RLock()
 	for e.id == "" || s.keyIDs[e.id] != nil {
-		e.id = newKeyID()
+		e.id = NewKeyID()
 	}
 	s.keyMu.RUnlock()
 	k := Key{
@@ -151,7 +151,7 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 		AccountID: a.id,
 		Mode:      mode,
 		Name:      name,
-		Prefix:    full[:len(livePrefix)],
+		Prefix:    full[:len(LivePrefix)],
 		Last4:     full[len(full)-4:],
 		Created:   t,
 		Expires:   expires,
@@ -176,7 +176,7 @@ func (s *Badger) createKey(accountID, memberID string, mode Mode, name string, e
 
 // ListKeys returns the account's keys, oldest first, revoked ones included.
 func (s *Badger) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return nil, ErrClosed
 	}
 	a, err := s.account(accountID)
@@ -213,7 +213,7 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (Key, e
 	if err := s.beginChange(); err != nil {
 		return Key{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(accountID)
 	if err != nil {
 		return Key{}, err
@@ -235,7 +235,7 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (Key, e
 		a.mu.Unlock()
 		return k, ErrAlreadyRevoked
 	}
-	k.Revoked = now().UTC()
+	k.Revoked = s.now().UTC()
 	pub := k
 	pub.LastUsed = time.Time{}
 	e.rec.Store(&pub)
@@ -256,11 +256,11 @@ const lastUsedGranularity = int64(time.Second)
 // rolled key's previous secret past its grace period, all give ErrInvalidKey, with no hint
 // which; an expired key gives ErrKeyExpired.
 func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account, error) {
-	if s.closed.Load() {
+	if s.life.Closed.Load() {
 		return Key{}, Account{}, ErrClosed
 	}
-	var buf [keyLen]byte
-	if _, ok := checkKeyFormat(presented, &buf); !ok {
+	var buf [KeyLen]byte
+	if _, ok := CheckKeyFormatInto(presented, &buf); !ok {
 		return Key{}, Account{}, ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
@@ -272,7 +272,7 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (Key, Account,
 	}
 	sec := e.sec.Load()
 	k := *e.rec.Load()
-	t := now()
+	t := s.now()
 	if d != sec.cur && (!sec.hasPrev || d != sec.prev || !t.Before(sec.prevUntil)) {
 		return Key{}, Account{}, ErrInvalidKey // a replaced secret past its grace period
 	}
@@ -311,7 +311,7 @@ func (s *Badger) flushLastUsed(admit bool) error {
 		if err := s.beginWrite(); err != nil {
 			return nil // closing (Close flushes), or the disk is nearly full (a later flush will)
 		}
-		defer s.end()
+		defer s.life.End()
 	}
 	var ops []*pendingOp
 	for _, a := range s.allAccounts() {

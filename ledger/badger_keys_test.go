@@ -15,7 +15,7 @@ func TestLastUsedStoredWithHold(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := openDir(t, dir, quiet)
-	a := mustAccount(t, s, "lu@example.com")
+	a := MustAccount(t, s, "lu@example.com")
 	full, k, err := s.CreateKey(bg, a.ID, Live, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestLastUsedStoredWithHold(t *testing.T) {
 		}
 		return rec.Key
 	}
-	mustGrant(t, s, a.ID, Live, 5)
+	MustGrant(t, s, a.ID, Live, 5)
 	t0 = t0.Add(time.Minute)
 	if _, _, err := s.LookupKey(bg, full); err != nil {
 		t.Fatal(err)
@@ -45,14 +45,14 @@ func TestLastUsedStoredWithHold(t *testing.T) {
 	if !stored().LastUsed.IsZero() {
 		t.Fatal("a lookup was recorded as a use")
 	}
-	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := stored().LastUsed; !got.Equal(t0) {
 		t.Fatalf("stored last use %v, want %v", got, t0)
 	}
 	t0 = t0.Add(time.Minute)
-	if err := holdOn(s, a.ID, k.ID, "r2"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r2"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

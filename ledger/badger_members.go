@@ -45,10 +45,10 @@ func memberUsageKey(org, member, month string) []byte {
 // loadMembers reads every organisation's members and months into memory (load).
 func (s *Badger) loadMembers(txn *badger.Txn) error {
 	err := iterate(txn, []byte{prefixMember}, func(k, v []byte) error {
-		if len(k) != 1+2*accountIDLen {
+		if len(k) != 1+2*AccountIDLen {
 			return fmt.Errorf("malformed membership key %q", k)
 		}
-		org, member := string(k[1:1+accountIDLen]), string(k[1+accountIDLen:])
+		org, member := string(k[1:1+AccountIDLen]), string(k[1+AccountIDLen:])
 		a := s.accounts[org]
 		if a == nil {
 			return fmt.Errorf("membership of unknown organisation %q", org)
@@ -67,10 +67,10 @@ func (s *Badger) loadMembers(txn *badger.Txn) error {
 		return err
 	}
 	return iterate(txn, []byte{prefixMemberUsage}, func(k, v []byte) error {
-		if len(k) != 1+2*accountIDLen+7 {
+		if len(k) != 1+2*AccountIDLen+7 {
 			return fmt.Errorf("malformed member usage key %q", k)
 		}
-		org := string(k[1 : 1+accountIDLen])
+		org := string(k[1 : 1+AccountIDLen])
 		a := s.accounts[org]
 		if a == nil || a.org == nil {
 			return fmt.Errorf("member usage of unknown organisation %q", org)
@@ -79,7 +79,7 @@ func (s *Badger) loadMembers(txn *badger.Txn) error {
 		if err != nil {
 			return fmt.Errorf("member usage %q: %w", k, err)
 		}
-		a.org.used[usageKey{string(k[1+accountIDLen : 1+2*accountIDLen]), string(k[1+2*accountIDLen:])}] = n
+		a.org.used[usageKey{string(k[1+AccountIDLen : 1+2*AccountIDLen]), string(k[1+2*AccountIDLen:])}] = n
 		return nil
 	})
 }
@@ -92,7 +92,7 @@ func (s *Badger) membership(a *account, member string, rec memberRecord) Members
 		m.Email = ma.rec.Load().Email
 	}
 	if a.org != nil {
-		m.Used = a.org.used[usageKey{member, MonthOf(now())}]
+		m.Used = a.org.used[usageKey{member, MonthOf(s.now())}]
 	}
 	return m
 }
@@ -127,7 +127,7 @@ func (s *Badger) orgChange(orgID string, protect bool, change func(a *account) (
 	if err := begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(orgID)
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (Member
 				return nil, nil, nil
 			}
 		}
-		rec := memberRecord{Role: RoleOwner, Created: now().UTC()}
+		rec := memberRecord{Role: RoleOwner, Created: s.now().UTC()}
 		out = s.membership(a, a.id, rec)
 		return []write{set(memberKey(a.id, a.id), mustJSON(rec)), set(memberOfKey(a.id, a.id), nil)}, func() {
 			if a.org == nil {
@@ -175,7 +175,7 @@ func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (Member
 
 // AddMember makes memberID a member, or an invitee, of organisation orgID.
 func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role Role, pending bool) (Membership, error) {
-	if err := checkRole(role); err != nil {
+	if err := CheckRole(role); err != nil {
 		return Membership{}, err
 	}
 	if orgID == memberID {
@@ -192,7 +192,7 @@ func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role Rol
 		if _, ok := a.org.members[memberID]; ok {
 			return nil, nil, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrAlreadyMember)
 		}
-		rec := memberRecord{Role: role, Pending: pending, Created: now().UTC()}
+		rec := memberRecord{Role: role, Pending: pending, Created: s.now().UTC()}
 		out = s.membership(a, memberID, rec)
 		return []write{set(memberKey(orgID, memberID), mustJSON(rec)), set(memberOfKey(memberID, orgID), nil)},
 			func() { a.org.members[memberID] = rec }, nil
@@ -230,18 +230,18 @@ func (s *Badger) AcceptMembership(ctx context.Context, orgID, memberID string) (
 
 // SetMemberRole changes a member's role, keeping an owner.
 func (s *Badger) SetMemberRole(ctx context.Context, orgID, memberID string, role Role) (Membership, error) {
-	if err := checkRole(role); err != nil {
+	if err := CheckRole(role); err != nil {
 		return Membership{}, err
 	}
 	return s.updateMember(orgID, memberID, func(ms []Membership) error {
-		_, err := memberChange(ms, orgID, memberID, role, false)
+		_, err := MemberChange(ms, orgID, memberID, role, false)
 		return err
 	}, func(r *memberRecord) { r.Role = role })
 }
 
 // SetMemberCap sets a member's monthly cap (0: none).
 func (s *Badger) SetMemberCap(ctx context.Context, orgID, memberID string, c int64) (Membership, error) {
-	if err := checkCap(c); err != nil {
+	if err := CheckCap(c); err != nil {
 		return Membership{}, err
 	}
 	return s.updateMember(orgID, memberID, nil, func(r *memberRecord) { r.MonthlyCap = c })
@@ -251,11 +251,11 @@ func (s *Badger) SetMemberCap(ctx context.Context, orgID, memberID string, c int
 func (s *Badger) RemoveMember(ctx context.Context, orgID, memberID string) ([]Key, error) {
 	var revoked []Key
 	err := s.orgChange(orgID, true, func(a *account) ([]write, func(), error) {
-		if _, err := memberChange(s.members(a), orgID, memberID, "", true); err != nil {
+		if _, err := MemberChange(s.members(a), orgID, memberID, "", true); err != nil {
 			return nil, nil, err
 		}
 		ws := []write{del(memberKey(orgID, memberID)), del(memberOfKey(memberID, orgID))}
-		t := now().UTC()
+		t := s.now().UTC()
 		for _, e := range a.keys {
 			if e.rec.Load().MemberID != memberID {
 				continue
@@ -284,7 +284,7 @@ func (s *Badger) GetMembership(ctx context.Context, orgID, memberID string) (Mem
 	if err := s.begin(); err != nil {
 		return Membership{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(orgID)
 	if err != nil {
 		return Membership{}, fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
@@ -304,7 +304,7 @@ func (s *Badger) ListMembers(ctx context.Context, orgID string) ([]Membership, e
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(orgID)
 	if err != nil {
 		return nil, err
@@ -319,7 +319,7 @@ func (s *Badger) MembershipsOf(ctx context.Context, memberID string) ([]Membersh
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	var orgs []string
 	err := s.db.View(func(txn *badger.Txn) error {
 		return iterate(txn, key1(prefixMemberOf, memberID), func(k, _ []byte) error {
@@ -355,16 +355,16 @@ func (s *Badger) MembershipsOf(ctx context.Context, memberID string) ([]Membersh
 
 // MemberUsage lists what each member's keys took in the months [from, to].
 func (s *Badger) MemberUsage(ctx context.Context, orgID, from, to string) ([]MemberMonth, error) {
-	if err := checkMonth(from); err != nil {
+	if err := CheckMonth(from); err != nil {
 		return nil, err
 	}
-	if err := checkMonth(to); err != nil {
+	if err := CheckMonth(to); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(orgID)
 	if err != nil {
 		return nil, err
@@ -384,17 +384,8 @@ func (s *Badger) MemberUsage(ctx context.Context, orgID, from, to string) ([]Mem
 			out[i].Email = ma.rec.Load().Email
 		}
 	}
-	sortMemberMonths(out)
+	SortMemberMonths(out)
 	return out, nil
-}
-
-func sortMemberMonths(out []MemberMonth) {
-	slices.SortFunc(out, func(x, y MemberMonth) int {
-		if c := compareStrings(x.Month, y.Month); c != 0 {
-			return c
-		}
-		return compareStrings(x.MemberID, y.MemberID)
-	})
 }
 
 // CreateMemberKey makes a key of organisation orgID for its accepted member memberID.
@@ -427,10 +418,10 @@ func (s *Badger) CreateMemberKey(ctx context.Context, orgID, memberID string, mo
 func exportMember(sink ExportSink) func(k, v []byte) error {
 	return func(k, v []byte) error {
 		var rec memberRecord
-		if err := json.Unmarshal(v, &rec); err != nil || len(k) != 1+2*accountIDLen {
+		if err := json.Unmarshal(v, &rec); err != nil || len(k) != 1+2*AccountIDLen {
 			return fmt.Errorf("membership %x: malformed (%v)", k, err)
 		}
-		return sink.Membership(Membership{OrgID: string(k[1 : 1+accountIDLen]), MemberID: string(k[1+accountIDLen:]),
+		return sink.Membership(Membership{OrgID: string(k[1 : 1+AccountIDLen]), MemberID: string(k[1+AccountIDLen:]),
 			Role: rec.Role, MonthlyCap: rec.MonthlyCap, Pending: rec.Pending, Created: rec.Created})
 	}
 }
@@ -439,10 +430,10 @@ func exportMember(sink ExportSink) func(k, v []byte) error {
 func exportMemberUsage(sink ExportSink) func(k, v []byte) error {
 	return func(k, v []byte) error {
 		n, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil || len(k) != 1+2*accountIDLen+7 {
+		if err != nil || len(k) != 1+2*AccountIDLen+7 {
 			return fmt.Errorf("member usage %x: malformed (%v)", k, err)
 		}
-		return sink.MemberUsage(ExportMemberUsage{OrgID: string(k[1 : 1+accountIDLen]),
-			MemberID: string(k[1+accountIDLen : 1+2*accountIDLen]), Month: string(k[1+2*accountIDLen:]), Credits: n})
+		return sink.MemberUsage(ExportMemberUsage{OrgID: string(k[1 : 1+AccountIDLen]),
+			MemberID: string(k[1+AccountIDLen : 1+2*AccountIDLen]), Month: string(k[1+2*AccountIDLen:]), Credits: n})
 	}
 }

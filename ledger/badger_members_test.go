@@ -14,7 +14,7 @@ func TestBadgerMembersRestart(t *testing.T) {
 	setNow(t, &t0)
 	dir := t.TempDir()
 	s := openDir(t, dir, quiet)
-	alice, bob, _ := org(t, s, RoleAdmin)
+	alice, bob, _ := Org(t, s, RoleAdmin)
 	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -30,12 +30,12 @@ func TestBadgerMembersRestart(t *testing.T) {
 	if _, err := s.Settle(bg, alice.ID, "settled"); err != nil {
 		t.Fatal(err)
 	}
-	before := mustMembers(t, s, alice.ID)
+	before := MustMembers(t, s, alice.ID)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s = openDir(t, dir, quiet)
-	after := mustMembers(t, s, alice.ID)
+	after := MustMembers(t, s, alice.ID)
 	// The open hold was voided at Open: bob used 1 of 2 now, 2 before.
 	for i := range before {
 		if before[i].MemberID == bob.ID {
@@ -49,6 +49,6 @@ func TestBadgerMembersRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Hold(bg, HoldRequest{AccountID: alice.ID, Mode: Live, RequestID: "over", KeyID: bk.ID})
-	wantErr(t, err, ErrMemberCapReached)
-	verifyClean(t, s)
+	WantErr(t, err, ErrMemberCapReached)
+	VerifyClean(t, s)
 }

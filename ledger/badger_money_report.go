@@ -11,19 +11,19 @@ import (
 // MoneyBetween on Badger: one pass over every payment and one over every reversal (they have
 // no index by time; docs/OPERATING.md, "What the console does not do").
 func (s *Badger) MoneyBetween(ctx context.Context, from, to time.Time, limit int) (MoneyPeriod, error) {
-	if err := moneyArgs(from, to, limit); err != nil {
+	if err := MoneyArgs(from, to, limit); err != nil {
 		return MoneyPeriod{}, err
 	}
 	out := MoneyPeriod{Payments: []Payment{}, Reversals: []Reversal{}}
 	err := scanJSON(ctx, s, prefixPaymentIntent, "payment", func(p Payment) bool {
-		if inPeriod(p.Created, from, to) {
+		if InPeriod(p.Created, from, to) {
 			out.Payments = append(out.Payments, p)
 		}
 		return false
 	})
 	if err == nil {
 		err = scanJSON(ctx, s, prefixReversal, "reversal", func(r Reversal) bool {
-			if inPeriod(r.Created, from, to) {
+			if InPeriod(r.Created, from, to) {
 				out.Reversals = append(out.Reversals, r)
 			}
 			return false

@@ -46,7 +46,7 @@ type opSessionRecord struct {
 }
 
 func (r opSessionRecord) session(d [32]byte) OperatorSession {
-	return OperatorSession{ID: sessionID(d), OperatorID: r.OperatorID, Created: r.Created, Expires: r.Expires,
+	return OperatorSession{ID: SessionID(d), OperatorID: r.OperatorID, Created: r.Created, Expires: r.Expires,
 		LastSeen: r.LastSeen, CSRFToken: r.CSRFToken}
 }
 
@@ -59,7 +59,7 @@ func auditKey(t time.Time, id string) []byte {
 
 // CreateOperator stores a new operator, its email unique among operators.
 func (s *Badger) CreateOperator(ctx context.Context, n NewOperator) (Operator, error) {
-	e, ds, err := checkNewOperator(n)
+	e, ds, err := CheckNewOperator(n)
 	if err != nil {
 		return Operator{}, err
 	}
@@ -70,7 +70,7 @@ func (s *Badger) CreateOperator(ctx context.Context, n NewOperator) (Operator, e
 	if err := s.beginWrite(); err != nil {
 		return Operator{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if _, ok, err := s.operatorByEmail(ctx, e); err != nil {
@@ -78,7 +78,7 @@ func (s *Badger) CreateOperator(ctx context.Context, n NewOperator) (Operator, e
 	} else if ok {
 		return Operator{}, fmt.Errorf("operator %q: %w", e, ErrDuplicateEmail)
 	}
-	rec := operatorRecord{ID: newOperatorID(), Email: e, Role: n.Role, Created: now().UTC(), Hash: hash,
+	rec := operatorRecord{ID: NewOperatorID(), Email: e, Role: n.Role, Created: s.now().UTC(), Hash: hash,
 		TOTPSealed: bytes.Clone(n.TOTPSealed)}
 	for _, d := range ds {
 		rec.Recovery = append(rec.Recovery, hex.EncodeToString(d[:]))
@@ -117,7 +117,7 @@ func (s *Badger) operator(id string) (operatorRecord, bool, error) {
 	if err := s.begin(); err != nil {
 		return operatorRecord{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	v, ok, err := s.get(operatorKey(id))
 	if err != nil || !ok {
 		return operatorRecord{}, false, err
@@ -145,7 +145,7 @@ func (s *Badger) RemoveOperator(ctx context.Context, id string) error {
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if _, ok, err := s.operator(id); err != nil {
@@ -173,12 +173,12 @@ func (s *Badger) AuthenticateOperator(ctx context.Context, email, password strin
 	if len(password) > MaxPasswordLen {
 		return Operator{}, nil, ErrInvalidCredentials
 	}
-	o, ok, err := s.operatorByEmail(ctx, foldEmail(email))
+	o, ok, err := s.operatorByEmail(ctx, FoldEmail(email))
 	if err != nil {
 		return Operator{}, nil, err
 	}
 	if !ok {
-		_, _ = VerifyPassword(dummyHash(), password)
+		_, _ = VerifyPassword(DummyHash(), password)
 		return Operator{}, nil, ErrInvalidCredentials
 	}
 	match, err := VerifyPassword(o.Hash, password)
@@ -197,7 +197,7 @@ func (s *Badger) updateOperator(id string, change func(*operatorRecord) error) e
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	o, ok, err := s.operator(id)
@@ -226,11 +226,11 @@ func (s *Badger) UseTOTPStep(ctx context.Context, operatorID string, step int64)
 
 // UseRecoveryCode uses up one recovery code.
 func (s *Badger) UseRecoveryCode(ctx context.Context, operatorID, code string) error {
-	d := recoveryDigest(code)
+	d := RecoveryDigest(code)
 	h := hex.EncodeToString(d[:])
 	return s.updateOperator(operatorID, func(o *operatorRecord) error {
 		i := slices.Index(o.Recovery, h)
-		if i < 0 || normalizeRecoveryCode(code) == "" {
+		if i < 0 || NormalizeRecoveryCode(code) == "" {
 			return ErrInvalidCredentials
 		}
 		o.Recovery = slices.Delete(o.Recovery, i, i+1)
@@ -240,13 +240,13 @@ func (s *Badger) UseRecoveryCode(ctx context.Context, operatorID, code string) e
 
 // CreateOperatorSession starts a console session.
 func (s *Badger) CreateOperatorSession(ctx context.Context, operatorID string, ttl time.Duration) (string, OperatorSession, error) {
-	if err := checkSessionTTL(ttl); err != nil {
+	if err := CheckSessionTTL(ttl); err != nil {
 		return "", OperatorSession{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", OperatorSession{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if _, ok, err := s.operator(operatorID); err != nil {
@@ -254,10 +254,10 @@ func (s *Badger) CreateOperatorSession(ctx context.Context, operatorID string, t
 	} else if !ok {
 		return "", OperatorSession{}, fmt.Errorf("operator %q: %w", operatorID, ErrNotFound)
 	}
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC()
-	rec := opSessionRecord{OperatorID: operatorID, Created: t, Expires: t.Add(ttl), LastSeen: t, CSRFToken: randomBase62(csrfTokenLen)}
+	t := s.now().UTC()
+	rec := opSessionRecord{OperatorID: operatorID, Created: t, Expires: t.Add(ttl), LastSeen: t, CSRFToken: RandomBase62(CsrfTokenLen)}
 	w := set(opSessionKey(d), mustJSON(rec))
 	w.expiresAt = uint64(time.Now().Add(ttl).Unix()) + 1 // GetOperatorSession also compares with the clock
 	if err := s.c.enqueue([]write{w}).wait(); err != nil {
@@ -268,13 +268,13 @@ func (s *Badger) CreateOperatorSession(ctx context.Context, operatorID string, t
 
 // GetOperatorSession finds a live console session by its token and records the visit.
 func (s *Badger) GetOperatorSession(ctx context.Context, token string, idle time.Duration) (OperatorSession, Operator, error) {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return OperatorSession{}, Operator{}, ErrInvalidSession
 	}
 	if err := s.beginChange(); err != nil {
 		return OperatorSession{}, Operator{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	d := sha256.Sum256([]byte(token))
@@ -285,11 +285,11 @@ func (s *Badger) GetOperatorSession(ctx context.Context, token string, idle time
 	if !ok {
 		return OperatorSession{}, Operator{}, ErrInvalidSession
 	}
-	rec, err := readJSON[opSessionRecord](v, "console session "+sessionID(d))
+	rec, err := readJSON[opSessionRecord](v, "console session "+SessionID(d))
 	if err != nil {
 		return OperatorSession{}, Operator{}, err
 	}
-	t := now().UTC()
+	t := s.now().UTC()
 	o, found, err := s.operator(rec.OperatorID)
 	if err != nil {
 		return OperatorSession{}, Operator{}, err
@@ -311,13 +311,13 @@ func (s *Badger) GetOperatorSession(ctx context.Context, token string, idle time
 
 // DeleteOperatorSession ends the console session of token, if there is one.
 func (s *Badger) DeleteOperatorSession(ctx context.Context, token string) error {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return nil
 	}
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	d := sha256.Sum256([]byte(token))
@@ -326,15 +326,15 @@ func (s *Badger) DeleteOperatorSession(ctx context.Context, token string) error 
 
 // AppendAudit adds a record to the audit log under a key no other record has.
 func (s *Badger) AppendAudit(ctx context.Context, rec AuditRecord) (AuditRecord, error) {
-	if err := checkAudit(rec); err != nil {
+	if err := CheckAudit(rec); err != nil {
 		return AuditRecord{}, err
 	}
 	// Recording what an operator does protects the accounts: it goes on within the reserve.
 	if err := s.beginChange(); err != nil {
 		return AuditRecord{}, err
 	}
-	defer s.end()
-	rec.ID, rec.Time, rec.Note = newAuditID(), now().UTC(), strings.TrimSpace(rec.Note)
+	defer s.life.End()
+	rec.ID, rec.Time, rec.Note = NewAuditID(), s.now().UTC(), strings.TrimSpace(rec.Note)
 	if err := s.c.enqueue([]write{set(auditKey(rec.Time, rec.ID), mustJSON(rec))}).wait(); err != nil {
 		return AuditRecord{}, err
 	}
@@ -343,14 +343,14 @@ func (s *Badger) AppendAudit(ctx context.Context, rec AuditRecord) (AuditRecord,
 
 // ListAudit reads the audit log newest first.
 func (s *Badger) ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, string, error) {
-	limit, beforeNano, beforeID, err := auditPage(q)
+	limit, beforeNano, beforeID, err := AuditPage(q)
 	if err != nil {
 		return nil, "", err
 	}
 	if err := s.begin(); err != nil {
 		return nil, "", err
 	}
-	defer s.end()
+	defer s.life.End()
 	out := []AuditRecord{}
 	more := false
 	err = s.db.View(func(txn *badger.Txn) error {
@@ -393,7 +393,7 @@ func (s *Badger) ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, st
 	next := ""
 	if more {
 		last := out[len(out)-1]
-		next = auditCursor(last.Time, last.ID)
+		next = AuditCursor(last.Time, last.ID)
 	}
 	return out, next, nil
 }

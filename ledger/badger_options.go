@@ -22,6 +22,11 @@ type Options struct {
 	// a forgotten field) can never silently drop durability.
 	DisableSyncWrites bool `json:"disable_sync_writes,omitempty"`
 
+	// Now is the clock the store reads for every time it records or compares: hold, session
+	// and token expiry, entry times, the 24 h of an Idempotency-Key. Default: time.Now. Tests
+	// set it instead of sleeping.
+	Now func() time.Time `json:"-"`
+
 	// HoldTTL is how long a hold may stay open before the sweep voids it with reason "expired".
 	// Default: 15 minutes, a few minutes past the longest generation the handler allows.
 	HoldTTL time.Duration `json:"hold_ttl,omitempty"`
@@ -68,6 +73,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("hold_ttl must not be negative: %w", ErrInvalidArgument)
 	}
 	o.HoldTTL = cmp.Or(o.HoldTTL, DefaultHoldTTL)
+	if o.Now == nil {
+		o.Now = func() time.Time { return now() }
+	}
 	o.SweepInterval = cmp.Or(o.SweepInterval, DefaultSweepInterval)
 	o.GCInterval = cmp.Or(o.GCInterval, DefaultGCInterval)
 	o.LastUsedFlushInterval = cmp.Or(o.LastUsedFlushInterval, DefaultLastUsedFlushInterval)

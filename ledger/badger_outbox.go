@@ -23,15 +23,15 @@ func outboxKey(id string) []byte { return key1(prefixOutbox, id) }
 
 // EnqueueMail stores a message for the senders.
 func (s *Badger) EnqueueMail(ctx context.Context, m MailMessage) (string, error) {
-	if err := checkMail(m); err != nil {
+	if err := CheckMail(m); err != nil {
 		return "", err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", err
 	}
-	defer s.end()
-	t := now().UTC()
-	m.ID, m.Created, m.Attempts, m.Claim = newMailID(t), t, 0, ""
+	defer s.life.End()
+	t := s.now().UTC()
+	m.ID, m.Created, m.Attempts, m.Claim = NewMailID(t), t, 0, ""
 	if m.NextAttempt.IsZero() {
 		m.NextAttempt = t
 	}
@@ -43,16 +43,16 @@ func (s *Badger) EnqueueMail(ctx context.Context, m MailMessage) (string, error)
 
 // ClaimMail leases due messages.
 func (s *Badger) ClaimMail(ctx context.Context, lease time.Duration, max int) ([]MailMessage, error) {
-	if err := checkClaim(lease, max); err != nil {
+	if err := CheckClaim(lease, max); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.mailMu.Lock()
 	defer s.mailMu.Unlock()
-	t := now().UTC()
+	t := s.now().UTC()
 	var due []outboxRecord
 	err := s.db.View(func(txn *badger.Txn) error {
 		return iterate(txn, []byte{prefixOutbox}, func(k, v []byte) error {
@@ -72,7 +72,7 @@ func (s *Badger) ClaimMail(ctx context.Context, lease time.Duration, max int) ([
 	out := make([]MailMessage, len(due))
 	ws := make([]write, len(due))
 	for i := range due {
-		due[i].LeaseUntil, due[i].Claim = t.Add(lease), randomBase62(22)
+		due[i].LeaseUntil, due[i].Claim = t.Add(lease), RandomBase62(22)
 		due[i].Attempts++
 		ws[i] = set(outboxKey(due[i].ID), mustJSON(due[i]))
 		out[i] = due[i].MailMessage
@@ -91,7 +91,7 @@ func (s *Badger) MarkMailSent(ctx context.Context, id, claim string) error {
 // RetryMail makes a message due again later.
 func (s *Badger) RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error {
 	return s.resolveMail(id, claim, func(r outboxRecord) write {
-		r.NextAttempt, r.LeaseUntil, r.Claim, r.LastError = at.UTC(), time.Time{}, "", truncateUTF8(lastErr, 512)
+		r.NextAttempt, r.LeaseUntil, r.Claim, r.LastError = at.UTC(), time.Time{}, "", TruncateUTF8(lastErr, 512)
 		return set(outboxKey(id), mustJSON(r))
 	})
 }
@@ -101,7 +101,7 @@ func (s *Badger) resolveMail(id, claim string, f func(outboxRecord) write) error
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.mailMu.Lock()
 	defer s.mailMu.Unlock()
 	v, ok, err := s.get(outboxKey(id))
@@ -124,7 +124,7 @@ func (s *Badger) resolveMail(id, claim string, f func(outboxRecord) write) error
 // with its creation time in fixed-width hex (newMailID), so key order is the order wanted and
 // the listing stops after limit messages.
 func (s *Badger) ListMail(ctx context.Context, limit int) ([]MailMessage, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -144,14 +144,14 @@ func (s *Badger) ListMail(ctx context.Context, limit int) ([]MailMessage, error)
 // MarkMailSent or RetryMail runs wholly before it (and the drop deletes what they wrote) or
 // wholly after it (and finds nothing: ErrNotFound).
 func (s *Badger) DropMail(ctx context.Context, id string) error {
-	if err := checkMailID(id); err != nil {
+	if err := CheckMailID(id); err != nil {
 		return err
 	}
 	// Dropping frees space: it runs within the space reserve, as marking a message sent does.
 	if err := s.beginChange(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.mailMu.Lock()
 	defer s.mailMu.Unlock()
 	_, ok, err := s.get(outboxKey(id))

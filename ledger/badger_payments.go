@@ -19,20 +19,20 @@ func paymentKey(reference string) []byte { return key1(prefixPayment, reference)
 
 // RecordUnmatchedPayment stores a payment that credited nothing, once per reference.
 func (s *Badger) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPayment) (UnmatchedPayment, bool, error) {
-	if err := checkUnmatchedPayment(p); err != nil {
+	if err := CheckUnmatchedPayment(p); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.payMu.Lock()
 	defer s.payMu.Unlock()
 	first, ok, err := s.payment(p.Reference)
 	if err != nil || ok {
 		return first, ok, err
 	}
-	p.Created, p.Resolved, p.Resolution = now().UTC(), time.Time{}, ""
+	p.Created, p.Resolved, p.Resolution = s.now().UTC(), time.Time{}, ""
 	if err := s.c.enqueue([]write{set(paymentKey(p.Reference), mustJSON(p))}).wait(); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
@@ -41,7 +41,7 @@ func (s *Badger) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPayment)
 
 // UnmatchedPayments lists the payments, newest first.
 func (s *Badger) UnmatchedPayments(ctx context.Context, openOnly bool, limit int) ([]UnmatchedPayment, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -70,14 +70,14 @@ func comparePayments(a, b UnmatchedPayment) int {
 
 // ResolveUnmatchedPayment marks a payment resolved, once.
 func (s *Badger) ResolveUnmatchedPayment(ctx context.Context, reference, note string) (UnmatchedPayment, bool, error) {
-	if err := checkResolvePayment(reference, note); err != nil {
+	if err := CheckResolvePayment(reference, note); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
 	// Resolving finishes work begun: it runs within the space reserve, as settling does.
 	if err := s.beginChange(); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.payMu.Lock()
 	defer s.payMu.Unlock()
 	p, ok, err := s.payment(reference)
@@ -89,7 +89,7 @@ func (s *Badger) ResolveUnmatchedPayment(ctx context.Context, reference, note st
 	case !p.Resolved.IsZero():
 		return p, true, nil
 	}
-	p.Resolved, p.Resolution = now().UTC(), note
+	p.Resolved, p.Resolution = s.now().UTC(), note
 	if err := s.c.enqueue([]write{set(paymentKey(reference), mustJSON(p))}).wait(); err != nil {
 		return UnmatchedPayment{}, false, err
 	}

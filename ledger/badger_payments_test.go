@@ -14,35 +14,35 @@ func TestUnmatchedPaymentsSurviveReopen(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 987654321, time.UTC)
 	setNow(t, &t0)
 	s := openDir(t, dir, quiet)
-	if _, _, err := s.RecordUnmatchedPayment(bg, unmatched("cs_1")); err != nil {
+	if _, _, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_1")); err != nil {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Second)
-	if _, _, err := s.RecordUnmatchedPayment(bg, unmatched("cs_2")); err != nil {
+	if _, _, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_2")); err != nil {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Second)
 	if _, _, err := s.ResolveUnmatchedPayment(bg, "cs_1", "refunded"); err != nil {
 		t.Fatal(err)
 	}
-	before := mustPayments(t, s, false, 0)
+	before := MustPayments(t, s, false, 0)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	t0 = t0.Add(time.Hour)
 	s = openDir(t, dir, quiet)
-	if got := mustPayments(t, s, false, 0); len(got) != 2 || !reflect.DeepEqual(got, before) {
+	if got := MustPayments(t, s, false, 0); len(got) != 2 || !reflect.DeepEqual(got, before) {
 		t.Fatalf("after reopen:\n got %+v\nwant %+v", got, before)
 	}
-	if got := refs(mustPayments(t, s, true, 0)); !reflect.DeepEqual(got, []string{"cs_2"}) {
+	if got := Refs(MustPayments(t, s, true, 0)); !reflect.DeepEqual(got, []string{"cs_2"}) {
 		t.Fatalf("open after reopen: %v", got)
 	}
-	if p, repeated, err := s.RecordUnmatchedPayment(bg, unmatched("cs_2")); err != nil || !repeated || p != before[0] {
+	if p, repeated, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_2")); err != nil || !repeated || p != before[0] {
 		t.Fatalf("record after reopen: %+v %v %v", p, repeated, err)
 	}
 	if p, repeated, err := s.ResolveUnmatchedPayment(bg, "cs_1", "credited by hand"); err != nil || !repeated || p != before[1] {
 		t.Fatalf("resolve after reopen: %+v %v %v", p, repeated, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

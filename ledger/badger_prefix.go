@@ -123,14 +123,14 @@ func genExpiryKey(exp int64, acct, rid string) []byte {
 
 // parseGenExpiryKey is genExpiryKey's inverse; ok is false for a malformed key.
 func parseGenExpiryKey(k []byte) (exp int64, acct, rid string, ok bool) {
-	if len(k) < 1+8+accountIDLen+1 || k[0] != prefixGenExpiry {
+	if len(k) < 1+8+AccountIDLen+1 || k[0] != prefixGenExpiry {
 		return 0, "", "", false
 	}
 	exp = int64(binary.BigEndian.Uint64(k[1:9]))
-	acct = string(k[9 : 9+accountIDLen])
-	n := int(k[9+accountIDLen])
-	if len(k) != 9+accountIDLen+1+n {
+	acct = string(k[9 : 9+AccountIDLen])
+	n := int(k[9+AccountIDLen])
+	if len(k) != 9+AccountIDLen+1+n {
 		return 0, "", "", false
 	}
-	return exp, acct, string(k[10+accountIDLen:]), true
+	return exp, acct, string(k[10+AccountIDLen:]), true
 }

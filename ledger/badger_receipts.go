@@ -27,19 +27,19 @@ func (s *Badger) ReceiptKeys(ctx context.Context) ([]ReceiptKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	sortReceiptKeys(out)
+	SortReceiptKeys(out)
 	return out, nil
 }
 
 // AddReceiptKey stores k as the current key: when there is none, or to rotate.
 func (s *Badger) AddReceiptKey(ctx context.Context, k ReceiptKey, rotate bool) (ReceiptKey, error) {
-	if err := checkReceiptKey(k); err != nil {
+	if err := CheckReceiptKey(k); err != nil {
 		return ReceiptKey{}, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return ReceiptKey{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.rcptMu.Lock()
 	defer s.rcptMu.Unlock()
 	keys, err := s.ReceiptKeys(ctx)
@@ -47,7 +47,7 @@ func (s *Badger) AddReceiptKey(ctx context.Context, k ReceiptKey, rotate bool) (
 		return ReceiptKey{}, err
 	}
 	var writes []write
-	k.ValidFrom, k.ValidUntil = now().UTC(), time.Time{}
+	k.ValidFrom, k.ValidUntil = s.now().UTC(), time.Time{}
 	for _, o := range keys {
 		if o.ID == k.ID {
 			return ReceiptKey{}, fmt.Errorf("receipt key %q is taken: %w", k.ID, ErrInvalidArgument)
@@ -72,7 +72,7 @@ func (s *Badger) ReceiptDigest(ctx context.Context, accountID, requestID string)
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	v, ok, err := s.get(receiptDigestKey(accountID, requestID))
 	if err != nil {
 		return nil, err
@@ -125,10 +125,10 @@ func exportReceipts(txn *badger.Txn, sink ExportSink) error {
 		return err
 	}
 	return iterate(txn, []byte{prefixReceiptDigest}, func(k, v []byte) error {
-		if len(k) < 1+accountIDLen+1 {
+		if len(k) < 1+AccountIDLen+1 {
 			return fmt.Errorf("receipt digest %x: malformed key", k)
 		}
-		return sink.ReceiptDigest(ReceiptDigestRecord{AccountID: string(k[1 : 1+accountIDLen]),
-			RequestID: string(k[1+accountIDLen:]), SHA256: v})
+		return sink.ReceiptDigest(ReceiptDigestRecord{AccountID: string(k[1 : 1+AccountIDLen]),
+			RequestID: string(k[1+AccountIDLen:]), SHA256: v})
 	})
 }

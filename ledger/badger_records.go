@@ -73,7 +73,7 @@ func scanJSON[T any](ctx context.Context, s *Badger, prefix byte, what string, k
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	err := s.db.View(func(txn *badger.Txn) error {
 		return iterate(txn, []byte{prefix}, func(k, v []byte) error {
 			if err := ctx.Err(); err != nil {

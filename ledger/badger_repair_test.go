@@ -55,8 +55,8 @@ func TestOpenAfterCrashDuringLogCreation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := mustAccount(t, s, "empty-log@example.com")
-			mustGrant(t, s, a.ID, Live, 7)
+			a := MustAccount(t, s, "empty-log@example.com")
+			MustGrant(t, s, a.ID, Live, 7)
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -81,10 +81,10 @@ func TestOpenAfterCrashDuringLogCreation(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
-			if b := mustBalance(t, s, a.ID); b.Balance != 7 || b.Available != 7 {
+			if b := MustBalance(t, s, a.ID); b.Balance != 7 || b.Available != 7 {
 				t.Fatalf("balance after reopen = %+v, want 7", b)
 			}
-			mustGrant(t, s, a.ID, Live, 1)
+			MustGrant(t, s, a.ID, Live, 1)
 			if r, err := s.Verify(bg); err != nil || !r.OK {
 				t.Fatalf("verify: %+v %v", r.Problems, err)
 			}
@@ -92,7 +92,7 @@ func TestOpenAfterCrashDuringLogCreation(t *testing.T) {
 				t.Fatal(err)
 			}
 			s = openDir(t, dir, quiet)
-			if b := mustBalance(t, s, a.ID); b.Balance != 8 {
+			if b := MustBalance(t, s, a.ID); b.Balance != 8 {
 				t.Fatalf("balance after a second reopen = %+v, want 8", b)
 			}
 		})

@@ -34,8 +34,8 @@ func dumpStore(t *testing.T, s Store) dump {
 			t.Fatal(err)
 		}
 		d.Keys[a.ID] = ks
-		d.Balances[a.ID] = mustBalance(t, s, a.ID)
-		d.Entries[a.ID] = allHistory(t, s, a.ID)
+		d.Balances[a.ID] = MustBalance(t, s, a.ID)
+		d.Entries[a.ID] = AllHistory(t, s, a.ID)
 	}
 	return d
 }
@@ -46,7 +46,7 @@ func fill(t *testing.T, s Store) map[string]bool {
 	t.Helper()
 	keys := map[string]bool{}
 	for i := range 3 {
-		a := mustAccount(t, s, fmt.Sprintf("fill%d@example.com", i)).ID
+		a := MustAccount(t, s, fmt.Sprintf("fill%d@example.com", i)).ID
 		for _, m := range []Mode{Live, Test} {
 			full, k, err := s.CreateKey(bg, a, m, "k", time.Time{})
 			if err != nil {
@@ -67,10 +67,10 @@ func fill(t *testing.T, s Store) map[string]bool {
 			Reference: "pi_" + a, AmountCents: 200, Currency: "EUR"}); err != nil {
 			t.Fatal(err)
 		}
-		mustGrant(t, s, a, Test, 5)
+		MustGrant(t, s, a, Test, 5)
 		for j := range 4 {
 			rid := fmt.Sprint("r", j)
-			mustHold(t, s, a, Live, rid)
+			MustHold(t, s, a, Live, rid)
 			if j%2 == 0 {
 				s.Settle(bg, a, rid)
 			} else if j == 1 {
@@ -138,7 +138,7 @@ func checkSame(t *testing.T, s Store, want dump, keys map[string]bool) {
 			t.Fatal(err)
 		}
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func TestReopenKeepsEverything(t *testing.T) {
@@ -167,7 +167,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The live store keeps working after the backup; the restored copy must not see this.
-	mustGrant(t, s, want.Accounts[0].ID, Live, 7)
+	MustGrant(t, s, want.Accounts[0].ID, Live, 7)
 
 	dir := filepath.Join(t.TempDir(), "restored")
 	if err := Restore(dir, bytes.NewReader(buf.Bytes())); err != nil {
@@ -178,12 +178,12 @@ func TestBackupRestore(t *testing.T) {
 
 	// Restore refuses a directory that holds anything.
 	err := Restore(dir, bytes.NewReader(buf.Bytes()))
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, "x"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, Restore(other, bytes.NewReader(buf.Bytes())), ErrInvalidArgument)
+	WantErr(t, Restore(other, bytes.NewReader(buf.Bytes())), ErrInvalidArgument)
 
 	// An in-memory store backs up too.
 	m := newMem(t)
@@ -196,7 +196,7 @@ func TestBackupRestore(t *testing.T) {
 	if err := Restore(dir2, &buf); err != nil {
 		t.Fatal(err)
 	}
-	verifyClean(t, openDir(t, dir2, quiet))
+	VerifyClean(t, openDir(t, dir2, quiet))
 }
 
 // TestReserve: a reservation takes the credit at once (the next one sees it gone) and becomes
@@ -204,8 +204,8 @@ func TestBackupRestore(t *testing.T) {
 func TestReserve(t *testing.T) {
 	dir := t.TempDir()
 	s := openDir(t, dir, Options{})
-	a := mustAccount(t, s, "reserve@example.com").ID
-	mustGrant(t, s, a, Live, 1)
+	a := MustAccount(t, s, "reserve@example.com").ID
+	MustGrant(t, s, a, Live, 1)
 	// The hold's write waits for the settle's commit (no timer fires within the test).
 	setLazyWait(s, time.Hour)
 	commits := s.c.commits.Load()
@@ -256,7 +256,7 @@ func TestSessionsSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.CreateAccountWithPassword(bg, "reopen@example.com", goodPassword)
+	a, err := s.CreateAccountWithPassword(bg, "reopen@example.com", GoodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestSessionsSurviveReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openDir(t, dir, quiet)
-	if _, err := s.Authenticate(bg, "reopen@example.com", goodPassword); err != nil {
+	if _, err := s.Authenticate(bg, "reopen@example.com", GoodPassword); err != nil {
 		t.Fatalf("password after reopen: %v", err)
 	}
 	if _, acct, err := s.GetSession(bg, tok); err != nil || acct.ID != a.ID {
@@ -291,9 +291,9 @@ func TestOpenVoidsLeftOverHolds(t *testing.T) {
 	o := quiet
 	o.HoldTTL = 10 * time.Minute
 	s := openDir(t, dir, o)
-	a := mustAccount(t, s, "e@example.com").ID
-	mustGrant(t, s, a, Live, 3)
-	mustHold(t, s, a, Live, "young")
+	a := MustAccount(t, s, "e@example.com").ID
+	MustGrant(t, s, a, Live, 3)
+	MustHold(t, s, a, Live, "young")
 	rec := IdempotencyRecord{AccountID: a, Key: "retry-me", RequestID: "young", Fingerprint: "f", HoldTTL: time.Hour}
 	if _, fresh, err := s.BeginIdempotent(bg, rec); err != nil || !fresh {
 		t.Fatalf("begin: %v %v", fresh, err)
@@ -303,10 +303,10 @@ func TestOpenVoidsLeftOverHolds(t *testing.T) {
 	}
 	t0 = t0.Add(time.Minute) // long before either TTL
 	s = openDir(t, dir, o)
-	if b := mustBalance(t, s, a); b.Available != 3 || b.Balance != 3 {
+	if b := MustBalance(t, s, a); b.Available != 3 || b.Balance != 3 {
 		t.Fatalf("after reopen %+v, want the held credit back", b)
 	}
-	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "restart" || e.RequestID != "young" {
+	if e := AllHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "restart" || e.RequestID != "young" {
 		t.Fatalf("open's void entry %+v", e)
 	}
 	rec.RequestID = "retry"
@@ -317,7 +317,7 @@ func TestOpenVoidsLeftOverHolds(t *testing.T) {
 	if got, fresh, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "retry-me", RequestID: "third", Fingerprint: "f"}); err != nil || fresh || got.RequestID != "retry" {
 		t.Fatalf("a second retry while the first runs: %+v fresh=%v %v; want the running record", got, fresh, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // TestReserveAlone: a reservation that no settle follows still reaches the disk, lazyDelay
@@ -325,8 +325,8 @@ func TestOpenVoidsLeftOverHolds(t *testing.T) {
 func TestReserveAlone(t *testing.T) {
 	dir := t.TempDir()
 	s := openDir(t, dir, Options{})
-	a := mustAccount(t, s, "alone@example.com").ID
-	mustGrant(t, s, a, Live, 1)
+	a := MustAccount(t, s, "alone@example.com").ID
+	MustGrant(t, s, a, Live, 1)
 	setLazyWait(s, time.Millisecond)
 	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_alone"}); err != nil {
 		t.Fatal(err)

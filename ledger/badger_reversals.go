@@ -31,13 +31,13 @@ func readJSON[T any](v []byte, what string) (T, error) {
 
 // RecordPayment stores or advances a payment.
 func (s *Badger) RecordPayment(ctx context.Context, p Payment) (Payment, bool, error) {
-	if err := checkPayment(p); err != nil {
+	if err := CheckPayment(p); err != nil {
 		return Payment{}, false, err
 	}
 	if err := s.beginWrite(); err != nil {
 		return Payment{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.revMu.Lock()
 	defer s.revMu.Unlock()
 	old, ok, err := s.payRecord(p.ID)
@@ -48,7 +48,7 @@ func (s *Badger) RecordPayment(ctx context.Context, p Payment) (Payment, bool, e
 	if ok {
 		prev = &old
 	}
-	rec, repeated := advancePayment(prev, p, now().UTC())
+	rec, repeated := AdvancePayment(prev, p, s.now().UTC())
 	if repeated {
 		return rec, true, nil
 	}
@@ -64,13 +64,13 @@ func (s *Badger) RecordPayment(ctx context.Context, p Payment) (Payment, bool, e
 
 // GetPayment returns a payment.
 func (s *Badger) GetPayment(ctx context.Context, id string) (Payment, error) {
-	if err := checkString("payment id", id, maxReferenceLen, true); err != nil {
+	if err := CheckString("payment id", id, MaxReferenceLen, true); err != nil {
 		return Payment{}, err
 	}
 	if err := s.begin(); err != nil {
 		return Payment{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	p, ok, err := s.payRecord(id)
 	if err == nil && !ok {
 		err = fmt.Errorf("payment %q: %w", id, ErrNotFound)
@@ -80,13 +80,13 @@ func (s *Badger) GetPayment(ctx context.Context, id string) (Payment, error) {
 
 // PaymentOf returns the payment of a purchase reference, through its index.
 func (s *Badger) PaymentOf(ctx context.Context, reference string) (Payment, error) {
-	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+	if err := CheckString("reference", reference, MaxReferenceLen, true); err != nil {
 		return Payment{}, err
 	}
 	if err := s.begin(); err != nil {
 		return Payment{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	id, ok, err := s.get(key1(prefixPaymentRef, reference))
 	if err == nil && ok {
 		var p Payment
@@ -102,19 +102,19 @@ func (s *Badger) PaymentOf(ctx context.Context, reference string) (Payment, erro
 
 // AccountPayments lists an account's payments, newest first.
 func (s *Badger) AccountPayments(ctx context.Context, accountID string, limit int) ([]Payment, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	out := []Payment{}
 	err = s.db.View(func(txn *badger.Txn) error {
 		prefix := key1(prefixAcctPayment, accountID)
 		return iterate(txn, prefix, func(k, _ []byte) error {
-			if len(accountID) != accountIDLen {
+			if len(accountID) != AccountIDLen {
 				return nil // another account's, whose id starts with this one
 			}
 			id := string(k[len(prefix):])
@@ -141,7 +141,7 @@ func (s *Badger) AccountPayments(ctx context.Context, accountID string, limit in
 
 // Reverse applies one refund or dispute event, once.
 func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResult, error) {
-	if err := checkReversal(req); err != nil {
+	if err := CheckReversal(req); err != nil {
 		return ReversalResult{}, err
 	}
 	// Taking back credits protects the operator: it runs within the space reserve, as settling
@@ -149,7 +149,7 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 	if err := s.beginChange(); err != nil {
 		return ReversalResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.revMu.Lock()
 	defer s.revMu.Unlock()
 	p, ok, err := s.payRecord(req.Payment)
@@ -159,7 +159,7 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 	if !ok {
 		return ReversalResult{}, fmt.Errorf("payment %q of %s %q: %w", req.Payment, req.Kind, req.ID, ErrNotFound)
 	}
-	if err := checkReversible(p, req); err != nil {
+	if err := CheckReversible(p, req); err != nil {
 		return ReversalResult{}, err
 	}
 	var prev *Reversal
@@ -172,7 +172,7 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 		}
 		prev = &r
 	}
-	if err := checkSameReversal(prev, req); err != nil {
+	if err := CheckSameReversal(prev, req); err != nil {
 		return ReversalResult{}, err
 	}
 	if p.DisputedCredits > 0 && p.DisputedCents == 0 {
@@ -180,15 +180,15 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 			return ReversalResult{}, err
 		}
 	}
-	st := reverse(p, prev, req, now().UTC())
-	res := ReversalResult{Reversal: st.reversal, Payment: st.payment, Repeated: st.repeated}
+	st := Reverse(p, prev, req, s.now().UTC())
+	res := ReversalResult{Reversal: st.Reversal, Payment: st.Payment, Repeated: st.Repeated}
 	var a *account
 	if p.AccountID != "" {
-		if a, err = s.account(p.AccountID); err != nil && st.entry {
+		if a, err = s.account(p.AccountID); err != nil && st.Entry {
 			return ReversalResult{}, err
 		}
 	}
-	if st.repeated {
+	if st.Repeated {
 		if a != nil {
 			a.mu.Lock()
 			res.Balance = a.balance()
@@ -196,11 +196,11 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 		}
 		return res, nil
 	}
-	ws := []write{set(payKey(p.ID), mustJSON(st.payment)), set(reversalKey(req.ID), mustJSON(st.reversal))}
+	ws := []write{set(payKey(p.ID), mustJSON(st.Payment)), set(reversalKey(req.ID), mustJSON(st.Reversal))}
 	var op *pendingOp
-	if st.entry {
+	if st.Entry {
 		a.mu.Lock()
-		ent, ews := a.appendEntry(st.entryOf(), st.delta, 0, st.reversal.Updated)
+		ent, ews := a.appendEntry(st.EntryOf(), st.Delta, 0, st.Reversal.Updated)
 		// The entry's reference is indexed like a grant's, as PostgreSQL's unique index does.
 		ws = append(append(ews, set(grantRefKey(a.id, ent.Reference), seqBytes(ent.Seq))), ws...)
 		op = s.c.enqueue(ws)
@@ -224,7 +224,7 @@ func (s *Badger) Reverse(ctx context.Context, req ReversalRequest) (ReversalResu
 
 // ListReversals lists refunds and disputes, last changed first.
 func (s *Badger) ListReversals(ctx context.Context, accountID string, kind ReversalKind, limit int) ([]Reversal, error) {
-	limit, err := reversalList(kind, limit)
+	limit, err := ReversalList(kind, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func (s *Badger) ListReversals(ctx context.Context, accountID string, kind Rever
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, compareReversals)
+	slices.SortFunc(out, CompareReversals)
 	return out[:min(len(out), limit)], nil
 }
 

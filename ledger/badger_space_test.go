@@ -38,34 +38,34 @@ func TestDiskFull(t *testing.T) {
 		o.SpaceCheckInterval = 20 * time.Millisecond
 		o.Logger = zaptest.NewLogger(t)
 		s := openDir(t, filepath.Join(dir, "ledger"), o)
-		a := mustAccount(t, s, "full@example.com").ID
-		mustGrant(t, s, a, Live, 10)
+		a := MustAccount(t, s, "full@example.com").ID
+		MustGrant(t, s, a, Live, 10)
 		full, _, err := s.CreateKey(bg, a, Live, "k", time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustHold(t, s, a, Live, "before")
+		MustHold(t, s, a, Live, "before")
 		if err := s.Health(bg); err != nil {
 			t.Fatalf("health with space: %v", err)
 		}
 
 		remove := disktest.Fill(t, dir)
 		eventually(t, "the space alarm", func() bool { return errors.Is(s.Health(bg), ErrDiskFull) })
-		before := mustBalance(t, s, a)
+		before := MustBalance(t, s, a)
 		// New work is refused, and changes nothing.
 		_, err = s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "during"})
-		wantErr(t, err, ErrUnavailable)
+		WantErr(t, err, ErrUnavailable)
 		_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1, Reference: "during"})
-		wantErr(t, err, ErrDiskFull)
+		WantErr(t, err, ErrDiskFull)
 		_, err = s.CreateAccount(bg, "new@example.com")
-		wantErr(t, err, ErrUnavailable)
+		WantErr(t, err, ErrUnavailable)
 		_, _, err = s.CreateKey(bg, a, Live, "k2", time.Time{})
-		wantErr(t, err, ErrUnavailable)
+		WantErr(t, err, ErrUnavailable)
 		_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "during"})
-		wantErr(t, err, ErrUnavailable)
+		WantErr(t, err, ErrUnavailable)
 		_, _, err = s.RecordUnmatchedPayment(bg, UnmatchedPayment{Reference: "cs_during", Currency: "eur", Problem: ProblemUnknownPackage})
-		wantErr(t, err, ErrUnavailable)
-		if b := mustBalance(t, s, a); b != before {
+		WantErr(t, err, ErrUnavailable)
+		if b := MustBalance(t, s, a); b != before {
 			t.Fatalf("balance changed by refused work: %+v, was %+v", b, before)
 		}
 		// Reads go on.
@@ -94,14 +94,14 @@ func TestDiskFull(t *testing.T) {
 			Problem: ProblemUnknownPackage}); err != nil || repeated {
 			t.Fatalf("the refused payment recorded after space came back: repeated %v, %v", repeated, err)
 		}
-		mustHold(t, s, a, Live, "after")
+		MustHold(t, s, a, Live, "after")
 		if _, err := s.Settle(bg, a, "after"); err != nil {
 			t.Fatal(err)
 		}
-		if b := mustBalance(t, s, a); b.Balance != 8 || b.Available != 8 {
+		if b := MustBalance(t, s, a); b.Balance != 8 || b.Available != 8 {
 			t.Fatalf("balance %+v, want 8: two settled holds, nothing else", b)
 		}
-		verifyClean(t, s)
+		VerifyClean(t, s)
 	})
 }
 
@@ -113,9 +113,9 @@ func TestOpenOnFullDisk(t *testing.T) {
 		o := quiet
 		o.SpaceCheckInterval = 20 * time.Millisecond
 		s := openDir(t, ldir, o)
-		a := mustAccount(t, s, "reopen@example.com").ID
-		mustGrant(t, s, a, Live, 5)
-		mustHold(t, s, a, Live, "left-open")
+		a := MustAccount(t, s, "reopen@example.com").ID
+		MustGrant(t, s, a, Live, 5)
+		MustHold(t, s, a, Live, "left-open")
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestOpenOnFullDisk(t *testing.T) {
 		if !errors.Is(s.Health(bg), ErrDiskFull) {
 			t.Fatalf("health on a full disk: %v", s.Health(bg))
 		}
-		if b := mustBalance(t, s, a); b.Balance != 5 || b.Available != 4 {
+		if b := MustBalance(t, s, a); b.Balance != 5 || b.Available != 4 {
 			t.Fatalf("balance on a full disk %+v, want 5 with the old hold still open", b)
 		}
 		// Verify reads everything (and waits for what is committed, which writes nothing).
@@ -137,20 +137,20 @@ func TestOpenOnFullDisk(t *testing.T) {
 			t.Fatalf("verify on a full disk: %+v %v", r, err)
 		}
 		_, err = s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "new"})
-		wantErr(t, err, ErrDiskFull)
+		WantErr(t, err, ErrDiskFull)
 
 		remove()
 		// The balance shows the void as soon as it is applied in memory; its entry is readable
 		// once its commit lands. Wait for both.
 		eventually(t, "the old hold to be voided once space is back", func() bool {
-			if mustBalance(t, s, a).Available != 5 {
+			if MustBalance(t, s, a).Available != 5 {
 				return false
 			}
-			e := allHistory(t, s, a)[0]
+			e := AllHistory(t, s, a)[0]
 			return e.Kind == KindVoid && e.Reason == "restart" && e.RequestID == "left-open"
 		})
-		mustHold(t, s, a, Live, "new")
-		verifyClean(t, s)
+		MustHold(t, s, a, Live, "new")
+		VerifyClean(t, s)
 	})
 }
 
@@ -186,10 +186,10 @@ func TestOpenOnFullDiskWithLogToReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b := mustBalance(t, s, a.ID); b.Balance != 6 || b.Available != 6 {
+		if b := MustBalance(t, s, a.ID); b.Balance != 6 || b.Available != 6 {
 			t.Fatalf("balance after the log was replayed: %+v, want 6 (its hold voided at the restart)", b)
 		}
-		verifyClean(t, s)
+		VerifyClean(t, s)
 	})
 }
 
@@ -204,13 +204,13 @@ func TestLeaveLogChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := mustAccount(t, s, "left@example.com").ID
-	mustGrant(t, s, a, Live, 7)
-	mustHold(t, s, a, Live, "settled")
+	a := MustAccount(t, s, "left@example.com").ID
+	MustGrant(t, s, a, Live, 7)
+	MustHold(t, s, a, Live, "settled")
 	if _, err := s.Settle(bg, a, "settled"); err != nil {
 		t.Fatal(err)
 	}
-	mustHold(t, s, a, Live, "left-open")
+	MustHold(t, s, a, Live, "left-open")
 	os.Exit(0)
 }
 
@@ -226,9 +226,9 @@ func TestCloseOnFullDisk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := mustAccount(t, s, "close@example.com").ID
+		a := MustAccount(t, s, "close@example.com").ID
 		for i := range 50 {
-			mustGrant(t, s, a, Live, int64(i+1))
+			MustGrant(t, s, a, Live, int64(i+1))
 		}
 		remove := disktest.Fill(t, dir)
 		eventually(t, "the space alarm", func() bool { return errors.Is(s.Health(bg), ErrDiskFull) })
@@ -237,10 +237,10 @@ func TestCloseOnFullDisk(t *testing.T) {
 		}
 		remove()
 		s = openDir(t, ldir, o)
-		if b := mustBalance(t, s, a); b.Balance != 50*51/2 {
+		if b := MustBalance(t, s, a); b.Balance != 50*51/2 {
 			t.Fatalf("balance after closing on a full disk and reopening: %+v, want %d", b, 50*51/2)
 		}
-		verifyClean(t, s)
+		VerifyClean(t, s)
 	})
 }
 
@@ -254,7 +254,7 @@ func TestGrantOutcomeUnknownOnFullDisk(t *testing.T) {
 		o.SpaceCheckInterval = time.Hour // only the committer's own check sees the disk fill
 		o.Logger = zaptest.NewLogger(t)
 		s := openDir(t, filepath.Join(dir, "ledger"), o)
-		a := mustAccount(t, s, "grant@example.com").ID
+		a := MustAccount(t, s, "grant@example.com").ID
 		req := GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 10, Reference: "ticket-7"}
 
 		remove := disktest.Fill(t, dir)
@@ -276,20 +276,20 @@ func TestGrantOutcomeUnknownOnFullDisk(t *testing.T) {
 			removed = true
 			t.Fatalf("the grant waited for space long past its context's end (it then returned %v)", <-got)
 		}
-		wantErr(t, err, ErrOutcomeUnknown)
+		WantErr(t, err, ErrOutcomeUnknown)
 		if errors.Is(err, ErrUnavailable) {
 			t.Fatalf("an unknown outcome reported as unavailable (nothing written): %v", err)
 		}
 
 		remove()
 		removed = true
-		eventually(t, "the queued grant to be made", func() bool { return mustBalance(t, s, a).Balance == 10 })
+		eventually(t, "the queued grant to be made", func() bool { return MustBalance(t, s, a).Balance == 10 })
 		// The background check (an hour apart here) would lower the alarm; check now.
 		eventually(t, "the store to take work again", func() bool { s.space.check(); return s.Health(bg) == nil })
 		res, err := s.Grant(bg, req)
 		if err != nil || !res.Repeated || res.Balance.Balance != 10 {
 			t.Fatalf("the retry with the same reference: %+v %v; want repeated, balance 10", res, err)
 		}
-		verifyClean(t, s)
+		VerifyClean(t, s)
 	})
 }

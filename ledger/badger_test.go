@@ -15,33 +15,33 @@ func TestBackgroundSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	a := mustAccount(t, s, "bg@example.com").ID
-	mustGrant(t, s, a, Live, 1)
-	mustHold(t, s, a, Live, "r")
+	a := MustAccount(t, s, "bg@example.com").ID
+	MustGrant(t, s, a, Live, 1)
+	MustHold(t, s, a, Live, "r")
 	deadline := time.Now().Add(time.Minute)
-	for mustBalance(t, s, a).Available != 1 {
+	for MustBalance(t, s, a).Available != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the background sweep never voided the hold")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func TestFailedCommitStopsTheStore(t *testing.T) {
 	s := newMem(t)
-	a := mustAccount(t, s, "f@example.com").ID
-	mustGrant(t, s, a, Live, 1)
+	a := MustAccount(t, s, "f@example.com").ID
+	MustGrant(t, s, a, Live, 1)
 	boom := errors.New("disk on fire")
 	s.c.mu.Lock()
 	s.c.failed = boom
 	s.c.mu.Unlock()
 	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r"})
-	wantErr(t, err, boom)
+	WantErr(t, err, boom)
 	_, err = s.Balance(bg, a)
-	wantErr(t, err, boom)
+	WantErr(t, err, boom)
 	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1})
-	wantErr(t, err, boom)
+	WantErr(t, err, boom)
 }
 
 func TestOpenArguments(t *testing.T) {

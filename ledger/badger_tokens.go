@@ -26,19 +26,19 @@ func tokenKey(d [32]byte) []byte { return append([]byte{prefixToken}, d[:]...) }
 
 // CreateToken makes a single-use token.
 func (s *Badger) CreateToken(ctx context.Context, accountID string, purpose TokenPurpose, ttl time.Duration) (string, error) {
-	if err := checkToken(purpose, ttl); err != nil {
+	if err := CheckToken(purpose, ttl); err != nil {
 		return "", err
 	}
 	if err := s.beginWrite(); err != nil {
 		return "", err
 	}
-	defer s.end()
+	defer s.life.End()
 	if _, err := s.account(accountID); err != nil {
 		return "", err
 	}
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	w := set(tokenKey(d), mustJSON(tokenRecord{AccountID: accountID, Purpose: purpose, Expires: now().UTC().Add(ttl)}))
+	w := set(tokenKey(d), mustJSON(tokenRecord{AccountID: accountID, Purpose: purpose, Expires: s.now().UTC().Add(ttl)}))
 	w.expiresAt = uint64(time.Now().Add(ttl).Unix()) + 1
 	if err := s.c.enqueue([]write{w}).wait(); err != nil {
 		return "", err
@@ -57,13 +57,13 @@ func (s *Badger) ConsumeToken(ctx context.Context, purpose TokenPurpose, token s
 }
 
 func (s *Badger) useToken(purpose TokenPurpose, token string, consume bool) (Account, error) {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return Account{}, ErrInvalidToken
 	}
 	if err := s.begin(); err != nil {
 		return Account{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.mailMu.Lock()
 	defer s.mailMu.Unlock()
 	d := sha256.Sum256([]byte(token))
@@ -78,7 +78,7 @@ func (s *Badger) useToken(purpose TokenPurpose, token string, consume bool) (Acc
 	if err := json.Unmarshal(v, &r); err != nil {
 		return Account{}, fmt.Errorf("token record: %w", err)
 	}
-	if r.Purpose != purpose || !now().Before(r.Expires) {
+	if r.Purpose != purpose || !s.now().Before(r.Expires) {
 		return Account{}, ErrInvalidToken
 	}
 	a, err := s.account(r.AccountID)
@@ -102,7 +102,7 @@ func (s *Badger) DeleteTokens(ctx context.Context, accountID string, purpose Tok
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	s.mailMu.Lock()
 	defer s.mailMu.Unlock()
 	var ws []write
@@ -129,7 +129,7 @@ func (s *Badger) SetEmailVerified(ctx context.Context, accountID string) (Accoun
 
 // SetLowBalanceAlert sets the low-balance threshold.
 func (s *Badger) SetLowBalanceAlert(ctx context.Context, accountID string, threshold int64) (Account, error) {
-	if err := checkThreshold(threshold); err != nil {
+	if err := CheckThreshold(threshold); err != nil {
 		return Account{}, err
 	}
 	rec, _, err := s.updateAccount(accountID, func(a *Account) { a.LowBalanceAlert, a.LowBalanceNotified = threshold, false })
@@ -146,14 +146,14 @@ func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below boo
 // accounts without an alert with no lock, and reads the record and the figures of the others
 // together under the account's mutex. Like Balance, it may see a change still in flight.
 func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	// The accounts with an alert, in id order, gathered under acctMu alone: no account's mutex
 	// is taken while acctMu is held.
 	var alerted []*account
@@ -187,7 +187,7 @@ func (s *Badger) updateAccount(id string, f func(*Account)) (Account, bool, erro
 	if err := s.beginChange(); err != nil {
 		return Account{}, false, err
 	}
-	defer s.end()
+	defer s.life.End()
 	a, err := s.account(id)
 	if err != nil {
 		return Account{}, false, err

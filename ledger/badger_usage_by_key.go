@@ -11,13 +11,13 @@ import (
 // UsageByKey counts an account's entries per key, tool and mode. The account's entries are in
 // time order, so a query from q.From reads them newest first and stops past it (as Usage does).
 func (s *Badger) UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow, error) {
-	if err := checkKeyUsageQuery(q); err != nil {
+	if err := CheckKeyUsageQuery(q); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	defer s.end()
+	defer s.life.End()
 	if _, err := s.account(q.AccountID); err != nil {
 		return nil, err
 	}
@@ -73,6 +73,6 @@ func (s *Badger) UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow, e
 	for _, r := range rows {
 		out = append(out, *r)
 	}
-	sortKeyUsage(out)
+	SortKeyUsage(out)
 	return out, nil
 }

@@ -14,8 +14,8 @@ import (
 // acctCheck is what Verify has recomputed of one account, from its entries.
 type acctCheck struct {
 	id      string
-	sums    [2]modeSums // after every entry, by modeIndex
-	cut     [2]modeSums // after the entries the in-memory snapshot had applied
+	sums    [2]ModeSums // after every entry, by modeIndex
+	cut     [2]ModeSums // after the entries the in-memory snapshot had applied
 	lastSeq uint64
 	negBal  bool
 	negAv   bool
@@ -54,7 +54,7 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 	if err := s.begin(); err != nil {
 		return VerifyReport{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 
 	// Snapshot memory first, then wait until everything it reflects is durable: the Badger
 	// snapshot taken after that contains at least those entries. allAccounts is in id order.
@@ -74,7 +74,7 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 	add := func(acct, kind, format string, args ...any) {
 		rep.Problems = append(rep.Problems, Problem{AccountID: acct, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
-	t := now()
+	t := s.now()
 	// An open hold is a problem once the sweep should have voided it: two sweep intervals (at
 	// least a minute) after its expiry.
 	grace := max(s.opts.SweepInterval*2, time.Minute)
@@ -101,10 +101,10 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 		defer balancesC.close()
 		perAccount := func(n int) func(k []byte) (string, bool) {
 			return func(k []byte) (string, bool) {
-				if len(k) < 1+accountIDLen+n {
+				if len(k) < 1+AccountIDLen+n {
 					return "", false
 				}
-				return string(k[1 : 1+accountIDLen]), true
+				return string(k[1 : 1+AccountIDLen]), true
 			}
 		}
 		entriesC := newVerifyCursor(txn, prefixEntry, perAccount(8))
@@ -174,10 +174,10 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 				}
 				rep.Entries++
 				k := entriesC.key()
-				if len(k) != 1+accountIDLen+8 {
+				if len(k) != 1+AccountIDLen+8 {
 					add("", "corrupt_record", "malformed entry key %x", k)
 				} else {
-					c.entry(binary.BigEndian.Uint64(k[1+accountIDLen:]), entriesC.value(), m, add)
+					c.entry(binary.BigEndian.Uint64(k[1+AccountIDLen:]), entriesC.value(), m, add)
 				}
 				if err := entriesC.next(); err != nil {
 					return err
@@ -193,9 +193,9 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 				if err := json.Unmarshal(balancesC.value(), &rec); err != nil {
 					add(id, "corrupt_record", "balance record: %v", err)
 				} else {
-					if rec.Balance != c.sums[0].bal || rec.TestBalance != c.sums[1].bal {
+					if rec.Balance != c.sums[0].Bal || rec.TestBalance != c.sums[1].Bal {
 						add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d",
-							rec.Balance, rec.TestBalance, c.sums[0].bal, c.sums[1].bal)
+							rec.Balance, rec.TestBalance, c.sums[0].Bal, c.sums[1].Bal)
 					}
 					switch {
 					case rec.NextSeq > c.lastSeq+1:
@@ -215,7 +215,7 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 			// and not be long past its expiry.
 			var open [2]int64
 			for openC.at(id) {
-				rid := string(openC.key()[1+accountIDLen:])
+				rid := string(openC.key()[1+AccountIDLen:])
 				rec, err := getHold(txn, id, rid)
 				if err != nil {
 					add(id, "hold_without_record", "open hold %q: %v", rid, err)
@@ -243,19 +243,19 @@ func (s *Badger) Verify(ctx context.Context) (VerifyReport, error) {
 				}
 			}
 			for i, md := range []Mode{Live, Test} {
-				if open[i] != c.sums[i].open {
-					add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", open[i], md, c.sums[i].open)
+				if open[i] != c.sums[i].Open {
+					add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", open[i], md, c.sums[i].Open)
 				}
 			}
 
 			// The in-memory state against the entries it had applied.
 			if m != nil {
 				live, test := c.cut[0], c.cut[1]
-				if m.bal != live.bal || m.testBal != test.bal || m.held != live.open || m.testHeld != test.open {
+				if m.bal != live.Bal || m.testBal != test.Bal || m.held != live.Open || m.testHeld != test.Open {
 					add(id, "memory_mismatch", "in memory balance %d, test %d, open holds %d, test %d; entries give %d, %d, %d, %d",
-						m.bal, m.testBal, m.held, m.testHeld, live.bal, test.bal, live.open, test.open)
+						m.bal, m.testBal, m.held, m.testHeld, live.Bal, test.Bal, live.Open, test.Open)
 				}
-				if m.bal-m.held < -live.reversed || m.testBal-m.testHeld < 0 {
+				if m.bal-m.held < -live.Reversed || m.testBal-m.testHeld < 0 {
 					add(id, "negative_available", "in memory available %d, test %d", m.bal-m.held, m.testBal-m.testHeld)
 				}
 			}
@@ -292,23 +292,23 @@ func (c *acctCheck) entry(seq uint64, v []byte, m *memSnapshot, add func(acct, k
 		return
 	}
 	ms := &c.sums[i]
-	ms.apply(e.Kind, e.Amount, e.Reason)
+	ms.Apply(e.Kind, e.Amount, e.Reason)
 	if m != nil && seq < m.nextSeq {
 		c.cut[i] = *ms
 	}
-	negBal, negAv := ms.negative()
+	negBal, negAv := ms.Negative()
 	if negBal && !c.negBal {
 		c.negBal = true
-		add(id, "negative_balance", "%s balance is %d after entry %d", e.Mode, ms.bal, seq)
+		add(id, "negative_balance", "%s balance is %d after entry %d", e.Mode, ms.Bal, seq)
 	}
 	if negAv && !c.negAv {
 		c.negAv = true
-		add(id, "negative_available", "%s available is %d after entry %d", e.Mode, ms.bal-ms.open, seq)
+		add(id, "negative_available", "%s available is %d after entry %d", e.Mode, ms.Bal-ms.Open, seq)
 	}
-	if (e.BalanceAfter != ms.bal || e.AvailableAfter != ms.bal-ms.open) && !c.badLine {
+	if (e.BalanceAfter != ms.Bal || e.AvailableAfter != ms.Bal-ms.Open) && !c.badLine {
 		c.badLine = true
 		add(id, "entry_mismatch", "entry %d records balance %d / available %d, the entries before it give %d / %d",
-			seq, e.BalanceAfter, e.AvailableAfter, ms.bal, ms.bal-ms.open)
+			seq, e.BalanceAfter, e.AvailableAfter, ms.Bal, ms.Bal-ms.Open)
 	}
 }
 

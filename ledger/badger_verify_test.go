@@ -19,16 +19,16 @@ func problemKinds(r VerifyReport) map[string]int {
 
 func TestVerifyDetectsCorruption(t *testing.T) {
 	s := newMem(t)
-	a := mustAccount(t, s, "v@example.com").ID
-	b := mustAccount(t, s, "v2@example.com").ID
-	mustGrant(t, s, a, Live, 5)
-	mustGrant(t, s, b, Live, 5)
-	mustHold(t, s, a, Live, "r1")
-	mustHold(t, s, b, Live, "r1")
+	a := MustAccount(t, s, "v@example.com").ID
+	b := MustAccount(t, s, "v2@example.com").ID
+	MustGrant(t, s, a, Live, 5)
+	MustGrant(t, s, b, Live, 5)
+	MustHold(t, s, a, Live, "r1")
+	MustHold(t, s, b, Live, "r1")
 	if _, err := s.Settle(bg, a, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	r := verifyClean(t, s)
+	r := VerifyClean(t, s)
 	if r.Accounts != 2 || r.Entries != 5 {
 		t.Fatalf("verify counted %d accounts, %d entries", r.Accounts, r.Entries)
 	}
@@ -47,7 +47,7 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 		t.Fatalf("corrupted balance: %+v", r)
 	}
 
-	mustGrant(t, s, b, Live, 1) // entry 3 of b
+	MustGrant(t, s, b, Live, 1) // entry 3 of b
 	// A lost entry of b: its hold entry (2) disappears.
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(entryKey(b, 2)) }); err != nil {
 		t.Fatal(err)
@@ -64,8 +64,8 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 	}
 
 	// In-memory state that drifted from the entries.
-	c := mustAccount(t, s, "v3@example.com").ID
-	mustGrant(t, s, c, Live, 1)
+	c := MustAccount(t, s, "v3@example.com").ID
+	MustGrant(t, s, c, Live, 1)
 	ac, _ := s.account(c)
 	ac.mu.Lock()
 	ac.bal = -3
@@ -88,7 +88,7 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 
 func TestVerifyNegativeBalanceInEntries(t *testing.T) {
 	s := newMem(t)
-	a := mustAccount(t, s, "n@example.com").ID
+	a := MustAccount(t, s, "n@example.com").ID
 	// Entries that would take the balance below zero, as a buggy writer might leave them.
 	e := Entry{Seq: 1, AccountID: a, Kind: KindAdjustment, Mode: Live, Amount: -2, BalanceAfter: -2, AvailableAfter: -2}
 	if err := s.db.Update(func(txn *badger.Txn) error {

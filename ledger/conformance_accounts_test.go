@@ -16,19 +16,19 @@ func testAccounts(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	if a.Email != "alice@example.com" || a.Status != StatusActive || !a.Created.Equal(t0) ||
-		!strings.HasPrefix(a.ID, "acct_") || len(a.ID) != accountIDLen {
+		!strings.HasPrefix(a.ID, "acct_") || len(a.ID) != AccountIDLen {
 		t.Fatalf("account %+v", a)
 	}
-	if b := mustBalance(t, s, a.ID); b != (Balance{AccountID: a.ID}) {
+	if b := MustBalance(t, s, a.ID); b != (Balance{AccountID: a.ID}) {
 		t.Fatalf("new account balance %+v", b)
 	}
 	_, err = s.CreateAccount(bg, "ALICE@example.com")
-	wantErr(t, err, ErrDuplicateEmail)
+	WantErr(t, err, ErrDuplicateEmail)
 	for _, bad := range []string{"", "   ", "alice", "@example.com", "alice@", "a b@example.com",
 		"Alice <alice@example.com>", "a@example.com, b@example.com", "a@@example.com",
 		strings.Repeat("a", 250) + "@example.com", "a@exa mple.com"} {
 		_, err := s.CreateAccount(bg, bad)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 
 	got, err := s.GetAccount(bg, a.ID)
@@ -40,9 +40,9 @@ func testAccounts(t *testing.T, eng engine) {
 		t.Fatalf("get by email: %+v %v", got, err)
 	}
 	_, err = s.GetAccount(bg, "acct_missing")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.GetAccountByEmail(bg, "bob@example.com")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	d, err := s.SetAccountStatus(bg, a.ID, StatusDisabled)
 	if err != nil || d.Status != StatusDisabled {
@@ -55,9 +55,9 @@ func testAccounts(t *testing.T, eng engine) {
 		t.Fatalf("disable twice: %+v %v", d, err)
 	}
 	_, err = s.SetAccountStatus(bg, a.ID, "frozen")
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, err = s.SetAccountStatus(bg, "acct_missing", StatusActive)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	if d, err := s.SetAccountStatus(bg, a.ID, StatusActive); err != nil || d.Status != StatusActive {
 		t.Fatalf("enable: %+v %v", d, err)
 	}
@@ -68,7 +68,7 @@ func testListAccountsPages(t *testing.T, eng engine) {
 	want := map[string]bool{}
 	// Made in another order than their addresses', which is the order they are listed in.
 	for _, i := range []int{4, 0, 6, 2, 5, 1, 3} {
-		a := mustAccount(t, s, strings.Repeat("x", i+1)+"@example.com")
+		a := MustAccount(t, s, strings.Repeat("x", i+1)+"@example.com")
 		want[a.ID] = true
 	}
 	var pages []int
@@ -101,6 +101,6 @@ func testListAccountsPages(t *testing.T, eng engine) {
 	}
 	for _, bad := range []Page{{Cursor: "!!"}, {Cursor: "eHl6"}, {Limit: -1}} {
 		_, _, err := s.ListAccounts(bg, bad)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 }

@@ -15,8 +15,8 @@ import (
 func testConcurrentHolds(t *testing.T, eng engine) {
 	const attempts, credits = 10000, 1000
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "race@example.com").ID
-	mustGrant(t, s, a, Live, credits)
+	a := MustAccount(t, s, "race@example.com").ID
+	MustGrant(t, s, a, Live, credits)
 
 	var negative atomic.Int64
 	stop := make(chan struct{})
@@ -81,7 +81,7 @@ func testConcurrentHolds(t *testing.T, eng engine) {
 	if ok.Load() != credits || refused.Load() != attempts-credits {
 		t.Fatalf("%d holds succeeded and %d were refused, want %d and %d", ok.Load(), refused.Load(), credits, attempts-credits)
 	}
-	if b := mustBalance(t, s, a); b.Available != 0 || b.Balance != credits-settledEarly.Load() {
+	if b := MustBalance(t, s, a); b.Available != 0 || b.Balance != credits-settledEarly.Load() {
 		t.Fatalf("after the race: %+v (%d settled)", b, settledEarly.Load())
 	}
 
@@ -116,10 +116,10 @@ func testConcurrentHolds(t *testing.T, eng engine) {
 		t.Fatalf("available went below zero %d times", negative.Load())
 	}
 	want := credits - settled.Load()
-	if b := mustBalance(t, s, a); b.Balance != want || b.Available != want {
+	if b := MustBalance(t, s, a); b.Balance != want || b.Available != want {
 		t.Fatalf("final %+v, want %d", b, want)
 	}
-	r := verifyClean(t, s)
+	r := VerifyClean(t, s)
 	t.Logf("%d balance samples; %d settled; verify saw %d entries", samples, settled.Load(), r.Entries)
 	if r.Entries != 1+credits+credits {
 		t.Fatalf("%d entries, want %d", r.Entries, 1+2*credits)
@@ -132,8 +132,8 @@ func testConcurrentAccounts(t *testing.T, eng engine) {
 	const accounts, perAccount = 16, 100
 	ids := make([]string, accounts)
 	for i := range ids {
-		ids[i] = mustAccount(t, s, fmt.Sprintf("m%d@example.com", i)).ID
-		mustGrant(t, s, ids[i], Live, perAccount/2)
+		ids[i] = MustAccount(t, s, fmt.Sprintf("m%d@example.com", i)).ID
+		MustGrant(t, s, ids[i], Live, perAccount/2)
 	}
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -162,7 +162,7 @@ func testConcurrentAccounts(t *testing.T, eng engine) {
 		}
 	}
 	wg.Wait()
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testConcurrentReplays: a payment provider that delivers the same event several times at once
@@ -172,7 +172,7 @@ func testConcurrentAccounts(t *testing.T, eng engine) {
 // of the reference or key).
 func testConcurrentReplays(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "replay@example.com").ID
+	a := MustAccount(t, s, "replay@example.com").ID
 	const n = 16
 	var wg sync.WaitGroup
 	var credited, isNew atomic.Int64
@@ -205,8 +205,8 @@ func testConcurrentReplays(t *testing.T, eng engine) {
 	if credited.Load() != 1 || isNew.Load() != 1 {
 		t.Fatalf("%d calls: %d grants credited and %d requests began, want 1 and 1", n, credited.Load(), isNew.Load())
 	}
-	if b := mustBalance(t, s, a); b.Balance != 10 {
+	if b := MustBalance(t, s, a); b.Balance != 10 {
 		t.Fatalf("balance %+v, want 10", b)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

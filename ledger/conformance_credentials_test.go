@@ -12,14 +12,14 @@ import (
 
 func testSignUpAndAuthenticate(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a, err := s.CreateAccountWithPassword(bg, " Alice@Example.com ", goodPassword)
+	a, err := s.CreateAccountWithPassword(bg, " Alice@Example.com ", GoodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Email != "alice@example.com" || a.Status != StatusActive {
 		t.Fatalf("account %+v", a)
 	}
-	if _, err := s.CreateAccountWithPassword(bg, "ALICE@example.com", goodPassword); !errors.Is(err, ErrDuplicateEmail) {
+	if _, err := s.CreateAccountWithPassword(bg, "ALICE@example.com", GoodPassword); !errors.Is(err, ErrDuplicateEmail) {
 		t.Fatalf("duplicate sign-up: %v", err)
 	}
 	if _, err := s.CreateAccountWithPassword(bg, "bob@example.com", "short"); !errors.Is(err, ErrWeakPassword) {
@@ -28,21 +28,21 @@ func testSignUpAndAuthenticate(t *testing.T, eng engine) {
 	if _, err := s.GetAccountByEmail(bg, "bob@example.com"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a refused sign-up created an account: %v", err)
 	}
-	if _, err := s.CreateAccountWithPassword(bg, "not an email", goodPassword); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.CreateAccountWithPassword(bg, "not an email", GoodPassword); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("bad email: %v", err)
 	}
 
-	got, err := s.Authenticate(bg, "alice@EXAMPLE.com", goodPassword)
+	got, err := s.Authenticate(bg, "alice@EXAMPLE.com", GoodPassword)
 	if err != nil || got.ID != a.ID {
 		t.Fatalf("Authenticate: %+v, %v", got, err)
 	}
 	// Wrong password, unknown email, an operator-made account without password, an absurdly
 	// long password: one error, no hint which.
-	opAcct := mustAccount(t, s, "operator-made@example.com")
+	opAcct := MustAccount(t, s, "operator-made@example.com")
 	for _, c := range [][2]string{
 		{"alice@example.com", "wrong password!"},
-		{"nobody@example.com", goodPassword},
-		{opAcct.Email, goodPassword},
+		{"nobody@example.com", GoodPassword},
+		{opAcct.Email, GoodPassword},
 		{"alice@example.com", strings.Repeat("a", MaxPasswordLen+1)},
 	} {
 		if _, err := s.Authenticate(bg, c[0], c[1]); err != ErrInvalidCredentials {
@@ -54,16 +54,16 @@ func testSignUpAndAuthenticate(t *testing.T, eng engine) {
 	if err := s.SetPassword(bg, opAcct.ID, "short"); !errors.Is(err, ErrWeakPassword) {
 		t.Fatalf("SetPassword weak: %v", err)
 	}
-	if err := s.SetPassword(bg, opAcct.ID, goodPassword+"!"); err != nil {
+	if err := s.SetPassword(bg, opAcct.ID, GoodPassword+"!"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Authenticate(bg, opAcct.Email, goodPassword+"!"); err != nil {
+	if _, err := s.Authenticate(bg, opAcct.Email, GoodPassword+"!"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Authenticate(bg, a.Email, goodPassword); !errors.Is(err, ErrAccountDisabled) || got.ID != a.ID {
+	if got, err := s.Authenticate(bg, a.Email, GoodPassword); !errors.Is(err, ErrAccountDisabled) || got.ID != a.ID {
 		t.Fatalf("disabled: %+v, %v", got, err)
 	}
 	if _, err := s.Authenticate(bg, a.Email, "wrong password!"); err != ErrInvalidCredentials {
@@ -76,12 +76,12 @@ func testSignUpAndAuthenticate(t *testing.T, eng engine) {
 func countArgon2(t *testing.T) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
-	old := argon2Key
-	argon2Key = func(password, salt []byte, passes, memory uint32, threads uint8, keyLen uint32) []byte {
+	old := Argon2Key
+	Argon2Key = func(password, salt []byte, passes, memory uint32, threads uint8, keyLen uint32) []byte {
 		n.Add(1)
 		return old(password, salt, passes, memory, threads, keyLen)
 	}
-	t.Cleanup(func() { argon2Key = old })
+	t.Cleanup(func() { Argon2Key = old })
 	return &n
 }
 
@@ -91,15 +91,15 @@ func countArgon2(t *testing.T) *atomic.Int64 {
 // timings on a loaded machine are noise, a count is exact.
 func testAuthenticateTiming(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	if _, err := s.CreateAccountWithPassword(bg, "timing@example.com", goodPassword); err != nil {
+	if _, err := s.CreateAccountWithPassword(bg, "timing@example.com", GoodPassword); err != nil {
 		t.Fatal(err)
 	}
-	mustAccount(t, s, "no-password@example.com")
+	MustAccount(t, s, "no-password@example.com")
 	cases := []struct {
 		name, email, password string
 		want                  error
 	}{
-		{"right password", "timing@example.com", goodPassword, nil},
+		{"right password", "timing@example.com", GoodPassword, nil},
 		{"wrong password", "timing@example.com", "wrong password!", ErrInvalidCredentials},
 		{"unknown email", "nobody@example.com", "wrong password!", ErrInvalidCredentials},
 		{"no password set", "no-password@example.com", "wrong password!", ErrInvalidCredentials},
@@ -129,7 +129,7 @@ func testSessions(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
-	a, err := s.CreateAccountWithPassword(bg, "sess@example.com", goodPassword)
+	a, err := s.CreateAccountWithPassword(bg, "sess@example.com", GoodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func testSessions(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tok) != sessionTokenLen || sess.AccountID != a.ID || len(sess.CSRFToken) != csrfTokenLen ||
+	if len(tok) != SessionTokenLen || sess.AccountID != a.ID || len(sess.CSRFToken) != CsrfTokenLen ||
 		!sess.Expires.Equal(clock.Add(12*time.Hour)) || !strings.HasPrefix(sess.ID, "ses_") {
 		t.Fatalf("session %+v token %q", sess, tok)
 	}
@@ -155,7 +155,7 @@ func testSessions(t *testing.T, eng engine) {
 	if err != nil || got != sess || acct.ID != a.ID {
 		t.Fatalf("GetSession: %+v %+v %v", got, acct, err)
 	}
-	for _, bad := range []string{"", "x", tok[:len(tok)-1] + "!", strings.Repeat("A", sessionTokenLen)} {
+	for _, bad := range []string{"", "x", tok[:len(tok)-1] + "!", strings.Repeat("A", SessionTokenLen)} {
 		if _, _, err := s.GetSession(bg, bad); err != ErrInvalidSession {
 			t.Errorf("GetSession(%q): %v", bad, err)
 		}
@@ -210,7 +210,7 @@ func testSignUpConcurrentSameEmail(t *testing.T, eng engine) {
 	created, dup := 0, 0
 	for i := range 4 {
 		wg.Go(func() {
-			_, err := s.CreateAccountWithPassword(bg, "race@example.com", fmt.Sprintf("%s %d", goodPassword, i))
+			_, err := s.CreateAccountWithPassword(bg, "race@example.com", fmt.Sprintf("%s %d", GoodPassword, i))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -15,29 +15,29 @@ func testHoldSettleVoid(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "h@example.com").ID
+	a := MustAccount(t, s, "h@example.com").ID
 
 	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r0"})
-	wantErr(t, err, ErrInsufficientCredits)
-	mustGrant(t, s, a, Live, 2)
+	WantErr(t, err, ErrInsufficientCredits)
+	MustGrant(t, s, a, Live, 2)
 
-	if r := mustHold(t, s, a, Live, "r1"); r.State != HoldOpen || r.Available != 1 || r.Repeated {
+	if r := MustHold(t, s, a, Live, "r1"); r.State != HoldOpen || r.Available != 1 || r.Repeated {
 		t.Fatalf("hold r1: %+v", r)
 	}
-	if r := mustHold(t, s, a, Live, "r2"); r.Available != 0 {
+	if r := MustHold(t, s, a, Live, "r2"); r.Available != 0 {
 		t.Fatalf("hold r2: %+v", r)
 	}
-	before := len(allHistory(t, s, a))
+	before := len(AllHistory(t, s, a))
 	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r3"})
-	wantErr(t, err, ErrInsufficientCredits)
-	if n := len(allHistory(t, s, a)); n != before {
+	WantErr(t, err, ErrInsufficientCredits)
+	if n := len(AllHistory(t, s, a)); n != before {
 		t.Fatalf("a refused hold wrote %d entries", n-before)
 	}
 	// Test credits are separate.
 	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Test, RequestID: "t1"})
-	wantErr(t, err, ErrInsufficientCredits)
+	WantErr(t, err, ErrInsufficientCredits)
 
-	if b := mustBalance(t, s, a); b.Balance != 2 || b.Available != 0 {
+	if b := MustBalance(t, s, a); b.Balance != 2 || b.Available != 0 {
 		t.Fatalf("balance with two holds: %+v", b)
 	}
 	r, err := s.Settle(bg, a, "r1")
@@ -48,12 +48,12 @@ func testHoldSettleVoid(t *testing.T, eng engine) {
 	if err != nil || r.State != HoldVoided || r.Available != 1 || r.Repeated {
 		t.Fatalf("void r2: %+v %v", r, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 1 || b.Available != 1 {
+	if b := MustBalance(t, s, a); b.Balance != 1 || b.Available != 1 {
 		t.Fatalf("balance after settle and void: %+v", b)
 	}
 
 	// Repeats report the first outcome and write nothing.
-	n := len(allHistory(t, s, a))
+	n := len(AllHistory(t, s, a))
 	for _, c := range []struct {
 		f    func() (HoldResult, error)
 		want HoldState
@@ -71,25 +71,25 @@ func testHoldSettleVoid(t *testing.T, eng engine) {
 			t.Fatalf("repeat: %+v %v, want %s", r, err, c.want)
 		}
 	}
-	r4 := mustHold(t, s, a, Live, "r4")
+	r4 := MustHold(t, s, a, Live, "r4")
 	if r, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r4"}); err != nil || !r.Repeated || r.State != HoldOpen || r.Available != 0 {
 		t.Fatalf("repeated open hold: %+v %v (first %+v)", r, err, r4)
 	}
-	if got := len(allHistory(t, s, a)); got != n+1 {
+	if got := len(AllHistory(t, s, a)); got != n+1 {
 		t.Fatalf("repeats wrote %d entries", got-n-1)
 	}
 
 	_, err = s.Settle(bg, a, "nope")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.Void(bg, "acct_missing", "r1", "")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// A disabled account takes no new holds but resolves open ones.
 	if _, err := s.SetAccountStatus(bg, a, StatusDisabled); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "r5"})
-	wantErr(t, err, ErrAccountDisabled)
+	WantErr(t, err, ErrAccountDisabled)
 	if r, err := s.Settle(bg, a, "r4"); err != nil || r.State != HoldSettled {
 		t.Fatalf("settle on disabled account: %+v %v", r, err)
 	}
@@ -101,11 +101,11 @@ func testHoldSettleVoid(t *testing.T, eng engine) {
 		{AccountID: a, Mode: Live, RequestID: "x", Tool: strings.Repeat("t", 65)},
 	} {
 		_, err := s.Hold(bg, req)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 
 	// The entries tell the whole story.
-	h := allHistory(t, s, a)
+	h := AllHistory(t, s, a)
 	type line struct {
 		kind               EntryKind
 		amount, bal, avail int64
@@ -136,30 +136,30 @@ func testHoldSettleVoid(t *testing.T, eng engine) {
 			}
 		}
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testTestModeIsSeparate(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "t@example.com").ID
-	mustGrant(t, s, a, Live, 5)
-	mustGrant(t, s, a, Test, 1)
-	mustHold(t, s, a, Test, "t1")
+	a := MustAccount(t, s, "t@example.com").ID
+	MustGrant(t, s, a, Live, 5)
+	MustGrant(t, s, a, Test, 1)
+	MustHold(t, s, a, Test, "t1")
 	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Test, RequestID: "t2"})
-	wantErr(t, err, ErrInsufficientCredits)
+	WantErr(t, err, ErrInsufficientCredits)
 	if _, err := s.Settle(bg, a, "t1"); err != nil {
 		t.Fatal(err)
 	}
-	if b := mustBalance(t, s, a); b != (Balance{AccountID: a, Balance: 5, Available: 5}) {
+	if b := MustBalance(t, s, a); b != (Balance{AccountID: a, Balance: 5, Available: 5}) {
 		t.Fatalf("balance %+v", b)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testGrantIdempotentOnReference(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "g@example.com").ID
-	b := mustAccount(t, s, "g2@example.com").ID
+	a := MustAccount(t, s, "g@example.com").ID
+	b := MustAccount(t, s, "g2@example.com").ID
 
 	first, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 10,
 		Reference: "pi_123", AmountCents: 200, Currency: "EUR"})
@@ -179,22 +179,22 @@ func testGrantIdempotentOnReference(t *testing.T, eng engine) {
 		t.Fatalf("same reference on another account: %+v %v", r, err)
 	}
 	// Grants without a reference are not deduplicated.
-	mustGrant(t, s, a, Live, 1)
-	mustGrant(t, s, a, Live, 1)
-	if bal := mustBalance(t, s, a); bal.Balance != 12 {
+	MustGrant(t, s, a, Live, 1)
+	MustGrant(t, s, a, Live, 1)
+	if bal := MustBalance(t, s, a); bal.Balance != 12 {
 		t.Fatalf("balance %+v", bal)
 	}
 
 	// Adjustments.
-	mustHold(t, s, a, Live, "h1")
+	MustHold(t, s, a, Live, "h1")
 	r, err := s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindAdjustment, Credits: -11, Reason: "refund"})
 	if err != nil || r.Balance.Balance != 1 || r.Balance.Available != 0 || r.Entry.Amount != -11 || r.Entry.AvailableAfter != 0 {
 		t.Fatalf("adjustment: %+v %v", r, err)
 	}
 	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Live, Kind: KindAdjustment, Credits: -1})
-	wantErr(t, err, ErrInsufficientCredits)
+	WantErr(t, err, ErrInsufficientCredits)
 	_, err = s.Grant(bg, GrantRequest{AccountID: a, Mode: Test, Kind: KindAdjustment, Credits: -1})
-	wantErr(t, err, ErrInsufficientCredits)
+	WantErr(t, err, ErrInsufficientCredits)
 
 	for _, req := range []GrantRequest{
 		{AccountID: a, Mode: Live, Kind: KindPurchase, Credits: 10},
@@ -208,11 +208,11 @@ func testGrantIdempotentOnReference(t *testing.T, eng engine) {
 		{AccountID: a, Mode: Live, Kind: KindGrant, Credits: 1, AmountCents: -1},
 	} {
 		_, err := s.Grant(bg, req)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 	_, err = s.Grant(bg, GrantRequest{AccountID: "acct_missing", Mode: Live, Kind: KindGrant, Credits: 1})
-	wantErr(t, err, ErrNotFound)
-	verifyClean(t, s)
+	WantErr(t, err, ErrNotFound)
+	VerifyClean(t, s)
 }
 
 // testHoldExpiry: the expiry sweep voids a hold when its TTL is over, not a second earlier, and
@@ -222,11 +222,11 @@ func testHoldExpiry(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 10*time.Minute)
-	a := mustAccount(t, s, "e@example.com").ID
-	mustGrant(t, s, a, Live, 3)
-	mustHold(t, s, a, Live, "old")
+	a := MustAccount(t, s, "e@example.com").ID
+	MustGrant(t, s, a, Live, 3)
+	MustHold(t, s, a, Live, "old")
 	t0 = t0.Add(5 * time.Minute)
-	mustHold(t, s, a, Live, "young")
+	MustHold(t, s, a, Live, "young")
 
 	t0 = t0.Add(5*time.Minute - time.Second)
 	if n, err := eng.expire(t, s); err != nil || n != 0 {
@@ -236,16 +236,16 @@ func testHoldExpiry(t *testing.T, eng engine) {
 	if n, err := eng.expire(t, s); err != nil || n != 1 {
 		t.Fatalf("sweep at expiry: %d %v", n, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 3 || b.Available != 2 {
+	if b := MustBalance(t, s, a); b.Balance != 3 || b.Available != 2 {
 		t.Fatalf("after sweep %+v", b)
 	}
-	if e := allHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "old" || e.Tool != "summarize" {
+	if e := AllHistory(t, s, a)[0]; e.Kind != KindVoid || e.Reason != "expired" || e.RequestID != "old" || e.Tool != "summarize" {
 		t.Fatalf("sweep entry %+v", e)
 	}
 	if r, err := s.Settle(bg, a, "old"); err != nil || !r.Repeated || r.State != HoldVoided {
 		t.Fatalf("settle after expiry: %+v %v", r, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 
 	// Verify reports a hold left open long past its expiry (no sweep runs here).
 	t0 = t0.Add(time.Hour)
@@ -261,8 +261,8 @@ func testHoldOwnTTL(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 2, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 10*time.Minute)
-	a := mustAccount(t, s, "ttl@example.com").ID
-	mustGrant(t, s, a, Live, 3)
+	a := MustAccount(t, s, "ttl@example.com").ID
+	MustGrant(t, s, a, Live, 3)
 	for _, h := range []struct {
 		rid string
 		ttl time.Duration
@@ -272,7 +272,7 @@ func testHoldOwnTTL(t *testing.T, eng engine) {
 		}
 	}
 	_, err := s.Hold(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "negative", TTL: -time.Second})
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 
 	var voided []string
 	for _, step := range []time.Duration{2 * time.Minute, 8 * time.Minute, 20 * time.Minute} {
@@ -280,7 +280,7 @@ func testHoldOwnTTL(t *testing.T, eng engine) {
 		if _, err := eng.expire(t, s); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range allHistory(t, s, a) {
+		for _, e := range AllHistory(t, s, a) {
 			if e.Kind == KindVoid && e.Reason == "expired" && !slices.Contains(voided, e.RequestID) {
 				voided = append(voided, e.RequestID)
 			}
@@ -290,12 +290,12 @@ func testHoldOwnTTL(t *testing.T, eng engine) {
 	if got := strings.Join(voided, " "); got != "short | default | long |" {
 		t.Fatalf("expired at +2m, +10m, +30m: %s, want short | default | long |", got)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testPurchasesIdempotentOnReference(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "buyer@example.com")
+	a := MustAccount(t, s, "buyer@example.com")
 	buy := func(ref string) GrantResult {
 		t.Helper()
 		r, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindPurchase, Credits: 10,
@@ -311,11 +311,11 @@ func testPurchasesIdempotentOnReference(t *testing.T, eng engine) {
 		t.Fatalf("replayed purchase: first %+v, replay %+v", first, replay)
 	}
 	buy("cs_test_2")
-	mustGrant(t, s, a.ID, Live, 5) // no reference: not a purchase
+	MustGrant(t, s, a.ID, Live, 5) // no reference: not a purchase
 	if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindGrant, Credits: 1, Reference: "INV-1"}); err != nil {
 		t.Fatal(err)
 	}
-	mustHold(t, s, a.ID, Live, "req_1")
+	MustHold(t, s, a.ID, Live, "req_1")
 	if _, err := s.Settle(bg, a.ID, "req_1"); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func testPurchasesIdempotentOnReference(t *testing.T, eng engine) {
 	if ps, _ := s.Purchases(bg, a.ID, 1); len(ps) != 1 || ps[0].Reference != "cs_test_2" {
 		t.Fatalf("limit 1: %+v", ps)
 	}
-	if b := mustBalance(t, s, a.ID); b.Balance != 10+10+5+1-1 {
+	if b := MustBalance(t, s, a.ID); b.Balance != 10+10+5+1-1 {
 		t.Fatalf("balance %+v", b)
 	}
 	if _, err := s.Purchases(bg, "acct_nonexistent00000", 0); !errors.Is(err, ErrNotFound) {
@@ -342,8 +342,8 @@ func testPurchasesIdempotentOnReference(t *testing.T, eng engine) {
 // and nothing else: not a grant or an adjustment with a reference, not another account's.
 func testPurchase(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "buyer@example.com")
-	other := mustAccount(t, s, "other@example.com")
+	a := MustAccount(t, s, "buyer@example.com")
+	other := MustAccount(t, s, "other@example.com")
 	buy := func(acct, ref string, cents int64) {
 		t.Helper()
 		if _, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: Live, Kind: KindPurchase, Credits: 10,
@@ -360,7 +360,7 @@ func testPurchase(t *testing.T, eng engine) {
 	if _, err := s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindAdjustment, Credits: -1, Reference: "ADJ-1"}); err != nil {
 		t.Fatal(err)
 	}
-	mustHold(t, s, a.ID, Live, "req_1")
+	MustHold(t, s, a.ID, Live, "req_1")
 	ps, err := s.Purchases(bg, a.ID, 0)
 	if err != nil || len(ps) != 2 {
 		t.Fatalf("purchases %+v %v", ps, err)
@@ -379,18 +379,18 @@ func testPurchase(t *testing.T, eng engine) {
 	}
 	for _, ref := range []string{"cs_test_other", "INV-1", "ADJ-1", "req_1", "cs_test_3"} {
 		_, err := s.Purchase(bg, a.ID, ref)
-		wantErr(t, err, ErrNotFound)
+		WantErr(t, err, ErrNotFound)
 	}
 	if p, err := s.Purchase(bg, other.ID, "cs_test_other"); err != nil || p.AccountID != other.ID || p.AmountCents != 400 {
 		t.Fatalf("the other account's purchase: %+v %v", p, err)
 	}
 	_, err = s.Purchase(bg, "acct_nonexistent00000", "cs_test_1")
-	wantErr(t, err, ErrNotFound)
-	for _, ref := range []string{"", strings.Repeat("x", maxReferenceLen+1), "cs_\xff"} {
+	WantErr(t, err, ErrNotFound)
+	for _, ref := range []string{"", strings.Repeat("x", MaxReferenceLen+1), "cs_\xff"} {
 		_, err := s.Purchase(bg, a.ID, ref)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
-	if _, err := s.Purchase(bg, a.ID, strings.Repeat("x", maxReferenceLen)); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Purchase(bg, a.ID, strings.Repeat("x", MaxReferenceLen)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a reference of the longest length: %v", err)
 	}
 	ctx, cancel := context.WithCancel(bg)
@@ -402,7 +402,7 @@ func testPurchase(t *testing.T, eng engine) {
 
 func testRefillTestCredits(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "tester@example.com")
+	a := MustAccount(t, s, "tester@example.com")
 	n, b, err := s.RefillTestCredits(bg, a.ID, 50)
 	if err != nil || n != 50 || b.TestAvailable != 50 || b.Balance != 0 {
 		t.Fatalf("first refill: %d %+v %v", n, b, err)
@@ -410,8 +410,8 @@ func testRefillTestCredits(t *testing.T, eng engine) {
 	if n, _, _ := s.RefillTestCredits(bg, a.ID, 50); n != 0 {
 		t.Fatalf("refill when full granted %d", n)
 	}
-	mustHold(t, s, a.ID, Test, "req_a")
-	mustHold(t, s, a.ID, Test, "req_b")
+	MustHold(t, s, a.ID, Test, "req_a")
+	MustHold(t, s, a.ID, Test, "req_b")
 	if _, err := s.Settle(bg, a.ID, "req_a"); err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func testRefillTestCredits(t *testing.T, eng engine) {
 		})
 	}
 	wg.Wait()
-	if b := mustBalance(t, s, a.ID); b.TestAvailable != 60 || b.Available != 0 {
+	if b := MustBalance(t, s, a.ID); b.TestAvailable != 60 || b.Available != 0 {
 		t.Fatalf("after concurrent refills: %+v", b)
 	}
 	if ps, _ := s.Purchases(bg, a.ID, 0); len(ps) != 0 {

@@ -14,13 +14,13 @@ func testGenerations(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 4, 4, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "g@example.com").ID
-	b := mustAccount(t, s, "g2@example.com").ID
+	a := MustAccount(t, s, "g@example.com").ID
+	b := MustAccount(t, s, "g2@example.com").ID
 	const marker = "ciphertext-marker-"
 
 	rec := GenerationRecord{AccountID: a, RequestID: "req_gen1", Mode: Live, Tool: "summarizer", Language: "de",
 		State: GenerationRunning, Created: t0, Expires: t0.Add(15 * time.Minute), Pieces: 2, Bytes: 10}
-	if err := putGeneration(s, rec, 0, [][]byte{[]byte(marker + "0")}); err != nil {
+	if err := PutGeneration(s, rec, 0, [][]byte{[]byte(marker + "0")}); err != nil {
 		t.Fatal(err)
 	}
 	got, chunks, err := s.GetGeneration(bg, a, "req_gen1", 0)
@@ -32,7 +32,7 @@ func testGenerations(t *testing.T, eng engine) {
 	}
 	// The one writer appends and finishes.
 	rec.State, rec.Finished, rec.OutputTokens, rec.Pieces, rec.Bytes, rec.FinishReason = GenerationCompleted, t0.Add(time.Second), 24, 5, 40, "length"
-	if err := putGeneration(s, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
+	if err := PutGeneration(s, rec, 1, [][]byte{[]byte(marker + "1"), []byte(marker + "2")}); err != nil {
 		t.Fatal(err)
 	}
 	got, chunks, err = s.GetGeneration(bg, a, "req_gen1", 0)
@@ -49,28 +49,28 @@ func testGenerations(t *testing.T, eng engine) {
 	}
 	// Another account, an unknown id, a bad argument.
 	_, _, err = s.GetGeneration(bg, b, "req_gen1", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, _, err = s.GetGeneration(bg, a, "req_nope", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, _, err = s.GetGeneration(bg, a, "req_gen1", -1)
-	wantErr(t, err, ErrInvalidArgument)
-	wantErr(t, putGeneration(s, GenerationRecord{AccountID: "acct_missing", RequestID: "r", Mode: Live, State: GenerationRunning, Expires: t0.Add(time.Minute)}, 0, nil), ErrNotFound)
+	WantErr(t, err, ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, GenerationRecord{AccountID: "acct_missing", RequestID: "r", Mode: Live, State: GenerationRunning, Expires: t0.Add(time.Minute)}, 0, nil), ErrNotFound)
 	bad := rec
 	bad.Expires = t0
-	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, bad, 0, nil), ErrInvalidArgument)
 	bad = rec
 	bad.State = "done"
-	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, bad, 0, nil), ErrInvalidArgument)
 	bad = rec
 	bad.FinishReason = "tired"
-	wantErr(t, putGeneration(s, bad, 0, nil), ErrInvalidArgument)
-	wantErr(t, putGeneration(s, rec, 3, [][]byte{{}}), ErrInvalidArgument)
-	wantErr(t, putGeneration(s, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, bad, 0, nil), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, rec, 3, [][]byte{{}}), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, rec, 3, [][]byte{make([]byte, MaxGenerationChunk+1)}), ErrInvalidArgument)
 	var tooMany [][]byte
 	for range MaxGenerationPut/MaxGenerationChunk + 1 {
 		tooMany = append(tooMany, make([]byte, MaxGenerationChunk))
 	}
-	wantErr(t, putGeneration(s, rec, 3, tooMany), ErrInvalidArgument)
+	WantErr(t, PutGeneration(s, rec, 3, tooMany), ErrInvalidArgument)
 	// The store still works after the refusals.
 	if _, _, err := s.GetGeneration(bg, a, "req_gen1", 0); err != nil {
 		t.Fatalf("after refused puts: %v", err)
@@ -78,18 +78,18 @@ func testGenerations(t *testing.T, eng engine) {
 
 	// A second generation that lives longer, and one deleted at once (not charged).
 	long := GenerationRecord{AccountID: a, RequestID: "req_gen2", Mode: Test, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := putGeneration(s, long, 0, [][]byte{[]byte(marker + "long")}); err != nil {
+	if err := PutGeneration(s, long, 0, [][]byte{[]byte(marker + "long")}); err != nil {
 		t.Fatal(err)
 	}
 	gone := GenerationRecord{AccountID: b, RequestID: "req_gen3", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := putGeneration(s, gone, 0, [][]byte{[]byte(marker + "void")}); err != nil {
+	if err := PutGeneration(s, gone, 0, [][]byte{[]byte(marker + "void")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteGeneration(bg, b, "req_gen3"); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = s.GetGeneration(bg, b, "req_gen3", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	if err := s.DeleteGeneration(bg, b, "req_gen3"); err != nil {
 		t.Fatalf("deleting twice: %v", err)
 	}
@@ -98,7 +98,7 @@ func testGenerations(t *testing.T, eng engine) {
 	// At the end of its window the first is gone for readers, before any sweep.
 	t0 = t0.Add(15 * time.Minute)
 	_, _, err = s.GetGeneration(bg, a, "req_gen1", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	if _, _, err := s.GetGeneration(bg, a, "req_gen2", 0); err != nil {
 		t.Fatalf("the longer window ended early: %v", err)
 	}
@@ -122,7 +122,7 @@ func testGenerationsMany(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 4, 5, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "gm@example.com").ID
+	a := MustAccount(t, s, "gm@example.com").ID
 	for g := 0; g < 20; g++ {
 		rec := GenerationRecord{AccountID: a, RequestID: fmt.Sprintf("req_m%02d", g), Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Minute)}
 		for c := 0; c < 30; c += 10 {
@@ -130,7 +130,7 @@ func testGenerationsMany(t *testing.T, eng engine) {
 			for i := 0; i < 10; i++ {
 				chunks = append(chunks, []byte(fmt.Sprintf("chunk-%d-%d", g, c+i)))
 			}
-			if err := putGeneration(s, rec, c, chunks); err != nil {
+			if err := PutGeneration(s, rec, c, chunks); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -157,13 +157,13 @@ func testGenerationsMany(t *testing.T, eng engine) {
 	}
 	bad := batch("req_b3", "req_b4")
 	bad[3].Record.Expires = t0 // not in the future
-	wantErr(t, s.PutGenerations(bg, bad...), ErrInvalidArgument)
+	WantErr(t, s.PutGenerations(bg, bad...), ErrInvalidArgument)
 	unknown := batch("req_b5")
 	unknown[1].Record.AccountID = "acct_nosuchaccount000"
-	wantErr(t, s.PutGenerations(bg, unknown...), ErrNotFound)
+	WantErr(t, s.PutGenerations(bg, unknown...), ErrNotFound)
 	for _, id := range []string{"req_b3", "req_b4", "req_b5"} {
 		_, _, err := s.GetGeneration(bg, a, id, 0)
-		wantErr(t, err, ErrNotFound)
+		WantErr(t, err, ErrNotFound)
 	}
 	if err := s.PutGenerations(bg, batch("req_b1", "req_b2")...); err != nil {
 		t.Fatal(err)
@@ -178,11 +178,11 @@ func testGenerationsMany(t *testing.T, eng engine) {
 	// The final put moves the window's end earlier than the running one's: the sweep goes by
 	// the last put, and counts the generation once.
 	rec := GenerationRecord{AccountID: a, RequestID: "req_moved", Mode: Live, State: GenerationRunning, Created: t0, Expires: t0.Add(time.Hour)}
-	if err := putGeneration(s, rec, 0, [][]byte{[]byte("moved-0")}); err != nil {
+	if err := PutGeneration(s, rec, 0, [][]byte{[]byte("moved-0")}); err != nil {
 		t.Fatal(err)
 	}
 	rec.State, rec.Finished, rec.Expires = GenerationCompleted, t0, t0.Add(time.Minute)
-	if err := putGeneration(s, rec, 1, [][]byte{[]byte("moved-1")}); err != nil {
+	if err := PutGeneration(s, rec, 1, [][]byte{[]byte("moved-1")}); err != nil {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Minute)
@@ -190,7 +190,7 @@ func testGenerationsMany(t *testing.T, eng engine) {
 		t.Fatalf("sweep at the moved end: %d %v, want it and the two of one call", n, err)
 	}
 	_, _, err = s.GetGeneration(bg, a, "req_moved", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	assertNotStored(t, eng, s, "moved-")
 	t0 = t0.Add(time.Hour)
 	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 0 {
@@ -204,9 +204,9 @@ func testGetHold(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 4, 6, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "h@example.com").ID
-	b := mustAccount(t, s, "h2@example.com").ID
-	mustGrant(t, s, a, Live, 2)
+	a := MustAccount(t, s, "h@example.com").ID
+	b := MustAccount(t, s, "h2@example.com").ID
+	MustGrant(t, s, a, Live, 2)
 	if _, err := s.Reserve(bg, HoldRequest{AccountID: a, Mode: Live, RequestID: "req_h1", KeyID: "k1", Tool: "summarizer"}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,16 +231,16 @@ func testGetHold(t *testing.T, eng engine) {
 		t.Fatalf("voided hold: %+v %v", h, err)
 	}
 	_, err = s.GetHold(bg, b, "req_h1")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.GetHold(bg, a, "req_none")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.GetHold(bg, "acct_missing", "req_h1")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.GetHold(bg, a, "")
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 }
 
 // putGeneration is one put of PutGenerations.
-func putGeneration(s Store, rec GenerationRecord, first int, chunks [][]byte) error {
+func PutGeneration(s Store, rec GenerationRecord, first int, chunks [][]byte) error {
 	return s.PutGenerations(bg, GenerationPut{Record: rec, First: first, Chunks: chunks})
 }

@@ -10,7 +10,7 @@ func testIdempotencyRecords(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 2, 2, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "i@example.com").ID
+	a := MustAccount(t, s, "i@example.com").ID
 
 	rec := IdempotencyRecord{AccountID: a, Key: "k1", RequestID: "req1", Fingerprint: "fp1"}
 	got, isNew, err := s.BeginIdempotent(bg, rec)
@@ -29,17 +29,17 @@ func testIdempotencyRecords(t *testing.T, eng engine) {
 		t.Fatalf("begin after finish: %+v %v %v", again, isNew, err)
 	}
 	// Keys are per account.
-	b := mustAccount(t, s, "i2@example.com").ID
+	b := MustAccount(t, s, "i2@example.com").ID
 	if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: b, Key: "k1"}); err != nil || !isNew {
 		t.Fatalf("same key on another account: %v %v", isNew, err)
 	}
 
-	wantErr(t, s.FinishIdempotent(bg, a, "nope", 200), ErrNotFound)
-	wantErr(t, s.FinishIdempotent(bg, a, "k1", 42), ErrInvalidArgument)
+	WantErr(t, s.FinishIdempotent(bg, a, "nope", 200), ErrNotFound)
+	WantErr(t, s.FinishIdempotent(bg, a, "k1", 42), ErrInvalidArgument)
 	_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a})
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, _, err = s.BeginIdempotent(bg, IdempotencyRecord{AccountID: "acct_missing", Key: "k"})
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// After 24 h the key is free again.
 	t0 = t0.Add(IdempotencyTTL)
@@ -54,7 +54,7 @@ func testIdempotencyReleaseAndTakeOver(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 3, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "r@example.com").ID
+	a := MustAccount(t, s, "r@example.com").ID
 
 	if _, isNew, err := s.BeginIdempotent(bg, IdempotencyRecord{AccountID: a, Key: "k", RequestID: "req1", Fingerprint: "fp"}); err != nil || !isNew {
 		t.Fatal(isNew, err)

@@ -14,7 +14,7 @@ func testFindKeys(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a, b := mustAccount(t, s, "find-a@example.com"), mustAccount(t, s, "find-b@example.com")
+	a, b := MustAccount(t, s, "find-a@example.com"), MustAccount(t, s, "find-b@example.com")
 	full, k, err := s.CreateKey(bg, a.ID, Live, "a's", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +62,8 @@ func testFindKeys(t *testing.T, eng engine) {
 	// Same last 4 characters in two accounts (keys made to end alike; their checksum is not
 	// checked here): both, newest first; the limit keeps the newest.
 	last4 := full[len(full)-4:]
-	newFullKey = func(m Mode) string { return makeFullKey(m)[:keyLen-4] + last4 }
-	t.Cleanup(func() { newFullKey = makeFullKey })
+	NewFullKey = func(m Mode) string { return MakeFullKey(m)[:KeyLen-4] + last4 }
+	t.Cleanup(func() { NewFullKey = MakeFullKey })
 	t0 = t0.Add(time.Second)
 	_, twin, err := s.CreateKey(bg, b.ID, Live, "b's twin", time.Time{})
 	if err != nil {
@@ -74,7 +74,7 @@ func testFindKeys(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newFullKey = makeFullKey
+	NewFullKey = MakeFullKey
 	if _, err := s.RevokeKey(bg, b.ID, twin.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,13 @@ import (
 // Keys with limits and rolls (keylimits.go): what every engine must do.
 
 // holdOn holds one live credit for rid on key kid of acct.
-func holdOn(s Store, acct, kid, rid string) error {
+func HoldOn(s Store, acct, kid, rid string) error {
 	_, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid, KeyID: kid, Tool: "summarize"})
 	return err
 }
 
 // wantBudget fails unless err is a *KeyBudgetError for budget b resetting at resets.
-func wantBudget(t *testing.T, err error, b string, limit int64, resets time.Time) {
+func WantBudget(t *testing.T, err error, b string, limit int64, resets time.Time) {
 	t.Helper()
 	var be *KeyBudgetError
 	if !errors.As(err, &be) || !errors.Is(err, ErrKeyBudgetExhausted) || be.Budget != b || be.Limit != limit || !be.Resets.Equal(resets) {
@@ -27,7 +27,7 @@ func wantBudget(t *testing.T, err error, b string, limit int64, resets time.Time
 	}
 }
 
-func mustKeyOf(t *testing.T, s Store, acct, kid string) Key {
+func MustKeyOf(t *testing.T, s Store, acct, kid string) Key {
 	t.Helper()
 	keys, err := s.ListKeys(bg, acct)
 	if err != nil {
@@ -46,8 +46,8 @@ func testKeyBudgets(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 1, 30, 22, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "budget@example.com")
-	mustGrant(t, s, a.ID, Live, 100)
+	a := MustAccount(t, s, "budget@example.com")
+	MustGrant(t, s, a.ID, Live, 100)
 	full, k, err := s.CreateKey(bg, a.ID, Live, "ci", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,11 +67,11 @@ func testKeyBudgets(t *testing.T, eng engine) {
 
 	// Day D (January 30): two holds fit the day's budget of 2, a third does not, and costs nothing.
 	for _, rid := range []string{"r1", "r2"} {
-		if err := holdOn(s, a.ID, k.ID, rid); err != nil {
+		if err := HoldOn(s, a.ID, k.ID, rid); err != nil {
 			t.Fatal(rid, err)
 		}
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r3"), "day", 2, jan31)
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r3"), "day", 2, jan31)
 	if b, _ := s.Balance(bg, a.ID); b.Available != 98 {
 		t.Fatalf("a refused hold took credit: %+v", b)
 	}
@@ -82,14 +82,14 @@ func testKeyBudgets(t *testing.T, eng engine) {
 	if _, err := s.Void(bg, a.ID, "r2", "backend"); err != nil {
 		t.Fatal(err)
 	}
-	if err := holdOn(s, a.ID, k.ID, "r3"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r3"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Settle(bg, a.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r4"), "day", 2, jan31)
-	got := mustKeyOf(t, s, a.ID, k.ID)
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r4"), "day", 2, jan31)
+	got := MustKeyOf(t, s, a.ID, k.ID)
 	if u := got.Usage; u.Total != 2 || u.Day != 2 || u.Month != 2 || !u.DayStart.Equal(time.Date(2030, 1, 30, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("usage on day D: %+v", u)
 	}
@@ -99,25 +99,25 @@ func testKeyBudgets(t *testing.T, eng engine) {
 
 	// Day D+1: the day's window starts again, the month's does not.
 	t0 = jan31.Add(time.Hour)
-	if r := mustKeyOf(t, s, a.ID, k.ID).Remaining(t0); *r.Day != 2 || *r.Month != 1 {
+	if r := MustKeyOf(t, s, a.ID, k.ID).Remaining(t0); *r.Day != 2 || *r.Month != 1 {
 		t.Fatalf("remaining on day D+1: %+v", r)
 	}
-	if err := holdOn(s, a.ID, k.ID, "r4"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r4"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r5"), "month", 3, feb1)
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r5"), "month", 3, feb1)
 	// Voiding on D+1 the hold r3 of day D: the total and the month get it back, D+1's day count
 	// (which r3 was never part of) does not.
 	if _, err := s.Void(bg, a.ID, "r3", "client left"); err != nil {
 		t.Fatal(err)
 	}
-	if u := mustKeyOf(t, s, a.ID, k.ID).Usage; u.Total != 2 || u.Day != 1 || u.Month != 2 || !u.DayStart.Equal(jan31) {
+	if u := MustKeyOf(t, s, a.ID, k.ID).Usage; u.Total != 2 || u.Day != 1 || u.Month != 2 || !u.DayStart.Equal(jan31) {
 		t.Fatalf("usage after voiding a hold of the day before: %+v", u)
 	}
-	if err := holdOn(s, a.ID, k.ID, "r5"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r5"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r6"), "month", 3, feb1)
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r6"), "month", 3, feb1)
 
 	// A new month: day and month start again; the total (5) does not.
 	for _, rid := range []string{"r4", "r5"} {
@@ -127,27 +127,27 @@ func testKeyBudgets(t *testing.T, eng engine) {
 	}
 	t0 = feb1
 	for _, rid := range []string{"r6", "r7"} {
-		if err := holdOn(s, a.ID, k.ID, rid); err != nil {
+		if err := HoldOn(s, a.ID, k.ID, rid); err != nil {
 			t.Fatal(rid, err)
 		}
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r8"), "total", 5, time.Time{})
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r8"), "total", 5, time.Time{})
 	// An expired hold is voided by the sweep and gives its credit back like a void.
 	t0 = t0.Add(DefaultHoldTTL)
 	if n, err := eng.expire(t, s); err != nil || n != 2 {
 		t.Fatalf("expire: %d %v", n, err)
 	}
-	if u := mustKeyOf(t, s, a.ID, k.ID).Usage; u.Total != 3 || u.Month != 0 || u.Day != 0 {
+	if u := MustKeyOf(t, s, a.ID, k.ID).Usage; u.Total != 3 || u.Month != 0 || u.Day != 0 {
 		t.Fatalf("usage after the sweep: %+v", u)
 	}
-	if err := holdOn(s, a.ID, k.ID, "r8"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r8"); err != nil {
 		t.Fatal(err)
 	}
 	// A key of another account named in a hold is neither counted nor refused.
-	b := mustAccount(t, s, "other@example.com")
-	mustGrant(t, s, b.ID, Live, 10)
+	b := MustAccount(t, s, "other@example.com")
+	MustGrant(t, s, b.ID, Live, 10)
 	for i := range 6 {
-		if err := holdOn(s, b.ID, k.ID, fmt.Sprint("b", i)); err != nil {
+		if err := HoldOn(s, b.ID, k.ID, fmt.Sprint("b", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,14 +159,14 @@ func testKeyBudgets(t *testing.T, eng engine) {
 	if bal, _ := s.Balance(bg, a.ID); bal.Balance != 97 || bal.Available != 96 {
 		t.Fatalf("balance: %+v", bal)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testKeyBudgetConcurrent: N holds racing on a key with a budget of B: exactly B get through.
 func testKeyBudgetConcurrent(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "race@example.com")
-	mustGrant(t, s, a.ID, Live, 1000)
+	a := MustAccount(t, s, "race@example.com")
+	MustGrant(t, s, a.ID, Live, 1000)
 	_, k, err := s.CreateKey(bg, a.ID, Live, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func testKeyBudgetConcurrent(t *testing.T, eng engine) {
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() {
-			switch err := holdOn(s, a.ID, k.ID, fmt.Sprint("r", i)); {
+			switch err := HoldOn(s, a.ID, k.ID, fmt.Sprint("r", i)); {
 			case err == nil:
 				ok.Add(1)
 			case errors.Is(err, ErrKeyBudgetExhausted):
@@ -195,15 +195,15 @@ func testKeyBudgetConcurrent(t *testing.T, eng engine) {
 	if b, _ := s.Balance(bg, a.ID); b.Available != 1000-37 {
 		t.Fatalf("balance %+v", b)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testKeyRoll(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "roll@example.com")
-	mustGrant(t, s, a.ID, Live, 10)
+	a := MustAccount(t, s, "roll@example.com")
+	MustGrant(t, s, a.ID, Live, 10)
 	old, k, err := s.CreateKey(bg, a.ID, Live, "server", t0.Add(30*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func testKeyRoll(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	for _, rid := range []string{"r1", "r2"} {
-		if err := holdOn(s, a.ID, k.ID, rid); err != nil {
+		if err := HoldOn(s, a.ID, k.ID, rid); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,7 +231,7 @@ func testKeyRoll(t *testing.T, eng engine) {
 		!rk.GraceUntil.Equal(t0.Add(time.Hour)) || !rk.Rolled.Equal(t0) {
 		t.Fatalf("rolled key %+v", rk)
 	}
-	if l := mustKeyOf(t, s, a.ID, k.ID); l.Usage.Day != 2 || l.Last4 != rk.Last4 || !l.GraceUntil.Equal(rk.GraceUntil) {
+	if l := MustKeyOf(t, s, a.ID, k.ID); l.Usage.Day != 2 || l.Last4 != rk.Last4 || !l.GraceUntil.Equal(rk.GraceUntil) {
 		t.Fatalf("listed after the roll: %+v", l)
 	}
 	// Both secrets find the key within the grace period; a roll never resets the budget.
@@ -240,10 +240,10 @@ func testKeyRoll(t *testing.T, eng engine) {
 			t.Fatalf("lookup within grace: %+v %v", got, err)
 		}
 	}
-	if err := holdOn(s, a.ID, k.ID, "r3"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r3"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r4"), "day", 3, time.Date(2030, 3, 2, 0, 0, 0, 0, time.UTC))
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r4"), "day", 3, time.Date(2030, 3, 2, 0, 0, 0, 0, time.UTC))
 	// After the grace period only the new secret works.
 	t0 = t0.Add(time.Hour)
 	if _, _, err := s.LookupKey(bg, old); err != ErrInvalidKey {
@@ -282,10 +282,10 @@ func testKeyRoll(t *testing.T, eng engine) {
 	// Bad arguments; a revoked key cannot be rolled, and revoking it stops every secret.
 	for _, g := range []time.Duration{-time.Second, MaxKeyRollGrace + time.Second} {
 		_, _, err := s.RollKey(bg, a.ID, k.ID, g)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 	_, _, err = s.RollKey(bg, a.ID, "key_000000000000", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	fifth, _, err := s.RollKey(bg, a.ID, k.ID, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func testKeyRoll(t *testing.T, eng engine) {
 		}
 	}
 	_, _, err = s.RollKey(bg, a.ID, k.ID, 0)
-	wantErr(t, err, ErrAlreadyRevoked)
+	WantErr(t, err, ErrAlreadyRevoked)
 	for _, rid := range []string{"r1", "r2", "r3"} {
 		if _, err := s.Settle(bg, a.ID, rid); err != nil {
 			t.Fatal(err)
@@ -307,14 +307,14 @@ func testKeyRoll(t *testing.T, eng engine) {
 	}
 	// No secret reaches the store in clear.
 	assertNotStored(t, eng, s, old, nw, second, third, fourth, fifth)
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testKeyUpdate(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 5, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "limits@example.com")
+	a := MustAccount(t, s, "limits@example.com")
 	full, k, err := s.CreateKey(bg, a.ID, Test, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func testKeyUpdate(t *testing.T, eng engine) {
 		strings.Join(got.AllowedCIDRs, ",") != "192.0.2.0/24,2001:db8::/32" {
 		t.Fatalf("update: %+v", got)
 	}
-	if l := mustKeyOf(t, s, a.ID, k.ID); strings.Join(l.AllowedCIDRs, ",") != "192.0.2.0/24,2001:db8::/32" || l.Name != "renamed" {
+	if l := MustKeyOf(t, s, a.ID, k.ID); strings.Join(l.AllowedCIDRs, ",") != "192.0.2.0/24,2001:db8::/32" || l.Name != "renamed" {
 		t.Fatalf("listed: %+v", l)
 	}
 	// Bad settings change nothing.
@@ -345,13 +345,13 @@ func testKeyUpdate(t *testing.T, eng engine) {
 		{Expires: t0.Add(-time.Second)},
 	} {
 		_, err := s.UpdateKey(bg, a.ID, k.ID, bad)
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
-	if l := mustKeyOf(t, s, a.ID, k.ID); l.Name != "renamed" || len(l.AllowedTools) != 2 {
+	if l := MustKeyOf(t, s, a.ID, k.ID); l.Name != "renamed" || len(l.AllowedTools) != 2 {
 		t.Fatalf("a refused update changed the key: %+v", l)
 	}
 	_, err = s.UpdateKey(bg, a.ID, "key_000000000000", KeySettings{})
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	// Expiry set by an update: an expired key is told apart from an unknown one.
 	t0 = t0.Add(time.Hour)
 	if _, _, err := s.LookupKey(bg, full); err != ErrKeyExpired {
@@ -368,5 +368,5 @@ func testKeyUpdate(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	_, err = s.UpdateKey(bg, a.ID, k.ID, KeySettings{})
-	wantErr(t, err, ErrAlreadyRevoked)
+	WantErr(t, err, ErrAlreadyRevoked)
 }

@@ -12,7 +12,7 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "keys@example.com")
+	a := MustAccount(t, s, "keys@example.com")
 
 	full, k, err := s.CreateKey(bg, a.ID, Live, "laptop", time.Time{})
 	if err != nil {
@@ -22,7 +22,7 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 		t.Fatalf("created key %q fails its format check", full)
 	}
 	if k.Prefix != "tg_live_" || k.Last4 != full[40:] || k.AccountID != a.ID || k.Name != "laptop" ||
-		k.Mode != Live || !k.Created.Equal(t0) || !strings.HasPrefix(k.ID, "key_") || len(k.ID) != keyIDLen {
+		k.Mode != Live || !k.Created.Equal(t0) || !strings.HasPrefix(k.ID, "key_") || len(k.ID) != KeyIDLen {
 		t.Fatalf("key %+v", k)
 	}
 	t0 = t0.Add(time.Second) // ListKeys orders by creation time
@@ -46,7 +46,7 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 
 	// Garbage, well-formed unknown keys, keys of the other mode, and the real key cut short or
 	// with anything appended all fail alike.
-	for _, bad := range []string{"", "hello", full[:43], newFullKey(Live), strings.ToUpper(full),
+	for _, bad := range []string{"", "hello", full[:43], NewFullKey(Live), strings.ToUpper(full),
 		full + "x", full + "0", full + " ", full + "\n", full + full[len(full)-1:], full + full, " " + full} {
 		if _, _, err := s.LookupKey(bg, bad); err != ErrInvalidKey {
 			t.Fatalf("lookup %q: %v", bad, err)
@@ -72,9 +72,9 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 	if _, err := s.RevokeKey(bg, a.ID, k.ID); err != ErrAlreadyRevoked {
 		t.Fatalf("second revoke: %v", err)
 	}
-	b := mustAccount(t, s, "other@example.com")
-	wantErr(t, func() error { _, err := s.RevokeKey(bg, b.ID, tk.ID); return err }(), ErrNotFound)
-	wantErr(t, func() error { _, err := s.RevokeKey(bg, a.ID, "key_000000000000"); return err }(), ErrNotFound)
+	b := MustAccount(t, s, "other@example.com")
+	WantErr(t, func() error { _, err := s.RevokeKey(bg, b.ID, tk.ID); return err }(), ErrNotFound)
+	WantErr(t, func() error { _, err := s.RevokeKey(bg, a.ID, "key_000000000000"); return err }(), ErrNotFound)
 
 	// Expiry.
 	efull, _, err := s.CreateKey(bg, b.ID, Live, "short", t0.Add(time.Hour))
@@ -103,10 +103,10 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 		{"acct_nope", "", Live, time.Time{}, ErrNotFound},
 	} {
 		_, _, err := s.CreateKey(bg, c.acct, c.m, c.name, c.exp)
-		wantErr(t, err, c.want)
+		WantErr(t, err, c.want)
 	}
 	_, err = s.ListKeys(bg, "acct_nope")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// Only the digest is stored: the full key appears nowhere in the database.
 	assertNotStored(t, eng, s, full, testFull, efull, full[8:38])
@@ -116,7 +116,7 @@ func testCreateLookupRevokeKey(t *testing.T, eng engine) {
 // not count; CreateKey has no cap.
 func testCreateKeyCapped(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "cap@example.com").ID
+	a := MustAccount(t, s, "cap@example.com").ID
 	const limit, tries = 5, 30
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -153,22 +153,22 @@ func testCreateKeyCapped(t *testing.T, eng engine) {
 		t.Fatalf("a key after one was revoked: %v", err)
 	}
 	_, _, err = s.CreateKeyCapped(bg, a, Live, "", time.Time{}, limit)
-	wantErr(t, err, ErrTooManyKeys)
+	WantErr(t, err, ErrTooManyKeys)
 	if _, _, err := s.CreateKey(bg, a, Live, "operator", time.Time{}); err != nil {
 		t.Fatalf("CreateKey is not capped: %v", err)
 	}
 	_, _, err = s.CreateKeyCapped(bg, "acct_nope", Live, "", time.Time{}, limit)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 }
 
 // testLookupKeyBalance: the key, its account and the account's credits in one step, exactly as
 // LookupKey and Balance give them; garbage and revoked keys fail alike.
 func testLookupKeyBalance(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "both@example.com").ID
-	mustGrant(t, s, a, Live, 3)
-	mustGrant(t, s, a, Test, 2)
-	mustHold(t, s, a, Live, "r1")
+	a := MustAccount(t, s, "both@example.com").ID
+	MustGrant(t, s, a, Live, 3)
+	MustGrant(t, s, a, Test, 2)
+	MustHold(t, s, a, Live, "r1")
 	full, k, err := s.CreateKey(bg, a, Live, "k", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func testLookupKeyBalance(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := mustBalance(t, s, a); gk.ID != k.ID || ga.ID != a || gb != want {
+	if want := MustBalance(t, s, a); gk.ID != k.ID || ga.ID != a || gb != want {
 		t.Fatalf("LookupKeyBalance: key %s account %s balance %+v; want %s %s %+v", gk.ID, ga.ID, gb, k.ID, a, want)
 	}
 	if gb.Available != 2 || gb.Balance != 3 || gb.TestAvailable != 2 {
@@ -203,7 +203,7 @@ func testKeyLastUsed(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "lastused@example.com")
+	a := MustAccount(t, s, "lastused@example.com")
 	full, k, err := s.CreateKey(bg, a.ID, Live, "ci", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -225,25 +225,25 @@ func testKeyLastUsed(t *testing.T, eng engine) {
 	}
 	lastUsed(time.Time{}, "a lookup")
 	// No credit: refused, not a use.
-	wantErr(t, holdOn(s, a.ID, k.ID, "r0"), ErrInsufficientCredits)
+	WantErr(t, HoldOn(s, a.ID, k.ID, "r0"), ErrInsufficientCredits)
 	lastUsed(time.Time{}, "a hold refused for want of credits")
 
-	mustGrant(t, s, a.ID, Live, 10)
+	MustGrant(t, s, a.ID, Live, 10)
 	if _, err := s.UpdateKey(bg, a.ID, k.ID, KeySettings{Name: "ci", Limits: KeyLimits{BudgetDay: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	t0 = t0.Add(time.Minute)
 	held := t0
-	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	lastUsed(held, "a hold")
 	// The day's budget of 1 is spent: refused, not a use.
 	t0 = t0.Add(time.Minute)
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r2"), "day", 1, time.Date(2030, 3, 5, 0, 0, 0, 0, time.UTC))
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r2"), "day", 1, time.Date(2030, 3, 5, 0, 0, 0, 0, time.UTC))
 	lastUsed(held, "a hold refused by the key's budget")
 	// A repeated request id changes nothing.
-	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	lastUsed(held, "a repeated hold")
@@ -251,6 +251,6 @@ func testKeyLastUsed(t *testing.T, eng engine) {
 	if _, err := s.SetAccountStatus(bg, a.ID, StatusDisabled); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, holdOn(s, a.ID, k.ID, "r3"), ErrAccountDisabled)
+	WantErr(t, HoldOn(s, a.ID, k.ID, "r3"), ErrAccountDisabled)
 	lastUsed(held, "a hold refused on a disabled account")
 }

@@ -27,7 +27,7 @@ func lowBalanceIDs(t *testing.T, s Store, limit int) []string {
 		if c.Account != a {
 			t.Errorf("change of %s carries %+v; the account is %+v", a.ID, c.Account, a)
 		}
-		if b := mustBalance(t, s, a.ID); c.Available != b.Available {
+		if b := MustBalance(t, s, a.ID); c.Available != b.Available {
 			t.Errorf("change of %s: available %d, Balance says %d", a.ID, c.Available, b.Available)
 		}
 		if c.Below() != (c.Available < a.LowBalanceAlert) || c.Below() == a.LowBalanceNotified {
@@ -60,9 +60,9 @@ func testLowBalanceChanges(t *testing.T, eng engine) {
 	// acct makes an account with live credits and an alert (0: none), noted or not.
 	acct := func(name string, credits, alert int64, notified bool) string {
 		t.Helper()
-		a := mustAccount(t, s, name+"@example.com")
+		a := MustAccount(t, s, name+"@example.com")
 		if credits > 0 {
-			mustGrant(t, s, a.ID, Live, credits)
+			MustGrant(t, s, a.ID, Live, credits)
 		}
 		if alert > 0 {
 			if _, err := s.SetLowBalanceAlert(bg, a.ID, alert); err != nil {
@@ -90,13 +90,13 @@ func testLowBalanceChanges(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	held := acct("held", 6, 5, false) // 6 credits, 2 held: 4 available
-	mustHold(t, s, held, Live, "h1")
-	mustHold(t, s, held, Live, "h2")
+	MustHold(t, s, held, Live, "h1")
+	MustHold(t, s, held, Live, "h2")
 	testOnly := acct("test-only", 0, 5, false) // test credits are not live credits
-	mustGrant(t, s, testOnly, Test, 100)
+	MustGrant(t, s, testOnly, Test, 100)
 	testHeld := acct("test-held", 5, 5, false) // a test hold takes no live credit
-	mustGrant(t, s, testHeld, Test, 1)
-	mustHold(t, s, testHeld, Test, "t1")
+	MustGrant(t, s, testHeld, Test, 1)
+	MustHold(t, s, testHeld, Test, "t1")
 
 	wantIDs(t, "first look", lowBalanceIDs(t, s, 0), below, aboveNoted, atNoted, zero, held, testOnly)
 	cs, err := s.LowBalanceChanges(bg, 0)
@@ -122,8 +122,8 @@ func testLowBalanceChanges(t *testing.T, eng engine) {
 	if _, err := s.Void(bg, held, "h1", "test"); err != nil { // 5 available: at the alert
 		t.Fatal(err)
 	}
-	mustGrant(t, s, belowNoted, Live, 2) // 5: back at the alert, noted below
-	mustHold(t, s, at, Live, "a1")       // 4 available: below
+	MustGrant(t, s, belowNoted, Live, 2) // 5: back at the alert, noted below
+	MustHold(t, s, at, Live, "a1")       // 4 available: below
 	if _, err := s.SetAccountStatus(bg, disabled, StatusActive); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func testLowBalanceChanges(t *testing.T, eng engine) {
 	wantIDs(t, "limit 1000", lowBalanceIDs(t, s, 1000), all...)
 	wantIDs(t, "limit over the maximum", lowBalanceIDs(t, s, 5000), all...)
 	_, err = s.LowBalanceChanges(bg, -1)
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 
 	// Noting every change, a page at a time, empties the list: what the alert's sender does.
 	for range 10 {
@@ -159,7 +159,7 @@ func testLowBalanceChanges(t *testing.T, eng engine) {
 		}
 	}
 	wantIDs(t, "all noted", lowBalanceIDs(t, s, 0))
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testLowBalanceChangesDefaultLimit: limit 0 is 50.
@@ -167,7 +167,7 @@ func testLowBalanceChangesDefaultLimit(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	var ids []string
 	for i := range 53 {
-		a := mustAccount(t, s, fmt.Sprintf("low%02d@example.com", i))
+		a := MustAccount(t, s, fmt.Sprintf("low%02d@example.com", i))
 		if _, err := s.SetLowBalanceAlert(bg, a.ID, 1); err != nil { // 0 credits: below
 			t.Fatal(err)
 		}

@@ -15,10 +15,10 @@ import (
 
 // org makes a personal account with credits and a key, turns it into an organisation and adds
 // bob as an accepted member with role; it returns the organisation, bob and the founder's key id.
-func org(t *testing.T, s Store, role Role) (alice, bob Account, aliceKey Key) {
+func Org(t *testing.T, s Store, role Role) (alice, bob Account, aliceKey Key) {
 	t.Helper()
-	alice = mustAccount(t, s, "alice@example.com")
-	mustGrant(t, s, alice.ID, Live, 10)
+	alice = MustAccount(t, s, "alice@example.com")
+	MustGrant(t, s, alice.ID, Live, 10)
 	var err error
 	if _, aliceKey, err = s.CreateKey(bg, alice.ID, Live, "alice's", time.Time{}); err != nil {
 		t.Fatal(err)
@@ -26,14 +26,14 @@ func org(t *testing.T, s Store, role Role) (alice, bob Account, aliceKey Key) {
 	if _, err := s.MakeOrganisation(bg, alice.ID); err != nil {
 		t.Fatal(err)
 	}
-	bob = mustAccount(t, s, "bob@example.com")
+	bob = MustAccount(t, s, "bob@example.com")
 	if _, err := s.AddMember(bg, alice.ID, bob.ID, role, false); err != nil {
 		t.Fatal(err)
 	}
 	return alice, bob, aliceKey
 }
 
-func mustMembers(t testing.TB, s Store, orgID string) []Membership {
+func MustMembers(t testing.TB, s Store, orgID string) []Membership {
 	t.Helper()
 	ms, err := s.ListMembers(bg, orgID)
 	if err != nil {
@@ -58,22 +58,22 @@ func testMembershipRules(t *testing.T, eng engine) {
 	t0 := time.Date(2031, 3, 10, 12, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	alice := mustAccount(t, s, "alice@example.com")
-	bob := mustAccount(t, s, "bob@example.com")
-	carol := mustAccount(t, s, "carol@example.com")
-	mustGrant(t, s, alice.ID, Live, 10)
+	alice := MustAccount(t, s, "alice@example.com")
+	bob := MustAccount(t, s, "bob@example.com")
+	carol := MustAccount(t, s, "carol@example.com")
+	MustGrant(t, s, alice.ID, Live, 10)
 	full, k, err := s.CreateKey(bg, alice.ID, Live, "old", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A personal account has no members and takes none.
-	if ms := mustMembers(t, s, alice.ID); len(ms) != 0 {
+	if ms := MustMembers(t, s, alice.ID); len(ms) != 0 {
 		t.Fatalf("members of a personal account: %+v", ms)
 	}
 	_, err = s.AddMember(bg, alice.ID, bob.ID, RoleMember, false)
-	wantErr(t, err, ErrNotOrganisation)
+	WantErr(t, err, ErrNotOrganisation)
 	_, err = s.MakeOrganisation(bg, "acct_nobodynobodynobo")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// Becoming an organisation keeps the credits, the key and the login; twice changes nothing.
 	m, err := s.MakeOrganisation(bg, alice.ID)
@@ -84,7 +84,7 @@ func testMembershipRules(t *testing.T, eng engine) {
 	if m2, err := s.MakeOrganisation(bg, alice.ID); err != nil || m2 != m {
 		t.Fatalf("MakeOrganisation again: %+v %v, want %+v", m2, err, m)
 	}
-	if b := mustBalance(t, s, alice.ID); b.Balance != 10 {
+	if b := MustBalance(t, s, alice.ID); b.Balance != 10 {
 		t.Fatalf("balance after becoming an organisation: %+v", b)
 	}
 	if gk, _, err := s.LookupKey(bg, full); err != nil || gk.ID != k.ID || KeyMember(gk) != alice.ID {
@@ -93,32 +93,32 @@ func testMembershipRules(t *testing.T, eng engine) {
 
 	// Bad additions.
 	_, err = s.AddMember(bg, alice.ID, alice.ID, RoleMember, false)
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, err = s.AddMember(bg, alice.ID, bob.ID, "boss", false)
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, err = s.AddMember(bg, alice.ID, "acct_nobodynobodynobo", RoleMember, false)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// bob joins as admin; carol is invited and has nothing until she accepts.
 	if m, err := s.AddMember(bg, alice.ID, bob.ID, RoleAdmin, false); err != nil || m.Email != bob.Email || m.OrgEmail != alice.Email {
 		t.Fatalf("AddMember: %+v %v", m, err)
 	}
 	_, err = s.AddMember(bg, alice.ID, bob.ID, RoleMember, false)
-	wantErr(t, err, ErrAlreadyMember)
+	WantErr(t, err, ErrAlreadyMember)
 	t0 = t0.Add(time.Second)
 	if m, err := s.AddMember(bg, alice.ID, carol.ID, RoleOwner, true); err != nil || !m.Pending {
 		t.Fatalf("invite: %+v %v", m, err)
 	}
 	_, _, err = s.CreateMemberKey(bg, alice.ID, carol.ID, Live, "carol's", time.Time{}, 0)
-	wantErr(t, err, ErrNotMember)
-	if got := roles(mustMembers(t, s, alice.ID)); got != "alice@example.com:owner bob@example.com:admin carol@example.com:owner(pending) " {
+	WantErr(t, err, ErrNotMember)
+	if got := roles(MustMembers(t, s, alice.ID)); got != "alice@example.com:owner bob@example.com:admin carol@example.com:owner(pending) " {
 		t.Fatalf("members: %s", got)
 	}
 	// A pending owner is no owner: alice is still the last one.
 	_, err = s.SetMemberRole(bg, alice.ID, alice.ID, RoleAdmin)
-	wantErr(t, err, ErrLastOwner)
+	WantErr(t, err, ErrLastOwner)
 	_, err = s.RemoveMember(bg, alice.ID, alice.ID)
-	wantErr(t, err, ErrInvalidArgument) // the organisation's own login never leaves it
+	WantErr(t, err, ErrInvalidArgument) // the organisation's own login never leaves it
 	if m, err := s.AcceptMembership(bg, alice.ID, carol.ID); err != nil || m.Pending {
 		t.Fatalf("accept: %+v %v", m, err)
 	}
@@ -126,22 +126,22 @@ func testMembershipRules(t *testing.T, eng engine) {
 		t.Fatalf("accept again: %+v %v", m, err)
 	}
 	_, err = s.AcceptMembership(bg, alice.ID, "acct_nobodynobodynobo")
-	wantErr(t, err, ErrNotMember)
+	WantErr(t, err, ErrNotMember)
 
 	// With carol an owner, alice may step down; then carol is the last owner.
 	if m, err := s.SetMemberRole(bg, alice.ID, alice.ID, RoleMember); err != nil || m.Role != RoleMember {
 		t.Fatalf("demote alice: %+v %v", m, err)
 	}
 	_, err = s.SetMemberRole(bg, alice.ID, carol.ID, RoleAdmin)
-	wantErr(t, err, ErrLastOwner)
+	WantErr(t, err, ErrLastOwner)
 	_, err = s.RemoveMember(bg, alice.ID, carol.ID)
-	wantErr(t, err, ErrLastOwner)
+	WantErr(t, err, ErrLastOwner)
 	_, err = s.SetMemberRole(bg, alice.ID, bob.ID, "")
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, err = s.SetMemberRole(bg, alice.ID, "acct_nobodynobodynobo", RoleMember)
-	wantErr(t, err, ErrNotMember)
+	WantErr(t, err, ErrNotMember)
 	_, err = s.SetMemberCap(bg, alice.ID, bob.ID, -1)
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	if m, err := s.SetMemberCap(bg, alice.ID, bob.ID, 5); err != nil || m.MonthlyCap != 5 {
 		t.Fatalf("cap: %+v %v", m, err)
 	}
@@ -151,9 +151,9 @@ func testMembershipRules(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	_, err = s.RemoveMember(bg, alice.ID, bob.ID)
-	wantErr(t, err, ErrNotMember)
+	WantErr(t, err, ErrNotMember)
 	_, err = s.GetMembership(bg, alice.ID, bob.ID)
-	wantErr(t, err, ErrNotMember)
+	WantErr(t, err, ErrNotMember)
 	if ms, err := s.MembershipsOf(bg, bob.ID); err != nil || len(ms) != 0 {
 		t.Fatalf("bob's memberships after leaving: %+v %v", ms, err)
 	}
@@ -161,17 +161,17 @@ func testMembershipRules(t *testing.T, eng engine) {
 	if err != nil || len(ms) != 1 || ms[0].OrgID != alice.ID || ms[0].Role != RoleOwner || ms[0].OrgEmail != alice.Email {
 		t.Fatalf("carol's memberships: %+v %v", ms, err)
 	}
-	if got := roles(mustMembers(t, s, alice.ID)); got != "alice@example.com:member carol@example.com:owner " {
+	if got := roles(MustMembers(t, s, alice.ID)); got != "alice@example.com:member carol@example.com:owner " {
 		t.Fatalf("members: %s", got)
 	}
 	_, err = s.ListMembers(bg, "acct_nobodynobodynobo")
-	wantErr(t, err, ErrNotFound)
-	verifyClean(t, s)
+	WantErr(t, err, ErrNotFound)
+	VerifyClean(t, s)
 }
 
 func testRemoveMemberRevokesKeys(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	alice, bob, _ := org(t, s, RoleMember)
+	alice, bob, _ := Org(t, s, RoleMember)
 	aliceFull, _, err := s.CreateMemberKey(bg, alice.ID, alice.ID, Live, "alice's own", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func testRemoveMemberRevokesKeys(t *testing.T, eng engine) {
 	if _, err := s.Settle(bg, alice.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if b := mustBalance(t, s, alice.ID); b.Balance != 9 {
+	if b := MustBalance(t, s, alice.ID); b.Balance != 9 {
 		t.Fatalf("balance: %+v", b)
 	}
 
@@ -217,7 +217,7 @@ func testRemoveMemberRevokesKeys(t *testing.T, eng engine) {
 		t.Fatalf("alice's key after bob's removal: %v", err)
 	}
 	_, _, err = s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "again", time.Time{}, 0)
-	wantErr(t, err, ErrNotMember)
+	WantErr(t, err, ErrNotMember)
 	keys, err := s.ListKeys(bg, alice.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -231,14 +231,14 @@ func testRemoveMemberRevokesKeys(t *testing.T, eng engine) {
 	if n != 2 {
 		t.Fatalf("keys after the removal: %+v", keys)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testMemberCap(t *testing.T, eng engine) {
 	t0 := time.Date(2031, 3, 31, 23, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, time.Minute)
-	alice, bob, aliceKey := org(t, s, RoleMember)
+	alice, bob, aliceKey := Org(t, s, RoleMember)
 	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func testMemberCap(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, s, alice.ID, Test, 10)
+	MustGrant(t, s, alice.ID, Test, 10)
 	if _, err := s.SetMemberCap(bg, alice.ID, bob.ID, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +260,12 @@ func testMemberCap(t *testing.T, eng engine) {
 			t.Fatal(err)
 		}
 	}
-	before := allHistory(t, s, alice.ID)
-	wantErr(t, hold("b3", bk, Live), ErrMemberCapReached)
-	if after := allHistory(t, s, alice.ID); len(after) != len(before) {
+	before := AllHistory(t, s, alice.ID)
+	WantErr(t, hold("b3", bk, Live), ErrMemberCapReached)
+	if after := AllHistory(t, s, alice.ID); len(after) != len(before) {
 		t.Fatalf("a hold refused by the cap wrote %d entries", len(after)-len(before))
 	}
-	if b := mustBalance(t, s, alice.ID); b.Available != 8 {
+	if b := MustBalance(t, s, alice.ID); b.Available != 8 {
 		t.Fatalf("balance: %+v", b)
 	}
 	// The organisation's other members and its test credits are not capped by bob's cap.
@@ -282,7 +282,7 @@ func testMemberCap(t *testing.T, eng engine) {
 	if _, err := s.Settle(bg, alice.ID, "b1"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, hold("b3", bk, Live), ErrMemberCapReached)
+	WantErr(t, hold("b3", bk, Live), ErrMemberCapReached)
 	if _, err := s.Void(bg, alice.ID, "b2", "backend_error"); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func testMemberCap(t *testing.T, eng engine) {
 	if err := hold("b3", bk, Live); err != nil {
 		t.Fatalf("after a void: %v", err)
 	}
-	wantErr(t, hold("b4", bk, Live), ErrMemberCapReached)
+	WantErr(t, hold("b4", bk, Live), ErrMemberCapReached)
 	t0 = t0.Add(2 * time.Minute)
 	if n, err := eng.expire(t, s); err != nil || n != 3 { // b3, a1, t1
 		t.Fatalf("expire: %d %v", n, err)
@@ -307,21 +307,21 @@ func testMemberCap(t *testing.T, eng engine) {
 	if err := hold("b5", bk, Live); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, hold("b6", bk, Live), ErrMemberCapReached)
+	WantErr(t, hold("b6", bk, Live), ErrMemberCapReached)
 	if _, err := s.SetMemberCap(bg, alice.ID, bob.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := hold("b6", bk, Live); err != nil {
 		t.Fatal(err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 func testMemberCapMonths(t *testing.T, eng engine) {
 	t0 := time.Date(2031, 3, 31, 23, 59, 59, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	alice, bob, _ := org(t, s, RoleMember)
+	alice, bob, _ := Org(t, s, RoleMember)
 	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +336,7 @@ func testMemberCapMonths(t *testing.T, eng engine) {
 	if err := hold("march"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, hold("march2"), ErrMemberCapReached)
+	WantErr(t, hold("march2"), ErrMemberCapReached)
 	if got := MemberCapResets(t0); !got.Equal(time.Date(2031, 4, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("resets %s", got)
 	}
@@ -345,12 +345,12 @@ func testMemberCapMonths(t *testing.T, eng engine) {
 	if err := hold("april"); err != nil {
 		t.Fatalf("in a new month: %v", err)
 	}
-	wantErr(t, hold("april2"), ErrMemberCapReached)
+	WantErr(t, hold("april2"), ErrMemberCapReached)
 	// March's hold voided in April goes back to March, not to April.
 	if _, err := s.Void(bg, alice.ID, "march", "client_gone"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, hold("april2"), ErrMemberCapReached)
+	WantErr(t, hold("april2"), ErrMemberCapReached)
 	if _, err := s.Settle(bg, alice.ID, "april"); err != nil {
 		t.Fatal(err)
 	}
@@ -367,11 +367,11 @@ func testMemberCapMonths(t *testing.T, eng engine) {
 		t.Fatalf("April only: %+v %v", got, err)
 	}
 	_, err = s.MemberUsage(bg, alice.ID, "2031-4", "2031-04")
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	if m, err := s.GetMembership(bg, alice.ID, bob.ID); err != nil || m.Used != 1 {
 		t.Fatalf("bob this month: %+v %v", m, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // Holds racing on one member's cap: exactly the cap gets through, whatever the organisation's
@@ -379,8 +379,8 @@ func testMemberCapMonths(t *testing.T, eng engine) {
 func testMemberCapRace(t *testing.T, eng engine) {
 	const attempts, capN = 200, 17
 	s := eng.open(t, 0)
-	alice, bob, _ := org(t, s, RoleMember)
-	mustGrant(t, s, alice.ID, Live, 1000)
+	alice, bob, _ := Org(t, s, RoleMember)
+	MustGrant(t, s, alice.ID, Live, 1000)
 	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -420,20 +420,20 @@ func testMemberCapRace(t *testing.T, eng engine) {
 	if ok.Load() != capN || capped.Load() != attempts-capN {
 		t.Fatalf("%d holds got through and %d were capped; want %d and %d", ok.Load(), capped.Load(), capN, attempts-capN)
 	}
-	if b := mustBalance(t, s, alice.ID); b.Available != 1010-capN {
+	if b := MustBalance(t, s, alice.ID); b.Available != 1010-capN {
 		t.Fatalf("balance: %+v", b)
 	}
 	if m, err := s.GetMembership(bg, alice.ID, bob.ID); err != nil || m.Used != capN {
 		t.Fatalf("bob's count: %+v %v", m, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testMemberCapKeyBudget: a hold that the key's budget allows and the member's cap refuses
 // leaves the key's count as it was, so the refused request costs the key's budget nothing.
 func testMemberCapKeyBudget(t *testing.T, eng engine) {
 	s := eng.open(t, time.Minute)
-	alice, bob, _ := org(t, s, RoleMember)
+	alice, bob, _ := Org(t, s, RoleMember)
 	_, bk, err := s.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -451,8 +451,8 @@ func testMemberCapKeyBudget(t *testing.T, eng engine) {
 	if err := hold("k1"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, hold("k2"), ErrMemberCapReached)
-	wantErr(t, hold("k3"), ErrMemberCapReached)
+	WantErr(t, hold("k2"), ErrMemberCapReached)
+	WantErr(t, hold("k3"), ErrMemberCapReached)
 	keys, err := s.ListKeys(bg, alice.ID)
 	if err != nil {
 		t.Fatal(err)

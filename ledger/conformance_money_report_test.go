@@ -13,15 +13,15 @@ func testMoneyBetween(t *testing.T, eng engine) {
 	t0 := day
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a, b := mustAccount(t, s, "money-a@example.com"), mustAccount(t, s, "money-b@example.com")
-	buyPaid(t, s, a.ID, "cs_a1", "pi_a1", 100, 900)
+	a, b := MustAccount(t, s, "money-a@example.com"), MustAccount(t, s, "money-b@example.com")
+	BuyPaid(t, s, a.ID, "cs_a1", "pi_a1", 100, 900)
 	t0 = day.Add(time.Hour)
-	buyPaid(t, s, b.ID, "cs_b1", "pi_b1", 300, 2500)
+	BuyPaid(t, s, b.ID, "cs_b1", "pi_b1", 300, 2500)
 	t0 = day.AddDate(0, 0, 1)
-	mustReverse(t, s, refund("re_a1", "pi_a1", 450))
+	MustReverse(t, s, Refund("re_a1", "pi_a1", 450))
 	t0 = day.AddDate(0, 0, 2)
-	buyPaid(t, s, a.ID, "cs_a2", "pi_a2", 100, 900)
-	mustReverse(t, s, ReversalRequest{ID: "du_b1", Kind: ReversalDispute, Payment: "pi_b1", AmountCents: 2500, Currency: "eur",
+	BuyPaid(t, s, a.ID, "cs_a2", "pi_a2", 100, 900)
+	MustReverse(t, s, ReversalRequest{ID: "du_b1", Kind: ReversalDispute, Payment: "pi_b1", AmountCents: 2500, Currency: "eur",
 		Status: DisputeOpen, Reason: "fraudulent", Event: "evt_du_b1"})
 
 	ids := func(p MoneyPeriod) (pays, revs []string) {

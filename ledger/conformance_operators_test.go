@@ -12,16 +12,16 @@ import (
 // The Operators role: the console's operators, their second factor, sessions and the audit
 // log. Run for every engine by the conformance suite.
 
-var opCodes = []string{"AAAA-BBBB-CCCC", "DDDD-EEEE-FFFF", "GGGG-HHHH-JJJJ"}
+var OpCodes = []string{"AAAA-BBBB-CCCC", "DDDD-EEEE-FFFF", "GGGG-HHHH-JJJJ"}
 
-const opSealedSecret = "sealed-by-the-console:JBSWY3DPEHPK3PXP"
+const OpSealedSecret = "sealed-by-the-console:JBSWY3DPEHPK3PXP"
 
 func newOp(email string, role OperatorRole) NewOperator {
-	return NewOperator{Email: email, Role: role, Password: goodPassword, TOTPSealed: []byte(opSealedSecret),
-		RecoveryCodes: append([]string(nil), opCodes...)}
+	return NewOperator{Email: email, Role: role, Password: GoodPassword, TOTPSealed: []byte(OpSealedSecret),
+		RecoveryCodes: append([]string(nil), OpCodes...)}
 }
 
-func mustOperator(t *testing.T, s Operators, email string, role OperatorRole) Operator {
+func MustOperator(t *testing.T, s Operators, email string, role OperatorRole) Operator {
 	t.Helper()
 	o, err := s.CreateOperator(bg, newOp(email, role))
 	if err != nil {
@@ -40,8 +40,8 @@ func testOperators(t *testing.T, eng engine) {
 	if ops, err := s.ListOperators(bg); err != nil || len(ops) != 0 {
 		t.Fatalf("operators of a new store: %v, %v", ops, err)
 	}
-	bob := mustOperator(t, s, " Bob@Example.com", OperatorSupport)
-	ann := mustOperator(t, s, "ann@example.com", OperatorOwner)
+	bob := MustOperator(t, s, " Bob@Example.com", OperatorSupport)
+	ann := MustOperator(t, s, "ann@example.com", OperatorOwner)
 	if bob.Email != "bob@example.com" || bob.Role != OperatorSupport || !bob.Created.Equal(clock) || bob.RecoveryCodesLeft != 3 || bob.ID == "" {
 		t.Fatalf("created %+v", bob)
 	}
@@ -52,16 +52,16 @@ func testOperators(t *testing.T, eng engine) {
 	if err != nil || len(ops) != 2 || ops[0] != ann || ops[1] != bob {
 		t.Fatalf("list: %+v, %v", ops, err)
 	}
-	got, sealed, err := s.AuthenticateOperator(bg, "BOB@example.com", goodPassword)
-	if err != nil || got != bob || string(sealed) != opSealedSecret {
+	got, sealed, err := s.AuthenticateOperator(bg, "BOB@example.com", GoodPassword)
+	if err != nil || got != bob || string(sealed) != OpSealedSecret {
 		t.Fatalf("authenticate: %+v %q %v", got, sealed, err)
 	}
-	for _, c := range [][2]string{{"bob@example.com", goodPassword + "x"}, {"nobody@example.com", goodPassword}, {"bob@example.com", ""}} {
+	for _, c := range [][2]string{{"bob@example.com", GoodPassword + "x"}, {"nobody@example.com", GoodPassword}, {"bob@example.com", ""}} {
 		if _, _, err := s.AuthenticateOperator(bg, c[0], c[1]); !errors.Is(err, ErrInvalidCredentials) {
 			t.Fatalf("authenticate %q: %v", c[0], err)
 		}
 	}
-	assertNotStored(t, eng, s, goodPassword, "AAAA-BBBB-CCCC", "AAAABBBBCCCC")
+	assertNotStored(t, eng, s, GoodPassword, "AAAA-BBBB-CCCC", "AAAABBBBCCCC")
 
 	token, _, err := s.CreateOperatorSession(bg, bob.ID, time.Hour)
 	if err != nil {
@@ -76,7 +76,7 @@ func testOperators(t *testing.T, eng engine) {
 	if _, _, err := s.GetOperatorSession(bg, token, 0); !errors.Is(err, ErrInvalidSession) {
 		t.Fatalf("the session of a removed operator: %v", err)
 	}
-	if _, _, err := s.AuthenticateOperator(bg, "bob@example.com", goodPassword); !errors.Is(err, ErrInvalidCredentials) {
+	if _, _, err := s.AuthenticateOperator(bg, "bob@example.com", GoodPassword); !errors.Is(err, ErrInvalidCredentials) {
 		t.Fatalf("a removed operator logs in: %v", err)
 	}
 	if ops, err := s.ListOperators(bg); err != nil || len(ops) != 1 || ops[0] != ann {
@@ -92,7 +92,7 @@ func testOperators(t *testing.T, eng engine) {
 // dashes, and a wrong one never.
 func testOperatorSecondFactor(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	op := mustOperator(t, s, "ann@example.com", OperatorOwner)
+	op := MustOperator(t, s, "ann@example.com", OperatorOwner)
 	if err := s.UseTOTPStep(bg, op.ID, 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func testOperatorSessions(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
-	op := mustOperator(t, s, "ann@example.com", OperatorViewer)
+	op := MustOperator(t, s, "ann@example.com", OperatorViewer)
 	if _, _, err := s.CreateOperatorSession(bg, op.ID, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a session without a lifetime: %v", err)
 	}
@@ -301,15 +301,15 @@ func testAudit(t *testing.T, eng engine) {
 func testOperatorsInvalid(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	for name, n := range map[string]NewOperator{
-		"email":       {Email: "not an address", Role: OperatorOwner, Password: goodPassword, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
-		"role":        {Email: "a@example.com", Role: "admin", Password: goodPassword, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
-		"secret":      {Email: "a@example.com", Role: OperatorOwner, Password: goodPassword, RecoveryCodes: opCodes},
-		"codes":       {Email: "a@example.com", Role: OperatorOwner, Password: goodPassword, TOTPSealed: []byte("x")},
-		"empty code":  {Email: "a@example.com", Role: OperatorOwner, Password: goodPassword, TOTPSealed: []byte("x"), RecoveryCodes: []string{" - "}},
-		"big secret":  {Email: "a@example.com", Role: OperatorOwner, Password: goodPassword, TOTPSealed: make([]byte, 1025), RecoveryCodes: opCodes},
-		"many codes":  {Email: "a@example.com", Role: OperatorOwner, Password: goodPassword, TOTPSealed: []byte("x"), RecoveryCodes: make([]string, 21)},
-		"weak":        {Email: "a@example.com", Role: OperatorOwner, Password: "short", TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
-		"no password": {Email: "a@example.com", Role: OperatorOwner, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
+		"email":       {Email: "not an address", Role: OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
+		"role":        {Email: "a@example.com", Role: "admin", Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
+		"secret":      {Email: "a@example.com", Role: OperatorOwner, Password: GoodPassword, RecoveryCodes: OpCodes},
+		"codes":       {Email: "a@example.com", Role: OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x")},
+		"empty code":  {Email: "a@example.com", Role: OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: []string{" - "}},
+		"big secret":  {Email: "a@example.com", Role: OperatorOwner, Password: GoodPassword, TOTPSealed: make([]byte, 1025), RecoveryCodes: OpCodes},
+		"many codes":  {Email: "a@example.com", Role: OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: make([]string, 21)},
+		"weak":        {Email: "a@example.com", Role: OperatorOwner, Password: "short", TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
+		"no password": {Email: "a@example.com", Role: OperatorOwner, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
 	} {
 		want := ErrInvalidArgument
 		if name == "weak" || name == "no password" {

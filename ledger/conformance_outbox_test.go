@@ -83,7 +83,7 @@ func testOutbox(t *testing.T, eng engine) {
 }
 
 // mustListMail lists the outbox or fails the test.
-func mustListMail(t *testing.T, s Mail, limit int) []MailMessage {
+func MustListMail(t *testing.T, s Mail, limit int) []MailMessage {
 	t.Helper()
 	ms, err := s.ListMail(bg, limit)
 	if err != nil {
@@ -113,7 +113,7 @@ func testListMail(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	setNow(t, &clock)
-	if ms := mustListMail(t, s, 0); len(ms) != 0 {
+	if ms := MustListMail(t, s, 0); len(ms) != 0 {
 		t.Fatalf("a new store lists %+v", ms)
 	}
 	if _, err := s.ListMail(bg, -1); !errors.Is(err, ErrInvalidArgument) {
@@ -133,7 +133,7 @@ func testListMail(t *testing.T, eng engine) {
 		}
 		ids = append(ids, id)
 	}
-	all := mustListMail(t, s, 0)
+	all := MustListMail(t, s, 0)
 	if got := mailIDs(all); !slices.Equal(got, ids) {
 		t.Fatalf("listed %v; want oldest first %v", got, ids)
 	}
@@ -147,10 +147,10 @@ func testListMail(t *testing.T, eng engine) {
 	if !all[0].NextAttempt.Equal(start.Add(time.Hour)) || !all[1].NextAttempt.Equal(all[1].Created) {
 		t.Fatalf("next attempts: %v, %v", all[0].NextAttempt, all[1].NextAttempt)
 	}
-	if got := mailIDs(mustListMail(t, s, 2)); !slices.Equal(got, ids[:2]) {
+	if got := mailIDs(MustListMail(t, s, 2)); !slices.Equal(got, ids[:2]) {
 		t.Fatalf("limit 2: %v; want %v", got, ids[:2])
 	}
-	if got := mustListMail(t, s, 5000); len(got) != 3 {
+	if got := MustListMail(t, s, 5000); len(got) != 3 {
 		t.Fatalf("limit over the maximum: %d messages", len(got))
 	}
 
@@ -159,7 +159,7 @@ func testListMail(t *testing.T, eng engine) {
 	if err != nil || len(claimed) != 2 || claimed[0].ID != ids[1] {
 		t.Fatalf("claim: %+v, %v", claimed, err)
 	}
-	m := mustListMail(t, s, 0)[1]
+	m := MustListMail(t, s, 0)[1]
 	if m.ID != ids[1] || m.Attempts != 1 || !m.LeaseUntil.Equal(clock.Add(time.Minute)) {
 		t.Fatalf("a leased message is listed as %+v", m)
 	}
@@ -168,7 +168,7 @@ func testListMail(t *testing.T, eng engine) {
 	if err := s.RetryMail(bg, ids[1], claimed[0].Claim, clock.Add(10*time.Minute), "dial tcp 127.0.0.1:1: connect: connection refused"); err != nil {
 		t.Fatal(err)
 	}
-	m = mustListMail(t, s, 0)[1]
+	m = MustListMail(t, s, 0)[1]
 	if m.Attempts != 1 || m.LastError != "dial tcp 127.0.0.1:1: connect: connection refused" ||
 		!m.NextAttempt.Equal(clock.Add(10*time.Minute)) || !m.LeaseUntil.IsZero() {
 		t.Fatalf("a retried message is listed as %+v", m)
@@ -215,7 +215,7 @@ func testDropMail(t *testing.T, eng engine) {
 	if err := s.DropMail(bg, ids[0]); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second drop: %v", err)
 	}
-	if got := mailIDs(mustListMail(t, s, 0)); !slices.Equal(got, ids[1:]) {
+	if got := mailIDs(MustListMail(t, s, 0)); !slices.Equal(got, ids[1:]) {
 		t.Fatalf("listed after the drop: %v; want %v", got, ids[1:])
 	}
 	claimed, err := s.ClaimMail(bg, time.Minute, 10)
@@ -241,7 +241,7 @@ func testDropMail(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	clock = clock.Add(time.Hour) // every lease has run out
-	if got := mustListMail(t, s, 0); len(got) != 0 {
+	if got := MustListMail(t, s, 0); len(got) != 0 {
 		t.Fatalf("listed after dropping and sending everything: %+v", got)
 	}
 	if got, err := s.ClaimMail(bg, time.Minute, 10); err != nil || len(got) != 0 {
@@ -259,12 +259,12 @@ func testOutboxConcurrentClaims(t *testing.T, eng engine) {
 			t.Fatal(err)
 		}
 	}
-	drainOutbox(t, n, s, s, s, s, s, s, s, s)
+	DrainOutbox(t, n, s, s, s, s, s, s, s, s)
 }
 
 // drainOutbox has one sender per store claim and mark messages at once until none is left, and
 // checks that together they claimed n messages, each once.
-func drainOutbox(t *testing.T, n int, stores ...Mail) {
+func DrainOutbox(t *testing.T, n int, stores ...Mail) {
 	t.Helper()
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -306,7 +306,7 @@ func testTokens(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
-	a := mustAccount(t, s, "tok@example.com")
+	a := MustAccount(t, s, "tok@example.com")
 	if _, err := s.CreateToken(bg, a.ID, "other", time.Hour); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("unknown purpose: %v", err)
 	}
@@ -365,7 +365,7 @@ func testTokens(t *testing.T, eng engine) {
 	}
 	r2, _ := s.CreateToken(bg, a.ID, TokenReset, time.Hour)
 	v1, _ := s.CreateToken(bg, a.ID, TokenVerify, time.Hour)
-	b := mustAccount(t, s, "tok-other@example.com")
+	b := MustAccount(t, s, "tok-other@example.com")
 	o1, _ := s.CreateToken(bg, b.ID, TokenReset, time.Hour)
 	if err := s.DeleteTokens(bg, a.ID, TokenReset); err != nil {
 		t.Fatal(err)
@@ -410,11 +410,11 @@ func testTokens(t *testing.T, eng engine) {
 
 func testAccountMailState(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	signed, err := s.CreateAccountWithPassword(bg, "new@example.com", goodPassword)
+	signed, err := s.CreateAccountWithPassword(bg, "new@example.com", GoodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
-	made := mustAccount(t, s, "made@example.com")
+	made := MustAccount(t, s, "made@example.com")
 	if !signed.Unverified || made.Unverified {
 		t.Fatalf("sign-up unverified %v, operator-made unverified %v; want true, false", signed.Unverified, made.Unverified)
 	}
@@ -424,7 +424,7 @@ func testAccountMailState(t *testing.T, eng engine) {
 	if got, err := s.SetEmailVerified(bg, signed.ID); err != nil || got.Unverified {
 		t.Fatalf("SetEmailVerified: %+v, %v", got, err)
 	}
-	if got, _ := s.Authenticate(bg, "new@example.com", goodPassword); got.Unverified {
+	if got, _ := s.Authenticate(bg, "new@example.com", GoodPassword); got.Unverified {
 		t.Fatal("Authenticate returns a stale flag")
 	}
 	if _, err := s.SetEmailVerified(bg, "acct_nobodynobodynobo"); !errors.Is(err, ErrNotFound) {

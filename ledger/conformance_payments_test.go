@@ -14,13 +14,13 @@ import (
 // first, resolved once. Run for every engine by the conformance suite.
 
 // unmatched is a payment with every field the caller sets.
-func unmatched(ref string) UnmatchedPayment {
+func Unmatched(ref string) UnmatchedPayment {
 	return UnmatchedPayment{Reference: ref, Event: "evt_" + ref, AccountID: "acct_nobodynobodynobo", Package: "starter",
 		Credits: 100, AmountCents: 500, Currency: "eur", Problem: ProblemAmountMismatch, Detail: "the price is 900 eur"}
 }
 
 // mustPayments lists the payments or fails the test.
-func mustPayments(t *testing.T, s Payments, openOnly bool, limit int) []UnmatchedPayment {
+func MustPayments(t *testing.T, s Payments, openOnly bool, limit int) []UnmatchedPayment {
 	t.Helper()
 	ps, err := s.UnmatchedPayments(bg, openOnly, limit)
 	if err != nil {
@@ -30,7 +30,7 @@ func mustPayments(t *testing.T, s Payments, openOnly bool, limit int) []Unmatche
 }
 
 // refs are the references of ps, in order.
-func refs(ps []UnmatchedPayment) []string {
+func Refs(ps []UnmatchedPayment) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Reference
@@ -45,16 +45,16 @@ func testUnmatchedPayments(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 4, 1, 9, 0, 0, 123456789, time.UTC)
 	setNow(t, &clock)
-	if ps := mustPayments(t, s, false, 0); len(ps) != 0 {
+	if ps := MustPayments(t, s, false, 0); len(ps) != 0 {
 		t.Fatalf("payments in a new store: %+v", ps)
 	}
-	p := unmatched("cs_1")
+	p := Unmatched("cs_1")
 	p.Created, p.Resolved, p.Resolution = clock.Add(-time.Hour), clock.Add(-time.Hour), "set by the caller"
 	rec, repeated, err := s.RecordUnmatchedPayment(bg, p)
 	if err != nil || repeated {
 		t.Fatalf("record: %+v, repeated %v, %v", rec, repeated, err)
 	}
-	want := unmatched("cs_1")
+	want := Unmatched("cs_1")
 	want.Created = clock
 	if rec != want {
 		t.Fatalf("recorded %+v, want %+v", rec, want)
@@ -75,26 +75,26 @@ func testUnmatchedPayments(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	all := []UnmatchedPayment{r4, recs[1], recs[0], rec}
-	if got := mustPayments(t, s, false, 0); !reflect.DeepEqual(got, all) {
+	if got := MustPayments(t, s, false, 0); !reflect.DeepEqual(got, all) {
 		t.Fatalf("list:\n got %+v\nwant %+v", got, all)
 	}
-	if got := mustPayments(t, s, false, 2); !reflect.DeepEqual(got, all[:2]) {
-		t.Fatalf("list of 2: %v, want %v", refs(got), refs(all[:2]))
+	if got := MustPayments(t, s, false, 2); !reflect.DeepEqual(got, all[:2]) {
+		t.Fatalf("list of 2: %v, want %v", Refs(got), Refs(all[:2]))
 	}
-	if got := mustPayments(t, s, false, 5000); len(got) != 4 {
-		t.Fatalf("list over the maximum: %v", refs(got))
+	if got := MustPayments(t, s, false, 5000); len(got) != 4 {
+		t.Fatalf("list over the maximum: %v", Refs(got))
 	}
 	clock = clock.Add(time.Second)
 	if _, _, err := s.ResolveUnmatchedPayment(bg, "cs_2", "refunded"); err != nil {
 		t.Fatal(err)
 	}
-	if got := refs(mustPayments(t, s, true, 0)); !reflect.DeepEqual(got, []string{"cs_4", "cs_3", "cs_1"}) {
+	if got := Refs(MustPayments(t, s, true, 0)); !reflect.DeepEqual(got, []string{"cs_4", "cs_3", "cs_1"}) {
 		t.Fatalf("open payments %v", got)
 	}
-	if got := refs(mustPayments(t, s, true, 1)); !reflect.DeepEqual(got, []string{"cs_4"}) {
+	if got := Refs(MustPayments(t, s, true, 1)); !reflect.DeepEqual(got, []string{"cs_4"}) {
 		t.Fatalf("open payments, 1: %v", got)
 	}
-	if got := refs(mustPayments(t, s, false, 0)); !reflect.DeepEqual(got, refs(all)) {
+	if got := Refs(MustPayments(t, s, false, 0)); !reflect.DeepEqual(got, Refs(all)) {
 		t.Fatalf("a resolution changed the order: %v", got)
 	}
 }
@@ -105,7 +105,7 @@ func testUnmatchedPaymentRepeated(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
-	first, repeated, err := s.RecordUnmatchedPayment(bg, unmatched("cs_1"))
+	first, repeated, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_1"))
 	if err != nil || repeated {
 		t.Fatalf("first record: %v %v", repeated, err)
 	}
@@ -115,7 +115,7 @@ func testUnmatchedPaymentRepeated(t *testing.T, eng engine) {
 	if err != nil || !repeated || got != first {
 		t.Fatalf("repeated record: %+v, repeated %v, %v; want %+v", got, repeated, err, first)
 	}
-	if ps := mustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != first {
+	if ps := MustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != first {
 		t.Fatalf("stored %+v, want the first record only", ps)
 	}
 	// Resolved, it is still recorded once, and a new record does not reopen it.
@@ -131,7 +131,7 @@ func testUnmatchedPaymentRepeated(t *testing.T, eng engine) {
 // racePayments runs f(0), ..., f(n-1) at once, each in a goroutine of its own released
 // together with the others, and returns what each returned and whether it was told new (not
 // repeated).
-func racePayments(t *testing.T, n int, f func(i int) (UnmatchedPayment, bool, error)) ([]UnmatchedPayment, []bool) {
+func RacePayments(t *testing.T, n int, f func(i int) (UnmatchedPayment, bool, error)) ([]UnmatchedPayment, []bool) {
 	t.Helper()
 	recs := make([]UnmatchedPayment, n)
 	news := make([]bool, n)
@@ -155,7 +155,7 @@ func racePayments(t *testing.T, n int, f func(i int) (UnmatchedPayment, bool, er
 // checkOneWinner fails the test unless exactly one of the racing callers was told new, the
 // stored record is that caller's (what(i) is the field only caller i wrote), and every caller
 // got the stored record.
-func checkOneWinner(t *testing.T, stored UnmatchedPayment, recs []UnmatchedPayment, news []bool, what func(UnmatchedPayment) string, mine func(i int) string) {
+func CheckOneWinner(t *testing.T, stored UnmatchedPayment, recs []UnmatchedPayment, news []bool, what func(UnmatchedPayment) string, mine func(i int) string) {
 	t.Helper()
 	winners := 0
 	for i := range recs {
@@ -175,27 +175,27 @@ func checkOneWinner(t *testing.T, stored UnmatchedPayment, recs []UnmatchedPayme
 }
 
 // Racing callers per payment, and payments raced on, in the concurrency tests.
-const paymentRacers, paymentRaces = 16, 8
+const PaymentRacers, PaymentRaces = 16, 8
 
 // testUnmatchedPaymentConcurrent: calls racing with one reference store one record; exactly one
 // of them reports it new and all return it.
 func testUnmatchedPaymentConcurrent(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	detail := func(i int) string { return fmt.Sprint("caller ", i) }
-	for r := range paymentRaces {
+	for r := range PaymentRaces {
 		ref := fmt.Sprint("cs_race_", r)
-		recs, news := racePayments(t, paymentRacers, func(i int) (UnmatchedPayment, bool, error) {
-			p := unmatched(ref)
+		recs, news := RacePayments(t, PaymentRacers, func(i int) (UnmatchedPayment, bool, error) {
+			p := Unmatched(ref)
 			p.Detail = detail(i)
 			return s.RecordUnmatchedPayment(bg, p)
 		})
-		stored := mustPayments(t, s, false, 0)
+		stored := MustPayments(t, s, false, 0)
 		if len(stored) != r+1 {
-			t.Fatalf("%d records after %d references: %v", len(stored), r+1, refs(stored))
+			t.Fatalf("%d records after %d references: %v", len(stored), r+1, Refs(stored))
 		}
 		for _, p := range stored {
 			if p.Reference == ref {
-				checkOneWinner(t, p, recs, news, func(p UnmatchedPayment) string { return p.Detail }, detail)
+				CheckOneWinner(t, p, recs, news, func(p UnmatchedPayment) string { return p.Detail }, detail)
 			}
 		}
 	}
@@ -209,7 +209,7 @@ func testResolveUnmatchedPayment(t *testing.T, eng engine) {
 	if _, _, err := s.ResolveUnmatchedPayment(bg, "cs_unknown", "refunded"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("resolve of an unknown reference: %v", err)
 	}
-	rec, _, err := s.RecordUnmatchedPayment(bg, unmatched("cs_1"))
+	rec, _, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,10 +224,10 @@ func testResolveUnmatchedPayment(t *testing.T, eng engine) {
 	if got, repeated, err := s.ResolveUnmatchedPayment(bg, "cs_1", "refunded"); err != nil || !repeated || got != want {
 		t.Fatalf("second resolve: %+v, repeated %v, %v; want %+v", got, repeated, err, want)
 	}
-	if ps := mustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != want {
+	if ps := MustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != want {
 		t.Fatalf("stored %+v, want %+v", ps, want)
 	}
-	if ps := mustPayments(t, s, true, 0); len(ps) != 0 {
+	if ps := MustPayments(t, s, true, 0); len(ps) != 0 {
 		t.Fatalf("a resolved payment is listed open: %+v", ps)
 	}
 }
@@ -237,24 +237,24 @@ func testResolveUnmatchedPayment(t *testing.T, eng engine) {
 func testResolveUnmatchedPaymentConcurrent(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	note := func(i int) string { return fmt.Sprint("note ", i) }
-	for r := range paymentRaces {
+	for r := range PaymentRaces {
 		ref := fmt.Sprint("cs_race_", r)
-		if _, _, err := s.RecordUnmatchedPayment(bg, unmatched(ref)); err != nil {
+		if _, _, err := s.RecordUnmatchedPayment(bg, Unmatched(ref)); err != nil {
 			t.Fatal(err)
 		}
-		recs, news := racePayments(t, paymentRacers, func(i int) (UnmatchedPayment, bool, error) {
+		recs, news := RacePayments(t, PaymentRacers, func(i int) (UnmatchedPayment, bool, error) {
 			return s.ResolveUnmatchedPayment(bg, ref, note(i))
 		})
-		stored := mustPayments(t, s, false, 0)
+		stored := MustPayments(t, s, false, 0)
 		if len(stored) != r+1 {
-			t.Fatalf("%d records after %d references: %v", len(stored), r+1, refs(stored))
+			t.Fatalf("%d records after %d references: %v", len(stored), r+1, Refs(stored))
 		}
 		for _, p := range stored {
 			if p.Reference == ref {
 				if p.Resolved.IsZero() {
 					t.Fatalf("%s is not resolved: %+v", ref, p)
 				}
-				checkOneWinner(t, p, recs, news, func(p UnmatchedPayment) string { return p.Resolution }, note)
+				CheckOneWinner(t, p, recs, news, func(p UnmatchedPayment) string { return p.Resolution }, note)
 			}
 		}
 	}
@@ -282,16 +282,16 @@ func testUnmatchedPaymentsInvalid(t *testing.T, eng engine) {
 		"negative credits":    func(p *UnmatchedPayment) { p.Credits = -1 },
 		"zero payment":        func(p *UnmatchedPayment) { *p = UnmatchedPayment{} },
 	} {
-		p := unmatched("cs_bad")
+		p := Unmatched("cs_bad")
 		change(&p)
 		if _, _, err := s.RecordUnmatchedPayment(bg, p); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if ps := mustPayments(t, s, false, 0); len(ps) != 0 {
+	if ps := MustPayments(t, s, false, 0); len(ps) != 0 {
 		t.Fatalf("refused records were stored: %+v", ps)
 	}
-	rec, _, err := s.RecordUnmatchedPayment(bg, unmatched("cs_1"))
+	rec, _, err := s.RecordUnmatchedPayment(bg, Unmatched("cs_1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func testUnmatchedPaymentsInvalid(t *testing.T, eng engine) {
 	if _, err := s.UnmatchedPayments(bg, false, -1); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("negative limit: %v", err)
 	}
-	if ps := mustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != rec {
+	if ps := MustPayments(t, s, false, 0); len(ps) != 1 || ps[0] != rec {
 		t.Fatalf("refused resolutions changed the payment: %+v, want %+v", ps, rec)
 	}
 }

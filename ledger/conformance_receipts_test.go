@@ -18,49 +18,49 @@ func testReceiptKeys(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 5, 5, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	if keys := mustReceiptKeys(t, s); len(keys) != 0 {
+	if keys := MustReceiptKeys(t, s); len(keys) != 0 {
 		t.Fatalf("a new ledger has receipt keys: %+v", keys)
 	}
-	k1 := testReceiptKey(t, "rk_one")
+	k1 := SampleReceiptKey(t, "rk_one")
 	got, err := s.AddReceiptKey(bg, k1, false)
 	if err != nil || got.ID != "rk_one" || !got.ValidFrom.Equal(t0) || !got.ValidUntil.IsZero() || !bytes.Equal(got.PublicKey, k1.PublicKey) {
 		t.Fatalf("the first key: %+v %v", got, err)
 	}
 	// Without rotate, a second key is not stored: the caller gets the current one.
 	t0 = t0.Add(time.Minute)
-	if got, err := s.AddReceiptKey(bg, testReceiptKey(t, "rk_two"), false); err != nil || got.ID != "rk_one" {
+	if got, err := s.AddReceiptKey(bg, SampleReceiptKey(t, "rk_two"), false); err != nil || got.ID != "rk_one" {
 		t.Fatalf("a second first key: %+v %v", got, err)
 	}
-	if keys := mustReceiptKeys(t, s); len(keys) != 1 || !bytes.Equal(keys[0].SealedPrivateKey, k1.SealedPrivateKey) {
+	if keys := MustReceiptKeys(t, s); len(keys) != 1 || !bytes.Equal(keys[0].SealedPrivateKey, k1.SealedPrivateKey) {
 		t.Fatalf("keys after a second first key: %+v", keys)
 	}
 	// A rotation.
 	t1 := t0
-	k3 := testReceiptKey(t, "rk_three")
+	k3 := SampleReceiptKey(t, "rk_three")
 	if got, err := s.AddReceiptKey(bg, k3, true); err != nil || got.ID != "rk_three" || !got.ValidFrom.Equal(t1) {
 		t.Fatalf("rotation: %+v %v", got, err)
 	}
 	t0 = t0.Add(time.Minute)
-	keys := mustReceiptKeys(t, s)
+	keys := MustReceiptKeys(t, s)
 	if len(keys) != 2 || keys[0].ID != "rk_one" || !keys[0].ValidUntil.Equal(t1) || keys[1].ID != "rk_three" || !keys[1].ValidUntil.IsZero() {
 		t.Fatalf("keys after the rotation: %+v", keys)
 	}
 	// Refused: a taken id, a private key in clear, a short public key.
-	_, err = s.AddReceiptKey(bg, testReceiptKey(t, "rk_one"), true)
-	wantErr(t, err, ErrInvalidArgument)
+	_, err = s.AddReceiptKey(bg, SampleReceiptKey(t, "rk_one"), true)
+	WantErr(t, err, ErrInvalidArgument)
 	clear := k3
 	clear.ID = "rk_clear"
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	clear.SealedPrivateKey = priv
 	_, err = s.AddReceiptKey(bg, clear, true)
-	wantErr(t, err, ErrInvalidArgument)
-	short := testReceiptKey(t, "rk_short")
+	WantErr(t, err, ErrInvalidArgument)
+	short := SampleReceiptKey(t, "rk_short")
 	short.PublicKey = short.PublicKey[:31]
 	_, err = s.AddReceiptKey(bg, short, true)
-	wantErr(t, err, ErrInvalidArgument)
-	_, err = s.AddReceiptKey(bg, testReceiptKey(t, ""), true)
-	wantErr(t, err, ErrInvalidArgument)
-	if keys := mustReceiptKeys(t, s); len(keys) != 2 {
+	WantErr(t, err, ErrInvalidArgument)
+	_, err = s.AddReceiptKey(bg, SampleReceiptKey(t, ""), true)
+	WantErr(t, err, ErrInvalidArgument)
+	if keys := MustReceiptKeys(t, s); len(keys) != 2 {
 		t.Fatalf("refused keys were stored: %+v", keys)
 	}
 }
@@ -75,7 +75,7 @@ func testReceiptKeysConcurrent(t *testing.T, eng engine) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		k := testReceiptKey(t, fmt.Sprintf("rk_racer%d", i))
+		k := SampleReceiptKey(t, fmt.Sprintf("rk_racer%d", i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -88,7 +88,7 @@ func testReceiptKeysConcurrent(t *testing.T, eng engine) {
 			t.Fatalf("racer %d: %+v %v; racer 0 got %s", i, got[i], errs[i], got[0].ID)
 		}
 	}
-	if keys := mustReceiptKeys(t, s); len(keys) != 1 || keys[0].ID != got[0].ID {
+	if keys := MustReceiptKeys(t, s); len(keys) != 1 || keys[0].ID != got[0].ID {
 		t.Fatalf("keys after the race: %+v", keys)
 	}
 }
@@ -99,15 +99,15 @@ func testReceiptDigests(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 5, 5, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "rd@example.com").ID
-	b := mustAccount(t, s, "rd2@example.com").ID
+	a := MustAccount(t, s, "rd@example.com").ID
+	b := MustAccount(t, s, "rd2@example.com").ID
 	rec := GenerationRecord{AccountID: a, RequestID: "req_dig1", Mode: Live, Tool: "summarizer", State: GenerationRunning,
 		Created: t0, Expires: t0.Add(time.Minute), Pieces: 1, Bytes: 5}
-	if err := putGeneration(s, rec, 0, [][]byte{[]byte("c0")}); err != nil {
+	if err := PutGeneration(s, rec, 0, [][]byte{[]byte("c0")}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := s.ReceiptDigest(bg, a, "req_dig1")
-	wantErr(t, err, ErrNotFound) // no digest while it runs
+	WantErr(t, err, ErrNotFound) // no digest while it runs
 	sum := sha256.Sum256([]byte("hello"))
 	rec.State, rec.Finished = GenerationCompleted, t0
 	if err := s.PutGenerations(bg, GenerationPut{Record: rec, First: 1, TextSHA256: sum[:]}); err != nil {
@@ -123,21 +123,21 @@ func testReceiptDigests(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	_, _, err = s.GetGeneration(bg, a, "req_dig1", 0)
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	if d, err := s.ReceiptDigest(bg, a, "req_dig1"); err != nil || !bytes.Equal(d, sum[:]) {
 		t.Fatalf("the digest after the window: %x %v", d, err)
 	}
 	_, err = s.ReceiptDigest(bg, b, "req_dig1")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	_, err = s.ReceiptDigest(bg, a, "req_nope")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	rec.RequestID, rec.Expires = "req_dig2", t0.Add(time.Minute)
-	wantErr(t, s.PutGenerations(bg, GenerationPut{Record: rec, TextSHA256: sum[:31]}), ErrInvalidArgument)
+	WantErr(t, s.PutGenerations(bg, GenerationPut{Record: rec, TextSHA256: sum[:31]}), ErrInvalidArgument)
 }
 
-// testReceiptKey is a key as the handler gives it: the private half sealed (here: random bytes
+// SampleReceiptKey is a key as the handler gives it: the private half sealed (here: random bytes
 // of a sealed key's length).
-func testReceiptKey(t testing.TB, id string) ReceiptKey {
+func SampleReceiptKey(t testing.TB, id string) ReceiptKey {
 	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -148,7 +148,7 @@ func testReceiptKey(t testing.TB, id string) ReceiptKey {
 	return ReceiptKey{ID: id, PublicKey: pub, SealedPrivateKey: sealed}
 }
 
-func mustReceiptKeys(t testing.TB, s Receipts) []ReceiptKey {
+func MustReceiptKeys(t testing.TB, s Receipts) []ReceiptKey {
 	t.Helper()
 	keys, err := s.ReceiptKeys(bg)
 	if err != nil {
@@ -158,7 +158,7 @@ func mustReceiptKeys(t testing.TB, s Receipts) []ReceiptKey {
 }
 
 // putDigest stores a completed generation of acct with a text digest.
-func putDigest(t testing.TB, s Store, acct, rid string, t0 time.Time) {
+func PutDigest(t testing.TB, s Store, acct, rid string, t0 time.Time) {
 	t.Helper()
 	sum := sha256.Sum256([]byte(rid))
 	rec := GenerationRecord{AccountID: acct, RequestID: rid, Mode: Live, Tool: "summarizer", State: GenerationCompleted,

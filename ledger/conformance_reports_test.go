@@ -9,9 +9,9 @@ import (
 
 func testHistoryPages(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "p@example.com").ID
+	a := MustAccount(t, s, "p@example.com").ID
 	for range 25 {
-		mustGrant(t, s, a, Live, 1)
+		MustGrant(t, s, a, Live, 1)
 	}
 	var seqs []uint64
 	var sizes []int
@@ -48,15 +48,15 @@ func testHistoryPages(t *testing.T, eng engine) {
 		t.Fatalf("default page: %d %q %v", len(es), next, err)
 	}
 	// An account without entries, an unknown account, bad cursors.
-	b := mustAccount(t, s, "p2@example.com").ID
+	b := MustAccount(t, s, "p2@example.com").ID
 	if es, next, err := s.History(bg, b, Page{}); err != nil || len(es) != 0 || next != "" {
 		t.Fatalf("empty history: %v %q %v", es, next, err)
 	}
 	_, _, err = s.History(bg, "acct_missing", Page{})
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	for _, c := range []string{"x", "aGVsbG8", "aAAAAAAAAAAB"} {
 		_, _, err := s.History(bg, a, Page{Cursor: c})
-		wantErr(t, err, ErrInvalidArgument)
+		WantErr(t, err, ErrInvalidArgument)
 	}
 }
 
@@ -65,11 +65,11 @@ func testUsage(t *testing.T, eng engine) {
 	t0 := day1
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "u1@example.com").ID
-	b := mustAccount(t, s, "u2@example.com").ID
+	a := MustAccount(t, s, "u1@example.com").ID
+	b := MustAccount(t, s, "u2@example.com").ID
 	for _, id := range []string{a, b} {
-		mustGrant(t, s, id, Live, 100)
-		mustGrant(t, s, id, Test, 100)
+		MustGrant(t, s, id, Live, 100)
+		MustGrant(t, s, id, Test, 100)
 	}
 	n := 0
 	do := func(acct string, m Mode, tool string, settle bool) {
@@ -95,7 +95,7 @@ func testUsage(t *testing.T, eng engine) {
 	do(b, Live, "translate", true)
 	t0 = t0.Add(2 * time.Hour) // next UTC day
 	do(a, Live, "summarize", true)
-	mustHold(t, s, b, Live, "open-one") // a hold without outcome yet
+	MustHold(t, s, b, Live, "open-one") // a hold without outcome yet
 
 	rows, err := s.Usage(bg, UsageQuery{})
 	if err != nil {
@@ -129,5 +129,5 @@ func testUsage(t *testing.T, eng engine) {
 		t.Fatalf("usage of a from day 2: %+v %v", rows, err)
 	}
 	_, err = s.Usage(bg, UsageQuery{AccountID: "acct_missing"})
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 }

@@ -13,7 +13,7 @@ import (
 
 // refundFailed is refund id's failure (the provider's failed or canceled).
 func refundFailed(id, pi string, cents int64) ReversalRequest {
-	r := refund(id, pi, cents)
+	r := Refund(id, pi, cents)
 	r.Status = RefundFailed
 	return r
 }
@@ -26,10 +26,10 @@ func refundFailed(id, pi string, cents int64) ReversalRequest {
 func testReversalOrders(t *testing.T, eng engine) {
 	const credits, cents = 10, 200
 	type ev = func(pi string) ReversalRequest // ids are made unique by the row's payment id
-	ref := func(id string, c int64) ev { return func(pi string) ReversalRequest { return refund(id, pi, c) } }
+	ref := func(id string, c int64) ev { return func(pi string) ReversalRequest { return Refund(id, pi, c) } }
 	refFail := func(id string, c int64) ev { return func(pi string) ReversalRequest { return refundFailed(id, pi, c) } }
 	dis := func(id string, c int64, st string) ev {
-		return func(pi string) ReversalRequest { return dispute(id, pi, c, st) }
+		return func(pi string) ReversalRequest { return Dispute(id, pi, c, st) }
 	}
 	// An inquiry (Stripe's warning_needs_response) opens as a dispute; closed as
 	// warning_closed, it is won (the webhook's disputeReversal).
@@ -93,15 +93,15 @@ func testReversalOrders(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	for i, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			a := mustAccount(t, s, fmt.Sprintf("order%d@example.com", i))
+			a := MustAccount(t, s, fmt.Sprintf("order%d@example.com", i))
 			pi := fmt.Sprintf("pi_order_%d", i)
-			buyPaid(t, s, a.ID, fmt.Sprintf("cs_order_%d", i), pi, credits, cents)
+			BuyPaid(t, s, a.ID, fmt.Sprintf("cs_order_%d", i), pi, credits, cents)
 			spend(t, s, a.ID, int(row.spent))
 			refunded := map[string]int64{} // the refunds applied and not failed, by id
 			for _, e := range row.events {
 				req := e(pi)
 				req.ID += "_" + pi
-				r := mustReverse(t, s, req)
+				r := MustReverse(t, s, req)
 				if req.Kind == ReversalRefund && !r.Repeated {
 					if req.Status == RefundApplied {
 						refunded[req.ID] = req.AmountCents
@@ -114,13 +114,13 @@ func testReversalOrders(t *testing.T, eng engine) {
 					back += c
 				}
 				most := credits - min((back*credits+cents-1)/cents, credits) - row.spent
-				if b := mustBalance(t, s, a.ID); b.Balance > most {
+				if b := MustBalance(t, s, a.ID); b.Balance > most {
 					t.Fatalf("after %s %s (%s): balance %d, more than the %d that the purchase paid for less what %d cents refunded leave",
 						req.Kind, req.ID, req.Status, b.Balance, most, back)
 				}
 			}
 			want := row.keep - row.spent
-			wantFigures(t, s, a.ID, want, want)
+			WantFigures(t, s, a.ID, want, want)
 			p, err := s.GetPayment(bg, pi)
 			if err != nil || p.RefundedCredits+p.DisputedCredits != credits-row.keep {
 				t.Fatalf("payment: %+v %v, want %d credits taken", p, err, credits-row.keep)
@@ -128,14 +128,14 @@ func testReversalOrders(t *testing.T, eng engine) {
 			for _, e := range row.events { // Stripe delivers at least once
 				req := e(pi)
 				req.ID += "_" + pi
-				if r := mustReverse(t, s, req); !r.Repeated || r.Entry.Seq != 0 {
+				if r := MustReverse(t, s, req); !r.Repeated || r.Entry.Seq != 0 {
 					t.Fatalf("%s %s (%s) delivered again: %+v", req.Kind, req.ID, req.Status, r)
 				}
 			}
-			wantFigures(t, s, a.ID, want, want)
+			WantFigures(t, s, a.ID, want, want)
 		})
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testReversalOfPendingPayment: a refund or dispute of a payment still pending (its success
@@ -144,11 +144,11 @@ func testReversalOrders(t *testing.T, eng engine) {
 // credited, the event delivered again takes its share.
 func testReversalOfPendingPayment(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "pending@example.com")
+	a := MustAccount(t, s, "pending@example.com")
 	pend := Payment{ID: "pi_pend", Reference: "cs_pend", AccountID: a.ID, Package: "10", AmountCents: 200, Currency: "eur",
 		Status: PaymentPending}
-	mustRecordPayment(t, s, pend)
-	early := []ReversalRequest{refund("re_pend", "pi_pend", 200), dispute("du_pend", "pi_pend", 200, DisputeOpen)}
+	MustRecordPayment(t, s, pend)
+	early := []ReversalRequest{Refund("re_pend", "pi_pend", 200), Dispute("du_pend", "pi_pend", 200, DisputeOpen)}
 	for _, req := range early {
 		if _, err := s.Reverse(bg, req); !errors.Is(err, ErrNotFound) {
 			t.Errorf("%s %s of a pending payment: %v, want ErrNotFound", req.Kind, req.ID, err)
@@ -157,14 +157,14 @@ func testReversalOfPendingPayment(t *testing.T, eng engine) {
 	if rs, err := s.ListReversals(bg, a.ID, "", 0); err != nil || len(rs) != 0 {
 		t.Errorf("reversals of a pending payment: %+v %v", rs, err)
 	}
-	buyPaid(t, s, a.ID, "cs_pend", "pi_pend", 10, 200) // the success: credited, then paid
-	wantFigures(t, s, a.ID, 10, 10)
+	BuyPaid(t, s, a.ID, "cs_pend", "pi_pend", 10, 200) // the success: credited, then paid
+	WantFigures(t, s, a.ID, 10, 10)
 	for _, req := range early {
-		if r := mustReverse(t, s, req); r.Repeated {
+		if r := MustReverse(t, s, req); r.Repeated {
 			t.Fatalf("%s %s after the success: %+v", req.Kind, req.ID, r)
 		}
 	}
-	mustReverse(t, s, dispute("du_pend", "pi_pend", 200, DisputeWon))
-	wantFigures(t, s, a.ID, 0, 0)
-	verifyClean(t, s)
+	MustReverse(t, s, Dispute("du_pend", "pi_pend", 200, DisputeWon))
+	WantFigures(t, s, a.ID, 0, 0)
+	VerifyClean(t, s)
 }

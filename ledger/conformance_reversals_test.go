@@ -11,7 +11,7 @@ import (
 // The Reversals role: payments recorded and advanced once, refunds and disputes applied once
 // per id, debt, and Verify with it. Run for every engine by the conformance suite.
 
-func mustRecordPayment(t testing.TB, s Store, p Payment) Payment {
+func MustRecordPayment(t testing.TB, s Store, p Payment) Payment {
 	t.Helper()
 	rec, _, err := s.RecordPayment(bg, p)
 	if err != nil {
@@ -20,7 +20,7 @@ func mustRecordPayment(t testing.TB, s Store, p Payment) Payment {
 	return rec
 }
 
-func mustReverse(t testing.TB, s Store, req ReversalRequest) ReversalResult {
+func MustReverse(t testing.TB, s Store, req ReversalRequest) ReversalResult {
 	t.Helper()
 	r, err := s.Reverse(bg, req)
 	if err != nil {
@@ -31,13 +31,13 @@ func mustReverse(t testing.TB, s Store, req ReversalRequest) ReversalResult {
 
 // buyPaid credits a purchase of credits for cents with reference ref, paid by payment pi, as
 // the webhook does: the grant, then the payment.
-func buyPaid(t testing.TB, s Store, acct, ref, pi string, credits, cents int64) {
+func BuyPaid(t testing.TB, s Store, acct, ref, pi string, credits, cents int64) {
 	t.Helper()
 	if _, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: Live, Kind: KindPurchase, Credits: credits,
 		Reference: ref, AmountCents: cents, Currency: "EUR"}); err != nil {
 		t.Fatal(err)
 	}
-	mustRecordPayment(t, s, Payment{ID: pi, Reference: ref, AccountID: acct, Package: "10", Credits: credits,
+	MustRecordPayment(t, s, Payment{ID: pi, Reference: ref, AccountID: acct, Package: "10", Credits: credits,
 		AmountCents: cents, Currency: "eur", Status: PaymentPaid})
 }
 
@@ -46,26 +46,26 @@ func spend(t testing.TB, s Store, acct string, n int) {
 	t.Helper()
 	for i := range n {
 		rid := fmt.Sprintf("req_%s_%d_%d", acct[len(acct)-4:], time.Now().UnixNano(), i)
-		mustHold(t, s, acct, Live, rid)
+		MustHold(t, s, acct, Live, rid)
 		if _, err := s.Settle(bg, acct, rid); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-func refund(id, pi string, cents int64) ReversalRequest {
+func Refund(id, pi string, cents int64) ReversalRequest {
 	return ReversalRequest{ID: id, Kind: ReversalRefund, Payment: pi, AmountCents: cents, Currency: "eur",
 		Status: RefundApplied, Reason: "requested_by_customer", Event: "evt_" + id}
 }
 
-func dispute(id, pi string, cents int64, status string) ReversalRequest {
+func Dispute(id, pi string, cents int64, status string) ReversalRequest {
 	return ReversalRequest{ID: id, Kind: ReversalDispute, Payment: pi, AmountCents: cents, Currency: "eur",
 		Status: status, Reason: "fraudulent", Event: "evt_" + id + "_" + status}
 }
 
-func wantFigures(t testing.TB, s Store, acct string, bal, avail int64) {
+func WantFigures(t testing.TB, s Store, acct string, bal, avail int64) {
 	t.Helper()
-	if b := mustBalance(t, s, acct); b.Balance != bal || b.Available != avail {
+	if b := MustBalance(t, s, acct); b.Balance != bal || b.Available != avail {
 		t.Fatalf("balance %d / available %d, want %d / %d", b.Balance, b.Available, bal, avail)
 	}
 }
@@ -75,10 +75,10 @@ func wantFigures(t testing.TB, s Store, acct string, bal, avail int64) {
 // pays the debt (it is not refused for the debt); Verify is clean throughout.
 func testRefundIntoDebt(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "debt@example.com")
-	buyPaid(t, s, a.ID, "cs_1", "pi_1", 10, 200)
+	a := MustAccount(t, s, "debt@example.com")
+	BuyPaid(t, s, a.ID, "cs_1", "pi_1", 10, 200)
 	spend(t, s, a.ID, 3)
-	r := mustReverse(t, s, refund("re_1", "pi_1", 200))
+	r := MustReverse(t, s, Refund("re_1", "pi_1", 200))
 	if r.Repeated || r.Entry.Kind != KindRefund || r.Entry.Amount != -10 || r.Entry.Reference != "re_1" ||
 		r.Entry.AmountCents != 200 || r.Entry.BalanceAfter != -3 || r.Entry.AvailableAfter != -3 || r.Balance.Balance != -3 {
 		t.Fatalf("full refund: %+v", r)
@@ -87,23 +87,23 @@ func testRefundIntoDebt(t *testing.T, eng engine) {
 		r.Reversal.Reference != "cs_1" || r.Payment.RefundedCents != 200 || r.Payment.RefundedCredits != 10 {
 		t.Fatalf("full refund's records: %+v", r)
 	}
-	wantFigures(t, s, a.ID, -3, -3)
+	WantFigures(t, s, a.ID, -3, -3)
 	for range 3 { // Stripe delivers at least once
-		if again := mustReverse(t, s, refund("re_1", "pi_1", 200)); !again.Repeated || again.Entry.Seq != 0 || again.Balance.Balance != -3 {
+		if again := MustReverse(t, s, Refund("re_1", "pi_1", 200)); !again.Repeated || again.Entry.Seq != 0 || again.Balance.Balance != -3 {
 			t.Fatalf("repeated refund: %+v", again)
 		}
 	}
-	wantFigures(t, s, a.ID, -3, -3)
+	WantFigures(t, s, a.ID, -3, -3)
 	_, err := s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: "in_debt"})
-	wantErr(t, err, ErrInsufficientCredits)
-	verifyClean(t, s)
+	WantErr(t, err, ErrInsufficientCredits)
+	VerifyClean(t, s)
 	// An adjustment may not take more from an account in debt; a purchase pays the debt.
 	_, err = s.Grant(bg, GrantRequest{AccountID: a.ID, Mode: Live, Kind: KindAdjustment, Credits: -1})
-	wantErr(t, err, ErrInsufficientCredits)
-	buyPaid(t, s, a.ID, "cs_2", "pi_2", 10, 200)
-	wantFigures(t, s, a.ID, 7, 7)
-	mustHold(t, s, a.ID, Live, "after_debt")
-	h := allHistory(t, s, a.ID)
+	WantErr(t, err, ErrInsufficientCredits)
+	BuyPaid(t, s, a.ID, "cs_2", "pi_2", 10, 200)
+	WantFigures(t, s, a.ID, 7, 7)
+	MustHold(t, s, a.ID, Live, "after_debt")
+	h := AllHistory(t, s, a.ID)
 	var refunds int
 	for _, e := range h {
 		if e.Kind == KindRefund {
@@ -113,28 +113,28 @@ func testRefundIntoDebt(t *testing.T, eng engine) {
 	if refunds != 1 {
 		t.Fatalf("%d refund entries, want 1: %+v", refunds, h)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testRefundSmallPurchaseAgainstDebt: a purchase smaller than the debt still credits.
 func testRefundSmallPurchaseAgainstDebt(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "bigdebt@example.com")
-	buyPaid(t, s, a.ID, "cs_big", "pi_big", 50, 900)
+	a := MustAccount(t, s, "bigdebt@example.com")
+	BuyPaid(t, s, a.ID, "cs_big", "pi_big", 50, 900)
 	spend(t, s, a.ID, 13)
-	mustReverse(t, s, refund("re_big", "pi_big", 900))
-	wantFigures(t, s, a.ID, -13, -13)
-	buyPaid(t, s, a.ID, "cs_small", "pi_small", 10, 200)
-	wantFigures(t, s, a.ID, -3, -3)
-	verifyClean(t, s)
+	MustReverse(t, s, Refund("re_big", "pi_big", 900))
+	WantFigures(t, s, a.ID, -13, -13)
+	BuyPaid(t, s, a.ID, "cs_small", "pi_small", 10, 200)
+	WantFigures(t, s, a.ID, -3, -3)
+	VerifyClean(t, s)
 }
 
 // testRefundPartialRounding: partial refunds add up, and the credits they take are the share of
 // all refunded cents rounded up (operator's favour), never more than the purchase credited.
 func testRefundPartialRounding(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "partial@example.com")
-	buyPaid(t, s, a.ID, "cs_p", "pi_p", 10, 200)
+	a := MustAccount(t, s, "partial@example.com")
+	BuyPaid(t, s, a.ID, "cs_p", "pi_p", 10, 200)
 	for _, c := range []struct {
 		id          string
 		cents, took int64
@@ -145,50 +145,50 @@ func testRefundPartialRounding(t *testing.T, eng engine) {
 		{"re_more", 500, 4}, // more than the rest: the rest
 		{"re_after", 50, 0}, // nothing left
 	} {
-		r := mustReverse(t, s, refund(c.id, "pi_p", c.cents))
+		r := MustReverse(t, s, Refund(c.id, "pi_p", c.cents))
 		if r.Repeated || r.Reversal.Credits != c.took || r.Entry.Amount != -c.took || r.Entry.Kind != KindRefund {
 			t.Fatalf("refund %s of %d cents: %+v, want %d credits off", c.id, c.cents, r, c.took)
 		}
 	}
-	wantFigures(t, s, a.ID, 0, 0)
+	WantFigures(t, s, a.ID, 0, 0)
 	p, err := s.GetPayment(bg, "pi_p")
 	if err != nil || p.RefundedCents != 660 || p.RefundedCredits != 10 {
 		t.Fatalf("payment after the refunds: %+v %v", p, err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testRefundBeforePayment: an event for a payment not recorded (yet) is ErrNotFound and
 // changes nothing; once the payment is recorded, the same event applies.
 func testRefundBeforePayment(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "early@example.com")
-	_, err := s.Reverse(bg, refund("re_early", "pi_late", 200))
-	wantErr(t, err, ErrNotFound)
-	_, err = s.Reverse(bg, dispute("du_early", "pi_late", 200, DisputeOpen))
-	wantErr(t, err, ErrNotFound)
+	a := MustAccount(t, s, "early@example.com")
+	_, err := s.Reverse(bg, Refund("re_early", "pi_late", 200))
+	WantErr(t, err, ErrNotFound)
+	_, err = s.Reverse(bg, Dispute("du_early", "pi_late", 200, DisputeOpen))
+	WantErr(t, err, ErrNotFound)
 	if rs, err := s.ListReversals(bg, "", "", 0); err != nil || len(rs) != 0 {
 		t.Fatalf("reversals after refused events: %+v %v", rs, err)
 	}
-	buyPaid(t, s, a.ID, "cs_late", "pi_late", 10, 200)
-	if r := mustReverse(t, s, refund("re_early", "pi_late", 200)); r.Entry.Amount != -10 {
+	BuyPaid(t, s, a.ID, "cs_late", "pi_late", 10, 200)
+	if r := MustReverse(t, s, Refund("re_early", "pi_late", 200)); r.Entry.Amount != -10 {
 		t.Fatalf("the retried refund: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 0, 0)
-	verifyClean(t, s)
+	WantFigures(t, s, a.ID, 0, 0)
+	VerifyClean(t, s)
 }
 
 // testRefundConcurrent: one refund event delivered many times at once applies once.
 func testRefundConcurrent(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "race@example.com")
-	buyPaid(t, s, a.ID, "cs_r", "pi_r", 10, 200)
+	a := MustAccount(t, s, "race@example.com")
+	BuyPaid(t, s, a.ID, "cs_r", "pi_r", 10, 200)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	applied := 0
 	for range 12 {
 		wg.Go(func() {
-			r, err := s.Reverse(bg, refund("re_r", "pi_r", 100))
+			r, err := s.Reverse(bg, Refund("re_r", "pi_r", 100))
 			if err != nil {
 				t.Error(err)
 				return
@@ -204,121 +204,121 @@ func testRefundConcurrent(t *testing.T, eng engine) {
 	if applied != 1 {
 		t.Fatalf("applied %d times, want once", applied)
 	}
-	wantFigures(t, s, a.ID, 5, 5)
-	verifyClean(t, s)
+	WantFigures(t, s, a.ID, 5, 5)
+	VerifyClean(t, s)
 }
 
 // testRefundFailed: a refund that fails gives its credits back, once; one that failed before
 // its creation arrived takes nothing.
 func testRefundFailed(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "failed@example.com")
-	buyPaid(t, s, a.ID, "cs_f", "pi_f", 10, 200)
-	mustReverse(t, s, refund("re_f", "pi_f", 200))
-	wantFigures(t, s, a.ID, 0, 0)
-	failed := refund("re_f", "pi_f", 200)
+	a := MustAccount(t, s, "failed@example.com")
+	BuyPaid(t, s, a.ID, "cs_f", "pi_f", 10, 200)
+	MustReverse(t, s, Refund("re_f", "pi_f", 200))
+	WantFigures(t, s, a.ID, 0, 0)
+	failed := Refund("re_f", "pi_f", 200)
 	failed.Status = RefundFailed
-	r := mustReverse(t, s, failed)
+	r := MustReverse(t, s, failed)
 	if r.Repeated || r.Entry.Amount != 10 || r.Entry.Reference != "re_f/failed" || r.Reversal.Status != RefundFailed || r.Reversal.Credits != 0 {
 		t.Fatalf("failed refund: %+v", r)
 	}
-	if r := mustReverse(t, s, failed); !r.Repeated {
+	if r := MustReverse(t, s, failed); !r.Repeated {
 		t.Fatalf("failed again: %+v", r)
 	}
-	if r := mustReverse(t, s, refund("re_f", "pi_f", 200)); !r.Repeated {
+	if r := MustReverse(t, s, Refund("re_f", "pi_f", 200)); !r.Repeated {
 		t.Fatalf("the refund's creation after its failure: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 10, 10)
-	early := refund("re_g", "pi_f", 200)
+	WantFigures(t, s, a.ID, 10, 10)
+	early := Refund("re_g", "pi_f", 200)
 	early.Status = RefundFailed
-	if r := mustReverse(t, s, early); r.Repeated || r.Entry.Seq != 0 || r.Reversal.Status != RefundFailed {
+	if r := MustReverse(t, s, early); r.Repeated || r.Entry.Seq != 0 || r.Reversal.Status != RefundFailed {
 		t.Fatalf("a failure before the refund: %+v", r)
 	}
-	if r := mustReverse(t, s, refund("re_g", "pi_f", 200)); !r.Repeated {
+	if r := MustReverse(t, s, Refund("re_g", "pi_f", 200)); !r.Repeated {
 		t.Fatalf("the refund's creation after its failure: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 10, 10)
+	WantFigures(t, s, a.ID, 10, 10)
 	if p, _ := s.GetPayment(bg, "pi_f"); p.RefundedCents != 0 || p.RefundedCredits != 0 {
 		t.Fatalf("payment after the failed refunds: %+v", p)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testDisputes: a dispute freezes the purchase's credits (taken off, into debt if spent); won
 // gives them back; lost is final and recorded; each step once, in any order.
 func testDisputes(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "dispute@example.com")
-	buyPaid(t, s, a.ID, "cs_d1", "pi_d1", 10, 200)
-	buyPaid(t, s, a.ID, "cs_d2", "pi_d2", 10, 200)
+	a := MustAccount(t, s, "dispute@example.com")
+	BuyPaid(t, s, a.ID, "cs_d1", "pi_d1", 10, 200)
+	BuyPaid(t, s, a.ID, "cs_d2", "pi_d2", 10, 200)
 	spend(t, s, a.ID, 12)
-	wantFigures(t, s, a.ID, 8, 8)
+	WantFigures(t, s, a.ID, 8, 8)
 
 	// Won: frozen, then given back.
-	r := mustReverse(t, s, dispute("du_1", "pi_d1", 200, DisputeOpen))
+	r := MustReverse(t, s, Dispute("du_1", "pi_d1", 200, DisputeOpen))
 	if r.Entry.Kind != KindDispute || r.Entry.Amount != -10 || r.Entry.Reference != "du_1" || r.Reversal.Status != DisputeOpen ||
 		r.Reversal.Reason != "fraudulent" || r.Payment.DisputedCredits != 10 {
 		t.Fatalf("dispute opened: %+v", r)
 	}
-	wantFigures(t, s, a.ID, -2, -2)
+	WantFigures(t, s, a.ID, -2, -2)
 	_, err := s.Hold(bg, HoldRequest{AccountID: a.ID, Mode: Live, RequestID: "frozen"})
-	wantErr(t, err, ErrInsufficientCredits)
-	if r := mustReverse(t, s, dispute("du_1", "pi_d1", 200, DisputeOpen)); !r.Repeated {
+	WantErr(t, err, ErrInsufficientCredits)
+	if r := MustReverse(t, s, Dispute("du_1", "pi_d1", 200, DisputeOpen)); !r.Repeated {
 		t.Fatalf("dispute opened again: %+v", r)
 	}
-	verifyClean(t, s)
-	r = mustReverse(t, s, dispute("du_1", "pi_d1", 200, DisputeWon))
+	VerifyClean(t, s)
+	r = MustReverse(t, s, Dispute("du_1", "pi_d1", 200, DisputeWon))
 	if r.Entry.Amount != 10 || r.Entry.Reference != "du_1/won" || r.Reversal.Status != DisputeWon || r.Reversal.Credits != 0 {
 		t.Fatalf("dispute won: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 8, 8)
+	WantFigures(t, s, a.ID, 8, 8)
 	for _, st := range []string{DisputeWon, DisputeLost, DisputeOpen} {
-		if r := mustReverse(t, s, dispute("du_1", "pi_d1", 200, st)); !r.Repeated {
+		if r := MustReverse(t, s, Dispute("du_1", "pi_d1", 200, st)); !r.Repeated {
 			t.Fatalf("%s after won: %+v", st, r)
 		}
 	}
-	wantFigures(t, s, a.ID, 8, 8)
+	WantFigures(t, s, a.ID, 8, 8)
 
 	// Lost: frozen, then final, with an entry of 0.
-	mustReverse(t, s, dispute("du_2", "pi_d2", 200, DisputeOpen))
-	wantFigures(t, s, a.ID, -2, -2)
-	r = mustReverse(t, s, dispute("du_2", "pi_d2", 200, DisputeLost))
+	MustReverse(t, s, Dispute("du_2", "pi_d2", 200, DisputeOpen))
+	WantFigures(t, s, a.ID, -2, -2)
+	r = MustReverse(t, s, Dispute("du_2", "pi_d2", 200, DisputeLost))
 	if r.Repeated || r.Entry.Kind != KindDispute || r.Entry.Amount != 0 || r.Entry.Reference != "du_2/lost" || r.Reversal.Credits != 10 {
 		t.Fatalf("dispute lost: %+v", r)
 	}
-	if r := mustReverse(t, s, dispute("du_2", "pi_d2", 200, DisputeWon)); !r.Repeated {
+	if r := MustReverse(t, s, Dispute("du_2", "pi_d2", 200, DisputeWon)); !r.Repeated {
 		t.Fatalf("won after lost: %+v", r)
 	}
-	wantFigures(t, s, a.ID, -2, -2)
-	verifyClean(t, s)
+	WantFigures(t, s, a.ID, -2, -2)
+	VerifyClean(t, s)
 
 	// Out of order: closed before created.
-	buyPaid(t, s, a.ID, "cs_d3", "pi_d3", 10, 200)
-	buyPaid(t, s, a.ID, "cs_d4", "pi_d4", 10, 200)
-	wantFigures(t, s, a.ID, 18, 18)
-	r = mustReverse(t, s, dispute("du_3", "pi_d3", 200, DisputeLost))
+	BuyPaid(t, s, a.ID, "cs_d3", "pi_d3", 10, 200)
+	BuyPaid(t, s, a.ID, "cs_d4", "pi_d4", 10, 200)
+	WantFigures(t, s, a.ID, 18, 18)
+	r = MustReverse(t, s, Dispute("du_3", "pi_d3", 200, DisputeLost))
 	if r.Entry.Amount != -10 || r.Reversal.Status != DisputeLost {
 		t.Fatalf("lost before created: %+v", r)
 	}
-	if r := mustReverse(t, s, dispute("du_3", "pi_d3", 200, DisputeOpen)); !r.Repeated {
+	if r := MustReverse(t, s, Dispute("du_3", "pi_d3", 200, DisputeOpen)); !r.Repeated {
 		t.Fatalf("created after lost: %+v", r)
 	}
-	r = mustReverse(t, s, dispute("du_4", "pi_d4", 200, DisputeWon))
+	r = MustReverse(t, s, Dispute("du_4", "pi_d4", 200, DisputeWon))
 	if r.Entry.Seq != 0 || r.Reversal.Status != DisputeWon || r.Reversal.Credits != 0 {
 		t.Fatalf("won before created: %+v", r)
 	}
-	if r := mustReverse(t, s, dispute("du_4", "pi_d4", 200, DisputeOpen)); !r.Repeated {
+	if r := MustReverse(t, s, Dispute("du_4", "pi_d4", 200, DisputeOpen)); !r.Repeated {
 		t.Fatalf("created after won: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 8, 8)
+	WantFigures(t, s, a.ID, 8, 8)
 
 	// A refund and a dispute of one purchase never take more than it credited.
-	buyPaid(t, s, a.ID, "cs_d5", "pi_d5", 10, 200)
-	mustReverse(t, s, refund("re_5", "pi_d5", 100))
-	if r := mustReverse(t, s, dispute("du_5", "pi_d5", 200, DisputeOpen)); r.Entry.Amount != -5 {
+	BuyPaid(t, s, a.ID, "cs_d5", "pi_d5", 10, 200)
+	MustReverse(t, s, Refund("re_5", "pi_d5", 100))
+	if r := MustReverse(t, s, Dispute("du_5", "pi_d5", 200, DisputeOpen)); r.Entry.Amount != -5 {
 		t.Fatalf("dispute of a half-refunded purchase: %+v", r)
 	}
-	wantFigures(t, s, a.ID, 8, 8)
+	WantFigures(t, s, a.ID, 8, 8)
 
 	ds, err := s.ListReversals(bg, a.ID, ReversalDispute, 0)
 	if err != nil || len(ds) != 5 {
@@ -330,7 +330,7 @@ func testDisputes(t *testing.T, eng engine) {
 	if one, _ := s.ListReversals(bg, "", "", 1); len(one) != 1 {
 		t.Fatalf("limit 1: %+v", one)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testPayments: a payment moves from pending to paid or failed once and then never changes;
@@ -340,7 +340,7 @@ func testPayments(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	clock := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 	setNow(t, &clock)
-	a := mustAccount(t, s, "pay@example.com")
+	a := MustAccount(t, s, "pay@example.com")
 	pend := Payment{ID: "pi_async", Reference: "cs_async", AccountID: a.ID, Package: "10", AmountCents: 200, Currency: "eur", Status: PaymentPending}
 	rec, repeated, err := s.RecordPayment(bg, pend)
 	if err != nil || repeated || rec.Status != PaymentPending || !rec.Created.Equal(clock) {
@@ -365,9 +365,9 @@ func testPayments(t *testing.T, eng engine) {
 	}
 	clock = clock.Add(time.Minute)
 	failed := Payment{ID: "pi_fail", Reference: "cs_fail", AccountID: a.ID, AmountCents: 200, Currency: "eur", Status: PaymentPending}
-	mustRecordPayment(t, s, failed)
+	MustRecordPayment(t, s, failed)
 	failed.Status = PaymentFailed
-	if got := mustRecordPayment(t, s, failed); got.Status != PaymentFailed {
+	if got := MustRecordPayment(t, s, failed); got.Status != PaymentFailed {
 		t.Fatalf("failed: %+v", got)
 	}
 	ps, err := s.AccountPayments(bg, a.ID, 0)
@@ -378,28 +378,28 @@ func testPayments(t *testing.T, eng engine) {
 		t.Fatalf("payments of no account: %+v %v", ps, err)
 	}
 	_, err = s.GetPayment(bg, "pi_none")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 	if p, err := s.PaymentOf(bg, "cs_async"); err != nil || p.ID != "pi_async" || p.Status != PaymentPaid {
 		t.Fatalf("payment of cs_async: %+v %v", p, err)
 	}
 	_, err = s.PaymentOf(bg, "cs_none")
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 
 	// A paid session that credited nothing, for no account: its refund is kept, with no entry.
-	mustRecordPayment(t, s, Payment{ID: "pi_unmatched", Reference: "cs_unmatched", AmountCents: 150, Currency: "eur", Status: PaymentPaid})
-	r := mustReverse(t, s, refund("re_unmatched", "pi_unmatched", 150))
+	MustRecordPayment(t, s, Payment{ID: "pi_unmatched", Reference: "cs_unmatched", AmountCents: 150, Currency: "eur", Status: PaymentPaid})
+	r := MustReverse(t, s, Refund("re_unmatched", "pi_unmatched", 150))
 	if r.Repeated || r.Entry.Seq != 0 || r.Reversal.Credits != 0 || r.Reversal.Status != RefundApplied {
 		t.Fatalf("refund of a payment that credited nothing: %+v", r)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // testReversalsInvalid: bad requests are refused and change nothing.
 func testReversalsInvalid(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "bad@example.com")
-	buyPaid(t, s, a.ID, "cs_b", "pi_b", 10, 200)
-	good := refund("re_b", "pi_b", 100)
+	a := MustAccount(t, s, "bad@example.com")
+	BuyPaid(t, s, a.ID, "cs_b", "pi_b", 10, 200)
+	good := Refund("re_b", "pi_b", 100)
 	for name, mut := range map[string]func(*ReversalRequest){
 		"no id":           func(r *ReversalRequest) { r.ID = "" },
 		"no payment":      func(r *ReversalRequest) { r.Payment = "" },
@@ -415,8 +415,8 @@ func testReversalsInvalid(t *testing.T, eng engine) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	mustReverse(t, s, good)
-	if _, err := s.Reverse(bg, dispute("re_b", "pi_b", 100, DisputeOpen)); !errors.Is(err, ErrInvalidArgument) {
+	MustReverse(t, s, good)
+	if _, err := s.Reverse(bg, Dispute("re_b", "pi_b", 100, DisputeOpen)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a refund's id as a dispute's: %v", err)
 	}
 	for name, p := range map[string]Payment{
@@ -434,6 +434,6 @@ func testReversalsInvalid(t *testing.T, eng engine) {
 	if _, err := s.ListReversals(bg, "", "chargeback", 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("list of an unknown kind: %v", err)
 	}
-	wantFigures(t, s, a.ID, 5, 5)
-	verifyClean(t, s)
+	WantFigures(t, s, a.ID, 5, 5)
+	VerifyClean(t, s)
 }

@@ -15,8 +15,8 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 10*time.Minute)
-	a := mustAccount(t, s, "late@example.com").ID
-	mustGrant(t, s, a, Live, 3)
+	a := MustAccount(t, s, "late@example.com").ID
+	MustGrant(t, s, a, Live, 3)
 	_, k, err := s.CreateKey(bg, a, Live, "k", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	if n, err := eng.expire(t, s); err != nil || n != 2 {
 		t.Fatalf("sweep: %d %v", n, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 3 || b.Available != 3 || keyTotal() != 0 {
+	if b := MustBalance(t, s, a); b.Balance != 3 || b.Available != 3 || keyTotal() != 0 {
 		t.Fatalf("after the sweep: %+v, key counts %d", b, keyTotal())
 	}
 	t0 = t0.Add(time.Minute) // the settle arrives a minute after the sweep
@@ -57,7 +57,7 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	if err != nil || r.Repeated || r.State != HoldSettled || r.Available != 2 {
 		t.Fatalf("settle decided before the expiry, after the sweep: %+v %v", r, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 2 || b.Available != 2 || keyTotal() != 1 {
+	if b := MustBalance(t, s, a); b.Balance != 2 || b.Available != 2 || keyTotal() != 1 {
 		t.Fatalf("after the late settle: %+v, key counts %d", b, keyTotal())
 	}
 	// Never twice: not by the same settle again, nor a plain one, nor a void.
@@ -82,11 +82,11 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	if r, err := s.Settle(bg, a, "abandoned"); err != nil || !r.Repeated || r.State != HoldVoided {
 		t.Fatalf("plain settle of the swept hold: %+v %v", r, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 2 || b.Available != 2 || keyTotal() != 1 {
+	if b := MustBalance(t, s, a); b.Balance != 2 || b.Available != 2 || keyTotal() != 1 {
 		t.Fatalf("after the refused settles: %+v, key counts %d", b, keyTotal())
 	}
 	var kinds []string
-	for _, e := range allHistory(t, s, a) {
+	for _, e := range AllHistory(t, s, a) {
 		if e.RequestID == "late" {
 			kinds = append(kinds, string(e.Kind)+"/"+e.Reason)
 		}
@@ -95,22 +95,22 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	if len(kinds) != 3 || kinds[0] != "settle/"+SettledLateReason || kinds[1] != "void/expired" || kinds[2] != "hold/" {
 		t.Fatalf("history of the late-settled request: %q", kinds)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 
 	// The credit the void gave back was held again meanwhile: no credit to take, it stays voided.
-	mustHold(t, s, a, Live, "spent1")
-	mustHold(t, s, a, Live, "spent2")
+	MustHold(t, s, a, Live, "spent1")
+	MustHold(t, s, a, Live, "spent2")
 	t0 = t0.Add(10 * time.Minute)
 	if n, err := eng.expire(t, s); err != nil || n != 2 {
 		t.Fatalf("second sweep: %d %v", n, err)
 	}
 	decided = t0.Add(-time.Second)
-	mustHold(t, s, a, Live, "new1")
-	mustHold(t, s, a, Live, "new2")
+	MustHold(t, s, a, Live, "new1")
+	MustHold(t, s, a, Live, "new2")
 	if r, err := s.SettleDecided(bg, a, "spent1", decided); err != nil || !r.Repeated || r.State != HoldVoided || r.Available != 0 {
 		t.Fatalf("late settle with no credit available: %+v %v", r, err)
 	}
-	if b := mustBalance(t, s, a); b.Balance != 2 || b.Available != 0 {
+	if b := MustBalance(t, s, a); b.Balance != 2 || b.Available != 0 {
 		t.Fatalf("after a refused late settle: %+v", b)
 	}
 	// Two late settles at once (two instances): one charge.
@@ -137,8 +137,8 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 			charged++
 		}
 	}
-	if b := mustBalance(t, s, a); charged != 1 || b.Balance != 1 || b.Available != 0 {
+	if b := MustBalance(t, s, a); charged != 1 || b.Balance != 1 || b.Available != 0 {
 		t.Fatalf("%d of 4 concurrent late settles charged; balance %+v", charged, b)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

@@ -13,11 +13,11 @@ func testUsageByKey(t *testing.T, eng engine) {
 	t0 := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	s := eng.open(t, 0)
-	a := mustAccount(t, s, "k1@example.com").ID
-	b := mustAccount(t, s, "k2@example.com").ID
+	a := MustAccount(t, s, "k1@example.com").ID
+	b := MustAccount(t, s, "k2@example.com").ID
 	for _, id := range []string{a, b} {
-		mustGrant(t, s, id, Live, 100)
-		mustGrant(t, s, id, Test, 100)
+		MustGrant(t, s, id, Live, 100)
+		MustGrant(t, s, id, Test, 100)
 	}
 	n := 0
 	do := func(acct, key string, m Mode, tool string, settle bool) {
@@ -73,7 +73,7 @@ func testUsageByKey(t *testing.T, eng engine) {
 		t.Fatalf("usage by key of the whole history: %+v", all)
 	}
 	_, err = s.UsageByKey(bg, UsageQuery{})
-	wantErr(t, err, ErrInvalidArgument)
+	WantErr(t, err, ErrInvalidArgument)
 	_, err = s.UsageByKey(bg, UsageQuery{AccountID: "acct_missing"})
-	wantErr(t, err, ErrNotFound)
+	WantErr(t, err, ErrNotFound)
 }

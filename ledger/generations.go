@@ -73,7 +73,7 @@ const (
 )
 
 // checkGenerationPuts checks what PutGenerations is given at time t.
-func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
+func CheckGenerationPuts(puts []GenerationPut, t time.Time) error {
 	for _, p := range puts {
 		if err := checkGenerationRecord(p.Record, p.First, p.Chunks, t); err != nil {
 			return err
@@ -87,16 +87,16 @@ func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
 
 // checkGenerationRecord checks one put at time t.
 func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t time.Time) error {
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, true); err != nil {
+	if err := CheckString("request id", rec.RequestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
 	if err := checkMode(rec.Mode); err != nil {
 		return err
 	}
-	if err := checkString("tool", rec.Tool, maxGenerationLabel, false); err != nil {
+	if err := CheckString("tool", rec.Tool, maxGenerationLabel, false); err != nil {
 		return err
 	}
-	if err := checkString("language", rec.Language, maxGenerationLabel, false); err != nil {
+	if err := CheckString("language", rec.Language, maxGenerationLabel, false); err != nil {
 		return err
 	}
 	switch rec.State {
@@ -129,4 +129,4 @@ func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t t
 }
 
 // generationExpired reports whether rec's window has ended at t.
-func generationExpired(rec GenerationRecord, t time.Time) bool { return !t.Before(rec.Expires) }
+func GenerationExpired(rec GenerationRecord, t time.Time) bool { return !t.Before(rec.Expires) }

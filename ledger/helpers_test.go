@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,7 +20,7 @@ func setNow(t testing.TB, at *time.Time) {
 	t.Cleanup(func() { now = old })
 }
 
-func mustAccount(t testing.TB, s Store, email string) Account {
+func MustAccount(t testing.TB, s Store, email string) Account {
 	t.Helper()
 	a, err := s.CreateAccount(bg, email)
 	if err != nil {
@@ -27,7 +29,7 @@ func mustAccount(t testing.TB, s Store, email string) Account {
 	return a
 }
 
-func mustGrant(t testing.TB, s Store, acct string, m Mode, n int64) GrantResult {
+func MustGrant(t testing.TB, s Store, acct string, m Mode, n int64) GrantResult {
 	t.Helper()
 	r, err := s.Grant(bg, GrantRequest{AccountID: acct, Mode: m, Kind: KindGrant, Credits: n})
 	if err != nil {
@@ -36,7 +38,7 @@ func mustGrant(t testing.TB, s Store, acct string, m Mode, n int64) GrantResult 
 	return r
 }
 
-func mustHold(t testing.TB, s Store, acct string, m Mode, rid string) HoldResult {
+func MustHold(t testing.TB, s Store, acct string, m Mode, rid string) HoldResult {
 	t.Helper()
 	r, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_test", Tool: "summarize"})
 	if err != nil {
@@ -45,7 +47,7 @@ func mustHold(t testing.TB, s Store, acct string, m Mode, rid string) HoldResult
 	return r
 }
 
-func mustBalance(t testing.TB, s Store, acct string) Balance {
+func MustBalance(t testing.TB, s Store, acct string) Balance {
 	t.Helper()
 	b, err := s.Balance(bg, acct)
 	if err != nil {
@@ -54,14 +56,14 @@ func mustBalance(t testing.TB, s Store, acct string) Balance {
 	return b
 }
 
-func wantErr(t testing.TB, err, want error) {
+func WantErr(t testing.TB, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
 		t.Fatalf("error %v, want %v", err, want)
 	}
 }
 
-func verifyClean(t testing.TB, s Store) VerifyReport {
+func VerifyClean(t testing.TB, s Store) VerifyReport {
 	t.Helper()
 	r, err := s.Verify(bg)
 	if err != nil {
@@ -74,7 +76,7 @@ func verifyClean(t testing.TB, s Store) VerifyReport {
 }
 
 // allHistory returns every entry of the account, newest first.
-func allHistory(t testing.TB, s Store, acct string) []Entry {
+func AllHistory(t testing.TB, s Store, acct string) []Entry {
 	t.Helper()
 	var out []Entry
 	cur := ""
@@ -91,4 +93,29 @@ func allHistory(t testing.TB, s Store, acct string) []Entry {
 	}
 }
 
-const goodPassword = "correct horse battery"
+const GoodPassword = "correct horse battery"
+
+// fanOut runs b.N calls of f over exactly callers goroutines and returns calls per second.
+func FanOut(b *testing.B, callers int, f func(caller int, i int64)) float64 {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				f(c, i)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	return float64(b.N) / el.Seconds()
+}

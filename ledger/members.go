@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -169,7 +171,7 @@ func MemberCapResets(t time.Time) time.Time {
 	return time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
-func checkRole(r Role) error {
+func CheckRole(r Role) error {
 	switch r {
 	case RoleOwner, RoleAdmin, RoleMember:
 		return nil
@@ -177,14 +179,14 @@ func checkRole(r Role) error {
 	return fmt.Errorf("role %q is not owner, admin or member: %w", r, ErrInvalidArgument)
 }
 
-func checkMonth(m string) error {
+func CheckMonth(m string) error {
 	if _, err := time.Parse("2006-01", m); err != nil || len(m) != 7 {
 		return fmt.Errorf("month %q is not YYYY-MM: %w", m, ErrInvalidArgument)
 	}
 	return nil
 }
 
-func checkCap(c int64) error {
+func CheckCap(c int64) error {
 	if c < 0 {
 		return fmt.Errorf("monthly cap %d is negative: %w", c, ErrInvalidArgument)
 	}
@@ -205,7 +207,7 @@ func ownersLeft(ms []Membership, memberID string) int {
 // memberChange decides a role change or removal of memberID against the organisation's
 // members ms, the one rule both engines apply: an organisation keeps an accepted owner, and
 // its founder (its own account) stays a member.
-func memberChange(ms []Membership, orgID, memberID string, newRole Role, remove bool) (Membership, error) {
+func MemberChange(ms []Membership, orgID, memberID string, newRole Role, remove bool) (Membership, error) {
 	var cur *Membership
 	for i := range ms {
 		if ms[i].MemberID == memberID {
@@ -222,4 +224,15 @@ func memberChange(ms []Membership, orgID, memberID string, newRole Role, remove 
 		return Membership{}, fmt.Errorf("%q is the last owner of %q: %w", memberID, orgID, ErrLastOwner)
 	}
 	return *cur, nil
+}
+
+// sortMemberMonths orders a usage by member by month, then member: the order every engine
+// returns it in.
+func SortMemberMonths(out []MemberMonth) {
+	slices.SortFunc(out, func(x, y MemberMonth) int {
+		if c := cmp.Compare(x.Month, y.Month); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.MemberID, y.MemberID)
+	})
 }

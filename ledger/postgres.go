@@ -76,7 +76,7 @@ type Postgres struct {
 
 	// Every call is admitted by begin and released by end (lifecycle's), so Close waits for
 	// the calls in flight.
-	lifecycle
+	life Lifecycle
 }
 
 // OpenPostgres connects to the database at url (a PostgreSQL URL or key=value string, as
@@ -129,14 +129,14 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		log:  opts.Logger,
 		c:    newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
 	}
-	s.startLifecycle()
+	s.life.StartLifecycle()
 	// Kept generations whose window ended while no instance ran go at once.
 	dctx, cancel := context.WithTimeout(ctx, opts.QueryTimeout)
-	if _, err := s.deleteExpiredGenerations(dctx, now()); err != nil {
+	if _, err := s.deleteExpiredGenerations(dctx, s.now()); err != nil {
 		s.log.Warn("deleting expired generations at start", zap.Error(err))
 	}
 	cancel()
-	s.run(s.background)
+	s.life.Run(s.background)
 	return s, nil
 }
 
@@ -187,11 +187,11 @@ func (s *Postgres) write(ctx context.Context) (wctx context.Context, done func()
 }
 
 func (s *Postgres) admit(ctx context.Context, timeout time.Duration) (context.Context, func(), error) {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	return ctx, func() { cancel(); s.end() }, nil
+	return ctx, func() { cancel(); s.life.End() }, nil
 }
 
 // bound bounds a query of a call admitted already by the query timeout.
@@ -202,10 +202,10 @@ func (s *Postgres) bound(ctx context.Context) (context.Context, context.CancelFu
 // Health reports whether the database answers within HealthTimeout: nil, or ErrUnavailable with
 // the reason, or ErrClosed.
 func (s *Postgres) Health(ctx context.Context) error {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.HealthTimeout)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
@@ -217,7 +217,7 @@ func (s *Postgres) Health(ctx context.Context) error {
 // Close stops the background work, waits for calls in flight, commits what is queued, writes
 // the keys' last-use times and closes the connections. It is safe to call more than once.
 func (s *Postgres) Close() error {
-	return s.shutdown(func() error {
+	return s.life.Shutdown(func() error {
 		s.c.close()
 		var err error
 		if werr := s.writeLastUsed(); werr != nil {
@@ -230,3 +230,6 @@ func (s *Postgres) Close() error {
 
 // Interface guards
 var _ Store = (*Postgres)(nil)
+
+// now is the store's clock (PostgresOptions.Now).
+func (s *Postgres) now() time.Time { return s.opts.Now() }

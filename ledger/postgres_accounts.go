@@ -13,7 +13,7 @@ import (
 
 // CreateAccount creates an active account with zero balances.
 func (s *Postgres) CreateAccount(ctx context.Context, email string) (Account, error) {
-	e, err := normalizeEmail(email)
+	e, err := NormalizeEmail(email)
 	if err != nil {
 		return Account{}, err
 	}
@@ -33,7 +33,7 @@ func (s *Postgres) createAccount(ctx context.Context, e, hash string) (Account, 
 	}
 	defer done()
 	for range 3 { // a new id that is taken (62^16 of them) is drawn again
-		a := Account{ID: newAccountID(), Email: e, Status: StatusActive, Created: now().UTC(), Unverified: hash != ""}
+		a := Account{ID: NewAccountID(), Email: e, Status: StatusActive, Created: s.now().UTC(), Unverified: hash != ""}
 		sql := `INSERT INTO accounts (id, email, status, created, unverified) VALUES ($1, $2, $3, $4, $5)`
 		args := []any{a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Unverified}
 		if hash != "" {
@@ -63,7 +63,7 @@ func (s *Postgres) GetAccount(ctx context.Context, id string) (Account, error) {
 
 // GetAccountByEmail finds an account by its (normalised) email, or returns ErrNotFound.
 func (s *Postgres) GetAccountByEmail(ctx context.Context, email string) (Account, error) {
-	return s.oneAccount(ctx, "email", foldEmail(email))
+	return s.oneAccount(ctx, "email", FoldEmail(email))
 }
 
 // oneAccount reads the account whose column col (id or email) is v.
@@ -83,7 +83,7 @@ func (s *Postgres) oneAccount(ctx context.Context, col, v string) (Account, erro
 
 // ListAccounts lists accounts in id order, one page at a time.
 func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string, error) {
-	limit, after, err := accountPage(p)
+	limit, after, err := AccountPage(p)
 	if err != nil {
 		return nil, "", err
 	}
@@ -100,7 +100,7 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = accountCursor(out[len(out)-1].Email)
+		next = AccountCursor(out[len(out)-1].Email)
 	}
 	return out, next, nil
 }
@@ -108,7 +108,7 @@ func (s *Postgres) ListAccounts(ctx context.Context, p Page) ([]Account, string,
 // SetAccountStatus enables or disables an account; every instance sees it on its next call.
 // Holds already open can still be settled or voided.
 func (s *Postgres) SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error) {
-	if err := checkAccountStatus(status); err != nil {
+	if err := CheckAccountStatus(status); err != nil {
 		return Account{}, err
 	}
 	wctx, done, err := s.write(ctx)

@@ -21,8 +21,8 @@ func pgBenchStores(b *testing.B, n, accounts int) ([]*Postgres, []string) {
 	}
 	ids := make([]string, accounts)
 	for i := range ids {
-		ids[i] = mustAccount(b, stores[0], fmt.Sprintf("bench%d@example.com", i)).ID
-		mustGrant(b, stores[0], ids[i], Live, 1<<40)
+		ids[i] = MustAccount(b, stores[0], fmt.Sprintf("bench%d@example.com", i)).ID
+		MustGrant(b, stores[0], ids[i], Live, 1<<40)
 	}
 	return stores, ids
 }
@@ -43,7 +43,7 @@ func BenchmarkPostgresHoldSettle(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			stores, ids := pgBenchStores(b, c.instances, c.accounts)
-			rate := fanOut(b, c.callers, func(caller int, i int64) {
+			rate := FanOut(b, c.callers, func(caller int, i int64) {
 				s, acct, rid := stores[caller%len(stores)], ids[caller%len(ids)], fmt.Sprint("r", i)
 				if _, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: rid, KeyID: "key_bench", Tool: "summarize"}); err != nil {
 					b.Fatal(err)

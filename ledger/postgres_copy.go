@@ -29,10 +29,10 @@ func CopyLedger(ctx context.Context, from Store, to *Postgres) error {
 	if !ok {
 		return fmt.Errorf("copying ledger: a %T store cannot export its ledger: %w", from, ErrInvalidArgument)
 	}
-	if err := to.begin(); err != nil {
+	if err := to.life.Begin(); err != nil {
 		return err
 	}
-	defer to.end()
+	defer to.life.End()
 	ctx, cancel := pgLongContext(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, to.pool, func(tx pgx.Tx) error {

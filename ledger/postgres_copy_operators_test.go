@@ -17,12 +17,12 @@ func TestCopyLedgerOperators(t *testing.T) {
 	t0 := time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	from := openDir(t, t.TempDir(), quiet)
-	mustAccount(t, from, "alice@example.com") // CopyLedger needs the accounts' table filled first
-	ann := mustOperator(t, from, "ann@example.com", OperatorOwner)
+	MustAccount(t, from, "alice@example.com") // CopyLedger needs the accounts' table filled first
+	ann := MustOperator(t, from, "ann@example.com", OperatorOwner)
 	if err := from.UseTOTPStep(bg, ann.ID, 500); err != nil {
 		t.Fatal(err)
 	}
-	if err := from.UseRecoveryCode(bg, ann.ID, opCodes[0]); err != nil {
+	if err := from.UseRecoveryCode(bg, ann.ID, OpCodes[0]); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -41,18 +41,18 @@ func TestCopyLedgerOperators(t *testing.T) {
 	if err := CopyLedger(bg, from, to); err != nil {
 		t.Fatal(err)
 	}
-	got, sealed, err := to.AuthenticateOperator(bg, "ann@example.com", goodPassword)
+	got, sealed, err := to.AuthenticateOperator(bg, "ann@example.com", GoodPassword)
 	if err != nil || got != (Operator{ID: ann.ID, Email: ann.Email, Role: OperatorOwner, Created: ann.Created, RecoveryCodesLeft: 2}) ||
-		string(sealed) != opSealedSecret {
+		string(sealed) != OpSealedSecret {
 		t.Fatalf("the copied operator: %+v %q %v", got, sealed, err)
 	}
 	if err := to.UseTOTPStep(bg, ann.ID, 500); !errors.Is(err, ErrCodeUsed) {
 		t.Fatalf("a TOTP step used before the copy: %v", err)
 	}
-	if err := to.UseRecoveryCode(bg, ann.ID, opCodes[0]); !errors.Is(err, ErrInvalidCredentials) {
+	if err := to.UseRecoveryCode(bg, ann.ID, OpCodes[0]); !errors.Is(err, ErrInvalidCredentials) {
 		t.Fatalf("a recovery code used before the copy: %v", err)
 	}
-	if err := to.UseRecoveryCode(bg, ann.ID, opCodes[1]); err != nil {
+	if err := to.UseRecoveryCode(bg, ann.ID, OpCodes[1]); err != nil {
 		t.Fatalf("a recovery code not used before the copy: %v", err)
 	}
 	gotAudit, _, err := to.ListAudit(bg, AuditQuery{})

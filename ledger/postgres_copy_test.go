@@ -25,11 +25,11 @@ func TestCopyLedger(t *testing.T) {
 	setNow(t, &t0)
 	from := openDir(t, t.TempDir(), quiet)
 
-	alice, err := from.CreateAccountWithPassword(bg, "alice@example.com", goodPassword)
+	alice, err := from.CreateAccountWithPassword(bg, "alice@example.com", GoodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := mustAccount(t, from, "bob@example.com")
+	bob := MustAccount(t, from, "bob@example.com")
 	liveKey, lk, err := from.CreateKey(bg, alice.ID, Live, "laptop", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestCopyLedger(t *testing.T) {
 	if _, err := from.MakeOrganisation(bg, alice.ID); err != nil {
 		t.Fatal(err)
 	}
-	carol := mustAccount(t, from, "carol@example.com")
+	carol := MustAccount(t, from, "carol@example.com")
 	if _, err := from.AddMember(bg, alice.ID, bob.ID, RoleAdmin, false); err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +119,10 @@ func TestCopyLedger(t *testing.T) {
 		{ID: "pi_2", Reference: "cs_2", AccountID: alice.ID, Credits: 10, AmountCents: 900, Currency: "eur", Status: PaymentPaid},
 		{ID: "pi_bob", Reference: "cs_bob", AccountID: bob.ID, AmountCents: 200, Currency: "eur", Status: PaymentPending},
 	} {
-		mustRecordPayment(t, from, p)
+		MustRecordPayment(t, from, p)
 	}
-	mustReverse(t, from, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Currency: "eur", Status: RefundApplied})
-	mustReverse(t, from, ReversalRequest{ID: "du_2", Kind: ReversalDispute, Payment: "pi_2", AmountCents: 900, Currency: "eur",
+	MustReverse(t, from, ReversalRequest{ID: "re_1", Kind: ReversalRefund, Payment: "pi_1", AmountCents: 900, Currency: "eur", Status: RefundApplied})
+	MustReverse(t, from, ReversalRequest{ID: "du_2", Kind: ReversalDispute, Payment: "pi_2", AmountCents: 900, Currency: "eur",
 		Status: DisputeOpen, Reason: "fraudulent"})
 	token, _, err := from.CreateSession(bg, alice.ID, time.Hour)
 	if err != nil {
@@ -180,14 +180,14 @@ func TestCopyLedger(t *testing.T) {
 	}
 	t0 = t0.Add(time.Second)
 	fresh := mustEnqueue(t, from, MailMessage{AccountID: bob.ID, Kind: "invite", Sealed: []byte("sealed invite")})
-	wantMail := mustListMail(t, from, 0)
+	wantMail := MustListMail(t, from, 0)
 	if len(wantMail) != 3 {
 		t.Fatalf("outbox on Badger: %+v", wantMail)
 	}
 	// Receipts: a retired signing key and the current one, and a generation's text digest, which
 	// outlives the generation.
-	rk1 := testReceiptKey(t, "rk_copy1")
-	rk2 := testReceiptKey(t, "rk_copy2")
+	rk1 := SampleReceiptKey(t, "rk_copy1")
+	rk2 := SampleReceiptKey(t, "rk_copy2")
 	if _, err := from.AddReceiptKey(bg, rk1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +195,8 @@ func TestCopyLedger(t *testing.T) {
 	if _, err := from.AddReceiptKey(bg, rk2, true); err != nil {
 		t.Fatal(err)
 	}
-	putDigest(t, from, alice.ID, "req_copied", t0)
-	verifyClean(t, from)
+	PutDigest(t, from, alice.ID, "req_copied", t0)
+	VerifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
 	to := openPostgres(t, url, pgQuiet)
@@ -221,7 +221,7 @@ func TestCopyLedger(t *testing.T) {
 	if len(want.rkeys) != 2 || len(want.digests) != 1 {
 		t.Errorf("exported the receipt keys %+v and digests %+v; want 2 and 1", want.rkeys, want.digests)
 	}
-	if got, want := mustReceiptKeys(t, to), mustReceiptKeys(t, from); !reflect.DeepEqual(got, want) {
+	if got, want := MustReceiptKeys(t, to), MustReceiptKeys(t, from); !reflect.DeepEqual(got, want) {
 		t.Errorf("receipt keys after the copy:\n got %+v\nwant %+v", got, want)
 	}
 	if d, err := to.ReceiptDigest(bg, alice.ID, "req_copied"); err != nil || len(d) != 32 {
@@ -229,10 +229,10 @@ func TestCopyLedger(t *testing.T) {
 	}
 
 	for _, a := range []Account{alice, bob} {
-		if got, want := mustBalance(t, to, a.ID), mustBalance(t, from, a.ID); got != want {
+		if got, want := MustBalance(t, to, a.ID), MustBalance(t, from, a.ID); got != want {
 			t.Errorf("balance of %s: %+v, Badger %+v", a.Email, got, want)
 		}
-		if got, want := allHistory(t, to, a.ID), allHistory(t, from, a.ID); !reflect.DeepEqual(got, want) {
+		if got, want := AllHistory(t, to, a.ID), AllHistory(t, from, a.ID); !reflect.DeepEqual(got, want) {
 			t.Errorf("history of %s:\n got %+v\nwant %+v", a.Email, got, want)
 		}
 		got, _ := to.ListKeys(bg, a.ID)
@@ -247,7 +247,7 @@ func TestCopyLedger(t *testing.T) {
 	if got, want := mustPurchases(t, to, alice.ID), mustPurchases(t, from, alice.ID); len(got) != 2 || !reflect.DeepEqual(got, want) {
 		t.Errorf("purchases %+v, Badger %+v", got, want)
 	}
-	if k := mustKeyOf(t, to, alice.ID, lk.ID); k.Usage.Total != 3 || k.Usage.Day != 3 || k.BudgetDay != 10 || k.PreviousLast4 == "" {
+	if k := MustKeyOf(t, to, alice.ID, lk.ID); k.Usage.Total != 3 || k.Usage.Day != 3 || k.BudgetDay != 10 || k.PreviousLast4 == "" {
 		t.Errorf("the rolled key with limits after the copy: %+v", k)
 	}
 	for _, k := range []string{liveKey, rolledOld, testKey} {
@@ -257,7 +257,7 @@ func TestCopyLedger(t *testing.T) {
 			t.Errorf("lookup of an old key: %+v %+v %v", gk, ga, err)
 		}
 	}
-	if got, want := mustMembers(t, to, alice.ID), mustMembers(t, from, alice.ID); len(got) != 3 || !reflect.DeepEqual(got, want) {
+	if got, want := MustMembers(t, to, alice.ID), MustMembers(t, from, alice.ID); len(got) != 3 || !reflect.DeepEqual(got, want) {
 		t.Errorf("members after the copy:\n got %+v\nwant %+v", got, want)
 	}
 	var isOrg, bobIsOrg bool
@@ -271,7 +271,7 @@ func TestCopyLedger(t *testing.T) {
 	if _, _, err := to.LookupKey(bg, revoked); err != ErrInvalidKey {
 		t.Errorf("a revoked key works after the copy: %v", err)
 	}
-	if a, err := to.Authenticate(bg, "alice@example.com", goodPassword); err != nil || a.ID != alice.ID {
+	if a, err := to.Authenticate(bg, "alice@example.com", GoodPassword); err != nil || a.ID != alice.ID {
 		t.Errorf("log-in after the copy: %+v %v", a, err)
 	}
 	if s, a, err := to.GetSession(bg, token); err != nil || a.ID != alice.ID || s.AccountID != alice.ID {
@@ -322,11 +322,11 @@ func TestCopyLedger(t *testing.T) {
 	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-1-20 || b.Available != 20-1-1-20-1 { // r1 and bob's r5 settled
 		t.Errorf("alice's debt after the copy: %+v", b)
 	}
-	rep := verifyClean(t, to)
+	rep := VerifyClean(t, to)
 	if r, err := to.Reverse(bg, ReversalRequest{ID: "du_2", Kind: ReversalDispute, Payment: "pi_2", AmountCents: 900, Status: DisputeWon}); err != nil || r.Entry.Amount != 10 {
 		t.Errorf("the dispute copied open, won: %+v %v", r, err)
 	}
-	verifyClean(t, to)
+	VerifyClean(t, to)
 	if want, _ := from.Verify(bg); rep.Accounts != want.Accounts || rep.Entries != want.Entries {
 		t.Errorf("verify counts %d accounts / %d entries, Badger %d / %d", rep.Accounts, rep.Entries, want.Accounts, want.Entries)
 	}
@@ -334,7 +334,7 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Settle(bg, alice.ID, "r4"); err != nil || r.Repeated || r.State != HoldSettled {
 		t.Errorf("settle of the open hold after the copy: %+v %v", r, err)
 	}
-	verifyClean(t, to)
+	VerifyClean(t, to)
 
 	// Links sent before the move work on PostgreSQL, once, for their purpose only; a used or
 	// expired one does not.
@@ -354,7 +354,7 @@ func TestCopyLedger(t *testing.T) {
 	}
 	// Queued e-mail: the same outbox, and a sender on PostgreSQL takes the due messages with the
 	// sealed bytes, kind, account, attempts and last error they had, counting one more attempt.
-	if got := mustListMail(t, to, 0); !reflect.DeepEqual(got, wantMail) {
+	if got := MustListMail(t, to, 0); !reflect.DeepEqual(got, wantMail) {
 		t.Errorf("outbox after the copy:\n got %+v\nwant %+v", got, wantMail)
 	}
 	type sent struct {
@@ -387,7 +387,7 @@ func TestCopyLedger(t *testing.T) {
 	if got, want := claimAll(), map[string]sent{leased: {alice.ID, "verify", "sealed verify", "", 2}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("claimed after the lease of Badger's sender:\n got %+v\nwant %+v", got, want)
 	}
-	if got := mustListMail(t, to, 0); len(got) != 0 {
+	if got := MustListMail(t, to, 0); len(got) != 0 {
 		t.Errorf("outbox after sending everything: %+v", got)
 	}
 

@@ -22,7 +22,7 @@ import (
 // CreateAccountWithPassword creates an active account and its password credential in one
 // statement.
 func (s *Postgres) CreateAccountWithPassword(ctx context.Context, email, password string) (Account, error) {
-	e, err := normalizeEmail(email)
+	e, err := NormalizeEmail(email)
 	if err != nil {
 		return Account{}, err
 	}
@@ -65,7 +65,7 @@ func (s *Postgres) SetPassword(ctx context.Context, accountID, password string) 
 	b.Queue(`SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE`, accountID)
 	b.Queue(`INSERT INTO credentials (account_id, hash, updated) VALUES ($1, $2, $3)
 		ON CONFLICT (account_id) DO UPDATE SET hash = excluded.hash, updated = excluded.updated`,
-		accountID, hash, now().UTC().UnixNano())
+		accountID, hash, s.now().UTC().UnixNano())
 	b.Queue(`DELETE FROM sessions WHERE account_id = $1`, accountID)
 	return pgErr(ctx, "setting password", s.pool.SendBatch(wctx, b).Close())
 }
@@ -89,15 +89,15 @@ func (s *Postgres) Authenticate(ctx context.Context, email, password string) (Ac
 	var a accountRow
 	var hash *string
 	err = s.pool.QueryRow(qctx, `SELECT `+pgAccountColsA+`, c.hash
-		FROM accounts a LEFT JOIN credentials c ON c.account_id = a.id WHERE a.email = $1`, foldEmail(email)).
+		FROM accounts a LEFT JOIN credentials c ON c.account_id = a.id WHERE a.email = $1`, FoldEmail(email)).
 		Scan(append(a.dest(), &hash)...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fail(dummyHash())
+		return fail(DummyHash())
 	case err != nil:
 		return Account{}, pgErr(ctx, "reading credential", err)
 	case hash == nil:
-		return fail(dummyHash())
+		return fail(DummyHash())
 	}
 	acct := a.account()
 	match, err := VerifyPassword(*hash, password)
@@ -115,7 +115,7 @@ func (s *Postgres) Authenticate(ctx context.Context, email, password string) (Ac
 
 // CreateSession starts a session for an active account.
 func (s *Postgres) CreateSession(ctx context.Context, accountID string, ttl time.Duration) (string, Session, error) {
-	if err := checkSessionTTL(ttl); err != nil {
+	if err := CheckSessionTTL(ttl); err != nil {
 		return "", Session{}, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -123,10 +123,10 @@ func (s *Postgres) CreateSession(ctx context.Context, accountID string, ttl time
 		return "", Session{}, err
 	}
 	defer done()
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC()
-	sess := Session{ID: sessionID(d), AccountID: accountID, Created: t, Expires: t.Add(ttl), CSRFToken: randomBase62(csrfTokenLen)}
+	t := s.now().UTC()
+	sess := Session{ID: SessionID(d), AccountID: accountID, Created: t, Expires: t.Add(ttl), CSRFToken: RandomBase62(CsrfTokenLen)}
 	var status *string
 	err = s.pool.QueryRow(wctx, `WITH a AS (SELECT id, status FROM accounts WHERE id = $2),
 		ins AS (INSERT INTO sessions (digest, account_id, created, expires, csrf_token)
@@ -150,13 +150,13 @@ func (s *Postgres) GetSession(ctx context.Context, token string) (Session, Accou
 		return Session{}, Account{}, err
 	}
 	defer done()
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return Session{}, Account{}, ErrInvalidSession
 	}
 	d := sha256.Sum256([]byte(token))
 	var a accountRow
 	var created, expires int64
-	sess := Session{ID: sessionID(d)}
+	sess := Session{ID: SessionID(d)}
 	err = s.pool.QueryRow(qctx, `SELECT s.created, s.expires, s.csrf_token, `+pgAccountColsA+`
 		FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.digest = $1`, d[:]).
 		Scan(append([]any{&created, &expires, &sess.CSRFToken}, a.dest()...)...)
@@ -167,7 +167,7 @@ func (s *Postgres) GetSession(ctx context.Context, token string) (Session, Accou
 		return Session{}, Account{}, pgErr(ctx, "reading session", err)
 	}
 	sess.AccountID, sess.Created, sess.Expires = a.a.ID, pgTime(created), pgTime(expires)
-	if !now().Before(sess.Expires) {
+	if !s.now().Before(sess.Expires) {
 		return Session{}, Account{}, ErrInvalidSession
 	}
 	return sess, a.account(), nil
@@ -180,7 +180,7 @@ func (s *Postgres) DeleteSession(ctx context.Context, token string) error {
 		return err
 	}
 	defer done()
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return nil
 	}
 	d := sha256.Sum256([]byte(token))

@@ -24,23 +24,23 @@ var (
 // used on the account, by any instance, credits nothing and returns the first entry with
 // Repeated set: concurrent deliveries of one payment event credit once.
 func (s *Postgres) Grant(ctx context.Context, req GrantRequest) (GrantResult, error) {
-	if err := checkGrantRequest(req); err != nil {
+	if err := CheckGrantRequest(req); err != nil {
 		return GrantResult{}, err
 	}
 	if err := pgStorable("grant", req.Reference, req.Reason, req.Currency); err != nil {
 		return GrantResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return GrantResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	var outcome string
 	var e entryRow
 	var b balanceRow
 	scan := func(r pgx.Row) error { return r.Scan(append(append([]any{&outcome}, e.dest()...), b.dest()...)...) }
 	err := s.c.enqueue(&pgCall{acct: req.AccountID, sql: pgGrantSQL, scan: scan, outcomeUnknown: true,
 		args: []any{req.AccountID, string(req.Mode), string(req.Kind), req.Credits,
-			req.Reference, req.Reason, req.AmountCents, req.Currency, now().UTC().UnixNano()}}).wait()
+			req.Reference, req.Reason, req.AmountCents, req.Currency, s.now().UTC().UnixNano()}}).wait()
 	if err != nil {
 		return GrantResult{}, err
 	}
@@ -79,7 +79,7 @@ func (s *Postgres) Balance(ctx context.Context, accountID string) (Balance, erro
 
 // Purchases lists the account's purchase entries, newest first.
 func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) ([]Entry, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (s *Postgres) Purchases(ctx context.Context, accountID string, limit int) (
 // entries_reference (account_id, reference), whatever the account's size. A missing account
 // and a missing purchase are both ErrNotFound, so it does not ask which.
 func (s *Postgres) Purchase(ctx context.Context, accountID, reference string) (Entry, error) {
-	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+	if err := CheckString("reference", reference, MaxReferenceLen, true); err != nil {
 		return Entry{}, err
 	}
 	if err := pgStorable("reference", reference); err != nil {
@@ -156,18 +156,18 @@ func (s *Postgres) mustExist(ctx context.Context, accountID string) error {
 // grant are one call under the account's row lock, so concurrent refills, from any instance,
 // never overshoot.
 func (s *Postgres) RefillTestCredits(ctx context.Context, accountID string, upTo int64) (int64, Balance, error) {
-	if err := checkRefillTarget(upTo); err != nil {
+	if err := CheckRefillTarget(upTo); err != nil {
 		return 0, Balance{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return 0, Balance{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	var outcome string
 	var credits int64
 	var b balanceRow
 	scan := func(r pgx.Row) error { return r.Scan(append([]any{&outcome, &credits}, b.dest()...)...) }
-	if err := s.c.call(accountID, pgRefillSQL, scan, accountID, upTo, now().UTC().UnixNano()); err != nil {
+	if err := s.c.call(accountID, pgRefillSQL, scan, accountID, upTo, s.now().UTC().UnixNano()); err != nil {
 		return 0, Balance{}, err
 	}
 	switch outcome {

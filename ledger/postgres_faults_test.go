@@ -18,9 +18,9 @@ var faultOptions = PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1,
 // faultStore opens a store with an account of 10 credits, one open hold, "before", and a key.
 func faultStore(t *testing.T) (s *Postgres, acct, key string) {
 	s = openPostgres(t, pgtest.NewDatabase(t), faultOptions)
-	acct = mustAccount(t, s, "fault@example.com").ID
-	mustGrant(t, s, acct, Live, 10)
-	mustHold(t, s, acct, Live, "before")
+	acct = MustAccount(t, s, "fault@example.com").ID
+	MustGrant(t, s, acct, Live, 10)
+	MustHold(t, s, acct, Live, "before")
 	key, _, err := s.CreateKey(bg, acct, Live, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func checkRecovered(t *testing.T, s *Postgres, acct string) {
 	}
 	// A hold that failed with ErrUnavailable may or may not have been committed; either way the
 	// ledger adds up.
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }
 
 // TestPostgresDatabaseDown: the database stopped (connections closed, new ones refused) or

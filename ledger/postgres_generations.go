@@ -19,7 +19,7 @@ const pgGenCols = "account_id, request_id, mode, tool, language, state, created,
 
 // PutGenerations upserts the records and stores the chunks in one transaction, one batch.
 func (s *Postgres) PutGenerations(ctx context.Context, puts ...GenerationPut) error {
-	if err := checkGenerationPuts(puts, now()); err != nil {
+	if err := CheckGenerationPuts(puts, s.now()); err != nil {
 		return err
 	}
 	for _, p := range puts {
@@ -86,7 +86,7 @@ func (s *Postgres) GetGeneration(ctx context.Context, accountID, requestID strin
 		var created, expires int64
 		var finished *int64
 		err := tx.QueryRow(qctx, `SELECT `+pgGenCols+` FROM generations WHERE account_id = $1 AND request_id = $2 AND expires > $3`,
-			accountID, requestID, now().UnixNano()).Scan(&rec.AccountID, &rec.RequestID, &mode, &rec.Tool, &rec.Language, &state,
+			accountID, requestID, s.now().UnixNano()).Scan(&rec.AccountID, &rec.RequestID, &mode, &rec.Tool, &rec.Language, &state,
 			&created, &finished, &expires, &rec.OutputTokens, &rec.Pieces, &rec.Bytes, &rec.Chunks, &rec.FinishReason)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound
@@ -146,7 +146,7 @@ func (s *Postgres) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer done()
-	return s.deleteExpiredGenerations(wctx, now())
+	return s.deleteExpiredGenerations(wctx, s.now())
 }
 
 // deleteExpiredGenerations is DeleteExpiredGenerations for a call admitted already.

@@ -15,7 +15,7 @@ import (
 
 // History returns the account's entries newest first.
 func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Entry, string, error) {
-	limit, before, err := historyPage(p) // list entries with seq < before
+	limit, before, err := HistoryPage(p) // list entries with seq < before
 	if err != nil {
 		return nil, "", err
 	}
@@ -39,7 +39,7 @@ func (s *Postgres) History(ctx context.Context, accountID string, p Page) ([]Ent
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = historyCursor(out[len(out)-1].Seq)
+		next = HistoryCursor(out[len(out)-1].Seq)
 	}
 	return out, next, nil
 }

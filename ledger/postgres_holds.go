@@ -119,17 +119,17 @@ func (o *holdOutcome) result(acct, rid string) (HoldResult, error) {
 // Its Available is the account's available credit over all instances right after the hold. A
 // repeated request id reports the hold's current state with Repeated set.
 func (s *Postgres) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
-	if err := checkHoldRequest(req); err != nil {
+	if err := CheckHoldRequest(req); err != nil {
 		return HoldResult{}, err
 	}
 	if err := pgStorable("hold request", req.RequestID, req.KeyID, req.Tool); err != nil {
 		return HoldResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return HoldResult{}, err
 	}
-	defer s.end()
-	t := now().UTC()
+	defer s.life.End()
+	t := s.now().UTC()
 	h := &pgHoldOp{op: "hold", rid: req.RequestID, mode: string(req.Mode), key: req.KeyID, tool: req.Tool,
 		at: t.UnixNano(), expires: t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)).UnixNano()}
 	if err := s.enqueueHold(req.AccountID, h).wait(); err != nil {
@@ -172,15 +172,15 @@ func (s *Postgres) SettleDecided(ctx context.Context, accountID, requestID strin
 // settleLate runs ledger_settle_late, in a transaction of its own: it is rare (a stall longer
 // than the hold's life), so it does not ride in the group committer's batches.
 func (s *Postgres) settleLate(ctx context.Context, accountID, requestID string, decided time.Time) (HoldResult, error) {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return HoldResult{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	qctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	var o holdOutcome
 	err := o.scan(s.pool.QueryRow(qctx, `SELECT o_outcome, o_state, o_available FROM ledger_settle_late($1, $2, $3, $4)`,
-		accountID, requestID, decided.UnixNano(), now().UTC().UnixNano()))
+		accountID, requestID, decided.UnixNano(), s.now().UTC().UnixNano()))
 	if err != nil {
 		return HoldResult{}, pgErr(ctx, "settling an expired hold", err)
 	}
@@ -196,17 +196,17 @@ func (s *Postgres) Void(ctx context.Context, accountID, requestID, reason string
 // resolve settles or voids a hold. The caller's context is not consulted (a handler voids holds
 // after its client went away); the committer's batch has its own deadline.
 func (s *Postgres) resolve(accountID, requestID, op, reason string) (HoldResult, error) {
-	if err := checkResolve(requestID, reason); err != nil {
+	if err := CheckResolve(requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
 	if err := pgStorable("hold resolution", requestID, reason); err != nil {
 		return HoldResult{}, err
 	}
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return HoldResult{}, err
 	}
-	defer s.end()
-	h := &pgHoldOp{op: op, rid: requestID, reason: reason, at: now().UTC().UnixNano()}
+	defer s.life.End()
+	h := &pgHoldOp{op: op, rid: requestID, reason: reason, at: s.now().UTC().UnixNano()}
 	if err := s.enqueueHold(accountID, h).wait(); err != nil {
 		return HoldResult{}, err
 	}
@@ -220,11 +220,11 @@ func (s *Postgres) resolve(accountID, requestID, op, reason string) (HoldResult,
 // locked until that commits), is left as that resolver leaves it, so a hold is never both
 // settled and voided. Several instances may sweep at once.
 func (s *Postgres) sweep(ctx context.Context) (int, error) {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return 0, err
 	}
-	defer s.end()
-	t := now().UTC()
+	defer s.life.End()
+	t := s.now().UTC()
 	voided := 0
 	for {
 		due, err := s.expiredHolds(ctx, t)
@@ -287,7 +287,7 @@ func (s *Postgres) purge(ctx context.Context, t time.Time) error {
 
 // GetHold returns the account's hold of requestID.
 func (s *Postgres) GetHold(ctx context.Context, accountID, requestID string) (HoldInfo, error) {
-	if err := checkResolve(requestID, ""); err != nil {
+	if err := CheckResolve(requestID, ""); err != nil {
 		return HoldInfo{}, err
 	}
 	qctx, done, err := s.read(ctx)

@@ -42,12 +42,12 @@ func TestPostgresHoldFunctionsAgree(t *testing.T) {
 	// Each way gets accounts of its own with the same past: 2 live and 1 test credit, and a
 	// disabled account with an open hold.
 	accounts := func(way string) map[string]string {
-		acct := mustAccount(t, s, way+"@example.com").ID
-		mustGrant(t, s, acct, Live, 2)
-		mustGrant(t, s, acct, Test, 1)
-		off := mustAccount(t, s, way+"-off@example.com").ID
-		mustGrant(t, s, off, Live, 1)
-		mustHold(t, s, off, Live, "d1")
+		acct := MustAccount(t, s, way+"@example.com").ID
+		MustGrant(t, s, acct, Live, 2)
+		MustGrant(t, s, acct, Test, 1)
+		off := MustAccount(t, s, way+"-off@example.com").ID
+		MustGrant(t, s, off, Live, 1)
+		MustHold(t, s, off, Live, "d1")
 		if _, err := s.SetAccountStatus(bg, off, StatusDisabled); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestPostgresHoldFunctionsAgree(t *testing.T) {
 		t.Errorf("outcomes %q: the script does not test what it means to", got)
 	}
 	for _, key := range []string{"", "disabled"} {
-		a, b := allHistory(t, s, alone[key]), allHistory(t, s, together[key])
+		a, b := AllHistory(t, s, alone[key]), AllHistory(t, s, together[key])
 		if len(a) != len(b) {
 			t.Fatalf("%q: %d entries alone, %d in a batch", key, len(a), len(b))
 		}
@@ -96,5 +96,5 @@ func TestPostgresHoldFunctionsAgree(t *testing.T) {
 			}
 		}
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

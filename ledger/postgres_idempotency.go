@@ -38,7 +38,7 @@ func (r *idemRow) record() IdempotencyRecord {
 // beginning the same key at once: one inserts, the other waits for it on the primary key and
 // gets its record.
 func (s *Postgres) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, bool, error) {
-	if err := checkIdempotencyRecord(rec); err != nil {
+	if err := CheckIdempotencyRecord(rec); err != nil {
 		return IdempotencyRecord{}, false, err
 	}
 	if err := pgStorable("idempotency record", rec.Key, rec.RequestID, rec.Fingerprint); err != nil {
@@ -50,7 +50,7 @@ func (s *Postgres) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (
 	}
 	defer done()
 	if rec.Created.IsZero() {
-		rec.Created = now()
+		rec.Created = s.now()
 	}
 	rec.Created = rec.Created.UTC()
 	args := []any{rec.AccountID, rec.Key, rec.RequestID, rec.Fingerprint, rec.Status, rec.Created.UnixNano(), int64(rec.HoldTTL)}
@@ -81,8 +81,8 @@ func (s *Postgres) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (
 			return err
 		}
 		old = r.record()
-		t := now()
-		if !idemExpired(old, t) && !idemReusable(old, t, s.opts.HoldTTL) {
+		t := s.now()
+		if !IdemExpired(old, t) && !IdemReusable(old, t, s.opts.HoldTTL) {
 			return nil
 		}
 		taken = true
@@ -102,7 +102,7 @@ func (s *Postgres) BeginIdempotent(ctx context.Context, rec IdempotencyRecord) (
 // FinishIdempotent records the final HTTP status of the request that began key, or releases the
 // key with StatusReleased.
 func (s *Postgres) FinishIdempotent(ctx context.Context, accountID, key string, status int) error {
-	if err := checkFinishStatus(status); err != nil {
+	if err := CheckFinishStatus(status); err != nil {
 		return err
 	}
 	wctx, done, err := s.write(ctx)
@@ -112,7 +112,7 @@ func (s *Postgres) FinishIdempotent(ctx context.Context, accountID, key string, 
 	defer done()
 	// A record past its 24 h is gone, whether or not a purge dropped it yet.
 	tag, err := s.pool.Exec(wctx, `UPDATE idempotency SET status = $3 WHERE account_id = $1 AND idem_key = $2 AND created > $4`,
-		accountID, key, status, now().Add(-IdempotencyTTL).UnixNano())
+		accountID, key, status, s.now().Add(-IdempotencyTTL).UnixNano())
 	if err != nil {
 		return pgErr(ctx, "finishing idempotent request", err)
 	}

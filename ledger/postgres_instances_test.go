@@ -28,8 +28,8 @@ func twoInstances(t *testing.T, o PostgresOptions) (*Postgres, *Postgres) {
 func TestPostgresInstancesRaceHolds(t *testing.T) {
 	const attempts, credits = 2000, 1000
 	a, b := twoInstances(t, pgQuiet)
-	acct := mustAccount(t, a, "race@example.com").ID
-	mustGrant(t, b, acct, Live, credits)
+	acct := MustAccount(t, a, "race@example.com").ID
+	MustGrant(t, b, acct, Live, credits)
 	var ok, refused, negative atomic.Int64
 	var wg sync.WaitGroup
 	for i := range attempts {
@@ -53,10 +53,10 @@ func TestPostgresInstancesRaceHolds(t *testing.T) {
 	if ok.Load() != credits || refused.Load() != attempts-credits || negative.Load() != 0 {
 		t.Fatalf("%d holds, %d refused, %d negative; want %d, %d, 0", ok.Load(), refused.Load(), negative.Load(), credits, attempts-credits)
 	}
-	if bal := mustBalance(t, b, acct); bal.Balance != credits || bal.Available != 0 {
+	if bal := MustBalance(t, b, acct); bal.Balance != credits || bal.Available != 0 {
 		t.Fatalf("balance after the race: %+v", bal)
 	}
-	verifyClean(t, a)
+	VerifyClean(t, a)
 }
 
 // TestPostgresInstancesHoldOnce: each request id is held on both instances at the same moment
@@ -66,8 +66,8 @@ func TestPostgresInstancesRaceHolds(t *testing.T) {
 func TestPostgresInstancesHoldOnce(t *testing.T) {
 	const requests = 300
 	a, b := twoInstances(t, pgQuiet)
-	acct := mustAccount(t, a, "once@example.com").ID
-	mustGrant(t, b, acct, Live, requests*2)
+	acct := MustAccount(t, a, "once@example.com").ID
+	MustGrant(t, b, acct, Live, requests*2)
 	var taken, repeated atomic.Int64
 	var wg sync.WaitGroup
 	for i := range requests {
@@ -95,7 +95,7 @@ func TestPostgresInstancesHoldOnce(t *testing.T) {
 	if taken.Load() != requests || repeated.Load() != requests {
 		t.Fatalf("%d holds taken, %d repeated; want %d and %d", taken.Load(), repeated.Load(), requests, requests)
 	}
-	if bal := mustBalance(t, a, acct); bal.Balance != requests*2 || bal.Available != requests {
+	if bal := MustBalance(t, a, acct); bal.Balance != requests*2 || bal.Available != requests {
 		t.Fatalf("balance after holding each request id twice: %+v", bal)
 	}
 	var settled atomic.Int64
@@ -113,10 +113,10 @@ func TestPostgresInstancesHoldOnce(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if bal := mustBalance(t, b, acct); settled.Load() != requests || bal.Balance != requests || bal.Available != requests {
+	if bal := MustBalance(t, b, acct); settled.Load() != requests || bal.Balance != requests || bal.Available != requests {
 		t.Fatalf("%d settles charged, balance %+v; want %d charged and %d left", settled.Load(), bal, requests, requests)
 	}
-	verifyClean(t, a)
+	VerifyClean(t, a)
 }
 
 // TestPostgresSweepNeverVoidsASettlingHold: holds that expired are settled on one instance, by
@@ -131,14 +131,14 @@ func TestPostgresSweepNeverVoidsASettlingHold(t *testing.T) {
 	settler, sweeper := twoInstances(t, pgQuiet)
 	ids := make([]string, accounts)
 	for i := range ids {
-		ids[i] = mustAccount(t, settler, fmt.Sprintf("s%d@example.com", i)).ID
-		mustGrant(t, settler, ids[i], Live, holds*rounds)
+		ids[i] = MustAccount(t, settler, fmt.Sprintf("s%d@example.com", i)).ID
+		MustGrant(t, settler, ids[i], Live, holds*rounds)
 	}
 	var settled, lostToSweep, swept atomic.Int64
 	for round := range rounds {
 		rid := func(i int) string { return fmt.Sprintf("h%d-%d", round, i) }
 		for i := range holds {
-			mustHold(t, settler, ids[i%accounts], Live, rid(i))
+			MustHold(t, settler, ids[i%accounts], Live, rid(i))
 		}
 		t0 = t0.Add(DefaultHoldTTL) // every hold of the round is due
 		stop := make(chan struct{})
@@ -189,20 +189,20 @@ func TestPostgresSweepNeverVoidsASettlingHold(t *testing.T) {
 	}
 	var total int64
 	for _, id := range ids {
-		total += mustBalance(t, sweeper, id).Balance
+		total += MustBalance(t, sweeper, id).Balance
 	}
 	if want := accounts*holds*rounds - settled.Load(); total != want {
 		t.Fatalf("balances add up to %d, want %d", total, want)
 	}
 	t.Logf("%d settled, %d voided by the sweep", settled.Load(), swept.Load())
-	verifyClean(t, settler)
+	VerifyClean(t, settler)
 }
 
 // TestPostgresConcurrentWebhooks: a payment event delivered many times at once to both
 // instances credits once.
 func TestPostgresConcurrentWebhooks(t *testing.T) {
 	a, b := twoInstances(t, pgQuiet)
-	acct := mustAccount(t, a, "buyer@example.com").ID
+	acct := MustAccount(t, a, "buyer@example.com").ID
 	var credited atomic.Int64
 	var first sync.Map
 	var wg sync.WaitGroup
@@ -227,20 +227,20 @@ func TestPostgresConcurrentWebhooks(t *testing.T) {
 	if credited.Load() != 1 || n != 1 {
 		t.Fatalf("%d deliveries credited, %d different entries reported; want 1 and 1", credited.Load(), n)
 	}
-	if bal := mustBalance(t, b, acct); bal.Balance != 10 {
+	if bal := MustBalance(t, b, acct); bal.Balance != 10 {
 		t.Fatalf("balance %+v, want 10", bal)
 	}
 	if ps, err := b.Purchases(bg, acct, 0); err != nil || len(ps) != 1 {
 		t.Fatalf("purchases %+v %v", ps, err)
 	}
-	verifyClean(t, a)
+	VerifyClean(t, a)
 }
 
 // TestPostgresRevocationSeenByOtherInstance: a key revoked, or an account disabled, through one
 // instance is refused by the other on its next lookup.
 func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
 	a, b := twoInstances(t, pgQuiet)
-	acct := mustAccount(t, a, "keys@example.com").ID
+	acct := MustAccount(t, a, "keys@example.com").ID
 	full, k, err := a.CreateKey(bg, acct, Live, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -253,8 +253,8 @@ func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
 	if _, got, bal, err := b.LookupKeyBalance(bg, full); err != nil || got.Status != StatusActive || bal.Available != 0 {
 		t.Fatalf("lookup with balance on the other instance: %+v %+v %v", got, bal, err)
 	}
-	mustGrant(t, a, acct, Live, 2)
-	mustHold(t, a, acct, Live, "r1")
+	MustGrant(t, a, acct, Live, 2)
+	MustHold(t, a, acct, Live, "r1")
 	if _, _, bal, err := b.LookupKeyBalance(bg, full); err != nil || bal.Balance != 2 || bal.Available != 1 {
 		t.Fatalf("the other instance does not see the grant and the hold: %+v %v", bal, err)
 	}
@@ -277,12 +277,12 @@ func TestPostgresRevocationSeenByOtherInstance(t *testing.T) {
 		t.Fatalf("the other instance's LookupKeyBalance still accepts a revoked key: %v", err)
 	}
 	// Last-use times (of holds) noted by both instances reach the database, the later one wins.
-	acct = mustAccount(t, a, "last-use@example.com").ID
+	acct = MustAccount(t, a, "last-use@example.com").ID
 	_, k2, err := b.CreateKey(bg, acct, Test, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, a, acct, Test, 2)
+	MustGrant(t, a, acct, Test, 2)
 	t0 := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	setNow(t, &t0)
 	if _, err := b.Hold(bg, HoldRequest{AccountID: acct, Mode: Test, RequestID: "lu-b", KeyID: k2.ID}); err != nil {
@@ -336,8 +336,8 @@ func TestPostgresConcurrentMigrations(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	acct := mustAccount(t, stores[0], "m@example.com").ID
-	mustGrant(t, stores[n-1], acct, Live, 1)
+	acct := MustAccount(t, stores[0], "m@example.com").ID
+	MustGrant(t, stores[n-1], acct, Live, 1)
 	// Each migration file recorded once, however many instances raced to apply it.
 	files, err := fs.Glob(pgMigrations, "postgres_migrations/*.sql")
 	if err != nil || len(files) == 0 {
@@ -353,8 +353,8 @@ func TestPostgresConcurrentMigrations(t *testing.T) {
 // in the committer's batch fails alone: the others in its batch are carried out once.
 func TestPostgresBatchIsolation(t *testing.T) {
 	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
-	acct := mustAccount(t, s, "iso@example.com").ID
-	mustGrant(t, s, acct, Live, 10)
+	acct := MustAccount(t, s, "iso@example.com").ID
+	MustGrant(t, s, acct, Live, 10)
 	ts := now().UnixNano()
 	hold := func(rid string) *pgCall {
 		return &pgCall{acct: acct, hold: &pgHoldOp{op: "hold", rid: rid, mode: "live", at: ts, expires: ts + int64(time.Hour)}, done: make(chan struct{})}
@@ -368,7 +368,7 @@ func TestPostgresBatchIsolation(t *testing.T) {
 	if err := s.pool.SendBatch(bg, b).Close(); err == nil {
 		t.Fatal("a batch with a division by zero succeeded")
 	}
-	if bal := mustBalance(t, s, acct); bal.Available != 10 {
+	if bal := MustBalance(t, s, acct); bal.Available != 10 {
 		t.Fatalf("the failed batch's hold was kept: %+v", bal)
 	}
 
@@ -382,13 +382,13 @@ func TestPostgresBatchIsolation(t *testing.T) {
 	if ops[0].err != nil || ops[2].err != nil || ops[1].err == nil || ops[0].hold.out.outcome != "ok" || ops[2].hold.out.outcome != "ok" {
 		t.Fatalf("errors %v / %v / %v, outcomes %+v %+v", ops[0].err, ops[1].err, ops[2].err, ops[0].hold.out, ops[2].hold.out)
 	}
-	if bal := mustBalance(t, s, acct); bal.Available != 8 {
+	if bal := MustBalance(t, s, acct); bal.Available != 8 {
 		t.Fatalf("after the retried batch: %+v, want 8 available", bal)
 	}
 	// A string PostgreSQL cannot store is refused before it reaches a batch.
 	_, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "nul\x00"})
-	wantErr(t, err, ErrInvalidArgument)
-	verifyClean(t, s)
+	WantErr(t, err, ErrInvalidArgument)
+	VerifyClean(t, s)
 }
 
 // TestPostgresOpenLeavesOpenHolds: unlike Badger, opening a store does not void the holds it
@@ -396,9 +396,9 @@ func TestPostgresBatchIsolation(t *testing.T) {
 func TestPostgresOpenLeavesOpenHolds(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	a := openPostgres(t, url, pgQuiet)
-	acct := mustAccount(t, a, "open@example.com").ID
-	mustGrant(t, a, acct, Live, 1)
-	mustHold(t, a, acct, Live, "in-flight")
+	acct := MustAccount(t, a, "open@example.com").ID
+	MustGrant(t, a, acct, Live, 1)
+	MustHold(t, a, acct, Live, "in-flight")
 	b := openPostgres(t, url, pgQuiet)
 	if n, err := b.sweep(bg); err != nil || n != 0 {
 		t.Fatalf("a sweep before the TTL voided %d (%v)", n, err)

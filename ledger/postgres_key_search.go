@@ -9,7 +9,7 @@ import (
 // FindKeys on PostgreSQL: one query, by the primary key for an id, else a scan of api_keys for
 // the last 4 characters (no index on them; docs/OPERATING.md, "What the console does not do").
 func (s *Postgres) FindKeys(ctx context.Context, hint string, limit int) ([]Key, error) {
-	h, err := keySearchArgs(hint, limit)
+	h, err := KeySearchArgs(hint, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -24,14 +24,14 @@ func keyBudgetOutcome(o holdOutcome, t time.Time) (*KeyBudgetError, bool) {
 	}
 	var l KeyLimits
 	switch b {
-	case budgetDay:
+	case BudgetDay:
 		l.BudgetDay = o.available
-	case budgetMonth:
+	case BudgetMonth:
 		l.BudgetMonth = o.available
 	default:
-		b, l.BudgetTotal = budgetTotal, o.available
+		b, l.BudgetTotal = BudgetTotal, o.available
 	}
-	return keyBudgetError(l, b, t), true
+	return NewKeyBudgetError(l, b, t), true
 }
 
 // UpdateKey replaces the key's name, expiry and limits; its usage is kept. Every instance's next
@@ -46,7 +46,7 @@ func (s *Postgres) UpdateKey(ctx context.Context, accountID, keyID string, set K
 	if err != nil {
 		return Key{}, err
 	}
-	set, err = checkKeySettings(set, cur.Expires, now())
+	set, err = CheckKeySettings(set, cur.Expires, s.now())
 	if err != nil {
 		return Key{}, err
 	}
@@ -74,7 +74,7 @@ func (s *Postgres) UpdateKey(ctx context.Context, accountID, keyID string, set K
 // previous secret still in its grace period is dropped at once. One conditional UPDATE, so two
 // rolls at once on two instances are ordered by the row's lock.
 func (s *Postgres) RollKey(ctx context.Context, accountID, keyID string, grace time.Duration) (string, Key, error) {
-	if err := checkRollGrace(grace); err != nil {
+	if err := CheckRollGrace(grace); err != nil {
 		return "", Key{}, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -86,9 +86,9 @@ func (s *Postgres) RollKey(ctx context.Context, accountID, keyID string, grace t
 	if err != nil {
 		return "", Key{}, err
 	}
-	full := newFullKey(cur.Mode)
+	full := NewFullKey(cur.Mode)
 	d := sha256.Sum256([]byte(full))
-	t := now().UTC()
+	t := s.now().UTC()
 	var until any
 	if grace > 0 {
 		until = t.Add(grace).UnixNano()

@@ -37,7 +37,7 @@ func TestPostgresKeyLimitsMigration(t *testing.T) {
 	if _, err := p.UpTo(bg, 8); err != nil {
 		t.Fatal(err)
 	}
-	full := newFullKey(Live)
+	full := NewFullKey(Live)
 	d := sha256.Sum256([]byte(full))
 	old := func(q string, args ...any) {
 		t.Helper()
@@ -59,17 +59,17 @@ func TestPostgresKeyLimitsMigration(t *testing.T) {
 	if k.HasBudget() || k.AllowedTools != nil || k.AllowedCIDRs != nil || k.Usage != (KeyUsage{}) || !k.Rolled.IsZero() || k.PreviousLast4 != "" {
 		t.Fatalf("an old key has limits after the migration: %+v", k)
 	}
-	mustGrant(t, s, a.ID, Live, 5)
-	if err := holdOn(s, a.ID, k.ID, "r1"); err != nil {
+	MustGrant(t, s, a.ID, Live, 5)
+	if err := HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.UpdateKey(bg, a.ID, k.ID, KeySettings{Name: "old", Limits: KeyLimits{BudgetTotal: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := holdOn(s, a.ID, k.ID, "r2"); err != nil {
+	if err := HoldOn(s, a.ID, k.ID, "r2"); err != nil {
 		t.Fatal(err)
 	}
-	wantBudget(t, holdOn(s, a.ID, k.ID, "r3"), "total", 2, time.Time{})
+	WantBudget(t, HoldOn(s, a.ID, k.ID, "r3"), "total", 2, time.Time{})
 	nw, _, err := s.RollKey(bg, a.ID, k.ID, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +79,5 @@ func TestPostgresKeyLimitsMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

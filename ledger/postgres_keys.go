@@ -56,7 +56,7 @@ func (r *keyRow) key() Key {
 	if r.monthStart != 0 {
 		k.Usage.MonthStart = pgTime(r.monthStart)
 	}
-	k.AllowedTools, k.AllowedCIDRs = nilIfEmpty(k.AllowedTools), nilIfEmpty(k.AllowedCIDRs)
+	k.AllowedTools, k.AllowedCIDRs = NilIfEmpty(k.AllowedTools), NilIfEmpty(k.AllowedCIDRs)
 	return k
 }
 
@@ -113,8 +113,8 @@ func (s *Postgres) CreateKey(ctx context.Context, accountID string, mode Mode, n
 // insert are one transaction under an advisory lock of the account's keys, so keys created at
 // once on several instances never exceed the cap; holds on the account do not wait for it.
 func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
-	t := now().UTC()
-	expires, err := checkKeyRequest(mode, name, expires, t)
+	t := s.now().UTC()
+	expires, err := CheckKeyRequest(mode, name, expires, t)
 	if err != nil {
 		return "", Key{}, err
 	}
@@ -126,9 +126,9 @@ func (s *Postgres) CreateKeyCapped(ctx context.Context, accountID string, mode M
 		return "", Key{}, err
 	}
 	defer done()
-	full := newFullKey(mode)
+	full := NewFullKey(mode)
 	d := sha256.Sum256([]byte(full))
-	k := Key{ID: newKeyID(), AccountID: accountID, Mode: mode, Name: name, Prefix: full[:len(livePrefix)],
+	k := Key{ID: NewKeyID(), AccountID: accountID, Mode: mode, Name: name, Prefix: full[:len(LivePrefix)],
 		Last4: full[len(full)-4:], Created: t, Expires: expires}
 	// One pipeline, so one implicit transaction: the lock is held until the insert commits.
 	b := &pgx.Batch{}
@@ -186,7 +186,7 @@ func (s *Postgres) RevokeKey(ctx context.Context, accountID, keyID string) (Key,
 	var r keyRow
 	err = s.pool.QueryRow(wctx, `WITH k AS (UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND id = $2 AND revoked IS NULL
 		RETURNING *) SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`,
-		accountID, keyID, now().UTC().UnixNano()).Scan(r.dest()...)
+		accountID, keyID, s.now().UTC().UnixNano()).Scan(r.dest()...)
 	if err == nil {
 		return s.used.merge(r.key()), nil
 	}
@@ -234,8 +234,8 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 		return Key{}, Account{}, Balance{}, err
 	}
 	defer done()
-	var buf [keyLen]byte
-	if _, ok := checkKeyFormat(presented, &buf); !ok {
+	var buf [KeyLen]byte
+	if _, ok := CheckKeyFormatInto(presented, &buf); !ok {
 		return Key{}, Account{}, Balance{}, ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
@@ -255,7 +255,7 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 		return Key{}, Account{}, Balance{}, pgErr(ctx, "looking up key", err)
 	}
 	k := r.key()
-	t := now()
+	t := s.now()
 	if !current && !t.Before(k.GraceUntil) {
 		return Key{}, Account{}, Balance{}, ErrInvalidKey // a replaced secret past its grace period
 	}
@@ -272,10 +272,10 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 
 // flushLastUsed writes the noted last-use times (the periodic flush).
 func (s *Postgres) flushLastUsed() error {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	return s.writeLastUsed()
 }
 

@@ -117,7 +117,7 @@ func (p *cutProxy) relay(c net.Conn) {
 func TestPostgresGrantCommitLost(t *testing.T) {
 	p, dbURL := newCutProxy(t, pgtest.NewDatabase(t), "ledger_grant(")
 	s := openPostgres(t, dbURL, faultOptions)
-	acct := mustAccount(t, s, "lost@example.com").ID
+	acct := MustAccount(t, s, "lost@example.com").ID
 	req := GrantRequest{AccountID: acct, Mode: Live, Kind: KindGrant, Credits: 7, Reference: "grant-lost-commit"}
 	p.armed.Store(true)
 	_, err := s.Grant(bg, req)

@@ -32,9 +32,9 @@ func scanMembership(r pgx.CollectableRow) (Membership, error) {
 
 func pgMembers(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, where string, args ...any) ([]Membership, error) {
+}, month string, where string, args ...any) ([]Membership, error) {
 	rows, _ := q.Query(ctx, pgMemberSelect+where+` ORDER BY m.created, m.member_id, m.org_id`,
-		append([]any{MonthOf(now())}, args...)...)
+		append([]any{month}, args...)...)
 	return pgx.CollectRows(rows, scanMembership)
 }
 
@@ -60,7 +60,7 @@ func (s *Postgres) orgTx(ctx context.Context, what, orgID string, f func(context
 }
 
 // orgMembers is the organisation's members, read in tx; ErrNotFound if it does not exist.
-func orgMembers(ctx context.Context, tx pgx.Tx, orgID string) ([]Membership, error) {
+func (s *Postgres) orgMembers(ctx context.Context, tx pgx.Tx, orgID string) ([]Membership, error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, orgID).Scan(&exists); err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func orgMembers(ctx context.Context, tx pgx.Tx, orgID string) ([]Membership, err
 	if !exists {
 		return nil, fmt.Errorf("account %q: %w", orgID, ErrNotFound)
 	}
-	return pgMembers(ctx, tx, `WHERE m.org_id = $2`, orgID)
+	return pgMembers(ctx, tx, MonthOf(s.now()), `WHERE m.org_id = $2`, orgID)
 }
 
 func findMember(ms []Membership, orgID, memberID string) (Membership, error) {
@@ -84,7 +84,7 @@ func findMember(ms []Membership, orgID, memberID string) (Membership, error) {
 func (s *Postgres) MakeOrganisation(ctx context.Context, accountID string) (Membership, error) {
 	var out Membership
 	err := s.orgTx(ctx, "making an organisation", accountID, func(ctx context.Context, tx pgx.Tx) error {
-		ms, err := orgMembers(ctx, tx, accountID)
+		ms, err := s.orgMembers(ctx, tx, accountID)
 		if err != nil {
 			return err
 		}
@@ -92,14 +92,14 @@ func (s *Postgres) MakeOrganisation(ctx context.Context, accountID string) (Memb
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO memberships (org_id, member_id, role, created) VALUES ($1, $1, 'owner', $2)`,
-			accountID, now().UTC().UnixNano()); err != nil {
+			accountID, s.now().UTC().UnixNano()); err != nil {
 			return err
 		}
 		// The flag the hold functions read instead of the memberships (00010_organisations.sql).
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET organisation = true WHERE id = $1`, accountID); err != nil {
 			return err
 		}
-		ms, err = orgMembers(ctx, tx, accountID)
+		ms, err = s.orgMembers(ctx, tx, accountID)
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func (s *Postgres) MakeOrganisation(ctx context.Context, accountID string) (Memb
 
 // AddMember makes memberID a member, or an invitee, of organisation orgID.
 func (s *Postgres) AddMember(ctx context.Context, orgID, memberID string, role Role, pending bool) (Membership, error) {
-	if err := checkRole(role); err != nil {
+	if err := CheckRole(role); err != nil {
 		return Membership{}, err
 	}
 	if orgID == memberID {
@@ -119,7 +119,7 @@ func (s *Postgres) AddMember(ctx context.Context, orgID, memberID string, role R
 	}
 	var out Membership
 	err := s.orgTx(ctx, "adding a member", orgID, func(ctx context.Context, tx pgx.Tx) error {
-		ms, err := orgMembers(ctx, tx, orgID)
+		ms, err := s.orgMembers(ctx, tx, orgID)
 		if err != nil {
 			return err
 		}
@@ -130,14 +130,14 @@ func (s *Postgres) AddMember(ctx context.Context, orgID, memberID string, role R
 			return fmt.Errorf("%q in %q: %w", memberID, orgID, ErrAlreadyMember)
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO memberships (org_id, member_id, role, pending, created)
-			SELECT $1, id, $3, $4, $5 FROM accounts WHERE id = $2`, orgID, memberID, string(role), pending, now().UTC().UnixNano())
+			SELECT $1, id, $3, $4, $5 FROM accounts WHERE id = $2`, orgID, memberID, string(role), pending, s.now().UTC().UnixNano())
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("account %q: %w", memberID, ErrNotFound)
 		}
-		ms, err = orgMembers(ctx, tx, orgID)
+		ms, err = s.orgMembers(ctx, tx, orgID)
 		if err != nil {
 			return err
 		}
@@ -152,7 +152,7 @@ func (s *Postgres) AddMember(ctx context.Context, orgID, memberID string, role R
 func (s *Postgres) updateMember(ctx context.Context, orgID, memberID string, check func([]Membership) error, set string, args ...any) (Membership, error) {
 	var out Membership
 	err := s.orgTx(ctx, "changing a member", orgID, func(ctx context.Context, tx pgx.Tx) error {
-		ms, err := orgMembers(ctx, tx, orgID)
+		ms, err := s.orgMembers(ctx, tx, orgID)
 		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
 		}
@@ -171,7 +171,7 @@ func (s *Postgres) updateMember(ctx context.Context, orgID, memberID string, che
 			append([]any{orgID, memberID}, args...)...); err != nil {
 			return err
 		}
-		ms, err = orgMembers(ctx, tx, orgID)
+		ms, err = s.orgMembers(ctx, tx, orgID)
 		if err != nil {
 			return err
 		}
@@ -188,18 +188,18 @@ func (s *Postgres) AcceptMembership(ctx context.Context, orgID, memberID string)
 
 // SetMemberRole changes a member's role, keeping an owner.
 func (s *Postgres) SetMemberRole(ctx context.Context, orgID, memberID string, role Role) (Membership, error) {
-	if err := checkRole(role); err != nil {
+	if err := CheckRole(role); err != nil {
 		return Membership{}, err
 	}
 	return s.updateMember(ctx, orgID, memberID, func(ms []Membership) error {
-		_, err := memberChange(ms, orgID, memberID, role, false)
+		_, err := MemberChange(ms, orgID, memberID, role, false)
 		return err
 	}, `role = $3`, string(role))
 }
 
 // SetMemberCap sets a member's monthly cap (0: none).
 func (s *Postgres) SetMemberCap(ctx context.Context, orgID, memberID string, c int64) (Membership, error) {
-	if err := checkCap(c); err != nil {
+	if err := CheckCap(c); err != nil {
 		return Membership{}, err
 	}
 	return s.updateMember(ctx, orgID, memberID, nil, `monthly_cap = $3`, c)
@@ -209,21 +209,21 @@ func (s *Postgres) SetMemberCap(ctx context.Context, orgID, memberID string, c i
 func (s *Postgres) RemoveMember(ctx context.Context, orgID, memberID string) ([]Key, error) {
 	var revoked []Key
 	err := s.orgTx(ctx, "removing a member", orgID, func(ctx context.Context, tx pgx.Tx) error {
-		ms, err := orgMembers(ctx, tx, orgID)
+		ms, err := s.orgMembers(ctx, tx, orgID)
 		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("%q in %q: %w", memberID, orgID, ErrNotMember)
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := memberChange(ms, orgID, memberID, "", true); err != nil {
+		if _, err := MemberChange(ms, orgID, memberID, "", true); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM memberships WHERE org_id = $1 AND member_id = $2`, orgID, memberID); err != nil {
 			return err
 		}
 		rows, _ := tx.Query(ctx, `WITH k AS (UPDATE api_keys SET revoked = $3 WHERE account_id = $1 AND member_id = $2 AND revoked IS NULL
-			RETURNING *) SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`, orgID, memberID, now().UTC().UnixNano())
+			RETURNING *) SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`, orgID, memberID, s.now().UTC().UnixNano())
 		revoked, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
 			var kr keyRow
 			err := r.Scan(kr.dest()...)
@@ -241,7 +241,7 @@ func (s *Postgres) GetMembership(ctx context.Context, orgID, memberID string) (M
 		return Membership{}, err
 	}
 	defer done()
-	ms, err := pgMembers(qctx, s.pool, `WHERE m.org_id = $2 AND m.member_id = $3`, orgID, memberID)
+	ms, err := pgMembers(qctx, s.pool, MonthOf(s.now()), `WHERE m.org_id = $2 AND m.member_id = $3`, orgID, memberID)
 	if err != nil {
 		return Membership{}, pgErr(ctx, "reading a membership", err)
 	}
@@ -258,7 +258,7 @@ func (s *Postgres) ListMembers(ctx context.Context, orgID string) ([]Membership,
 	if err := s.mustExist(qctx, orgID); err != nil {
 		return nil, err
 	}
-	ms, err := pgMembers(qctx, s.pool, `WHERE m.org_id = $2`, orgID)
+	ms, err := pgMembers(qctx, s.pool, MonthOf(s.now()), `WHERE m.org_id = $2`, orgID)
 	return ms, pgErr(ctx, "listing members", err)
 }
 
@@ -269,7 +269,7 @@ func (s *Postgres) MembershipsOf(ctx context.Context, memberID string) ([]Member
 		return nil, err
 	}
 	defer done()
-	ms, err := pgMembers(qctx, s.pool, `WHERE m.member_id = $2`, memberID)
+	ms, err := pgMembers(qctx, s.pool, MonthOf(s.now()), `WHERE m.member_id = $2`, memberID)
 	if ms == nil {
 		ms = []Membership{}
 	}
@@ -278,10 +278,10 @@ func (s *Postgres) MembershipsOf(ctx context.Context, memberID string) ([]Member
 
 // MemberUsage lists what each member's keys took in the months [from, to].
 func (s *Postgres) MemberUsage(ctx context.Context, orgID, from, to string) ([]MemberMonth, error) {
-	if err := checkMonth(from); err != nil {
+	if err := CheckMonth(from); err != nil {
 		return nil, err
 	}
-	if err := checkMonth(to); err != nil {
+	if err := CheckMonth(to); err != nil {
 		return nil, err
 	}
 	qctx, done, err := s.read(ctx)
@@ -305,28 +305,28 @@ func (s *Postgres) MemberUsage(ctx context.Context, orgID, from, to string) ([]M
 	if out == nil {
 		out = []MemberMonth{}
 	}
-	sortMemberMonths(out)
+	SortMemberMonths(out)
 	return out, nil
 }
 
 // CreateMemberKey makes a key of organisation orgID for its accepted member memberID, under the
 // lock of the organisation's members, so that RemoveMember either refuses it or revokes it.
 func (s *Postgres) CreateMemberKey(ctx context.Context, orgID, memberID string, mode Mode, name string, expires time.Time, maxActive int) (string, Key, error) {
-	t := now().UTC()
-	expires, err := checkKeyRequest(mode, name, expires, t)
+	t := s.now().UTC()
+	expires, err := CheckKeyRequest(mode, name, expires, t)
 	if err != nil {
 		return "", Key{}, err
 	}
 	if err := pgStorable("key name", name); err != nil {
 		return "", Key{}, err
 	}
-	full := newFullKey(mode)
+	full := NewFullKey(mode)
 	d := sha256.Sum256([]byte(full))
 	stored := memberID
 	if memberID == orgID {
 		stored = ""
 	}
-	k := Key{ID: newKeyID(), AccountID: orgID, Mode: mode, Name: name, Prefix: full[:len(livePrefix)],
+	k := Key{ID: NewKeyID(), AccountID: orgID, Mode: mode, Name: name, Prefix: full[:len(LivePrefix)],
 		Last4: full[len(full)-4:], Created: t, Expires: expires, MemberID: stored}
 	err = s.orgTx(ctx, "creating a member's key", orgID, func(ctx context.Context, tx pgx.Tx) error {
 		var pending bool

@@ -19,8 +19,8 @@ import (
 func TestPostgresOrganisationsMigration(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	s := openPostgres(t, url, pgQuiet)
-	acct := mustAccount(t, s, "before@example.com").ID
-	mustGrant(t, s, acct, Live, 5)
+	acct := MustAccount(t, s, "before@example.com").ID
+	MustGrant(t, s, acct, Live, 5)
 	full, k, err := s.CreateKey(bg, acct, Live, "old", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -66,10 +66,10 @@ func TestPostgresOrganisationsMigration(t *testing.T) {
 	if _, err := s.Hold(bg, HoldRequest{AccountID: acct, Mode: Live, RequestID: "after", KeyID: k.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if b := mustBalance(t, s, acct); b.Balance != 3 || b.Available != 2 {
+	if b := MustBalance(t, s, acct); b.Balance != 3 || b.Available != 2 {
 		t.Fatalf("balance: %+v", b)
 	}
-	if ms := mustMembers(t, s, acct); len(ms) != 0 {
+	if ms := MustMembers(t, s, acct); len(ms) != 0 {
 		t.Fatalf("members of an account from before: %+v", ms)
 	}
 	if _, err := s.MakeOrganisation(bg, acct); err != nil {
@@ -78,5 +78,5 @@ func TestPostgresOrganisationsMigration(t *testing.T) {
 	if _, err := s.Void(bg, acct, "after", "client_gone"); err != nil {
 		t.Fatal(err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 }

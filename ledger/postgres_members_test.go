@@ -14,8 +14,8 @@ import (
 
 func TestPostgresInstancesMembers(t *testing.T) {
 	a, b := twoInstances(t, pgQuiet)
-	alice, bob, _ := org(t, a, RoleMember)
-	mustGrant(t, a, alice.ID, Live, 100)
+	alice, bob, _ := Org(t, a, RoleMember)
+	MustGrant(t, a, alice.ID, Live, 100)
 	full, bk, err := b.CreateMemberKey(bg, alice.ID, bob.ID, Live, "bob's", time.Time{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -52,5 +52,5 @@ func TestPostgresInstancesMembers(t *testing.T) {
 	if _, _, err := b.LookupKey(bg, full); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("bob's key on the other instance after his removal: %v", err)
 	}
-	verifyClean(t, b)
+	VerifyClean(t, b)
 }

@@ -11,7 +11,7 @@ import (
 // creation time, so each is a scan of its table (docs/OPERATING.md, "What the console does not
 // do").
 func (s *Postgres) MoneyBetween(ctx context.Context, from, to time.Time, limit int) (MoneyPeriod, error) {
-	if err := moneyArgs(from, to, limit); err != nil {
+	if err := MoneyArgs(from, to, limit); err != nil {
 		return MoneyPeriod{}, err
 	}
 	qctx, done, err := s.read(ctx)

@@ -29,7 +29,7 @@ func scanOperator(row pgx.CollectableRow) (Operator, error) {
 
 // CreateOperator stores a new operator, its email unique among operators.
 func (s *Postgres) CreateOperator(ctx context.Context, n NewOperator) (Operator, error) {
-	e, ds, err := checkNewOperator(n)
+	e, ds, err := CheckNewOperator(n)
 	if err != nil {
 		return Operator{}, err
 	}
@@ -48,7 +48,7 @@ func (s *Postgres) CreateOperator(ctx context.Context, n NewOperator) (Operator,
 	}
 	rows, _ := s.pool.Query(wctx, `INSERT INTO operators (id, email, role, created, hash, totp_sealed, recovery)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+pgOperatorCols,
-		newOperatorID(), e, string(n.Role), now().UTC().UnixNano(), hash, n.TOTPSealed, digests)
+		NewOperatorID(), e, string(n.Role), s.now().UTC().UnixNano(), hash, n.TOTPSealed, digests)
 	o, err := pgx.CollectExactlyOneRow(rows, scanOperator)
 	if pgUniqueConstraint(err) != "" {
 		return Operator{}, fmt.Errorf("operator %q: %w", e, ErrDuplicateEmail)
@@ -106,9 +106,9 @@ func (s *Postgres) AuthenticateOperator(ctx context.Context, email, password str
 	var hash string
 	var sealed []byte
 	err = s.pool.QueryRow(qctx, `SELECT `+pgOperatorCols+`, hash, totp_sealed FROM operators WHERE email = $1`,
-		foldEmail(email)).Scan(&o.ID, &o.Email, &o.Role, &created, &o.RecoveryCodesLeft, &hash, &sealed)
+		FoldEmail(email)).Scan(&o.ID, &o.Email, &o.Role, &created, &o.RecoveryCodesLeft, &hash, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		_, _ = VerifyPassword(dummyHash(), password)
+		_, _ = VerifyPassword(DummyHash(), password)
 		return Operator{}, nil, ErrInvalidCredentials
 	}
 	if err != nil {
@@ -156,17 +156,17 @@ func (s *Postgres) UseTOTPStep(ctx context.Context, operatorID string, step int6
 
 // UseRecoveryCode uses up one recovery code.
 func (s *Postgres) UseRecoveryCode(ctx context.Context, operatorID, code string) error {
-	if normalizeRecoveryCode(code) == "" {
+	if NormalizeRecoveryCode(code) == "" {
 		return ErrInvalidCredentials
 	}
-	d := recoveryDigest(code)
+	d := RecoveryDigest(code)
 	return s.operatorUpdate(ctx, operatorID, ErrInvalidCredentials,
 		`UPDATE operators SET recovery = array_remove(recovery, $2::bytea) WHERE id = $1 AND $2::bytea = ANY (recovery)`, d[:])
 }
 
 // CreateOperatorSession starts a console session.
 func (s *Postgres) CreateOperatorSession(ctx context.Context, operatorID string, ttl time.Duration) (string, OperatorSession, error) {
-	if err := checkSessionTTL(ttl); err != nil {
+	if err := CheckSessionTTL(ttl); err != nil {
 		return "", OperatorSession{}, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -174,11 +174,11 @@ func (s *Postgres) CreateOperatorSession(ctx context.Context, operatorID string,
 		return "", OperatorSession{}, err
 	}
 	defer done()
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC()
-	sess := OperatorSession{ID: sessionID(d), OperatorID: operatorID, Created: t, Expires: t.Add(ttl), LastSeen: t,
-		CSRFToken: randomBase62(csrfTokenLen)}
+	t := s.now().UTC()
+	sess := OperatorSession{ID: SessionID(d), OperatorID: operatorID, Created: t, Expires: t.Add(ttl), LastSeen: t,
+		CSRFToken: RandomBase62(CsrfTokenLen)}
 	tag, err := s.pool.Exec(wctx, `INSERT INTO operator_sessions (digest, operator_id, created, expires, last_seen, csrf_token)
 		SELECT $1, id, $3, $4, $3, $5 FROM operators WHERE id = $2`, d[:], operatorID, t.UnixNano(), sess.Expires.UnixNano(), sess.CSRFToken)
 	if err != nil {
@@ -193,7 +193,7 @@ func (s *Postgres) CreateOperatorSession(ctx context.Context, operatorID string,
 // GetOperatorSession finds a live console session by its token and records the visit, in one
 // statement; an ended one is deleted.
 func (s *Postgres) GetOperatorSession(ctx context.Context, token string, idle time.Duration) (OperatorSession, Operator, error) {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return OperatorSession{}, Operator{}, ErrInvalidSession
 	}
 	wctx, done, err := s.write(ctx)
@@ -202,7 +202,7 @@ func (s *Postgres) GetOperatorSession(ctx context.Context, token string, idle ti
 	}
 	defer done()
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC().UnixNano()
+	t := s.now().UTC().UnixNano()
 	idleNS := int64(idle)
 	if idle <= 0 {
 		idleNS = 1 << 62
@@ -213,7 +213,7 @@ func (s *Postgres) GetOperatorSession(ctx context.Context, token string, idle ti
 	if err != nil {
 		return OperatorSession{}, Operator{}, pgErr(ctx, "reading console session", err)
 	}
-	sess := OperatorSession{ID: sessionID(d)}
+	sess := OperatorSession{ID: SessionID(d)}
 	var o Operator
 	var created, expires, ocreated int64
 	err = s.pool.QueryRow(wctx, `WITH u AS (UPDATE operator_sessions SET last_seen = $2 WHERE digest = $1
@@ -234,7 +234,7 @@ func (s *Postgres) GetOperatorSession(ctx context.Context, token string, idle ti
 
 // DeleteOperatorSession ends the console session of token, if there is one.
 func (s *Postgres) DeleteOperatorSession(ctx context.Context, token string) error {
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return nil
 	}
 	wctx, done, err := s.write(ctx)
@@ -259,7 +259,7 @@ func scanAudit(row pgx.CollectableRow) (AuditRecord, error) {
 
 // AppendAudit adds a record to the audit log.
 func (s *Postgres) AppendAudit(ctx context.Context, rec AuditRecord) (AuditRecord, error) {
-	if err := checkAudit(rec); err != nil {
+	if err := CheckAudit(rec); err != nil {
 		return AuditRecord{}, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -267,7 +267,7 @@ func (s *Postgres) AppendAudit(ctx context.Context, rec AuditRecord) (AuditRecor
 		return AuditRecord{}, err
 	}
 	defer done()
-	rec.ID, rec.Time, rec.Note = newAuditID(), now().UTC(), strings.TrimSpace(rec.Note)
+	rec.ID, rec.Time, rec.Note = NewAuditID(), s.now().UTC(), strings.TrimSpace(rec.Note)
 	_, err = s.pool.Exec(wctx, `INSERT INTO operator_audit (`+pgAuditCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		rec.ID, rec.Time.UnixNano(), rec.OperatorID, rec.OperatorEmail, rec.Action, rec.AccountID, rec.Detail, rec.Note)
 	if err != nil {
@@ -278,7 +278,7 @@ func (s *Postgres) AppendAudit(ctx context.Context, rec AuditRecord) (AuditRecor
 
 // ListAudit reads the audit log newest first, in Badger's order (time, then id, descending).
 func (s *Postgres) ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, string, error) {
-	limit, beforeNano, beforeID, err := auditPage(q)
+	limit, beforeNano, beforeID, err := AuditPage(q)
 	if err != nil {
 		return nil, "", err
 	}
@@ -297,7 +297,7 @@ func (s *Postgres) ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, 
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = auditCursor(out[limit-1].Time, out[limit-1].ID)
+		next = AuditCursor(out[limit-1].Time, out[limit-1].ID)
 	}
 	if out == nil {
 		out = []AuditRecord{}

@@ -12,6 +12,11 @@ import (
 // Connection settings (host, database, user, TLS, pool size with pool_max_conns...) are in the
 // URL given to OpenPostgres, as pgxpool reads them.
 type PostgresOptions struct {
+	// Now is the clock the store reads for every time it records or compares: hold, session
+	// and token expiry, entry times, the 24 h of an Idempotency-Key. Default: time.Now. Tests
+	// set it instead of sleeping.
+	Now func() time.Time `json:"-"`
+
 	// HoldTTL is how long a hold may stay open before a sweep voids it with reason "expired".
 	// Default: DefaultHoldTTL (15 minutes), as for Badger.
 	HoldTTL time.Duration `json:"hold_ttl,omitempty"`
@@ -49,6 +54,9 @@ func (o PostgresOptions) withDefaults() (PostgresOptions, error) {
 		return o, fmt.Errorf("hold_ttl, query_timeout and health_timeout must not be negative: %w", ErrInvalidArgument)
 	}
 	o.HoldTTL = cmp.Or(o.HoldTTL, DefaultHoldTTL)
+	if o.Now == nil {
+		o.Now = func() time.Time { return now() }
+	}
 	o.SweepInterval = cmp.Or(o.SweepInterval, DefaultSweepInterval)
 	o.LastUsedFlushInterval = cmp.Or(o.LastUsedFlushInterval, DefaultLastUsedFlushInterval)
 	o.QueryTimeout = cmp.Or(o.QueryTimeout, DefaultQueryTimeout)

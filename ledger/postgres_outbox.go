@@ -36,7 +36,7 @@ func (r *outboxRow) message() MailMessage {
 
 // EnqueueMail stores a message for the senders.
 func (s *Postgres) EnqueueMail(ctx context.Context, m MailMessage) (string, error) {
-	if err := checkMail(m); err != nil {
+	if err := CheckMail(m); err != nil {
 		return "", err
 	}
 	wctx, done, err := s.write(ctx)
@@ -44,11 +44,11 @@ func (s *Postgres) EnqueueMail(ctx context.Context, m MailMessage) (string, erro
 		return "", err
 	}
 	defer done()
-	t := now().UTC()
+	t := s.now().UTC()
 	if m.NextAttempt.IsZero() {
 		m.NextAttempt = t
 	}
-	id := newMailID(t)
+	id := NewMailID(t)
 	_, err = s.pool.Exec(wctx, `INSERT INTO mail_outbox (id, account_id, kind, sealed, created, next_attempt)
 		VALUES ($1, $2, $3, $4, $5, $6)`, id, m.AccountID, m.Kind, m.Sealed, t.UnixNano(), m.NextAttempt.UnixNano())
 	if err != nil {
@@ -59,7 +59,7 @@ func (s *Postgres) EnqueueMail(ctx context.Context, m MailMessage) (string, erro
 
 // ClaimMail leases due messages.
 func (s *Postgres) ClaimMail(ctx context.Context, lease time.Duration, max int) ([]MailMessage, error) {
-	if err := checkClaim(lease, max); err != nil {
+	if err := CheckClaim(lease, max); err != nil {
 		return nil, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -67,11 +67,11 @@ func (s *Postgres) ClaimMail(ctx context.Context, lease time.Duration, max int) 
 		return nil, err
 	}
 	defer done()
-	t := now().UTC()
+	t := s.now().UTC()
 	rows, _ := s.pool.Query(wctx, `UPDATE mail_outbox SET lease_until = $2, claim = $3 || id, attempts = attempts + 1
 		WHERE id IN (SELECT id FROM mail_outbox WHERE next_attempt <= $1 AND lease_until <= $1
 			ORDER BY next_attempt, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-		RETURNING `+pgOutboxCols, t.UnixNano(), t.Add(lease).UnixNano(), randomBase62(22), max)
+		RETURNING `+pgOutboxCols, t.UnixNano(), t.Add(lease).UnixNano(), RandomBase62(22), max)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MailMessage, error) {
 		var r outboxRow
 		err := row.Scan(r.dest()...)
@@ -91,12 +91,12 @@ func (s *Postgres) MarkMailSent(ctx context.Context, id, claim string) error {
 // RetryMail makes a message due again later.
 func (s *Postgres) RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error {
 	return s.resolveMail(ctx, "retrying mail", `UPDATE mail_outbox SET next_attempt = $3, lease_until = 0, claim = '', last_error = $4
-		WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim, at.UnixNano(), truncateUTF8(lastErr, 512))
+		WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim, at.UnixNano(), TruncateUTF8(lastErr, 512))
 }
 
 // ListMail lists the queued messages, oldest first, without reading their sealed bytes.
 func (s *Postgres) ListMail(ctx context.Context, limit int) ([]MailMessage, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Postgres) ListMail(ctx context.Context, limit int) ([]MailMessage, erro
 // DropMail deletes a queued message, leased or not. A sender's later MarkMailSent or RetryMail
 // then changes no row: ErrNotFound.
 func (s *Postgres) DropMail(ctx context.Context, id string) error {
-	if err := checkMailID(id); err != nil {
+	if err := CheckMailID(id); err != nil {
 		return err
 	}
 	wctx, done, err := s.write(ctx)

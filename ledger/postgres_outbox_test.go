@@ -12,5 +12,5 @@ func TestPostgresInstancesShareOutbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	drainOutbox(t, n, a, b, a, b, a, b, a, b)
+	DrainOutbox(t, n, a, b, a, b, a, b, a, b)
 }

@@ -36,7 +36,7 @@ func scanPayment(row pgx.CollectableRow) (UnmatchedPayment, error) {
 
 // RecordUnmatchedPayment stores a payment that credited nothing, once per reference.
 func (s *Postgres) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPayment) (UnmatchedPayment, bool, error) {
-	if err := checkUnmatchedPayment(p); err != nil {
+	if err := CheckUnmatchedPayment(p); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -50,7 +50,7 @@ func (s *Postgres) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPaymen
 		ON CONFLICT (reference) DO NOTHING
 		RETURNING `+pgPaymentCols,
 		p.Reference, p.Event, p.AccountID, p.Package, p.Credits, p.AmountCents, p.Currency, p.Problem, p.Detail,
-		now().UnixNano())
+		s.now().UnixNano())
 	recs, err := pgx.CollectRows(rows, scanPayment)
 	if err != nil {
 		return UnmatchedPayment{}, false, pgErr(ctx, "recording an unmatched payment", err)
@@ -65,7 +65,7 @@ func (s *Postgres) RecordUnmatchedPayment(ctx context.Context, p UnmatchedPaymen
 
 // UnmatchedPayments lists the payments, newest first.
 func (s *Postgres) UnmatchedPayments(ctx context.Context, openOnly bool, limit int) ([]UnmatchedPayment, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (s *Postgres) UnmatchedPayments(ctx context.Context, openOnly bool, limit i
 
 // ResolveUnmatchedPayment marks a payment resolved, once.
 func (s *Postgres) ResolveUnmatchedPayment(ctx context.Context, reference, note string) (UnmatchedPayment, bool, error) {
-	if err := checkResolvePayment(reference, note); err != nil {
+	if err := CheckResolvePayment(reference, note); err != nil {
 		return UnmatchedPayment{}, false, err
 	}
 	wctx, done, err := s.write(ctx)
@@ -95,7 +95,7 @@ func (s *Postgres) ResolveUnmatchedPayment(ctx context.Context, reference, note 
 	}
 	defer done()
 	rows, _ := s.pool.Query(wctx, `UPDATE unmatched_payments SET resolved = $2, resolution = $3
-		WHERE reference = $1 AND resolved IS NULL RETURNING `+pgPaymentCols, reference, now().UnixNano(), note)
+		WHERE reference = $1 AND resolved IS NULL RETURNING `+pgPaymentCols, reference, s.now().UnixNano(), note)
 	recs, err := pgx.CollectRows(rows, scanPayment)
 	if err != nil {
 		return UnmatchedPayment{}, false, pgErr(ctx, "resolving an unmatched payment", err)

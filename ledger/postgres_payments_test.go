@@ -11,28 +11,28 @@ import (
 func TestPostgresInstancesRacePayments(t *testing.T) {
 	a, b := twoInstances(t, pgQuiet)
 	both := []*Postgres{a, b}
-	for r := range paymentRaces {
+	for r := range PaymentRaces {
 		ref := fmt.Sprint("cs_race_", r)
 		detail := func(i int) string { return fmt.Sprint("caller ", i) }
-		recs, news := racePayments(t, paymentRacers, func(i int) (UnmatchedPayment, bool, error) {
-			p := unmatched(ref)
+		recs, news := RacePayments(t, PaymentRacers, func(i int) (UnmatchedPayment, bool, error) {
+			p := Unmatched(ref)
 			p.Detail = detail(i)
 			return both[i%2].RecordUnmatchedPayment(bg, p)
 		})
-		stored := mustPayments(t, b, false, 1)
+		stored := MustPayments(t, b, false, 1)
 		if len(stored) != 1 || stored[0].Reference != ref {
 			t.Fatalf("newest payment %+v, want %s", stored, ref)
 		}
-		checkOneWinner(t, stored[0], recs, news, func(p UnmatchedPayment) string { return p.Detail }, detail)
+		CheckOneWinner(t, stored[0], recs, news, func(p UnmatchedPayment) string { return p.Detail }, detail)
 
 		note := func(i int) string { return fmt.Sprint("note ", i) }
-		recs, news = racePayments(t, paymentRacers, func(i int) (UnmatchedPayment, bool, error) {
+		recs, news = RacePayments(t, PaymentRacers, func(i int) (UnmatchedPayment, bool, error) {
 			return both[i%2].ResolveUnmatchedPayment(bg, ref, note(i))
 		})
-		stored = mustPayments(t, a, false, 1)
-		checkOneWinner(t, stored[0], recs, news, func(p UnmatchedPayment) string { return p.Resolution }, note)
+		stored = MustPayments(t, a, false, 1)
+		CheckOneWinner(t, stored[0], recs, news, func(p UnmatchedPayment) string { return p.Resolution }, note)
 	}
-	if all := mustPayments(t, a, false, 0); len(all) != paymentRaces {
-		t.Fatalf("%d payments, want %d", len(all), paymentRaces)
+	if all := MustPayments(t, a, false, 0); len(all) != PaymentRaces {
+		t.Fatalf("%d payments, want %d", len(all), PaymentRaces)
 	}
 }

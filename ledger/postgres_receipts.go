@@ -46,13 +46,13 @@ func (s *Postgres) receiptKeys(ctx, qctx context.Context, q pgQuerier) ([]Receip
 	if err != nil {
 		return nil, pgErr(ctx, "reading the receipt keys", err)
 	}
-	sortReceiptKeys(keys)
+	SortReceiptKeys(keys)
 	return keys, nil
 }
 
 // AddReceiptKey stores k as the current key: when there is none, or to rotate.
 func (s *Postgres) AddReceiptKey(ctx context.Context, k ReceiptKey, rotate bool) (ReceiptKey, error) {
-	if err := checkReceiptKey(k); err != nil {
+	if err := CheckReceiptKey(k); err != nil {
 		return ReceiptKey{}, err
 	}
 	if err := pgStorable("receipt key id", k.ID); err != nil {
@@ -72,7 +72,7 @@ func (s *Postgres) AddReceiptKey(ctx context.Context, k ReceiptKey, rotate bool)
 		if err != nil {
 			return err
 		}
-		k.ValidFrom, k.ValidUntil = now().UTC(), time.Time{}
+		k.ValidFrom, k.ValidUntil = s.now().UTC(), time.Time{}
 		for _, o := range keys {
 			if o.ID == k.ID {
 				return fmt.Errorf("receipt key %q is taken: %w", k.ID, ErrInvalidArgument)

@@ -61,7 +61,7 @@ func pgOne[T any](rows pgx.Rows, err error, scan pgx.RowToFunc[T]) (T, bool, err
 // RecordPayment stores or advances a payment: an insert that meets the primary key reads the
 // row under its lock and advances it, so of instances racing, one moves it.
 func (s *Postgres) RecordPayment(ctx context.Context, p Payment) (Payment, bool, error) {
-	if err := checkPayment(p); err != nil {
+	if err := CheckPayment(p); err != nil {
 		return Payment{}, false, err
 	}
 	if err := pgStorable("payment", p.ID, p.Reference, p.AccountID, p.Package, p.Currency); err != nil {
@@ -75,7 +75,7 @@ func (s *Postgres) RecordPayment(ctx context.Context, p Payment) (Payment, bool,
 	var rec Payment
 	var repeated bool
 	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
-		fresh, _ := advancePayment(nil, p, now().UTC())
+		fresh, _ := AdvancePayment(nil, p, s.now().UTC())
 		rows, err := tx.Query(wctx, `INSERT INTO payments (`+pgPayCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 			ON CONFLICT (id) DO NOTHING RETURNING `+pgPayCols, payArgs(fresh)...)
@@ -92,7 +92,7 @@ func (s *Postgres) RecordPayment(ctx context.Context, p Payment) (Payment, bool,
 		if !ok {
 			return fmt.Errorf("payment %q vanished", p.ID)
 		}
-		if rec, repeated = advancePayment(&old, p, now().UTC()); repeated {
+		if rec, repeated = AdvancePayment(&old, p, s.now().UTC()); repeated {
 			return nil
 		}
 		_, err = tx.Exec(wctx, `UPDATE payments SET reference = $2, account_id = $3, package = $4, credits = $5,
@@ -120,7 +120,7 @@ func (s *Postgres) PaymentOf(ctx context.Context, reference string) (Payment, er
 // paymentWhere reads the first payment whose column (id or reference, both indexed) is value;
 // what names value in argument errors, notFound (with %q for value) the payment not found.
 func (s *Postgres) paymentWhere(ctx context.Context, what, column, value, notFound string) (Payment, error) {
-	if err := checkString(what, value, maxReferenceLen, true); err != nil {
+	if err := CheckString(what, value, MaxReferenceLen, true); err != nil {
 		return Payment{}, err
 	}
 	if err := pgStorable(what, value); err != nil {
@@ -145,7 +145,7 @@ func (s *Postgres) paymentWhere(ctx context.Context, what, column, value, notFou
 // AccountPayments lists an account's payments, newest first (by id among those of one time:
 // Badger's order).
 func (s *Postgres) AccountPayments(ctx context.Context, accountID string, limit int) ([]Payment, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (s *Postgres) AccountPayments(ctx context.Context, accountID string, limit 
 
 // Reverse applies one refund or dispute event, once.
 func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalResult, error) {
-	if err := checkReversal(req); err != nil {
+	if err := CheckReversal(req); err != nil {
 		return ReversalResult{}, err
 	}
 	if err := pgStorable("reversal", req.ID, req.Payment, req.Currency, req.Reason, req.Event); err != nil {
@@ -210,7 +210,7 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 		if err != nil {
 			return err
 		}
-		if err := checkReversible(p, req); err != nil {
+		if err := CheckReversible(p, req); err != nil {
 			return err
 		}
 		rows, err = tx.Query(wctx, `SELECT `+pgReversalCols+` FROM reversals WHERE id = $1`, req.ID)
@@ -222,21 +222,21 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 		if ok {
 			prev = &old
 		}
-		if err := checkSameReversal(prev, req); err != nil {
+		if err := CheckSameReversal(prev, req); err != nil {
 			return err
 		}
-		st := reverse(p, prev, req, now().UTC())
-		res.Reversal, res.Payment, res.Repeated = st.reversal, st.payment, st.repeated
-		if st.repeated {
+		st := Reverse(p, prev, req, s.now().UTC())
+		res.Reversal, res.Payment, res.Repeated = st.Reversal, st.Payment, st.Repeated
+		if st.Repeated {
 			return nil
 		}
-		if st.entry {
+		if st.Entry {
 			if !hasAcct {
 				return fmt.Errorf("account %q of payment %q: %w", acct, p.ID, ErrNotFound)
 			}
-			e := st.entryOf()
-			e.AccountID, e.Seq, e.Amount, e.Time = acct, uint64(nextSeq), st.delta, st.reversal.Updated
-			e.BalanceAfter = b.bal + st.delta
+			e := st.EntryOf()
+			e.AccountID, e.Seq, e.Amount, e.Time = acct, uint64(nextSeq), st.Delta, st.Reversal.Updated
+			e.BalanceAfter = b.bal + st.Delta
 			e.AvailableAfter = e.BalanceAfter - b.held
 			if _, err := tx.Exec(wctx, `INSERT INTO entries (account_id, seq, kind, mode, amount, balance_after,
 					available_after, reference, reason, amount_cents, currency, at)
@@ -246,13 +246,13 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 				return err
 			}
 			if _, err := tx.Exec(wctx, `UPDATE accounts SET balance = balance + $2, reversed = reversed - $2,
-				next_seq = next_seq + 1 WHERE id = $1`, acct, st.delta); err != nil {
+				next_seq = next_seq + 1 WHERE id = $1`, acct, st.Delta); err != nil {
 				return err
 			}
-			b.bal += st.delta
+			b.bal += st.Delta
 			res.Entry, res.Balance = e, b.balance(acct)
 		}
-		r := st.reversal
+		r := st.Reversal
 		if _, err := tx.Exec(wctx, `INSERT INTO reversals (`+pgReversalCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 			ON CONFLICT (id) DO UPDATE SET credits = excluded.credits, status = excluded.status,
@@ -261,7 +261,7 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 			r.Reason, r.Event, r.Created.UnixNano(), r.Updated.UnixNano()); err != nil {
 			return err
 		}
-		p = st.payment
+		p = st.Payment
 		_, err = tx.Exec(wctx, `UPDATE payments SET refunded_cents = $2, refunded_credits = $3, disputed_credits = $4,
 			updated = $5, disputed_cents = $6 WHERE id = $1`,
 			p.ID, p.RefundedCents, p.RefundedCredits, p.DisputedCredits, p.Updated.UnixNano(), p.DisputedCents)
@@ -278,7 +278,7 @@ func (s *Postgres) Reverse(ctx context.Context, req ReversalRequest) (ReversalRe
 
 // ListReversals lists refunds and disputes, last changed first (by id among those of one time).
 func (s *Postgres) ListReversals(ctx context.Context, accountID string, kind ReversalKind, limit int) ([]Reversal, error) {
-	limit, err := reversalList(kind, limit)
+	limit, err := ReversalList(kind, limit)
 	if err != nil {
 		return nil, err
 	}

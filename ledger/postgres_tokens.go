@@ -16,7 +16,7 @@ import (
 
 // CreateToken makes a single-use token.
 func (s *Postgres) CreateToken(ctx context.Context, accountID string, purpose TokenPurpose, ttl time.Duration) (string, error) {
-	if err := checkToken(purpose, ttl); err != nil {
+	if err := CheckToken(purpose, ttl); err != nil {
 		return "", err
 	}
 	wctx, done, err := s.write(ctx)
@@ -24,9 +24,9 @@ func (s *Postgres) CreateToken(ctx context.Context, accountID string, purpose To
 		return "", err
 	}
 	defer done()
-	token := randomBase62(sessionTokenLen)
+	token := RandomBase62(SessionTokenLen)
 	d := sha256.Sum256([]byte(token))
-	t := now().UTC()
+	t := s.now().UTC()
 	tag, err := s.pool.Exec(wctx, `WITH gone AS (DELETE FROM account_tokens WHERE expires <= $5)
 		INSERT INTO account_tokens (digest, account_id, purpose, expires)
 		SELECT $1, id, $3, $4 FROM accounts WHERE id = $2`, d[:], accountID, string(purpose), t.Add(ttl).UnixNano(), t.UnixNano())
@@ -55,12 +55,12 @@ func (s *Postgres) useToken(ctx context.Context, find string, purpose TokenPurpo
 		return Account{}, err
 	}
 	defer done()
-	if !looksLikeToken(token) {
+	if !LooksLikeToken(token) {
 		return Account{}, ErrInvalidToken
 	}
 	d := sha256.Sum256([]byte(token))
 	rows, _ := s.pool.Query(wctx, `WITH t AS (`+find+`) SELECT `+pgAccountColsA+` FROM accounts a JOIN t ON a.id = t.account_id`,
-		d[:], string(purpose), now().UTC().UnixNano())
+		d[:], string(purpose), s.now().UTC().UnixNano())
 	a, err := pgx.CollectExactlyOneRow(rows, scanAccount)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Account{}, ErrInvalidToken
@@ -89,7 +89,7 @@ func (s *Postgres) SetEmailVerified(ctx context.Context, accountID string) (Acco
 
 // SetLowBalanceAlert sets the low-balance threshold.
 func (s *Postgres) SetLowBalanceAlert(ctx context.Context, accountID string, threshold int64) (Account, error) {
-	if err := checkThreshold(threshold); err != nil {
+	if err := CheckThreshold(threshold); err != nil {
 		return Account{}, err
 	}
 	return s.updateAccount(ctx, "setting the low balance alert", `low_balance_alert = $2, low_balance_notified = false`, accountID, threshold)
@@ -137,7 +137,7 @@ func (s *Postgres) NoteLowBalance(ctx context.Context, accountID string, below b
 // partial index accounts_low_balance_alert (00006_low_balance_alerts.sql), which gives the
 // accounts with an alert in id order: the query reads their rows, not every account's.
 func (s *Postgres) LowBalanceChanges(ctx context.Context, limit int) ([]LowBalanceChange, error) {
-	limit, err := checkListLimit(limit)
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return nil, err
 	}

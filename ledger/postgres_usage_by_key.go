@@ -10,7 +10,7 @@ import (
 // UsageByKey counts an account's entries per key, tool and mode, by the entries' index of an
 // account's times (00003_entries_by_time.sql).
 func (s *Postgres) UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow, error) {
-	if err := checkKeyUsageQuery(q); err != nil {
+	if err := CheckKeyUsageQuery(q); err != nil {
 		return nil, err
 	}
 	qctx, done, err := s.read(ctx)
@@ -41,6 +41,6 @@ func (s *Postgres) UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow,
 	if err != nil {
 		return nil, pgErr(ctx, "counting usage by key", err)
 	}
-	sortKeyUsage(out) // byte-wise, as Badger orders them, not by the database's collation
+	SortKeyUsage(out) // byte-wise, as Badger orders them, not by the database's collation
 	return out, nil
 }

@@ -45,7 +45,7 @@ type pgVerifyAccount struct {
 	// reversed is the stored count of credits that refunds and disputes took and did not give
 	// back (the floor of the live available figure).
 	reversed int64
-	sums     map[Mode]*modeSums
+	sums     map[Mode]*ModeSums
 	lastSeq  int64
 	flagged  map[string]bool // problem kinds reported once per account
 }
@@ -57,16 +57,16 @@ type pgVerifyAccount struct {
 // or that were held or resolved more than once, and open holds long past their expiry (two sweep
 // intervals, at least a minute).
 func (s *Postgres) Verify(ctx context.Context) (VerifyReport, error) {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return VerifyReport{}, err
 	}
-	defer s.end()
+	defer s.life.End()
 	rep := VerifyReport{Problems: []Problem{}}
 	add := func(acct, kind, format string, args ...any) {
 		rep.Problems = append(rep.Problems, Problem{AccountID: acct, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
 	grace := max(s.opts.SweepInterval*2, time.Minute)
-	cutoff := now().Add(-grace).UnixNano()
+	cutoff := s.now().Add(-grace).UnixNano()
 	qctx, cancel := pgLongContext(ctx)
 	defer cancel()
 	err := pgx.BeginTxFunc(qctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -105,7 +105,7 @@ func verifyLoadAccounts(ctx context.Context, tx pgx.Tx) (map[string]*pgVerifyAcc
 	var a pgVerifyAccount
 	_, err := pgx.ForEachRow(rows, []any{&id, &a.stored[0], &a.stored[1], &a.stored[2], &a.stored[3], &a.nextSeq, &a.reversed}, func() error {
 		c := a
-		c.sums = map[Mode]*modeSums{Live: {}, Test: {}}
+		c.sums = map[Mode]*ModeSums{Live: {}, Test: {}}
 		c.flagged = map[string]bool{}
 		accts[id] = &c
 		return nil
@@ -144,17 +144,17 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAcc
 			once("corrupt_record", "entry %d has mode %q", seq, mode)
 			return nil
 		}
-		ms.apply(kind, amount, reason)
-		negBal, negAv := ms.negative()
+		ms.Apply(kind, amount, reason)
+		negBal, negAv := ms.Negative()
 		if negBal {
-			once("negative_balance", "%s balance is %d after entry %d", mode, ms.bal, seq)
+			once("negative_balance", "%s balance is %d after entry %d", mode, ms.Bal, seq)
 		}
 		if negAv {
-			once("negative_available", "%s available is %d after entry %d", mode, ms.bal-ms.open, seq)
+			once("negative_available", "%s available is %d after entry %d", mode, ms.Bal-ms.Open, seq)
 		}
-		if balAfter != ms.bal || availAfter != ms.bal-ms.open {
+		if balAfter != ms.Bal || availAfter != ms.Bal-ms.Open {
 			once("entry_mismatch", "entry %d records balance %d / available %d, the entries before it give %d / %d",
-				seq, balAfter, availAfter, ms.bal, ms.bal-ms.open)
+				seq, balAfter, availAfter, ms.Bal, ms.Bal-ms.Open)
 		}
 		return nil
 	})
@@ -181,21 +181,21 @@ func verifyOpenCounts(ctx context.Context, tx pgx.Tx) (map[string]map[Mode]int64
 // verifyFigures compares an account's stored figures and open holds with its entries.
 func verifyFigures(id string, a *pgVerifyAccount, open map[Mode]int64, add func(acct, kind, format string, args ...any)) {
 	live, test := a.sums[Live], a.sums[Test]
-	if a.stored[0] != live.bal || a.stored[2] != test.bal {
-		add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d", a.stored[0], a.stored[2], live.bal, test.bal)
+	if a.stored[0] != live.Bal || a.stored[2] != test.Bal {
+		add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d", a.stored[0], a.stored[2], live.Bal, test.Bal)
 	}
-	if a.reversed != live.reversed {
-		add(id, "balance_mismatch", "stored reversed credits %d, refunds and disputes in the entries took %d", a.reversed, live.reversed)
+	if a.reversed != live.Reversed {
+		add(id, "balance_mismatch", "stored reversed credits %d, refunds and disputes in the entries took %d", a.reversed, live.Reversed)
 	}
-	if a.stored[1] != live.open || a.stored[3] != test.open {
-		add(id, "open_hold_mismatch", "stored open holds %d / test %d, the entries leave %d / %d open", a.stored[1], a.stored[3], live.open, test.open)
+	if a.stored[1] != live.Open || a.stored[3] != test.Open {
+		add(id, "open_hold_mismatch", "stored open holds %d / test %d, the entries leave %d / %d open", a.stored[1], a.stored[3], live.Open, test.Open)
 	}
 	for _, m := range []Mode{Live, Test} {
-		if got := open[m]; got != a.sums[m].open {
-			add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", got, m, a.sums[m].open)
+		if got := open[m]; got != a.sums[m].Open {
+			add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", got, m, a.sums[m].Open)
 		}
 	}
-	if a.stored[0]-a.stored[1] < -live.reversed || a.stored[2]-a.stored[3] < 0 {
+	if a.stored[0]-a.stored[1] < -live.Reversed || a.stored[2]-a.stored[3] < 0 {
 		add(id, "negative_available", "stored available %d, test %d", a.stored[0]-a.stored[1], a.stored[2]-a.stored[3])
 	}
 	if a.nextSeq != a.lastSeq+1 {
@@ -247,10 +247,10 @@ func verifyHolds(ctx context.Context, tx pgx.Tx, cutoff int64, add func(acct, ki
 // online backups (pg_dump for a logical copy, pg_basebackup with WAL archiving for
 // point-in-time recovery) and restore them, and they are what a PostgreSQL operator runs.
 func (s *Postgres) Backup(ctx context.Context, w io.Writer) error {
-	if err := s.begin(); err != nil {
+	if err := s.life.Begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.life.End()
 	return fmt.Errorf("backing up ledger: the PostgreSQL ledger is backed up with PostgreSQL's own tools "+
 		"(pg_dump for a logical backup, pg_basebackup and WAL archiving for point-in-time recovery), not by Caddy: %w",
 		errors.ErrUnsupported)

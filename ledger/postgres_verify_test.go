@@ -13,13 +13,13 @@ import (
 // and an entry that does not add up are each reported.
 func TestPostgresVerifyFindsDamage(t *testing.T) {
 	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
-	a := mustAccount(t, s, "damaged@example.com").ID
-	mustGrant(t, s, a, Live, 3)
-	mustHold(t, s, a, Live, "r1")
+	a := MustAccount(t, s, "damaged@example.com").ID
+	MustGrant(t, s, a, Live, 3)
+	MustHold(t, s, a, Live, "r1")
 	if _, err := s.Settle(bg, a, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	verifyClean(t, s)
+	VerifyClean(t, s)
 	for _, q := range []string{
 		// A second settle of r1, as a buggy resolver would write it.
 		`INSERT INTO entries (account_id, seq, kind, mode, amount, balance_after, available_after, request_id, at)

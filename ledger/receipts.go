@@ -54,8 +54,8 @@ const (
 )
 
 // checkReceiptKey checks what AddReceiptKey is given.
-func checkReceiptKey(k ReceiptKey) error {
-	if err := checkString("receipt key id", k.ID, maxReceiptKeyID, true); err != nil {
+func CheckReceiptKey(k ReceiptKey) error {
+	if err := CheckString("receipt key id", k.ID, maxReceiptKeyID, true); err != nil {
 		return err
 	}
 	if len(k.PublicKey) != ed25519.PublicKeySize {
@@ -78,7 +78,7 @@ func checkTextDigest(d []byte) error {
 }
 
 // sortReceiptKeys orders keys oldest first, the current one last.
-func sortReceiptKeys(keys []ReceiptKey) {
+func SortReceiptKeys(keys []ReceiptKey) {
 	slices.SortStableFunc(keys, func(a, b ReceiptKey) int {
 		if a.ValidUntil.IsZero() != b.ValidUntil.IsZero() {
 			if a.ValidUntil.IsZero() {

@@ -34,14 +34,14 @@ type KeyReports interface {
 	UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow, error)
 }
 
-func checkKeyUsageQuery(q UsageQuery) error {
+func CheckKeyUsageQuery(q UsageQuery) error {
 	if q.AccountID == "" {
 		return fmt.Errorf("usage by key needs an account: %w", ErrInvalidArgument)
 	}
 	return nil
 }
 
-func sortKeyUsage(rows []KeyUsageRow) {
+func SortKeyUsage(rows []KeyUsageRow) {
 	slices.SortFunc(rows, func(a, b KeyUsageRow) int {
 		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Mode, b.Mode))
 	})

@@ -17,7 +17,7 @@ const (
 	maxRequestIDLen      = 128
 	maxKeyIDLen          = 64
 	maxToolLen           = 64
-	maxReferenceLen      = 256
+	MaxReferenceLen      = 256
 	maxReasonLen         = 512
 	maxCurrencyLen       = 8
 	maxEmailLen          = 254
@@ -26,7 +26,7 @@ const (
 )
 
 // checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
-func checkString(field, v string, max int, required bool) error {
+func CheckString(field, v string, max int, required bool) error {
 	if required && v == "" {
 		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
 	}
@@ -46,8 +46,8 @@ func checkMode(m Mode) error {
 
 // normalizeEmail trims and lower-cases an address and rejects what is obviously not one
 // (display names, several addresses, spaces, no @). It does not check that the domain exists.
-func normalizeEmail(email string) (string, error) {
-	e := foldEmail(email)
+func NormalizeEmail(email string) (string, error) {
+	e := FoldEmail(email)
 	bad := fmt.Errorf("email %q is not a valid address: %w", email, ErrInvalidArgument)
 	if e == "" || len(e) > maxEmailLen || strings.ContainsAny(e, " \t\r\n<>,;\"") {
 		return "", bad
@@ -65,10 +65,10 @@ func normalizeEmail(email string) (string, error) {
 
 // foldEmail is the form an email is looked up by: trimmed and lower-cased. normalizeEmail
 // also checks that it is an address; lookups do not, an unknown email is just not found.
-func foldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+func FoldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // checkAccountStatus checks SetAccountStatus's status.
-func checkAccountStatus(status AccountStatus) error {
+func CheckAccountStatus(status AccountStatus) error {
 	if status != StatusActive && status != StatusDisabled {
 		return fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
 	}
@@ -76,7 +76,7 @@ func checkAccountStatus(status AccountStatus) error {
 }
 
 // checkKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
-func checkKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
+func CheckKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
 	if err := checkMode(mode); err != nil {
 		return time.Time{}, err
 	}
@@ -93,17 +93,17 @@ func checkKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, e
 }
 
 // checkHoldRequest checks a Hold or Reserve.
-func checkHoldRequest(req HoldRequest) error {
+func CheckHoldRequest(req HoldRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
-	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
+	if err := CheckString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
-	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
+	if err := CheckString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
 		return err
 	}
-	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
+	if err := CheckString("tool", req.Tool, maxToolLen, false); err != nil {
 		return err
 	}
 	if req.TTL < 0 {
@@ -113,15 +113,15 @@ func checkHoldRequest(req HoldRequest) error {
 }
 
 // checkResolve checks a Settle (reason "") or Void.
-func checkResolve(requestID, reason string) error {
-	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
+func CheckResolve(requestID, reason string) error {
+	if err := CheckString("request id", requestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
-	return checkString("reason", reason, maxReasonLen, false)
+	return CheckString("reason", reason, maxReasonLen, false)
 }
 
 // checkGrantRequest checks a Grant.
-func checkGrantRequest(req GrantRequest) error {
+func CheckGrantRequest(req GrantRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
@@ -151,8 +151,8 @@ func checkGrantRequest(req GrantRequest) error {
 	for _, c := range []struct {
 		f, v string
 		max  int
-	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
-		if err := checkString(c.f, c.v, c.max, false); err != nil {
+	}{{"reference", req.Reference, MaxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
+		if err := CheckString(c.f, c.v, c.max, false); err != nil {
 			return err
 		}
 	}
@@ -160,7 +160,7 @@ func checkGrantRequest(req GrantRequest) error {
 }
 
 // checkRefillTarget checks RefillTestCredits' upTo.
-func checkRefillTarget(upTo int64) error {
+func CheckRefillTarget(upTo int64) error {
 	if upTo <= 0 {
 		return fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
 	}
@@ -168,14 +168,14 @@ func checkRefillTarget(upTo int64) error {
 }
 
 // checkIdempotencyRecord checks a BeginIdempotent.
-func checkIdempotencyRecord(rec IdempotencyRecord) error {
-	if err := checkString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
+func CheckIdempotencyRecord(rec IdempotencyRecord) error {
+	if err := CheckString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
 		return err
 	}
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
+	if err := CheckString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
 		return err
 	}
-	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
+	if err := CheckString("fingerprint", rec.Fingerprint, MaxReferenceLen, false); err != nil {
 		return err
 	}
 	if rec.HoldTTL < 0 {
@@ -185,7 +185,7 @@ func checkIdempotencyRecord(rec IdempotencyRecord) error {
 }
 
 // checkFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
-func checkFinishStatus(status int) error {
+func CheckFinishStatus(status int) error {
 	if (status < 100 || status > 599) && status != StatusReleased {
 		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
 	}
@@ -193,7 +193,7 @@ func checkFinishStatus(status int) error {
 }
 
 // checkSessionTTL checks CreateSession's ttl.
-func checkSessionTTL(ttl time.Duration) error {
+func CheckSessionTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxSessionTTL {
 		return fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
 	}

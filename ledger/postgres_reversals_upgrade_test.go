@@ -17,34 +17,16 @@ import (
 // back, so all 10 credits are taken (without the dispute's cents the refund would take nothing
 // more and leave 5).
 
-// upgradedDisputeThenRefund runs the events after the upgrade and checks the outcome.
-func upgradedDisputeThenRefund(t *testing.T, s Store, acct string) {
+// upgradedDisputeThenRefundPG runs the events after the upgrade and checks the outcome.
+func upgradedDisputeThenRefundPG(t *testing.T, s Store, acct string) {
 	t.Helper()
-	mustReverse(t, s, refund("re_up", "pi_up", 100))
-	mustReverse(t, s, dispute("du_up", "pi_up", 100, DisputeLost))
-	wantFigures(t, s, acct, 0, 0)
+	MustReverse(t, s, Refund("re_up", "pi_up", 100))
+	MustReverse(t, s, Dispute("du_up", "pi_up", 100, DisputeLost))
+	WantFigures(t, s, acct, 0, 0)
 	if p, err := s.GetPayment(bg, "pi_up"); err != nil || p.DisputedCents != 100 || p.RefundedCredits+p.DisputedCredits != 10 {
 		t.Fatalf("payment after the upgrade: %+v %v", p, err)
 	}
-	verifyClean(t, s)
-}
-
-// TestBadgerDisputedCentsUpgrade: Badger counts the cents from the payment's disputes.
-func TestBadgerDisputedCentsUpgrade(t *testing.T) {
-	s := openDir(t, t.TempDir(), Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
-	acct := mustAccount(t, s, "upgrade@example.com").ID
-	buyPaid(t, s, acct, "cs_up", "pi_up", 10, 200)
-	mustReverse(t, s, dispute("du_up", "pi_up", 100, DisputeOpen))
-	wantFigures(t, s, acct, 5, 5)
-	p, err := s.GetPayment(bg, "pi_up")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.DisputedCents = 0 // as an earlier version stored it: no disputed_cents in its JSON
-	if err := s.c.enqueue([]write{set(payKey(p.ID), mustJSON(p))}).wait(); err != nil {
-		t.Fatal(err)
-	}
-	upgradedDisputeThenRefund(t, s, acct)
+	VerifyClean(t, s)
 }
 
 // TestPostgresDisputedCentsMigration: migration 00013 counts the cents from the payments'
@@ -52,10 +34,10 @@ func TestBadgerDisputedCentsUpgrade(t *testing.T) {
 func TestPostgresDisputedCentsMigration(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	s := openPostgres(t, url, pgQuiet)
-	acct := mustAccount(t, s, "upgrade@example.com").ID
-	buyPaid(t, s, acct, "cs_up", "pi_up", 10, 200)
-	mustReverse(t, s, dispute("du_up", "pi_up", 100, DisputeOpen))
-	wantFigures(t, s, acct, 5, 5)
+	acct := MustAccount(t, s, "upgrade@example.com").ID
+	BuyPaid(t, s, acct, "cs_up", "pi_up", 10, 200)
+	MustReverse(t, s, Dispute("du_up", "pi_up", 100, DisputeOpen))
+	WantFigures(t, s, acct, 5, 5)
 	fsys, err := fs.Sub(pgMigrations, "postgres_migrations")
 	if err != nil {
 		t.Fatal(err)
@@ -74,5 +56,5 @@ func TestPostgresDisputedCentsMigration(t *testing.T) {
 	}
 	s.Close()
 	s = openPostgres(t, url, pgQuiet)
-	upgradedDisputeThenRefund(t, s, acct)
+	upgradedDisputeThenRefundPG(t, s, acct)
 }
