@@ -11,14 +11,14 @@ import (
 const (
 	LivePrefix = "tg_live_"
 	TestPrefix = "tg_test_"
-	// A key is a prefix, 30 random base62 characters and 6 base62 characters of the CRC32
+	// A key is a prefix, 30 random Base62 characters and 6 Base62 characters of the CRC32
 	// (IEEE) of everything before them; 62^6 > 2^32, so every checksum fits.
 	keyRandomLen   = 30
 	keyChecksumLen = 6
 	KeyLen         = len(LivePrefix) + keyRandomLen + keyChecksumLen
 )
 
-// keyChecksum is the fixed-width, zero-padded base62 CRC32 of s.
+// keyChecksum is the fixed-width, zero-padded Base62 CRC32 of s.
 func keyChecksum(s string) [keyChecksumLen]byte {
 	var buf [KeyLen]byte // no allocation for key-sized input
 	return keyChecksumBytes(append(buf[:0], s...))
@@ -34,7 +34,7 @@ func keyChecksumBytes(b []byte) [keyChecksumLen]byte {
 	return out
 }
 
-// newFullKey makes a fresh API key for mode (a variable so that a test can choose a key's last
+// NewFullKey makes a fresh API key for mode (a variable so that a test can choose a key's last
 // characters).
 var NewFullKey = MakeFullKey
 
@@ -56,7 +56,7 @@ func CheckKeyFormat(s string) (Mode, bool) {
 	return CheckKeyFormatInto(s, &buf)
 }
 
-// checkKeyFormat is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
+// CheckKeyFormatInto is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
 // allocation.
 func CheckKeyFormatInto(s string, buf *[KeyLen]byte) (Mode, bool) {
 	if len(s) != KeyLen {
@@ -84,12 +84,12 @@ func CheckKeyFormatInto(s string, buf *[KeyLen]byte) (Mode, bool) {
 	return m, true
 }
 
-// keyHintLen is how many base62 characters a hint ("tg_live_abcd") may put after a key's prefix:
+// keyHintLen is how many Base62 characters a hint ("tg_live_abcd") may put after a key's prefix:
 // more than that is part of a key's secret.
 const keyHintLen = 4
 
 // ContainsKeySecret reports whether s holds a key's secret, or a piece of one, anywhere in it:
-// a key's prefix followed by more base62 characters than a hint has (the checksum right or
+// a key's prefix followed by more Base62 characters than a hint has (the checksum right or
 // not: a mistyped key is a secret too), or, without its prefix, the 36 characters of a key
 // whose checksum is right. Quotes, "Bearer ", "X-API-Key: " or a trailing dot around a key do
 // not hide it. A page that must never echo nor search by a secret refuses such input whole.
@@ -128,7 +128,7 @@ func ContainsKeySecret(s string) bool {
 	return false
 }
 
-// base62Run is how many base62 characters s starts with.
+// base62Run is how many Base62 characters s starts with.
 func base62Run(s string) int {
 	n := 0
 	for n < len(s) && isBase62[s[n]] {

@@ -75,7 +75,7 @@ func TestKeyFormat(t *testing.T) {
 }
 
 func TestKeyChecksumIsFixedWidth(t *testing.T) {
-	// Whatever the CRC, the checksum is 6 base62 characters, zero-padded.
+	// Whatever the CRC, the checksum is 6 Base62 characters, zero-padded.
 	for _, s := range []string{"", "a", "tg_live_x"} {
 		sum := keyChecksum(s)
 		for _, c := range sum {

@@ -68,7 +68,7 @@ func allBase62(s string) bool {
 	return s != ""
 }
 
-// matches reports whether k is a key the hint names.
+// Matches reports whether k is a key the hint names.
 func (h KeyHint) Matches(k Key) bool {
 	if h.ID != "" {
 		return k.ID == h.ID
@@ -76,7 +76,7 @@ func (h KeyHint) Matches(k Key) bool {
 	return k.Last4 == h.Last4 && (h.Prefix == "" || k.Prefix == h.Prefix)
 }
 
-// keySearchArgs checks FindKeys' arguments.
+// KeySearchArgs checks FindKeys' arguments.
 func KeySearchArgs(hint string, limit int) (KeyHint, error) {
 	if limit < 1 || limit > MaxKeySearch {
 		return KeyHint{}, fmt.Errorf("limit %d is not 1 to %d: %w", limit, MaxKeySearch, ErrInvalidArgument)

@@ -98,7 +98,7 @@ func (e *KeyBudgetError) Error() string {
 // Is makes errors.Is(err, ErrKeyBudgetExhausted) true.
 func (e *KeyBudgetError) Is(target error) bool { return target == ErrKeyBudgetExhausted }
 
-// keyBudgetError is the error of an exhausted budget b for a hold at t.
+// NewKeyBudgetError is the error of an exhausted budget b for a hold at t.
 func NewKeyBudgetError(l KeyLimits, b string, t time.Time) *KeyBudgetError {
 	switch b {
 	case BudgetDay:
@@ -131,7 +131,7 @@ func (u KeyUsage) at(t time.Time) KeyUsage {
 	return u
 }
 
-// charge counts one more credit at t, or says which budget of l has no room (""); the
+// Charge counts one more credit at t, or says which budget of l has no room (""); the
 // budget the caller is told about is the one that resets last (total, then month, then day),
 // since that is when the key can spend again.
 func (u KeyUsage) Charge(l KeyLimits, t time.Time) (KeyUsage, string) {
@@ -150,7 +150,7 @@ func (u KeyUsage) Charge(l KeyLimits, t time.Time) (KeyUsage, string) {
 	return u, ""
 }
 
-// release gives back the credit of a hold made at created (a void).
+// Release gives back the credit of a hold made at created (a void).
 func (u KeyUsage) Release(created time.Time) KeyUsage {
 	if u.Total > 0 {
 		u.Total--
@@ -164,7 +164,7 @@ func (u KeyUsage) Release(created time.Time) KeyUsage {
 	return u
 }
 
-// retake counts again the credit of a hold made at created that release gave back (a hold
+// Retake counts again the credit of a hold made at created that release gave back (a hold
 // settled after its expiry's void): the key's budget was checked when the hold was made.
 func (u KeyUsage) Retake(created time.Time) KeyUsage {
 	u.Total++
@@ -231,7 +231,7 @@ func (l KeyLimits) AllowsAddr(addr netip.Addr) bool {
 	return false
 }
 
-// checkKeySettings checks and normalises settings for a key at t: the expiry in the future
+// CheckKeySettings checks and normalises settings for a key at t: the expiry in the future
 // (or unchanged from the key's current one, old), budgets not negative, the tools and ranges
 // well formed, sorted and without repeats (a range as its masked form).
 func CheckKeySettings(set KeySettings, old, t time.Time) (KeySettings, error) {
@@ -284,7 +284,7 @@ func NilIfEmpty(s []string) []string {
 	return s
 }
 
-// checkRollGrace checks the grace period of a roll.
+// CheckRollGrace checks the grace period of a roll.
 func CheckRollGrace(grace time.Duration) error {
 	if grace < 0 || grace > MaxKeyRollGrace {
 		return fmt.Errorf("a roll's grace period must be between 0 and 7 days: %w", ErrInvalidArgument)

@@ -6,24 +6,24 @@ import (
 	"time"
 )
 
-// lifecycle is what every engine does to run its background work, admit calls and close, written
-// once: an engine embeds it, starts its periodic work with every, brackets each call with begin
-// and end, and closes through shutdown.
+// Lifecycle is what every engine does to run its background work, admit calls and close, written
+// once: an engine holds one, starts its periodic work with Every, brackets each call with Begin
+// and End, and closes through Shutdown.
 type Lifecycle struct {
-	// closeMu is held shared by every call in flight (begin..end) and exclusively by shutdown,
+	// CloseMu is held shared by every call in flight (Begin..End) and exclusively by Shutdown,
 	// so that closing waits for the calls in flight.
 	CloseMu   sync.RWMutex
-	Closed    atomic.Bool
+	Closed    atomic.Bool // set once Shutdown began
 	closeOnce sync.Once
 	closeErr  error
 	stopBg    chan struct{}
 	bg        sync.WaitGroup
 }
 
-// startLifecycle readies l; call it before every, begin and shutdown.
+// StartLifecycle readies l; call it before Every, Begin and Shutdown.
 func (l *Lifecycle) StartLifecycle() { l.stopBg = make(chan struct{}) }
 
-// every runs f every d until shutdown; d < 0 disables it. f may watch stopping to end early.
+// Every runs f every d until Shutdown; d < 0 disables it. f may watch Stopping to end early.
 func (l *Lifecycle) Every(d time.Duration, f func()) {
 	if d < 0 {
 		return
@@ -42,7 +42,7 @@ func (l *Lifecycle) Every(d time.Duration, f func()) {
 	})
 }
 
-// run runs f in a goroutine of its own that shutdown stops (by closing stop) and waits for.
+// Run runs f in a goroutine of its own that Shutdown stops (by closing stop) and waits for.
 func (l *Lifecycle) Run(f func(stop <-chan struct{})) {
 	l.bg.Add(1)
 	go func() {
@@ -51,10 +51,10 @@ func (l *Lifecycle) Run(f func(stop <-chan struct{})) {
 	}()
 }
 
-// stopping is closed when shutdown begins: background work that runs long checks it.
+// Stopping is closed when Shutdown begins: background work that runs long checks it.
 func (l *Lifecycle) Stopping() <-chan struct{} { return l.stopBg }
 
-// begin admits a call (ErrClosed once shutdown began); end releases it.
+// Begin admits a call (ErrClosed once Shutdown began); End releases it.
 func (l *Lifecycle) Begin() error {
 	l.CloseMu.RLock()
 	if l.Closed.Load() {
@@ -64,10 +64,11 @@ func (l *Lifecycle) Begin() error {
 	return nil
 }
 
+// End releases a call that Begin admitted.
 func (l *Lifecycle) End() { l.CloseMu.RUnlock() }
 
-// shutdown closes once: it refuses new calls, stops the background work and waits for it, waits
-// for the calls in flight and runs release with closeMu held exclusively. Every call returns
+// Shutdown closes once: it refuses new calls, stops the background work and waits for it, waits
+// for the calls in flight and runs release with CloseMu held exclusively. Every call returns
 // the first one's result.
 func (l *Lifecycle) Shutdown(release func() error) error {
 	l.closeOnce.Do(func() {

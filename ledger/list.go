@@ -18,7 +18,7 @@ const (
 	maxPageLimit     = 1000
 )
 
-// checkListLimit is the length of a listing that takes a limit but no cursor
+// CheckListLimit is the length of a listing that takes a limit but no cursor
 // (UnmatchedPayments, ListMail): 0 means defaultPageLimit, more than maxPageLimit means
 // maxPageLimit.
 func CheckListLimit(limit int) (int, error) {
@@ -39,7 +39,7 @@ func pageLimit(p Page) (int, error) { return CheckListLimit(p.Limit) }
 // last account id listed (ListAccounts), or of 'h' and the big-endian number of the last entry
 // listed (History). A cursor an engine did not make is ErrInvalidArgument.
 
-// accountCursor is the cursor of the ListAccounts page that ended with the account whose
+// AccountCursor is the cursor of the ListAccounts page that ended with the account whose
 // e-mail address is email.
 func AccountCursor(email string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("e:" + email))
@@ -57,7 +57,7 @@ func parseAccountCursor(cursor string) (string, error) {
 	return string(b[2:]), nil
 }
 
-// historyCursor is the cursor of the History page that ended with entry seq.
+// HistoryCursor is the cursor of the History page that ended with entry seq.
 func HistoryCursor(seq uint64) string {
 	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte{'h'}, seq))
 }
@@ -76,7 +76,7 @@ func parseHistoryCursor(cursor string) (uint64, error) {
 	return binary.BigEndian.Uint64(b[1:]), nil
 }
 
-// accountPage is the preamble of ListAccounts: the page size and the account id after which the
+// AccountPage is the preamble of ListAccounts: the page size and the account id after which the
 // page starts.
 func AccountPage(p Page) (limit int, after string, err error) {
 	if limit, err = pageLimit(p); err != nil {
@@ -88,7 +88,7 @@ func AccountPage(p Page) (limit int, after string, err error) {
 	return limit, after, nil
 }
 
-// historyPage is the preamble of History: the page size and the entry number before which the
+// HistoryPage is the preamble of History: the page size and the entry number before which the
 // page starts (0: from the newest).
 func HistoryPage(p Page) (limit int, before uint64, err error) {
 	if limit, err = pageLimit(p); err != nil {
@@ -100,7 +100,7 @@ func HistoryPage(p Page) (limit int, before uint64, err error) {
 	return limit, before, nil
 }
 
-// reversalList is the preamble of ListReversals: the listing's length, once kind is checked.
+// ReversalList is the preamble of ListReversals: the listing's length, once kind is checked.
 func ReversalList(kind ReversalKind, limit int) (int, error) {
 	limit, err := CheckListLimit(limit)
 	if err != nil {

@@ -217,8 +217,8 @@ func CheckThreshold(t int64) error {
 	return nil
 }
 
-// checkMailID refuses, before any store access, an id that no message can have: ids are
-// newMailID's, a few dozen bytes.
+// CheckMailID refuses, before any store access, an id that no message can have: ids are
+// NewMailID's, a few dozen bytes.
 func CheckMailID(id string) error {
 	if id == "" || len(id) > 64 {
 		return fmt.Errorf("mail %q: %w", TruncateUTF8(id, 64), ErrNotFound)
@@ -226,7 +226,7 @@ func CheckMailID(id string) error {
 	return nil
 }
 
-// newMailID orders queued messages by when they were queued.
+// NewMailID orders queued messages by when they were queued.
 func NewMailID(t time.Time) string {
 	return fmt.Sprintf("mail_%016x%s", t.UnixNano(), RandomBase62(8))
 }

@@ -13,7 +13,7 @@ import (
 // (MemberID == OrgID, "the founder"), its credits and keys stay, and its keys without a member
 // (Key.MemberID == "") count as the founder's. Every member's keys spend the organisation's
 // credits; a member may have a monthly cap of live credits (a UTC calendar month), counted
-// atomically with the hold on every engine (badger_member_caps.go, and ledger_member_take in
+// atomically with the hold on every engine (badgerledger/member_caps.go, and ledger_member_take in
 // the PostgreSQL schema). A personal account is untouched by any of this.
 
 // Role is what a member may do in an organisation. The ledger keeps the roles and their one
@@ -204,7 +204,7 @@ func ownersLeft(ms []Membership, memberID string) int {
 	return n
 }
 
-// memberChange decides a role change or removal of memberID against the organisation's
+// MemberChange decides a role change or removal of memberID against the organisation's
 // members ms, the one rule both engines apply: an organisation keeps an accepted owner, and
 // its founder (its own account) stays a member.
 func MemberChange(ms []Membership, orgID, memberID string, newRole Role, remove bool) (Membership, error) {
@@ -226,7 +226,7 @@ func MemberChange(ms []Membership, orgID, memberID string, newRole Role, remove 
 	return *cur, nil
 }
 
-// sortMemberMonths orders a usage by member by month, then member: the order every engine
+// SortMemberMonths orders a usage by member by month, then member: the order every engine
 // returns it in.
 func SortMemberMonths(out []MemberMonth) {
 	slices.SortFunc(out, func(x, y MemberMonth) int {

@@ -174,7 +174,7 @@ func checkOperatorRole(r OperatorRole) error {
 	return fmt.Errorf("role %q is not viewer, support or owner: %w", r, ErrInvalidArgument)
 }
 
-// checkNewOperator checks n and returns its normalised email and the digests of its codes.
+// CheckNewOperator checks n and returns its normalised email and the digests of its codes.
 func CheckNewOperator(n NewOperator) (string, [][32]byte, error) {
 	e, err := NormalizeEmail(n.Email)
 	if err != nil {
@@ -203,7 +203,7 @@ func CheckNewOperator(n NewOperator) (string, [][32]byte, error) {
 	return e, ds, nil
 }
 
-// normalizeRecoveryCode is the form of a recovery code that is hashed: upper case, without
+// NormalizeRecoveryCode is the form of a recovery code that is hashed: upper case, without
 // spaces and dashes, so that "abcd-efgh" and "ABCDEFGH" are one code.
 func NormalizeRecoveryCode(c string) string {
 	return strings.Map(func(r rune) rune {
@@ -214,10 +214,10 @@ func NormalizeRecoveryCode(c string) string {
 	}, strings.ToUpper(strings.TrimSpace(c)))
 }
 
-// recoveryDigest is the stored form of a recovery code as typed.
+// RecoveryDigest is the stored form of a recovery code as typed.
 func RecoveryDigest(code string) [32]byte { return sha256.Sum256([]byte(NormalizeRecoveryCode(code))) }
 
-// checkAudit checks a record to append.
+// CheckAudit checks a record to append.
 func CheckAudit(rec AuditRecord) error {
 	for _, f := range []struct {
 		name, v  string
@@ -238,13 +238,13 @@ func CheckAudit(rec AuditRecord) error {
 	return nil
 }
 
-// auditCursor is the cursor of the ListAudit page that ended with the record at t with id.
+// AuditCursor is the cursor of the ListAudit page that ended with the record at t with id.
 func AuditCursor(t time.Time, id string) string {
 	b := binary.BigEndian.AppendUint64([]byte("u:"), uint64(t.UnixNano()))
 	return base64.RawURLEncoding.EncodeToString(append(b, id...))
 }
 
-// auditPage is the preamble of ListAudit: the page size and the (time, id) before which the
+// AuditPage is the preamble of ListAudit: the page size and the (time, id) before which the
 // page starts (zero time: from the newest).
 func AuditPage(q AuditQuery) (limit int, beforeNano int64, beforeID string, err error) {
 	if limit, err = pageLimit(q.Page); err != nil {

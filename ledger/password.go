@@ -43,7 +43,7 @@ const (
 
 var b64 = base64.RawStdEncoding
 
-// argon2Key computes every argon2id key of the package, for hashing and for checking alike. It
+// Argon2Key computes every argon2id key of the package, for hashing and for checking alike. It
 // is a variable so that a test can count the calls: a failed log-in must cost the same number of
 // hashes whatever the reason, and a count says so where a stopwatch on a busy machine cannot.
 var Argon2Key = argon2.IDKey
@@ -108,7 +108,7 @@ func parseHash(encoded string) (Argon2Params, []byte, []byte, error) {
 	return p, salt, key, nil
 }
 
-// dummyHash is hashed against when there is no real hash to check (unknown email, no password
+// DummyHash is hashed against when there is no real hash to check (unknown email, no password
 // set), so that those answers take as long as a wrong password. Computed on first use.
 var DummyHash = sync.OnceValue(func() string {
 	h, err := HashPassword("no such account: this hash is only timed, never matched")

@@ -7,29 +7,29 @@ import (
 )
 
 func TestPasswordHashFormatAndVerify(t *testing.T) {
-	h, err := HashPassword(GoodPassword)
+	h, err := HashPassword(goodPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(h, "$argon2id$v=19$m=19456,t=2,p=1$") {
 		t.Fatalf("hash %q is not a PHC argon2id string with the default parameters", h)
 	}
-	h2, _ := HashPassword(GoodPassword)
+	h2, _ := HashPassword(goodPassword)
 	if h == h2 {
 		t.Fatal("two hashes of one password are equal: the salt is not random")
 	}
-	for pw, want := range map[string]bool{GoodPassword: true, "correct horse battery ": false, "": false} {
+	for pw, want := range map[string]bool{goodPassword: true, "correct horse battery ": false, "": false} {
 		ok, err := VerifyPassword(h, pw)
 		if err != nil || ok != want {
 			t.Errorf("VerifyPassword(%q) = %v, %v; want %v", pw, ok, err, want)
 		}
 	}
 	// Stored parameters are honoured, so the defaults can change later.
-	weak, err := hashPassword(GoodPassword, Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 8, KeyLen: 16})
+	weak, err := hashPassword(goodPassword, Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 8, KeyLen: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := VerifyPassword(weak, GoodPassword); !ok || err != nil {
+	if ok, err := VerifyPassword(weak, goodPassword); !ok || err != nil {
 		t.Fatalf("hash with other parameters: %v, %v", ok, err)
 	}
 	for _, bad := range []string{
@@ -38,7 +38,7 @@ func TestPasswordHashFormatAndVerify(t *testing.T) {
 		"$argon2id$v=19$m=19456,t=99,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA",
 		"$argon2id$v=19$m=19456,t=2,p=1$!!$aGFzaGhhc2hoYXNoaGFzaA",
 	} {
-		if _, err := VerifyPassword(bad, GoodPassword); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := VerifyPassword(bad, goodPassword); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("VerifyPassword(%q): err %v, want ErrInvalidArgument", bad, err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestPasswordPolicy(t *testing.T) {
 		email, pw string
 		ok        bool
 	}{
-		{"a@example.com", GoodPassword, true},
+		{"a@example.com", goodPassword, true},
 		{"a@example.com", "short", false},
 		{"a@example.com", "123456789", false},
 		{"a@example.com", "ünïcödé-pä", true}, // 10 characters, more bytes
@@ -70,3 +70,6 @@ func TestPasswordPolicy(t *testing.T) {
 		}
 	}
 }
+
+// GoodPassword passes the policy (the conformance suite's ledgertest.GoodPassword).
+const goodPassword = "correct horse battery"

@@ -81,7 +81,7 @@ const (
 	maxProblemLen = 64
 )
 
-// checkUnmatchedPayment refuses what RecordUnmatchedPayment may not store.
+// CheckUnmatchedPayment refuses what RecordUnmatchedPayment may not store.
 func CheckUnmatchedPayment(p UnmatchedPayment) error {
 	for _, f := range []struct {
 		name, v  string
@@ -106,7 +106,7 @@ func CheckUnmatchedPayment(p UnmatchedPayment) error {
 	return nil
 }
 
-// checkResolvePayment refuses a resolution without a reference or a note.
+// CheckResolvePayment refuses a resolution without a reference or a note.
 func CheckResolvePayment(reference, note string) error {
 	if err := CheckString("reference", reference, MaxReferenceLen, true); err != nil {
 		return err

@@ -196,7 +196,7 @@ const (
 	KindDispute EntryKind = "dispute"
 )
 
-// checkPayment refuses what RecordPayment may not store.
+// CheckPayment refuses what RecordPayment may not store.
 func CheckPayment(p Payment) error {
 	for _, f := range []struct {
 		name, v  string
@@ -224,7 +224,7 @@ func CheckPayment(p Payment) error {
 	return nil
 }
 
-// advancePayment is the stored payment after RecordPayment(p): old (nil when there is none)
+// AdvancePayment is the stored payment after RecordPayment(p): old (nil when there is none)
 // moves from pending to p's status; repeated when nothing changes.
 func AdvancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
 	if old != nil && (old.Status != PaymentPending || p.Status == PaymentPending) {
@@ -238,7 +238,7 @@ func AdvancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
 	return p, false
 }
 
-// checkReversal refuses a bad Reverse request.
+// CheckReversal refuses a bad Reverse request.
 func CheckReversal(req ReversalRequest) error {
 	for _, f := range []struct {
 		name, v  string
@@ -267,9 +267,9 @@ func CheckReversal(req ReversalRequest) error {
 	return nil
 }
 
-// checkReversible refuses an event about payment p that the ledger cannot apply yet: p is
+// CheckReversible refuses an event about payment p that the ledger cannot apply yet: p is
 // pending (its purchase credits nothing until it succeeds), so the event arrived before the
-// payment's success, which Stripe does not promise to deliver first. Applied then, it would take
+// Payment's success, which Stripe does not promise to deliver first. Applied then, it would take
 // nothing, and the success would credit the whole purchase: ErrNotFound, as for a payment not
 // recorded yet, so that the caller retries once the payment is paid.
 func CheckReversible(p Payment, req ReversalRequest) error {
@@ -338,7 +338,7 @@ func takenBy(p Payment) (refunded, disputed int64) {
 	return refunded, max(creditsFor(p, all)-refunded, 0)
 }
 
-// reverse is the one rule of money that flows back, for every engine: what req does to payment
+// Reverse is the one rule of money that flows back, for every engine: what req does to payment
 // p, whose reversal req.ID was prev (nil: none yet). The event moves the payment's money
 // figures (RefundedCents, DisputedCents); the credits taken off follow from them (takenBy), and
 // the event's entry is the difference. Refunds add up, so partial refunds round once, not each.
@@ -444,13 +444,13 @@ func (st *reversalStep) freeze(req ReversalRequest) {
 	st.reason = fmt.Sprintf("dispute %s of purchase %s (%s): credits frozen", st.Reversal.ID, p.Reference, reason)
 }
 
-// entry is the ledger entry of the step (amount, figures and number set by the engine).
+// Entry is the ledger entry of the step (amount, figures and number set by the engine).
 func (st *reversalStep) EntryOf() Entry {
 	return Entry{Kind: st.kind, Mode: Live, Reference: st.ref, Reason: st.reason,
 		AmountCents: st.Reversal.AmountCents, Currency: st.Reversal.Currency}
 }
 
-// checkSameReversal refuses an event whose id names a reversal of another kind or payment.
+// CheckSameReversal refuses an event whose id names a reversal of another kind or payment.
 func CheckSameReversal(prev *Reversal, req ReversalRequest) error {
 	if prev != nil && (prev.Kind != req.Kind || prev.Payment != req.Payment) {
 		return fmt.Errorf("%s %q of payment %q: the id is a %s of payment %q: %w",
@@ -459,7 +459,7 @@ func CheckSameReversal(prev *Reversal, req ReversalRequest) error {
 	return nil
 }
 
-// compareReversals orders reversals last changed first, by id among those of one time (every
+// CompareReversals orders reversals last changed first, by id among those of one time (every
 // engine's order).
 func CompareReversals(a, b Reversal) int {
 	if c := b.Updated.Compare(a.Updated); c != 0 {

@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// Usage by key, for every engine (badger_usage_by_key.go, postgres_usage_by_key.go): an
+// Usage by key, for every engine (badgerledger/usage_by_key.go, pgledger/usage_by_key.go): an
 // account's requests, charged credits and voided holds per API key, tool and mode, so that a
 // customer sees which of their keys (apps, team members, environments) spent what.
 

@@ -25,7 +25,7 @@ const (
 	maxIdempotencyKeyLen = 264 // the client's 255 characters and the handler's mode prefix
 )
 
-// checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
+// CheckString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
 func CheckString(field, v string, max int, required bool) error {
 	if required && v == "" {
 		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
@@ -44,7 +44,7 @@ func checkMode(m Mode) error {
 	return nil
 }
 
-// normalizeEmail trims and lower-cases an address and rejects what is obviously not one
+// NormalizeEmail trims and lower-cases an address and rejects what is obviously not one
 // (display names, several addresses, spaces, no @). It does not check that the domain exists.
 func NormalizeEmail(email string) (string, error) {
 	e := FoldEmail(email)
@@ -63,11 +63,11 @@ func NormalizeEmail(email string) (string, error) {
 	return e, nil
 }
 
-// foldEmail is the form an email is looked up by: trimmed and lower-cased. normalizeEmail
+// FoldEmail is the form an email is looked up by: trimmed and lower-cased. NormalizeEmail
 // also checks that it is an address; lookups do not, an unknown email is just not found.
 func FoldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
-// checkAccountStatus checks SetAccountStatus's status.
+// CheckAccountStatus checks SetAccountStatus's status.
 func CheckAccountStatus(status AccountStatus) error {
 	if status != StatusActive && status != StatusDisabled {
 		return fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
@@ -75,7 +75,7 @@ func CheckAccountStatus(status AccountStatus) error {
 	return nil
 }
 
-// checkKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
+// CheckKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
 func CheckKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
 	if err := checkMode(mode); err != nil {
 		return time.Time{}, err
@@ -92,7 +92,7 @@ func CheckKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, e
 	return expires, nil
 }
 
-// checkHoldRequest checks a Hold or Reserve.
+// CheckHoldRequest checks a Hold or Reserve.
 func CheckHoldRequest(req HoldRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
@@ -112,7 +112,7 @@ func CheckHoldRequest(req HoldRequest) error {
 	return nil
 }
 
-// checkResolve checks a Settle (reason "") or Void.
+// CheckResolve checks a Settle (reason "") or Void.
 func CheckResolve(requestID, reason string) error {
 	if err := CheckString("request id", requestID, maxRequestIDLen, true); err != nil {
 		return err
@@ -120,7 +120,7 @@ func CheckResolve(requestID, reason string) error {
 	return CheckString("reason", reason, maxReasonLen, false)
 }
 
-// checkGrantRequest checks a Grant.
+// CheckGrantRequest checks a Grant.
 func CheckGrantRequest(req GrantRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
@@ -159,7 +159,7 @@ func CheckGrantRequest(req GrantRequest) error {
 	return nil
 }
 
-// checkRefillTarget checks RefillTestCredits' upTo.
+// CheckRefillTarget checks RefillTestCredits' upTo.
 func CheckRefillTarget(upTo int64) error {
 	if upTo <= 0 {
 		return fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
@@ -167,7 +167,7 @@ func CheckRefillTarget(upTo int64) error {
 	return nil
 }
 
-// checkIdempotencyRecord checks a BeginIdempotent.
+// CheckIdempotencyRecord checks a BeginIdempotent.
 func CheckIdempotencyRecord(rec IdempotencyRecord) error {
 	if err := CheckString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
 		return err
@@ -184,7 +184,7 @@ func CheckIdempotencyRecord(rec IdempotencyRecord) error {
 	return nil
 }
 
-// checkFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
+// CheckFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
 func CheckFinishStatus(status int) error {
 	if (status < 100 || status > 599) && status != StatusReleased {
 		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
@@ -192,7 +192,7 @@ func CheckFinishStatus(status int) error {
 	return nil
 }
 
-// checkSessionTTL checks CreateSession's ttl.
+// CheckSessionTTL checks CreateSession's ttl.
 func CheckSessionTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxSessionTTL {
 		return fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)

@@ -25,6 +25,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -104,7 +105,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("textgen_console: %w", err)
 	}
-	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
+	if h.ledgerRef, err = tg.Ledger(h.Ledger, badgerledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
 		return fmt.Errorf("textgen_console: %w", err)
 	}
 	cfg := appConfig{

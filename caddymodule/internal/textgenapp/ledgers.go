@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 )
 
 // Caddy provisions a new config before it stops the old one, and Badger locks its directory, so
@@ -55,13 +57,13 @@ const openTimeout = time.Minute
 // handler's TTL anyway. A database that cannot be reached at start, or a Badger directory that
 // cannot be opened until its disk has space, does not fail the config: requests get 503
 // ledger_unavailable until it opens, and the open is retried.
-func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
+func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 	key, err := LedgerKey(spec)
 	if err != nil {
 		return nil, err
 	}
 	if IsDatabaseURL(spec) {
-		popts := ledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
+		popts := pgledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
 		// Holds of an instance that died are voided by the others' sweeps: sweep a few times
 		// per hold TTL, so a hold outlives its TTL by a quarter of it at most.
 		if ttl := cmp.Or(opts.HoldTTL, ledger.DefaultHoldTTL); ttl/4 < ledger.DefaultSweepInterval {
@@ -71,7 +73,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 			func() (ledger.Store, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 				defer cancel()
-				db, err := ledger.OpenPostgres(ctx, spec, popts)
+				db, err := pgledger.OpenPostgres(ctx, spec, popts)
 				if err != nil {
 					return nil, fmt.Errorf("opening ledger %s: %w", key, err)
 				}
@@ -82,7 +84,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 	}
 	return acquire(ledgers, key,
 		func() (ledger.Store, error) {
-			db, err := ledger.Open(key, opts)
+			db, err := badgerledger.Open(key, opts)
 			if err != nil {
 				return nil, fmt.Errorf("opening ledger %s: %w", key, err)
 			}
@@ -96,7 +98,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 
 // AcquireLedger joins the ledger spec names (a directory or a database URL), opening it unless
 // it is open, outside of a config's start (tests, tools). Release the Ref exactly once.
-func AcquireLedger(dir string, opts ledger.Options) (*LedgerRef, error) {
+func AcquireLedger(dir string, opts badgerledger.Options) (*LedgerRef, error) {
 	ref, err := newLedgerRef(dir, opts)
 	if err != nil {
 		return nil, err
