@@ -54,8 +54,8 @@
 // pgledger.CopyLedger moves an engine that implements Exporter (Badger) into an empty
 // PostgreSQL database (export.go here, pgledger's copy.go).
 //
-// This package holds what belongs to every engine: the API (roles.go, types.go, errors.go)
-// and the rules an engine must
+// This package holds what belongs to every engine: the API (roles.go, types.go, errors.go,
+// placement.go: where a store keeps its data, as it states it) and the rules an engine must
 // apply the same way (validate.go: argument checks; ids.go and apikey.go: ids, tokens and the
 // API key format; password.go: password policy and argon2id; idempotency.go: Idempotency-Key
 // rules; keylimits.go, members.go, reversals.go, settle_late.go: the money rules; lifecycle.go:

@@ -454,6 +454,10 @@ type Maintenance interface {
 	//   - ErrClosed.
 	Backup(ctx context.Context, w io.Writer) error
 
+	// Placement says where the store keeps its data: whether other instances share it, and
+	// the directory of its files on this machine.
+	Placement() Placement
+
 	// Close waits for calls in flight, writes what is still only in memory (keys' last-use
 	// times) and releases the store. Later calls fail with ErrClosed. It is safe to call more
 	// than once; later calls return the first one's result.

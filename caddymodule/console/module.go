@@ -155,7 +155,7 @@ func (h *Handler) key(repl *caddy.Replacer) (*sealing.Sealer, error) {
 			return nil, fmt.Errorf("console_key: %w", err)
 		}
 	} else {
-		if textgenapp.IsDatabaseURL(h.Ledger) {
+		if place, err := textgenapp.LedgerPlacement(h.Ledger); err == nil && place.Shared {
 			h.logger.Warn("textgen_console without console_key on a PostgreSQL ledger: this instance seals TOTP secrets with its own key file, which other instances cannot open; set the same console_key on every instance")
 		}
 		path := filepath.Join(caddy.AppDataDir(), "textgen", "console.key")

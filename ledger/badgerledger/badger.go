@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 // and made durable through the group committer before the call returns (see commit.go).
 type Badger struct {
 	db    *badger.DB
+	dir   string // the directory Open was given, made absolute; "" in memory
 	opts  Options
 	log   *zap.Logger
 	space *spaceGuard // the disk's free space (space.go)
@@ -121,6 +123,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 	}
 	s := &Badger{
 		db:       db,
+		dir:      absDir(dir),
 		bopts:    bopts,
 		unlock:   unlock,
 		space:    space,
@@ -489,3 +492,14 @@ var _ ledger.Store = (*Badger)(nil)
 
 // now is the store's clock (Options.Now).
 func (s *Badger) now() time.Time { return s.opts.Now() }
+
+// absDir is dir made absolute, as far as the system can tell it ("" stays "").
+func absDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
+}

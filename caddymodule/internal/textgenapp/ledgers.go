@@ -26,16 +26,31 @@ var ledgers = caddy.NewUsagePool()
 // LedgerRef is a module's share of a pooled ledger.
 type LedgerRef = Ref[ledger.Store]
 
-// IsDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
-// postgresql://) rather than a Badger directory.
-func IsDatabaseURL(spec string) bool {
+// isDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
+// postgresql://) rather than a Badger directory: the choice of engine, made here only.
+func isDatabaseURL(spec string) bool {
 	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
+// LedgerPlacement is where the ledger spec names keeps its data, as its engine states it,
+// before it is open: whether other instances share it, and its directory on this machine.
+// Placeholders are resolved as Ledger resolves them.
+func LedgerPlacement(spec string) (ledger.Placement, error) {
+	spec = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(spec, ""))
+	if isDatabaseURL(spec) {
+		return pgledger.PlacementOf(), nil
+	}
+	abs, err := LedgerKey(spec)
+	if err != nil {
+		return ledger.Placement{}, err
+	}
+	return badgerledger.PlacementOf(abs), nil
 }
 
 // LedgerKey is the key under which OpenLedgers lists the ledger spec names: a Badger ledger's
 // absolute directory, or a database URL without its password (the admin API lists the keys).
 func LedgerKey(spec string) (string, error) {
-	if IsDatabaseURL(spec) {
+	if isDatabaseURL(spec) {
 		u, err := url.Parse(spec)
 		if err != nil {
 			return "", fmt.Errorf("ledger database URL: %w", err)
@@ -62,7 +77,7 @@ func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	if IsDatabaseURL(spec) {
+	if isDatabaseURL(spec) {
 		popts := pgledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
 		// Holds of an instance that died are voided by the others' sweeps: sweep a few times
 		// per hold TTL, so a hold outlives its TTL by a quarter of it at most.
