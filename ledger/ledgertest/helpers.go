@@ -13,6 +13,7 @@ import (
 
 var bg = context.Background()
 
+// MustAccount creates an account, failing the test on an error.
 func MustAccount(t testing.TB, s ledger.Store, email string) ledger.Account {
 	t.Helper()
 	a, err := s.CreateAccount(bg, email)
@@ -22,6 +23,7 @@ func MustAccount(t testing.TB, s ledger.Store, email string) ledger.Account {
 	return a
 }
 
+// MustGrant grants n credits of mode m to acct, failing the test on an error.
 func MustGrant(t testing.TB, s ledger.Store, acct string, m ledger.Mode, n int64) ledger.GrantResult {
 	t.Helper()
 	r, err := s.Grant(bg, ledger.GrantRequest{AccountID: acct, Mode: m, Kind: ledger.KindGrant, Credits: n})
@@ -31,6 +33,7 @@ func MustGrant(t testing.TB, s ledger.Store, acct string, m ledger.Mode, n int64
 	return r
 }
 
+// MustHold holds a credit for the request rid, failing the test on an error.
 func MustHold(t testing.TB, s ledger.Store, acct string, m ledger.Mode, rid string) ledger.HoldResult {
 	t.Helper()
 	r, err := s.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: m, RequestID: rid, KeyID: "key_test", Tool: "summarize"})
@@ -40,6 +43,7 @@ func MustHold(t testing.TB, s ledger.Store, acct string, m ledger.Mode, rid stri
 	return r
 }
 
+// MustBalance reads acct's balance, failing the test on an error.
 func MustBalance(t testing.TB, s ledger.Store, acct string) ledger.Balance {
 	t.Helper()
 	b, err := s.Balance(bg, acct)
@@ -49,6 +53,7 @@ func MustBalance(t testing.TB, s ledger.Store, acct string) ledger.Balance {
 	return b
 }
 
+// WantErr fails the test unless err is want (errors.Is).
 func WantErr(t testing.TB, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
@@ -56,6 +61,7 @@ func WantErr(t testing.TB, err, want error) {
 	}
 }
 
+// VerifyClean fails the test unless Verify finds nothing wrong.
 func VerifyClean(t testing.TB, s ledger.Store) ledger.VerifyReport {
 	t.Helper()
 	r, err := s.Verify(bg)
@@ -86,6 +92,7 @@ func AllHistory(t testing.TB, s ledger.Store, acct string) []ledger.Entry {
 	}
 }
 
+// GoodPassword passes the password policy.
 const GoodPassword = "correct horse battery"
 
 // FanOut runs b.N calls of f over exactly callers goroutines and returns calls per second.

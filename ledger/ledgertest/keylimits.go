@@ -29,6 +29,7 @@ func WantBudget(t *testing.T, err error, b string, limit int64, resets time.Time
 	}
 }
 
+// MustKeyOf is the key kid of acct as ListKeys shows it, failing the test if it is missing.
 func MustKeyOf(t *testing.T, s ledger.Store, acct, kid string) ledger.Key {
 	t.Helper()
 	keys, err := s.ListKeys(bg, acct)

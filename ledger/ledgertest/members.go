@@ -35,6 +35,7 @@ func Org(t *testing.T, s ledger.Store, role ledger.Role) (alice, bob ledger.Acco
 	return alice, bob, aliceKey
 }
 
+// MustMembers lists the organisation's members, failing the test on an error.
 func MustMembers(t testing.TB, s ledger.Store, orgID string) []ledger.Membership {
 	t.Helper()
 	ms, err := s.ListMembers(bg, orgID)

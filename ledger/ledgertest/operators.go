@@ -14,15 +14,21 @@ import (
 // The Operators role: the console's operators, their second factor, sessions and the audit
 // log. Run for every engine by the conformance suite.
 
-var OpCodes = []string{"AAAA-BBBB-CCCC", "DDDD-EEEE-FFFF", "GGGG-HHHH-JJJJ"}
+// opCodes are the recovery codes MustOperator enrols.
+var opCodes = []string{"AAAA-BBBB-CCCC", "DDDD-EEEE-FFFF", "GGGG-HHHH-JJJJ"}
 
+// OpCodes returns the recovery codes MustOperator enrols an operator with.
+func OpCodes() []string { return append([]string(nil), opCodes...) }
+
+// OpSealedSecret is the TOTP secret, as the console would seal it, that MustOperator enrols.
 const OpSealedSecret = "sealed-by-the-console:JBSWY3DPEHPK3PXP"
 
 func newOp(email string, role ledger.OperatorRole) ledger.NewOperator {
 	return ledger.NewOperator{Email: email, Role: role, Password: GoodPassword, TOTPSealed: []byte(OpSealedSecret),
-		RecoveryCodes: append([]string(nil), OpCodes...)}
+		RecoveryCodes: append([]string(nil), opCodes...)}
 }
 
+// MustOperator enrols an operator with GoodPassword, OpSealedSecret and OpCodes.
 func MustOperator(t *testing.T, s ledger.Operators, email string, role ledger.OperatorRole) ledger.Operator {
 	t.Helper()
 	o, err := s.CreateOperator(bg, newOp(email, role))
@@ -303,15 +309,15 @@ func testAudit(t *testing.T, eng engine) {
 func testOperatorsInvalid(t *testing.T, eng engine) {
 	s := eng.open(t, 0)
 	for name, n := range map[string]ledger.NewOperator{
-		"email":       {Email: "not an address", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
-		"role":        {Email: "a@example.com", Role: "admin", Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
-		"secret":      {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, RecoveryCodes: OpCodes},
+		"email":       {Email: "not an address", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
+		"role":        {Email: "a@example.com", Role: "admin", Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
+		"secret":      {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, RecoveryCodes: opCodes},
 		"codes":       {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x")},
 		"empty code":  {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: []string{" - "}},
-		"big secret":  {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: make([]byte, 1025), RecoveryCodes: OpCodes},
+		"big secret":  {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: make([]byte, 1025), RecoveryCodes: opCodes},
 		"many codes":  {Email: "a@example.com", Role: ledger.OperatorOwner, Password: GoodPassword, TOTPSealed: []byte("x"), RecoveryCodes: make([]string, 21)},
-		"weak":        {Email: "a@example.com", Role: ledger.OperatorOwner, Password: "short", TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
-		"no password": {Email: "a@example.com", Role: ledger.OperatorOwner, TOTPSealed: []byte("x"), RecoveryCodes: OpCodes},
+		"weak":        {Email: "a@example.com", Role: ledger.OperatorOwner, Password: "short", TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
+		"no password": {Email: "a@example.com", Role: ledger.OperatorOwner, TOTPSealed: []byte("x"), RecoveryCodes: opCodes},
 	} {
 		want := ledger.ErrInvalidArgument
 		if name == "weak" || name == "no password" {

@@ -150,6 +150,7 @@ func SampleReceiptKey(t testing.TB, id string) ledger.ReceiptKey {
 	return ledger.ReceiptKey{ID: id, PublicKey: pub, SealedPrivateKey: sealed}
 }
 
+// MustReceiptKeys lists the receipt signing keys, failing the test on an error.
 func MustReceiptKeys(t testing.TB, s ledger.Receipts) []ledger.ReceiptKey {
 	t.Helper()
 	keys, err := s.ReceiptKeys(bg)

@@ -13,6 +13,7 @@ import (
 // The Reversals role: payments recorded and advanced once, refunds and disputes applied once
 // per id, debt, and Verify with it. Run for every engine by the conformance suite.
 
+// MustRecordPayment records p, failing the test on an error.
 func MustRecordPayment(t testing.TB, s ledger.Store, p ledger.Payment) ledger.Payment {
 	t.Helper()
 	rec, _, err := s.RecordPayment(bg, p)
@@ -22,6 +23,7 @@ func MustRecordPayment(t testing.TB, s ledger.Store, p ledger.Payment) ledger.Pa
 	return rec
 }
 
+// MustReverse applies req, failing the test on an error.
 func MustReverse(t testing.TB, s ledger.Store, req ledger.ReversalRequest) ledger.ReversalResult {
 	t.Helper()
 	r, err := s.Reverse(bg, req)
@@ -55,16 +57,19 @@ func spend(t testing.TB, s ledger.Store, acct string, n int) {
 	}
 }
 
+// Refund is a refund of cents, id, of the payment pi.
 func Refund(id, pi string, cents int64) ledger.ReversalRequest {
 	return ledger.ReversalRequest{ID: id, Kind: ledger.ReversalRefund, Payment: pi, AmountCents: cents, Currency: "eur",
 		Status: ledger.RefundApplied, Reason: "requested_by_customer", Event: "evt_" + id}
 }
 
+// Dispute is a dispute of cents, id, of the payment pi, in status.
 func Dispute(id, pi string, cents int64, status string) ledger.ReversalRequest {
 	return ledger.ReversalRequest{ID: id, Kind: ledger.ReversalDispute, Payment: pi, AmountCents: cents, Currency: "eur",
 		Status: status, Reason: "fraudulent", Event: "evt_" + id + "_" + status}
 }
 
+// WantFigures fails the test unless acct's live balance and available are bal and avail.
 func WantFigures(t testing.TB, s ledger.Store, acct string, bal, avail int64) {
 	t.Helper()
 	if b := MustBalance(t, s, acct); b.Balance != bal || b.Available != avail {

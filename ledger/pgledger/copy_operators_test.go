@@ -24,7 +24,7 @@ func TestCopyLedgerOperators(t *testing.T) {
 	if err := from.UseTOTPStep(bg, ann.ID, 500); err != nil {
 		t.Fatal(err)
 	}
-	if err := from.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes[0]); err != nil {
+	if err := from.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes()[0]); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -51,10 +51,10 @@ func TestCopyLedgerOperators(t *testing.T) {
 	if err := to.UseTOTPStep(bg, ann.ID, 500); !errors.Is(err, ledger.ErrCodeUsed) {
 		t.Fatalf("a TOTP step used before the copy: %v", err)
 	}
-	if err := to.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes[0]); !errors.Is(err, ledger.ErrInvalidCredentials) {
+	if err := to.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes()[0]); !errors.Is(err, ledger.ErrInvalidCredentials) {
 		t.Fatalf("a recovery code used before the copy: %v", err)
 	}
-	if err := to.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes[1]); err != nil {
+	if err := to.UseRecoveryCode(bg, ann.ID, ledgertest.OpCodes()[1]); err != nil {
 		t.Fatalf("a recovery code not used before the copy: %v", err)
 	}
 	gotAudit, _, err := to.ListAudit(bg, ledger.AuditQuery{})
