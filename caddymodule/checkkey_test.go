@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // balanceFails is a ledger whose key and balance lookup fails, as the real one's does after a failed disk
@@ -32,7 +33,7 @@ func (balanceUnavailable) LookupKeyBalance(context.Context, string) (ledger.Key,
 // TestCheckKeyLedgerFailure: a ledger that cannot tell the credits is an internal error, never
 // "insufficient credits, buy a package" for a customer who has them.
 func TestCheckKeyLedgerFailure(t *testing.T) {
-	store, err := ledger.Open("", ledger.Options{InMemory: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	store, err := badgerledger.Open("", badgerledger.Options{InMemory: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 var requestIDRe = regexp.MustCompile(`^req_[0-9A-Za-z]{22}$`)
@@ -178,7 +179,7 @@ func TestGenerateClientErrors(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// A well-formed key with a valid checksum that this ledger does not know.
-	other, err := ledger.Open("", ledger.Options{InMemory: true})
+	other, err := badgerledger.Open("", badgerledger.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

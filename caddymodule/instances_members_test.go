@@ -10,6 +10,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -31,7 +32,7 @@ func TestTwoInstancesRemovedMember(t *testing.T) {
 	a.JSON("credits", "grant", "--account", org, "--credits", "10", "--reference", "members")
 	// The member's key, made as My Account makes it (the CLI makes an organisation's own keys).
 	ctx := context.Background()
-	store, err := ledger.OpenPostgres(ctx, url, ledger.PostgresOptions{})
+	store, err := pgledger.OpenPostgres(ctx, url, pgledger.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,12 +57,13 @@ func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, inFlight)
 	ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, queue)
 
-	// The disk of each Badger ledger (keyed by its directory; a PostgreSQL ledger's key is its
-	// URL, and its disk is the database server's to watch).
+	// The disk of each ledger whose files are on this machine, as its Placement states it (a
+	// PostgreSQL ledger has none here: its disk is the database server's to watch).
 	found := false
 	var minFree, minRatio float64
-	for dir := range textgenapp.OpenLedgers() {
-		if textgenapp.IsDatabaseURL(dir) || !strings.HasPrefix(dir, "/") {
+	for _, s := range textgenapp.OpenLedgers() {
+		dir := s.Placement().Dir
+		if !strings.HasPrefix(dir, "/") {
 			continue
 		}
 		free, total, err := diskSpace(dir)

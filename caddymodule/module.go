@@ -22,7 +22,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/caddymodule/wires"
-	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -285,7 +285,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("textgen: %w", err)
 	}
 	h.app = app
-	if h.ledgerRef, err = app.Ledger(h.Ledger, ledger.Options{
+	if h.ledgerRef, err = app.Ledger(h.Ledger, badgerledger.Options{
 		HoldTTL: time.Duration(h.HoldTTL),
 		Logger:  h.logger.Named("ledger"),
 	}); err != nil {

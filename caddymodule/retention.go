@@ -88,7 +88,11 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 	r := &retention{window: time.Duration(h.Retention), genTimeout: time.Duration(h.GenerationTimeout),
 		log: h.logger.Named("retention"), guard: h.inFlight}
 	r.flusher.kept, r.flusher.wake = map[*keptText]struct{}{}, make(chan struct{}, 1)
-	r.shared = textgenapp.IsDatabaseURL(h.Ledger)
+	place, err := textgenapp.LedgerPlacement(h.Ledger)
+	if err != nil {
+		return err
+	}
+	r.shared = place.Shared
 	h.retain = r
 	if h.RetentionKey != "" {
 		key, err := parseRetentionKey(caddy.NewReplacer().ReplaceAll(h.RetentionKey, ""))
@@ -102,14 +106,13 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 		r.sealer.Store(s)
 		return nil
 	}
-	if textgenapp.IsDatabaseURL(h.Ledger) {
+	if place.Shared {
 		h.logger.Warn("retention without retention_key: this instance keeps its own key, so other instances sharing the PostgreSQL ledger cannot read the text it keeps; set the same retention_key on every instance")
 	}
-	ledgerKey := h.ledgerRef.Key()
 	app.OnStart(func() error {
 		path := filepath.Join(caddy.AppDataDir(), "textgen", "retention.key")
-		if !textgenapp.IsDatabaseURL(h.Ledger) && within(path, ledgerKey) {
-			return fmt.Errorf("textgen: retention: the key file %s would be inside the ledger directory %s; set retention_key or move the ledger", path, ledgerKey)
+		if place.Dir != "" && within(path, place.Dir) {
+			return fmt.Errorf("textgen: retention: the key file %s would be inside the ledger directory %s; set retention_key or move the ledger", path, place.Dir)
 		}
 		key, err := retentionKeyFile(path)
 		if err != nil {

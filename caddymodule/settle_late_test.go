@@ -10,6 +10,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -63,7 +64,7 @@ func TestSettleAfterDatabaseDownPastHoldTTL(t *testing.T) {
 		return caddyproc.Num(t, bal, "balance") == caddyproc.Num(t, bal, "available")
 	})
 	// The charges wait for their retries, seconds apart: read the history once they are all in.
-	s, err := ledger.OpenPostgres(context.Background(), url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+	s, err := pgledger.OpenPostgres(context.Background(), url, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

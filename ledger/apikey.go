@@ -9,18 +9,18 @@ import (
 // before it looks anything up.
 
 const (
-	livePrefix = "tg_live_"
-	testPrefix = "tg_test_"
-	// A key is a prefix, 30 random base62 characters and 6 base62 characters of the CRC32
+	LivePrefix = "tg_live_"
+	TestPrefix = "tg_test_"
+	// A key is a prefix, 30 random Base62 characters and 6 Base62 characters of the CRC32
 	// (IEEE) of everything before them; 62^6 > 2^32, so every checksum fits.
 	keyRandomLen   = 30
 	keyChecksumLen = 6
-	keyLen         = len(livePrefix) + keyRandomLen + keyChecksumLen
+	KeyLen         = len(LivePrefix) + keyRandomLen + keyChecksumLen
 )
 
-// keyChecksum is the fixed-width, zero-padded base62 CRC32 of s.
+// keyChecksum is the fixed-width, zero-padded Base62 CRC32 of s.
 func keyChecksum(s string) [keyChecksumLen]byte {
-	var buf [keyLen]byte // no allocation for key-sized input
+	var buf [KeyLen]byte // no allocation for key-sized input
 	return keyChecksumBytes(append(buf[:0], s...))
 }
 
@@ -28,22 +28,22 @@ func keyChecksumBytes(b []byte) [keyChecksumLen]byte {
 	v := crc32.ChecksumIEEE(b)
 	var out [keyChecksumLen]byte
 	for i := keyChecksumLen - 1; i >= 0; i-- {
-		out[i] = base62[v%62]
+		out[i] = Base62[v%62]
 		v /= 62
 	}
 	return out
 }
 
-// newFullKey makes a fresh API key for mode (a variable so that a test can choose a key's last
+// NewFullKey makes a fresh API key for mode (a variable so that a test can choose a key's last
 // characters).
-var newFullKey = makeFullKey
+var NewFullKey = MakeFullKey
 
-func makeFullKey(m Mode) string {
-	p := livePrefix
+func MakeFullKey(m Mode) string {
+	p := LivePrefix
 	if m == Test {
-		p = testPrefix
+		p = TestPrefix
 	}
-	body := p + randomBase62(keyRandomLen)
+	body := p + RandomBase62(keyRandomLen)
 	sum := keyChecksum(body)
 	return body + string(sum[:])
 }
@@ -52,49 +52,49 @@ func makeFullKey(m Mode) string {
 // checksum) and which mode its prefix names. It touches no store, so a server or a secret
 // scanner can reject mistyped or made-up keys cheaply.
 func CheckKeyFormat(s string) (Mode, bool) {
-	var buf [keyLen]byte
-	return checkKeyFormat(s, &buf)
+	var buf [KeyLen]byte
+	return CheckKeyFormatInto(s, &buf)
 }
 
-// checkKeyFormat is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
+// CheckKeyFormatInto is CheckKeyFormat leaving the key's bytes in buf, for hashing without an
 // allocation.
-func checkKeyFormat(s string, buf *[keyLen]byte) (Mode, bool) {
-	if len(s) != keyLen {
+func CheckKeyFormatInto(s string, buf *[KeyLen]byte) (Mode, bool) {
+	if len(s) != KeyLen {
 		return "", false
 	}
 	copy(buf[:], s)
 	var m Mode
-	switch s[:len(livePrefix)] {
-	case livePrefix:
+	switch s[:len(LivePrefix)] {
+	case LivePrefix:
 		m = Live
-	case testPrefix:
+	case TestPrefix:
 		m = Test
 	default:
 		return "", false
 	}
-	for i := len(livePrefix); i < keyLen; i++ {
+	for i := len(LivePrefix); i < KeyLen; i++ {
 		if !isBase62[s[i]] {
 			return "", false
 		}
 	}
-	sum := keyChecksumBytes(buf[:keyLen-keyChecksumLen])
-	if string(sum[:]) != s[keyLen-keyChecksumLen:] {
+	sum := keyChecksumBytes(buf[:KeyLen-keyChecksumLen])
+	if string(sum[:]) != s[KeyLen-keyChecksumLen:] {
 		return "", false
 	}
 	return m, true
 }
 
-// keyHintLen is how many base62 characters a hint ("tg_live_abcd") may put after a key's prefix:
+// keyHintLen is how many Base62 characters a hint ("tg_live_abcd") may put after a key's prefix:
 // more than that is part of a key's secret.
 const keyHintLen = 4
 
 // ContainsKeySecret reports whether s holds a key's secret, or a piece of one, anywhere in it:
-// a key's prefix followed by more base62 characters than a hint has (the checksum right or
+// a key's prefix followed by more Base62 characters than a hint has (the checksum right or
 // not: a mistyped key is a secret too), or, without its prefix, the 36 characters of a key
 // whose checksum is right. Quotes, "Bearer ", "X-API-Key: " or a trailing dot around a key do
 // not hide it. A page that must never echo nor search by a secret refuses such input whole.
 func ContainsKeySecret(s string) bool {
-	for _, p := range []string{livePrefix, testPrefix} {
+	for _, p := range []string{LivePrefix, TestPrefix} {
 		for rest := s; ; {
 			i := strings.Index(rest, p)
 			if i < 0 {
@@ -117,7 +117,7 @@ func ContainsKeySecret(s string) bool {
 		}
 		if n == body {
 			run := s[i : i+n]
-			for _, p := range []string{livePrefix, testPrefix} {
+			for _, p := range []string{LivePrefix, TestPrefix} {
 				if sum := keyChecksum(p + run[:keyRandomLen]); string(sum[:]) == run[keyRandomLen:] {
 					return true
 				}
@@ -128,7 +128,7 @@ func ContainsKeySecret(s string) bool {
 	return false
 }
 
-// base62Run is how many base62 characters s starts with.
+// base62Run is how many Base62 characters s starts with.
 func base62Run(s string) int {
 	n := 0
 	for n < len(s) && isBase62[s[n]] {

@@ -6,13 +6,13 @@ import (
 )
 
 func TestKeyFormat(t *testing.T) {
-	subst := base62 + "_-. +/=~\x00\xff"
+	subst := Base62 + "_-. +/=~\x00\xff"
 	for i := range 200 {
 		m := Live
 		if i%2 == 1 {
 			m = Test
 		}
-		k := newFullKey(m)
+		k := NewFullKey(m)
 		if got, ok := CheckKeyFormat(k); !ok || got != m {
 			t.Fatalf("generated %s key %q: CheckKeyFormat = %q, %v", m, k, got, ok)
 		}
@@ -75,7 +75,7 @@ func TestKeyFormat(t *testing.T) {
 }
 
 func TestKeyChecksumIsFixedWidth(t *testing.T) {
-	// Whatever the CRC, the checksum is 6 base62 characters, zero-padded.
+	// Whatever the CRC, the checksum is 6 Base62 characters, zero-padded.
 	for _, s := range []string{"", "a", "tg_live_x"} {
 		sum := keyChecksum(s)
 		for _, c := range sum {
@@ -94,8 +94,8 @@ func TestKeyChecksumIsFixedWidth(t *testing.T) {
 // piece of one; a hint, a key id and ordinary search words are not secrets.
 func TestContainsKeySecret(t *testing.T) {
 	for _, m := range []Mode{Live, Test} {
-		k := newFullKey(m)
-		mistyped := k[:20] + string(base62[(strings.IndexByte(base62, k[20])+1)%62]) + k[21:]
+		k := NewFullKey(m)
+		mistyped := k[:20] + string(Base62[(strings.IndexByte(Base62, k[20])+1)%62]) + k[21:]
 		if _, ok := CheckKeyFormat(mistyped); ok {
 			t.Fatal("the mistyped key passes the checksum")
 		}

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// The rules of kept generations, for every engine (badger_generations.go,
-// postgres_generations.go store them). The ledger keeps what the caller gives it: the handler
+// The rules of kept generations, for every engine (badgerledger/generations.go,
+// pgledger/generations.go store them). The ledger keeps what the caller gives it: the handler
 // encrypts the text before it reaches the store, so an engine only ever sees ciphertext, and a
 // record's metadata (tool, language, sizes, times) but never a word of the text or the input.
 
@@ -72,8 +72,8 @@ const (
 	maxGenerationLabel = 64
 )
 
-// checkGenerationPuts checks what PutGenerations is given at time t.
-func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
+// CheckGenerationPuts checks what PutGenerations is given at time t.
+func CheckGenerationPuts(puts []GenerationPut, t time.Time) error {
 	for _, p := range puts {
 		if err := checkGenerationRecord(p.Record, p.First, p.Chunks, t); err != nil {
 			return err
@@ -87,16 +87,16 @@ func checkGenerationPuts(puts []GenerationPut, t time.Time) error {
 
 // checkGenerationRecord checks one put at time t.
 func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t time.Time) error {
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, true); err != nil {
+	if err := CheckString("request id", rec.RequestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
 	if err := checkMode(rec.Mode); err != nil {
 		return err
 	}
-	if err := checkString("tool", rec.Tool, maxGenerationLabel, false); err != nil {
+	if err := CheckString("tool", rec.Tool, maxGenerationLabel, false); err != nil {
 		return err
 	}
-	if err := checkString("language", rec.Language, maxGenerationLabel, false); err != nil {
+	if err := CheckString("language", rec.Language, maxGenerationLabel, false); err != nil {
 		return err
 	}
 	switch rec.State {
@@ -128,5 +128,5 @@ func checkGenerationRecord(rec GenerationRecord, first int, chunks [][]byte, t t
 	return nil
 }
 
-// generationExpired reports whether rec's window has ended at t.
-func generationExpired(rec GenerationRecord, t time.Time) bool { return !t.Before(rec.Expires) }
+// GenerationExpired reports whether rec's window has ended at t.
+func GenerationExpired(rec GenerationRecord, t time.Time) bool { return !t.Before(rec.Expires) }

@@ -6,35 +6,35 @@ import (
 )
 
 // Ids and secrets of every engine: account ids, key ids, session and CSRF tokens, all random
-// base62 strings drawn from crypto/rand, and the public name of a session. A second engine
+// Base62 strings drawn from crypto/rand, and the public name of a session. A second engine
 // makes them here so that they look the same whichever store made them.
 
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+const Base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// Account ids are "acct_" + 16 base62 characters, key ids "key_" + 12: fixed widths, so that
-// an engine can lay them out in fixed-width keys (badger_prefix.go).
+// Account ids are "acct_" + 16 Base62 characters, key ids "key_" + 12: fixed widths, so that
+// an engine can lay them out in fixed-width keys (badgerledger/prefix.go).
 const (
-	accountIDLen = len("acct_") + 16
-	keyIDLen     = len("key_") + 12
+	AccountIDLen = len("acct_") + 16
+	KeyIDLen     = len("key_") + 12
 )
 
 var isBase62 = func() (t [256]bool) {
-	for i := range len(base62) {
-		t[base62[i]] = true
+	for i := range len(Base62) {
+		t[Base62[i]] = true
 	}
 	return t
 }()
 
-// randomBase62 returns n characters drawn uniformly from base62 with crypto/rand; bytes >= 248
+// RandomBase62 returns n characters drawn uniformly from Base62 with crypto/rand; bytes >= 248
 // (4*62) are rejected so that no character is more likely than another.
-func randomBase62(n int) string {
+func RandomBase62(n int) string {
 	out := make([]byte, 0, n)
 	var buf [64]byte
 	for len(out) < n {
 		rand.Read(buf[:]) // never fails (crypto/rand crashes the program instead)
 		for _, b := range buf {
 			if b < 248 {
-				out = append(out, base62[b%62])
+				out = append(out, Base62[b%62])
 				if len(out) == n {
 					break
 				}
@@ -44,21 +44,21 @@ func randomBase62(n int) string {
 	return string(out)
 }
 
-func newAccountID() string { return "acct_" + randomBase62(16) }
-func newKeyID() string     { return "key_" + randomBase62(12) }
+func NewAccountID() string { return "acct_" + RandomBase62(16) }
+func NewKeyID() string     { return "key_" + RandomBase62(12) }
 
-// Session and CSRF tokens are random base62 strings of a fixed length.
+// Session and CSRF tokens are random Base62 strings of a fixed length.
 const (
-	sessionTokenLen = 43 // base62 characters, about 256 bits
-	csrfTokenLen    = 43
+	SessionTokenLen = 43 // Base62 characters, about 256 bits
+	CsrfTokenLen    = 43
 )
 
-// sessionID is the public name of the session whose token has the SHA-256 digest d.
-func sessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
+// SessionID is the public name of the session whose token has the SHA-256 digest d.
+func SessionID(d [32]byte) string { return "ses_" + hex.EncodeToString(d[:6]) }
 
-// looksLikeToken rejects what CreateSession cannot have made, before any lookup.
-func looksLikeToken(t string) bool {
-	if len(t) != sessionTokenLen {
+// LooksLikeToken rejects what CreateSession cannot have made, before any lookup.
+func LooksLikeToken(t string) bool {
+	if len(t) != SessionTokenLen {
 		return false
 	}
 	for i := 0; i < len(t); i++ {

@@ -36,13 +36,13 @@ type KeyHint struct {
 func ParseKeyHint(s string) (KeyHint, error) {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(s, "key_") {
-		if len(s) != keyIDLen || !allBase62(s[len("key_"):]) {
+		if len(s) != KeyIDLen || !allBase62(s[len("key_"):]) {
 			return KeyHint{}, fmt.Errorf("%q is not a key id (key_ and 12 letters or digits): %w", s, ErrInvalidArgument)
 		}
 		return KeyHint{ID: s}, nil
 	}
 	var h KeyHint
-	for _, p := range []string{livePrefix, testPrefix} {
+	for _, p := range []string{LivePrefix, TestPrefix} {
 		if strings.HasPrefix(s, p) {
 			h.Prefix, s = p, s[len(p):]
 		}
@@ -68,16 +68,16 @@ func allBase62(s string) bool {
 	return s != ""
 }
 
-// matches reports whether k is a key the hint names.
-func (h KeyHint) matches(k Key) bool {
+// Matches reports whether k is a key the hint names.
+func (h KeyHint) Matches(k Key) bool {
 	if h.ID != "" {
 		return k.ID == h.ID
 	}
 	return k.Last4 == h.Last4 && (h.Prefix == "" || k.Prefix == h.Prefix)
 }
 
-// keySearchArgs checks FindKeys' arguments.
-func keySearchArgs(hint string, limit int) (KeyHint, error) {
+// KeySearchArgs checks FindKeys' arguments.
+func KeySearchArgs(hint string, limit int) (KeyHint, error) {
 	if limit < 1 || limit > MaxKeySearch {
 		return KeyHint{}, fmt.Errorf("limit %d is not 1 to %d: %w", limit, MaxKeySearch, ErrInvalidArgument)
 	}

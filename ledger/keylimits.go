@@ -29,9 +29,9 @@ const (
 	maxKeyAllowedLen  = 64 // bytes of one tool slug or CIDR
 	maxKeyBudget      = 1 << 40
 	MaxKeyRollGrace   = 7 * 24 * time.Hour
-	budgetTotal       = "total"
-	budgetDay         = "day"
-	budgetMonth       = "month"
+	BudgetTotal       = "total"
+	BudgetDay         = "day"
+	BudgetMonth       = "month"
 	errBudgetExceeded = "key budget exhausted"
 )
 
@@ -91,22 +91,22 @@ func (e *KeyBudgetError) Error() string {
 	if e.Resets.IsZero() {
 		return fmt.Sprintf("the key's total budget of %d credits is spent", e.Limit)
 	}
-	period := map[string]string{budgetDay: "daily", budgetMonth: "monthly"}[e.Budget]
+	period := map[string]string{BudgetDay: "daily", BudgetMonth: "monthly"}[e.Budget]
 	return fmt.Sprintf("the key's %s budget of %d credits is spent until %s", period, e.Limit, e.Resets.Format(time.RFC3339))
 }
 
 // Is makes errors.Is(err, ErrKeyBudgetExhausted) true.
 func (e *KeyBudgetError) Is(target error) bool { return target == ErrKeyBudgetExhausted }
 
-// keyBudgetError is the error of an exhausted budget b for a hold at t.
-func keyBudgetError(l KeyLimits, b string, t time.Time) *KeyBudgetError {
+// NewKeyBudgetError is the error of an exhausted budget b for a hold at t.
+func NewKeyBudgetError(l KeyLimits, b string, t time.Time) *KeyBudgetError {
 	switch b {
-	case budgetDay:
+	case BudgetDay:
 		return &KeyBudgetError{Budget: b, Limit: l.BudgetDay, Resets: dayStart(t).AddDate(0, 0, 1)}
-	case budgetMonth:
+	case BudgetMonth:
 		return &KeyBudgetError{Budget: b, Limit: l.BudgetMonth, Resets: monthStart(t).AddDate(0, 1, 0)}
 	}
-	return &KeyBudgetError{Budget: budgetTotal, Limit: l.BudgetTotal}
+	return &KeyBudgetError{Budget: BudgetTotal, Limit: l.BudgetTotal}
 }
 
 // dayStart and monthStart are the UTC calendar windows that hold t.
@@ -131,18 +131,18 @@ func (u KeyUsage) at(t time.Time) KeyUsage {
 	return u
 }
 
-// charge counts one more credit at t, or says which budget of l has no room (""); the
+// Charge counts one more credit at t, or says which budget of l has no room (""); the
 // budget the caller is told about is the one that resets last (total, then month, then day),
 // since that is when the key can spend again.
-func (u KeyUsage) charge(l KeyLimits, t time.Time) (KeyUsage, string) {
+func (u KeyUsage) Charge(l KeyLimits, t time.Time) (KeyUsage, string) {
 	u = u.at(t)
 	switch {
 	case l.BudgetTotal > 0 && u.Total >= l.BudgetTotal:
-		return u, budgetTotal
+		return u, BudgetTotal
 	case l.BudgetMonth > 0 && u.Month >= l.BudgetMonth:
-		return u, budgetMonth
+		return u, BudgetMonth
 	case l.BudgetDay > 0 && u.Day >= l.BudgetDay:
-		return u, budgetDay
+		return u, BudgetDay
 	}
 	u.Total++
 	u.Day++
@@ -150,8 +150,8 @@ func (u KeyUsage) charge(l KeyLimits, t time.Time) (KeyUsage, string) {
 	return u, ""
 }
 
-// release gives back the credit of a hold made at created (a void).
-func (u KeyUsage) release(created time.Time) KeyUsage {
+// Release gives back the credit of a hold made at created (a void).
+func (u KeyUsage) Release(created time.Time) KeyUsage {
 	if u.Total > 0 {
 		u.Total--
 	}
@@ -164,9 +164,9 @@ func (u KeyUsage) release(created time.Time) KeyUsage {
 	return u
 }
 
-// retake counts again the credit of a hold made at created that release gave back (a hold
+// Retake counts again the credit of a hold made at created that release gave back (a hold
 // settled after its expiry's void): the key's budget was checked when the hold was made.
-func (u KeyUsage) retake(created time.Time) KeyUsage {
+func (u KeyUsage) Retake(created time.Time) KeyUsage {
 	u.Total++
 	if u.DayStart.Equal(dayStart(created)) {
 		u.Day++
@@ -231,10 +231,10 @@ func (l KeyLimits) AllowsAddr(addr netip.Addr) bool {
 	return false
 }
 
-// checkKeySettings checks and normalises settings for a key at t: the expiry in the future
+// CheckKeySettings checks and normalises settings for a key at t: the expiry in the future
 // (or unchanged from the key's current one, old), budgets not negative, the tools and ranges
 // well formed, sorted and without repeats (a range as its masked form).
-func checkKeySettings(set KeySettings, old, t time.Time) (KeySettings, error) {
+func CheckKeySettings(set KeySettings, old, t time.Time) (KeySettings, error) {
 	if len(set.Name) > maxKeyNameLen || !utf8.ValidString(set.Name) {
 		return set, fmt.Errorf("key name must be valid UTF-8 of at most %d bytes: %w", maxKeyNameLen, ErrInvalidArgument)
 	}
@@ -273,19 +273,19 @@ func checkKeySettings(set KeySettings, old, t time.Time) (KeySettings, error) {
 	}
 	slices.Sort(tools)
 	slices.Sort(cidrs)
-	l.AllowedTools, l.AllowedCIDRs = nilIfEmpty(slices.Compact(tools)), nilIfEmpty(slices.Compact(cidrs))
+	l.AllowedTools, l.AllowedCIDRs = NilIfEmpty(slices.Compact(tools)), NilIfEmpty(slices.Compact(cidrs))
 	return set, nil
 }
 
-func nilIfEmpty(s []string) []string {
+func NilIfEmpty(s []string) []string {
 	if len(s) == 0 {
 		return nil
 	}
 	return s
 }
 
-// checkRollGrace checks the grace period of a roll.
-func checkRollGrace(grace time.Duration) error {
+// CheckRollGrace checks the grace period of a roll.
+func CheckRollGrace(grace time.Duration) error {
 	if grace < 0 || grace > MaxKeyRollGrace {
 		return fmt.Errorf("a roll's grace period must be between 0 and 7 days: %w", ErrInvalidArgument)
 	}

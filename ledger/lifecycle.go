@@ -6,29 +6,29 @@ import (
 	"time"
 )
 
-// lifecycle is what every engine does to run its background work, admit calls and close, written
-// once: an engine embeds it, starts its periodic work with every, brackets each call with begin
-// and end, and closes through shutdown.
-type lifecycle struct {
-	// closeMu is held shared by every call in flight (begin..end) and exclusively by shutdown,
+// Lifecycle is what every engine does to run its background work, admit calls and close, written
+// once: an engine holds one, starts its periodic work with Every, brackets each call with Begin
+// and End, and closes through Shutdown.
+type Lifecycle struct {
+	// CloseMu is held shared by every call in flight (Begin..End) and exclusively by Shutdown,
 	// so that closing waits for the calls in flight.
-	closeMu   sync.RWMutex
-	closed    atomic.Bool
+	CloseMu   sync.RWMutex
+	Closed    atomic.Bool // set once Shutdown began
 	closeOnce sync.Once
 	closeErr  error
 	stopBg    chan struct{}
 	bg        sync.WaitGroup
 }
 
-// startLifecycle readies l; call it before every, begin and shutdown.
-func (l *lifecycle) startLifecycle() { l.stopBg = make(chan struct{}) }
+// StartLifecycle readies l; call it before Every, Begin and Shutdown.
+func (l *Lifecycle) StartLifecycle() { l.stopBg = make(chan struct{}) }
 
-// every runs f every d until shutdown; d < 0 disables it. f may watch stopping to end early.
-func (l *lifecycle) every(d time.Duration, f func()) {
+// Every runs f every d until Shutdown; d < 0 disables it. f may watch Stopping to end early.
+func (l *Lifecycle) Every(d time.Duration, f func()) {
 	if d < 0 {
 		return
 	}
-	l.run(func(stop <-chan struct{}) {
+	l.Run(func(stop <-chan struct{}) {
 		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
@@ -42,8 +42,8 @@ func (l *lifecycle) every(d time.Duration, f func()) {
 	})
 }
 
-// run runs f in a goroutine of its own that shutdown stops (by closing stop) and waits for.
-func (l *lifecycle) run(f func(stop <-chan struct{})) {
+// Run runs f in a goroutine of its own that Shutdown stops (by closing stop) and waits for.
+func (l *Lifecycle) Run(f func(stop <-chan struct{})) {
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
@@ -51,31 +51,32 @@ func (l *lifecycle) run(f func(stop <-chan struct{})) {
 	}()
 }
 
-// stopping is closed when shutdown begins: background work that runs long checks it.
-func (l *lifecycle) stopping() <-chan struct{} { return l.stopBg }
+// Stopping is closed when Shutdown begins: background work that runs long checks it.
+func (l *Lifecycle) Stopping() <-chan struct{} { return l.stopBg }
 
-// begin admits a call (ErrClosed once shutdown began); end releases it.
-func (l *lifecycle) begin() error {
-	l.closeMu.RLock()
-	if l.closed.Load() {
-		l.closeMu.RUnlock()
+// Begin admits a call (ErrClosed once Shutdown began); End releases it.
+func (l *Lifecycle) Begin() error {
+	l.CloseMu.RLock()
+	if l.Closed.Load() {
+		l.CloseMu.RUnlock()
 		return ErrClosed
 	}
 	return nil
 }
 
-func (l *lifecycle) end() { l.closeMu.RUnlock() }
+// End releases a call that Begin admitted.
+func (l *Lifecycle) End() { l.CloseMu.RUnlock() }
 
-// shutdown closes once: it refuses new calls, stops the background work and waits for it, waits
-// for the calls in flight and runs release with closeMu held exclusively. Every call returns
+// Shutdown closes once: it refuses new calls, stops the background work and waits for it, waits
+// for the calls in flight and runs release with CloseMu held exclusively. Every call returns
 // the first one's result.
-func (l *lifecycle) shutdown(release func() error) error {
+func (l *Lifecycle) Shutdown(release func() error) error {
 	l.closeOnce.Do(func() {
-		l.closed.Store(true)
+		l.Closed.Store(true)
 		close(l.stopBg)
 		l.bg.Wait()
-		l.closeMu.Lock()
-		defer l.closeMu.Unlock()
+		l.CloseMu.Lock()
+		defer l.CloseMu.Unlock()
 		l.closeErr = release()
 	})
 	return l.closeErr

@@ -18,10 +18,10 @@ const (
 	maxPageLimit     = 1000
 )
 
-// checkListLimit is the length of a listing that takes a limit but no cursor
+// CheckListLimit is the length of a listing that takes a limit but no cursor
 // (UnmatchedPayments, ListMail): 0 means defaultPageLimit, more than maxPageLimit means
 // maxPageLimit.
-func checkListLimit(limit int) (int, error) {
+func CheckListLimit(limit int) (int, error) {
 	switch {
 	case limit < 0:
 		return 0, fmt.Errorf("limit must not be negative: %w", ErrInvalidArgument)
@@ -33,15 +33,15 @@ func checkListLimit(limit int) (int, error) {
 }
 
 // pageLimit is the page size p asks for: the default for 0, at most maxPageLimit.
-func pageLimit(p Page) (int, error) { return checkListLimit(p.Limit) }
+func pageLimit(p Page) (int, error) { return CheckListLimit(p.Limit) }
 
 // The cursors of the listings (Page.Cursor), the same for every engine: base64 of "a:" and the
 // last account id listed (ListAccounts), or of 'h' and the big-endian number of the last entry
 // listed (History). A cursor an engine did not make is ErrInvalidArgument.
 
-// accountCursor is the cursor of the ListAccounts page that ended with the account whose
+// AccountCursor is the cursor of the ListAccounts page that ended with the account whose
 // e-mail address is email.
-func accountCursor(email string) string {
+func AccountCursor(email string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("e:" + email))
 }
 
@@ -57,8 +57,8 @@ func parseAccountCursor(cursor string) (string, error) {
 	return string(b[2:]), nil
 }
 
-// historyCursor is the cursor of the History page that ended with entry seq.
-func historyCursor(seq uint64) string {
+// HistoryCursor is the cursor of the History page that ended with entry seq.
+func HistoryCursor(seq uint64) string {
 	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte{'h'}, seq))
 }
 
@@ -76,9 +76,9 @@ func parseHistoryCursor(cursor string) (uint64, error) {
 	return binary.BigEndian.Uint64(b[1:]), nil
 }
 
-// accountPage is the preamble of ListAccounts: the page size and the account id after which the
+// AccountPage is the preamble of ListAccounts: the page size and the account id after which the
 // page starts.
-func accountPage(p Page) (limit int, after string, err error) {
+func AccountPage(p Page) (limit int, after string, err error) {
 	if limit, err = pageLimit(p); err != nil {
 		return 0, "", err
 	}
@@ -88,9 +88,9 @@ func accountPage(p Page) (limit int, after string, err error) {
 	return limit, after, nil
 }
 
-// historyPage is the preamble of History: the page size and the entry number before which the
+// HistoryPage is the preamble of History: the page size and the entry number before which the
 // page starts (0: from the newest).
-func historyPage(p Page) (limit int, before uint64, err error) {
+func HistoryPage(p Page) (limit int, before uint64, err error) {
 	if limit, err = pageLimit(p); err != nil {
 		return 0, 0, err
 	}
@@ -100,9 +100,9 @@ func historyPage(p Page) (limit int, before uint64, err error) {
 	return limit, before, nil
 }
 
-// reversalList is the preamble of ListReversals: the listing's length, once kind is checked.
-func reversalList(kind ReversalKind, limit int) (int, error) {
-	limit, err := checkListLimit(limit)
+// ReversalList is the preamble of ListReversals: the listing's length, once kind is checked.
+func ReversalList(kind ReversalKind, limit int) (int, error) {
+	limit, err := CheckListLimit(limit)
 	if err != nil {
 		return 0, err
 	}

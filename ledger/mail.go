@@ -181,7 +181,7 @@ type MailMessage struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
-func checkMail(m MailMessage) error {
+func CheckMail(m MailMessage) error {
 	if len(m.Sealed) == 0 || len(m.Sealed) > MaxMailSize {
 		return fmt.Errorf("mail of %d bytes: %w", len(m.Sealed), ErrInvalidArgument)
 	}
@@ -191,14 +191,14 @@ func checkMail(m MailMessage) error {
 	return nil
 }
 
-func checkClaim(lease time.Duration, max int) error {
+func CheckClaim(lease time.Duration, max int) error {
 	if lease <= 0 || max <= 0 {
 		return fmt.Errorf("claim of %d for %s: %w", max, lease, ErrInvalidArgument)
 	}
 	return nil
 }
 
-func checkToken(purpose TokenPurpose, ttl time.Duration) error {
+func CheckToken(purpose TokenPurpose, ttl time.Duration) error {
 	switch purpose {
 	case TokenVerify, TokenReset, TokenInvite:
 	default:
@@ -210,28 +210,28 @@ func checkToken(purpose TokenPurpose, ttl time.Duration) error {
 	return nil
 }
 
-func checkThreshold(t int64) error {
+func CheckThreshold(t int64) error {
 	if t < 0 || t > 1_000_000_000 {
 		return fmt.Errorf("low balance alert %d: %w", t, ErrInvalidArgument)
 	}
 	return nil
 }
 
-// checkMailID refuses, before any store access, an id that no message can have: ids are
-// newMailID's, a few dozen bytes.
-func checkMailID(id string) error {
+// CheckMailID refuses, before any store access, an id that no message can have: ids are
+// NewMailID's, a few dozen bytes.
+func CheckMailID(id string) error {
 	if id == "" || len(id) > 64 {
-		return fmt.Errorf("mail %q: %w", truncateUTF8(id, 64), ErrNotFound)
+		return fmt.Errorf("mail %q: %w", TruncateUTF8(id, 64), ErrNotFound)
 	}
 	return nil
 }
 
-// newMailID orders queued messages by when they were queued.
-func newMailID(t time.Time) string {
-	return fmt.Sprintf("mail_%016x%s", t.UnixNano(), randomBase62(8))
+// NewMailID orders queued messages by when they were queued.
+func NewMailID(t time.Time) string {
+	return fmt.Sprintf("mail_%016x%s", t.UnixNano(), RandomBase62(8))
 }
 
-func truncateUTF8(s string, n int) string {
+func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

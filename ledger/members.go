@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -11,7 +13,7 @@ import (
 // (MemberID == OrgID, "the founder"), its credits and keys stay, and its keys without a member
 // (Key.MemberID == "") count as the founder's. Every member's keys spend the organisation's
 // credits; a member may have a monthly cap of live credits (a UTC calendar month), counted
-// atomically with the hold on every engine (badger_member_caps.go, and ledger_member_take in
+// atomically with the hold on every engine (badgerledger/member_caps.go, and ledger_member_take in
 // the PostgreSQL schema). A personal account is untouched by any of this.
 
 // Role is what a member may do in an organisation. The ledger keeps the roles and their one
@@ -169,7 +171,7 @@ func MemberCapResets(t time.Time) time.Time {
 	return time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
-func checkRole(r Role) error {
+func CheckRole(r Role) error {
 	switch r {
 	case RoleOwner, RoleAdmin, RoleMember:
 		return nil
@@ -177,14 +179,14 @@ func checkRole(r Role) error {
 	return fmt.Errorf("role %q is not owner, admin or member: %w", r, ErrInvalidArgument)
 }
 
-func checkMonth(m string) error {
+func CheckMonth(m string) error {
 	if _, err := time.Parse("2006-01", m); err != nil || len(m) != 7 {
 		return fmt.Errorf("month %q is not YYYY-MM: %w", m, ErrInvalidArgument)
 	}
 	return nil
 }
 
-func checkCap(c int64) error {
+func CheckCap(c int64) error {
 	if c < 0 {
 		return fmt.Errorf("monthly cap %d is negative: %w", c, ErrInvalidArgument)
 	}
@@ -202,10 +204,10 @@ func ownersLeft(ms []Membership, memberID string) int {
 	return n
 }
 
-// memberChange decides a role change or removal of memberID against the organisation's
+// MemberChange decides a role change or removal of memberID against the organisation's
 // members ms, the one rule both engines apply: an organisation keeps an accepted owner, and
 // its founder (its own account) stays a member.
-func memberChange(ms []Membership, orgID, memberID string, newRole Role, remove bool) (Membership, error) {
+func MemberChange(ms []Membership, orgID, memberID string, newRole Role, remove bool) (Membership, error) {
 	var cur *Membership
 	for i := range ms {
 		if ms[i].MemberID == memberID {
@@ -222,4 +224,15 @@ func memberChange(ms []Membership, orgID, memberID string, newRole Role, remove 
 		return Membership{}, fmt.Errorf("%q is the last owner of %q: %w", memberID, orgID, ErrLastOwner)
 	}
 	return *cur, nil
+}
+
+// SortMemberMonths orders a usage by member by month, then member: the order every engine
+// returns it in.
+func SortMemberMonths(out []MemberMonth) {
+	slices.SortFunc(out, func(x, y MemberMonth) int {
+		if c := cmp.Compare(x.Month, y.Month); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.MemberID, y.MemberID)
+	})
 }

@@ -30,7 +30,7 @@ type MoneyPeriod struct {
 	Truncated bool
 }
 
-func moneyArgs(from, to time.Time, limit int) error {
+func MoneyArgs(from, to time.Time, limit int) error {
 	if !to.After(from) {
 		return fmt.Errorf("the end %s is not after the start %s: %w", to, from, ErrInvalidArgument)
 	}
@@ -40,4 +40,4 @@ func moneyArgs(from, to time.Time, limit int) error {
 	return nil
 }
 
-func inPeriod(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
+func InPeriod(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }

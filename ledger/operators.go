@@ -162,8 +162,8 @@ const (
 	maxAuditAccountID = 64
 )
 
-func newOperatorID() string { return "op_" + randomBase62(12) }
-func newAuditID() string    { return "aud_" + randomBase62(16) }
+func NewOperatorID() string { return "op_" + RandomBase62(12) }
+func NewAuditID() string    { return "aud_" + RandomBase62(16) }
 
 // checkOperatorRole refuses a role that is not one of the three.
 func checkOperatorRole(r OperatorRole) error {
@@ -174,9 +174,9 @@ func checkOperatorRole(r OperatorRole) error {
 	return fmt.Errorf("role %q is not viewer, support or owner: %w", r, ErrInvalidArgument)
 }
 
-// checkNewOperator checks n and returns its normalised email and the digests of its codes.
-func checkNewOperator(n NewOperator) (string, [][32]byte, error) {
-	e, err := normalizeEmail(n.Email)
+// CheckNewOperator checks n and returns its normalised email and the digests of its codes.
+func CheckNewOperator(n NewOperator) (string, [][32]byte, error) {
+	e, err := NormalizeEmail(n.Email)
 	if err != nil {
 		return "", nil, err
 	}
@@ -191,7 +191,7 @@ func checkNewOperator(n NewOperator) (string, [][32]byte, error) {
 	}
 	ds := make([][32]byte, 0, len(n.RecoveryCodes))
 	for _, c := range n.RecoveryCodes {
-		c = normalizeRecoveryCode(c)
+		c = NormalizeRecoveryCode(c)
 		if c == "" || len(c) > maxRecoveryLen {
 			return "", nil, fmt.Errorf("a recovery code is 1 to %d characters: %w", maxRecoveryLen, ErrInvalidArgument)
 		}
@@ -203,9 +203,9 @@ func checkNewOperator(n NewOperator) (string, [][32]byte, error) {
 	return e, ds, nil
 }
 
-// normalizeRecoveryCode is the form of a recovery code that is hashed: upper case, without
+// NormalizeRecoveryCode is the form of a recovery code that is hashed: upper case, without
 // spaces and dashes, so that "abcd-efgh" and "ABCDEFGH" are one code.
-func normalizeRecoveryCode(c string) string {
+func NormalizeRecoveryCode(c string) string {
 	return strings.Map(func(r rune) rune {
 		if r == '-' || r == ' ' || r == '\t' {
 			return -1
@@ -214,11 +214,11 @@ func normalizeRecoveryCode(c string) string {
 	}, strings.ToUpper(strings.TrimSpace(c)))
 }
 
-// recoveryDigest is the stored form of a recovery code as typed.
-func recoveryDigest(code string) [32]byte { return sha256.Sum256([]byte(normalizeRecoveryCode(code))) }
+// RecoveryDigest is the stored form of a recovery code as typed.
+func RecoveryDigest(code string) [32]byte { return sha256.Sum256([]byte(NormalizeRecoveryCode(code))) }
 
-// checkAudit checks a record to append.
-func checkAudit(rec AuditRecord) error {
+// CheckAudit checks a record to append.
+func CheckAudit(rec AuditRecord) error {
 	for _, f := range []struct {
 		name, v  string
 		max      int
@@ -231,26 +231,26 @@ func checkAudit(rec AuditRecord) error {
 		{"detail", rec.Detail, maxAuditDetail, false},
 		{"note", strings.TrimSpace(rec.Note), maxAuditNote, true},
 	} {
-		if err := checkString(f.name, f.v, f.max, f.required); err != nil {
+		if err := CheckString(f.name, f.v, f.max, f.required); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// auditCursor is the cursor of the ListAudit page that ended with the record at t with id.
-func auditCursor(t time.Time, id string) string {
+// AuditCursor is the cursor of the ListAudit page that ended with the record at t with id.
+func AuditCursor(t time.Time, id string) string {
 	b := binary.BigEndian.AppendUint64([]byte("u:"), uint64(t.UnixNano()))
 	return base64.RawURLEncoding.EncodeToString(append(b, id...))
 }
 
-// auditPage is the preamble of ListAudit: the page size and the (time, id) before which the
+// AuditPage is the preamble of ListAudit: the page size and the (time, id) before which the
 // page starts (zero time: from the newest).
-func auditPage(q AuditQuery) (limit int, beforeNano int64, beforeID string, err error) {
+func AuditPage(q AuditQuery) (limit int, beforeNano int64, beforeID string, err error) {
 	if limit, err = pageLimit(q.Page); err != nil {
 		return 0, 0, "", err
 	}
-	if err := checkString("account id", q.AccountID, maxAuditAccountID, false); err != nil {
+	if err := CheckString("account id", q.AccountID, maxAuditAccountID, false); err != nil {
 		return 0, 0, "", err
 	}
 	if q.Cursor == "" {

@@ -43,10 +43,10 @@ const (
 
 var b64 = base64.RawStdEncoding
 
-// argon2Key computes every argon2id key of the package, for hashing and for checking alike. It
+// Argon2Key computes every argon2id key of the package, for hashing and for checking alike. It
 // is a variable so that a test can count the calls: a failed log-in must cost the same number of
 // hashes whatever the reason, and a count says so where a stopwatch on a busy machine cannot.
-var argon2Key = argon2.IDKey
+var Argon2Key = argon2.IDKey
 
 // HashPassword returns the argon2id hash of password in PHC string format:
 // $argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash> (unpadded standard base64).
@@ -59,7 +59,7 @@ func hashPassword(password string, p Argon2Params) (string, error) {
 	if _, err := rand.Read(salt); err != nil {
 		return "", fmt.Errorf("hashing password: %w", err)
 	}
-	key := argon2Key([]byte(password), salt, p.Time, p.Memory, p.Threads, p.KeyLen)
+	key := Argon2Key([]byte(password), salt, p.Time, p.Memory, p.Threads, p.KeyLen)
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s",
 		argon2.Version, p.Memory, p.Time, p.Threads, b64.EncodeToString(salt), b64.EncodeToString(key)), nil
 }
@@ -71,7 +71,7 @@ func VerifyPassword(encoded, password string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	got := argon2Key([]byte(password), salt, p.Time, p.Memory, p.Threads, uint32(len(want)))
+	got := Argon2Key([]byte(password), salt, p.Time, p.Memory, p.Threads, uint32(len(want)))
 	return subtle.ConstantTimeCompare(got, want) == 1, nil
 }
 
@@ -108,9 +108,9 @@ func parseHash(encoded string) (Argon2Params, []byte, []byte, error) {
 	return p, salt, key, nil
 }
 
-// dummyHash is hashed against when there is no real hash to check (unknown email, no password
+// DummyHash is hashed against when there is no real hash to check (unknown email, no password
 // set), so that those answers take as long as a wrong password. Computed on first use.
-var dummyHash = sync.OnceValue(func() string {
+var DummyHash = sync.OnceValue(func() string {
 	h, err := HashPassword("no such account: this hash is only timed, never matched")
 	if err != nil {
 		panic(err) // crypto/rand does not fail

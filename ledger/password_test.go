@@ -70,3 +70,6 @@ func TestPasswordPolicy(t *testing.T) {
 		}
 	}
 }
+
+// GoodPassword passes the policy (the conformance suite's ledgertest.GoodPassword).
+const goodPassword = "correct horse battery"

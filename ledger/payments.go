@@ -81,22 +81,22 @@ const (
 	maxProblemLen = 64
 )
 
-// checkUnmatchedPayment refuses what RecordUnmatchedPayment may not store.
-func checkUnmatchedPayment(p UnmatchedPayment) error {
+// CheckUnmatchedPayment refuses what RecordUnmatchedPayment may not store.
+func CheckUnmatchedPayment(p UnmatchedPayment) error {
 	for _, f := range []struct {
 		name, v  string
 		max      int
 		required bool
 	}{
-		{"reference", p.Reference, maxReferenceLen, true},
-		{"event", p.Event, maxReferenceLen, false},
-		{"account id", p.AccountID, maxReferenceLen, false},
-		{"package", p.Package, maxReferenceLen, false},
+		{"reference", p.Reference, MaxReferenceLen, true},
+		{"event", p.Event, MaxReferenceLen, false},
+		{"account id", p.AccountID, MaxReferenceLen, false},
+		{"package", p.Package, MaxReferenceLen, false},
 		{"currency", p.Currency, maxCurrencyLen, true},
 		{"problem", p.Problem, maxProblemLen, true},
 		{"detail", p.Detail, maxReasonLen, false},
 	} {
-		if err := checkString(f.name, f.v, f.max, f.required); err != nil {
+		if err := CheckString(f.name, f.v, f.max, f.required); err != nil {
 			return err
 		}
 	}
@@ -106,10 +106,10 @@ func checkUnmatchedPayment(p UnmatchedPayment) error {
 	return nil
 }
 
-// checkResolvePayment refuses a resolution without a reference or a note.
-func checkResolvePayment(reference, note string) error {
-	if err := checkString("reference", reference, maxReferenceLen, true); err != nil {
+// CheckResolvePayment refuses a resolution without a reference or a note.
+func CheckResolvePayment(reference, note string) error {
+	if err := CheckString("reference", reference, MaxReferenceLen, true); err != nil {
 		return err
 	}
-	return checkString("note", note, maxReasonLen, true)
+	return CheckString("note", note, maxReasonLen, true)
 }

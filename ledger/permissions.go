@@ -43,7 +43,7 @@ const (
 //
 // A personal account's login is its owner, and its keys are its own.
 func Allowed(actor Role, self bool, target Role, act Action) bool {
-	if checkRole(actor) != nil {
+	if CheckRole(actor) != nil {
 		return false
 	}
 	below := rank(target) < rank(actor)
@@ -59,7 +59,7 @@ func Allowed(actor Role, self bool, target Role, act Action) bool {
 	case ActMemberRole, ActMemberCap:
 		return actor == RoleOwner
 	case ActMemberInvite:
-		return checkRole(target) == nil && (actor == RoleOwner || (actor == RoleAdmin && below))
+		return CheckRole(target) == nil && (actor == RoleOwner || (actor == RoleAdmin && below))
 	}
 	return false
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Signed receipts, for every engine (badger_receipts.go, postgres_receipts.go): the keys that
+// Signed receipts, for every engine (badgerledger/receipts.go, pgledger/receipts.go): the keys that
 // sign them and the digest of each charged generation's text, kept for good so that a receipt
 // can be signed after the text itself is gone. The ledger keeps a signing key's private half
 // only as the caller sealed it (the handler's sealing key), so no engine ever holds it in clear;
@@ -53,9 +53,9 @@ const (
 	maxSealedReceiptKey = 1024
 )
 
-// checkReceiptKey checks what AddReceiptKey is given.
-func checkReceiptKey(k ReceiptKey) error {
-	if err := checkString("receipt key id", k.ID, maxReceiptKeyID, true); err != nil {
+// CheckReceiptKey checks what AddReceiptKey is given.
+func CheckReceiptKey(k ReceiptKey) error {
+	if err := CheckString("receipt key id", k.ID, maxReceiptKeyID, true); err != nil {
 		return err
 	}
 	if len(k.PublicKey) != ed25519.PublicKeySize {
@@ -77,8 +77,8 @@ func checkTextDigest(d []byte) error {
 	return nil
 }
 
-// sortReceiptKeys orders keys oldest first, the current one last.
-func sortReceiptKeys(keys []ReceiptKey) {
+// SortReceiptKeys orders keys oldest first, the current one last.
+func SortReceiptKeys(keys []ReceiptKey) {
 	slices.SortStableFunc(keys, func(a, b ReceiptKey) int {
 		if a.ValidUntil.IsZero() != b.ValidUntil.IsZero() {
 			if a.ValidUntil.IsZero() {

@@ -196,20 +196,20 @@ const (
 	KindDispute EntryKind = "dispute"
 )
 
-// checkPayment refuses what RecordPayment may not store.
-func checkPayment(p Payment) error {
+// CheckPayment refuses what RecordPayment may not store.
+func CheckPayment(p Payment) error {
 	for _, f := range []struct {
 		name, v  string
 		max      int
 		required bool
 	}{
-		{"payment id", p.ID, maxReferenceLen, true},
-		{"reference", p.Reference, maxReferenceLen, true},
-		{"account id", p.AccountID, maxReferenceLen, false},
-		{"package", p.Package, maxReferenceLen, false},
+		{"payment id", p.ID, MaxReferenceLen, true},
+		{"reference", p.Reference, MaxReferenceLen, true},
+		{"account id", p.AccountID, MaxReferenceLen, false},
+		{"package", p.Package, MaxReferenceLen, false},
 		{"currency", p.Currency, maxCurrencyLen, true},
 	} {
-		if err := checkString(f.name, f.v, f.max, f.required); err != nil {
+		if err := CheckString(f.name, f.v, f.max, f.required); err != nil {
 			return err
 		}
 	}
@@ -224,9 +224,9 @@ func checkPayment(p Payment) error {
 	return nil
 }
 
-// advancePayment is the stored payment after RecordPayment(p): old (nil when there is none)
+// AdvancePayment is the stored payment after RecordPayment(p): old (nil when there is none)
 // moves from pending to p's status; repeated when nothing changes.
-func advancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
+func AdvancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
 	if old != nil && (old.Status != PaymentPending || p.Status == PaymentPending) {
 		return *old, true
 	}
@@ -238,20 +238,20 @@ func advancePayment(old *Payment, p Payment, t time.Time) (Payment, bool) {
 	return p, false
 }
 
-// checkReversal refuses a bad Reverse request.
-func checkReversal(req ReversalRequest) error {
+// CheckReversal refuses a bad Reverse request.
+func CheckReversal(req ReversalRequest) error {
 	for _, f := range []struct {
 		name, v  string
 		max      int
 		required bool
 	}{
-		{"reversal id", req.ID, maxReferenceLen - 8, true}, // room for "/failed" in the entry's reference
-		{"payment id", req.Payment, maxReferenceLen, true},
+		{"reversal id", req.ID, MaxReferenceLen - 8, true}, // room for "/failed" in the entry's reference
+		{"payment id", req.Payment, MaxReferenceLen, true},
 		{"currency", req.Currency, maxCurrencyLen, false},
 		{"reason", req.Reason, maxProblemLen, false},
-		{"event", req.Event, maxReferenceLen, false},
+		{"event", req.Event, MaxReferenceLen, false},
 	} {
-		if err := checkString(f.name, f.v, f.max, f.required); err != nil {
+		if err := CheckString(f.name, f.v, f.max, f.required); err != nil {
 			return err
 		}
 	}
@@ -267,12 +267,12 @@ func checkReversal(req ReversalRequest) error {
 	return nil
 }
 
-// checkReversible refuses an event about payment p that the ledger cannot apply yet: p is
+// CheckReversible refuses an event about payment p that the ledger cannot apply yet: p is
 // pending (its purchase credits nothing until it succeeds), so the event arrived before the
-// payment's success, which Stripe does not promise to deliver first. Applied then, it would take
+// Payment's success, which Stripe does not promise to deliver first. Applied then, it would take
 // nothing, and the success would credit the whole purchase: ErrNotFound, as for a payment not
 // recorded yet, so that the caller retries once the payment is paid.
-func checkReversible(p Payment, req ReversalRequest) error {
+func CheckReversible(p Payment, req ReversalRequest) error {
 	if p.Status == PaymentPending {
 		return fmt.Errorf("payment %q of %s %q is still pending: %w", p.ID, req.Kind, req.ID, ErrNotFound)
 	}
@@ -310,14 +310,14 @@ func creditsFor(p Payment, cents int64) int64 {
 // reversalStep is what Reverse writes: the payment and reversal after the event, and the entry
 // (when delta != 0 or it records a loss; none when the payment credited nothing).
 type reversalStep struct {
-	payment  Payment
-	reversal Reversal
-	entry    bool
+	Payment  Payment
+	Reversal Reversal
+	Entry    bool
 	kind     EntryKind
-	delta    int64  // credits to add to the live balance (negative: taken off)
+	Delta    int64  // credits to add to the live balance (negative: taken off)
 	ref      string // the entry's reference: the reversal id, then id/won, id/lost, id/failed
 	reason   string
-	repeated bool
+	Repeated bool
 }
 
 // takenBy is what refunds and disputes take off purchase p together, split into the refunds'
@@ -338,28 +338,28 @@ func takenBy(p Payment) (refunded, disputed int64) {
 	return refunded, max(creditsFor(p, all)-refunded, 0)
 }
 
-// reverse is the one rule of money that flows back, for every engine: what req does to payment
+// Reverse is the one rule of money that flows back, for every engine: what req does to payment
 // p, whose reversal req.ID was prev (nil: none yet). The event moves the payment's money
 // figures (RefundedCents, DisputedCents); the credits taken off follow from them (takenBy), and
 // the event's entry is the difference. Refunds add up, so partial refunds round once, not each.
 // A reversal's Credits is what its event took off and has not given back.
-func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) reversalStep {
-	st := reversalStep{payment: p}
+func Reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) reversalStep {
+	st := reversalStep{Payment: p}
 	if prev != nil {
-		st.reversal = *prev
+		st.Reversal = *prev
 	} else {
-		st.reversal = Reversal{ID: req.ID, Kind: req.Kind, Payment: p.ID, AccountID: p.AccountID, Reference: p.Reference,
+		st.Reversal = Reversal{ID: req.ID, Kind: req.Kind, Payment: p.ID, AccountID: p.AccountID, Reference: p.Reference,
 			AmountCents: req.AmountCents, Currency: req.Currency, Reason: req.Reason, Created: t}
 	}
-	r := &st.reversal
-	pay := &st.payment
+	r := &st.Reversal
+	pay := &st.Payment
 	money := func(cents int64) string {
 		return fmt.Sprintf("%d.%02d %s", cents/100, cents%100, r.Currency)
 	}
 	switch {
 	case req.Kind == ReversalRefund && req.Status == RefundApplied:
 		if prev != nil {
-			st.repeated = true
+			st.Repeated = true
 			return st
 		}
 		pay.RefundedCents += req.AmountCents
@@ -368,7 +368,7 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 		st.reason = fmt.Sprintf("refund of %s of purchase %s", money(req.AmountCents), p.Reference)
 	case req.Kind == ReversalRefund: // failed
 		if prev != nil && prev.Status == RefundFailed {
-			st.repeated = true
+			st.Repeated = true
 			return st
 		}
 		r.Status = RefundFailed
@@ -382,12 +382,12 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 		r.Credits = 0
 	case req.Status == DisputeOpen:
 		if prev != nil {
-			st.repeated = true
+			st.Repeated = true
 			return st
 		}
 		st.freeze(req)
 	case prev != nil && prev.Status != DisputeOpen: // closed before
-		st.repeated = true
+		st.Repeated = true
 		return st
 	case req.Status == DisputeWon:
 		r.Status = DisputeWon
@@ -398,7 +398,7 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 		st.retake()
 		st.kind, st.ref = KindDispute, r.ID+"/won"
 		st.reason = fmt.Sprintf("dispute %s won: frozen credits given back", r.ID)
-		if st.delta < prev.Credits {
+		if st.Delta < prev.Credits {
 			st.reason = fmt.Sprintf("dispute %s won: frozen credits given back, less what refunds took meanwhile", r.ID)
 		}
 		r.Credits = 0
@@ -415,7 +415,7 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 	if req.Event != "" {
 		r.Event = req.Event
 	}
-	st.entry = st.kind != "" && p.Credits > 0 && p.AccountID != ""
+	st.Entry = st.kind != "" && p.Credits > 0 && p.AccountID != ""
 	return st
 }
 
@@ -423,35 +423,35 @@ func reverse(p Payment, prev *Reversal, req ReversalRequest, t time.Time) revers
 // to the difference, which it returns: negative when the event takes credits off, positive when
 // it gives them back.
 func (st *reversalStep) retake() int64 {
-	pay := &st.payment
+	pay := &st.Payment
 	before := pay.RefundedCredits + pay.DisputedCredits
 	pay.RefundedCredits, pay.DisputedCredits = takenBy(*pay)
-	st.delta = before - pay.RefundedCredits - pay.DisputedCredits
-	return st.delta
+	st.Delta = before - pay.RefundedCredits - pay.DisputedCredits
+	return st.Delta
 }
 
 // freeze takes a new dispute's share of the purchase off: what refunds and other disputes have
 // not taken yet.
 func (st *reversalStep) freeze(req ReversalRequest) {
-	p := st.payment
-	st.payment.DisputedCents += req.AmountCents
-	st.reversal.Credits, st.reversal.Status = max(-st.retake(), 0), DisputeOpen
-	st.kind, st.ref = KindDispute, st.reversal.ID
+	p := st.Payment
+	st.Payment.DisputedCents += req.AmountCents
+	st.Reversal.Credits, st.Reversal.Status = max(-st.retake(), 0), DisputeOpen
+	st.kind, st.ref = KindDispute, st.Reversal.ID
 	reason := req.Reason
 	if reason == "" {
 		reason = "no reason given"
 	}
-	st.reason = fmt.Sprintf("dispute %s of purchase %s (%s): credits frozen", st.reversal.ID, p.Reference, reason)
+	st.reason = fmt.Sprintf("dispute %s of purchase %s (%s): credits frozen", st.Reversal.ID, p.Reference, reason)
 }
 
-// entry is the ledger entry of the step (amount, figures and number set by the engine).
-func (st *reversalStep) entryOf() Entry {
+// Entry is the ledger entry of the step (amount, figures and number set by the engine).
+func (st *reversalStep) EntryOf() Entry {
 	return Entry{Kind: st.kind, Mode: Live, Reference: st.ref, Reason: st.reason,
-		AmountCents: st.reversal.AmountCents, Currency: st.reversal.Currency}
+		AmountCents: st.Reversal.AmountCents, Currency: st.Reversal.Currency}
 }
 
-// checkSameReversal refuses an event whose id names a reversal of another kind or payment.
-func checkSameReversal(prev *Reversal, req ReversalRequest) error {
+// CheckSameReversal refuses an event whose id names a reversal of another kind or payment.
+func CheckSameReversal(prev *Reversal, req ReversalRequest) error {
 	if prev != nil && (prev.Kind != req.Kind || prev.Payment != req.Payment) {
 		return fmt.Errorf("%s %q of payment %q: the id is a %s of payment %q: %w",
 			req.Kind, req.ID, req.Payment, prev.Kind, prev.Payment, ErrInvalidArgument)
@@ -459,9 +459,9 @@ func checkSameReversal(prev *Reversal, req ReversalRequest) error {
 	return nil
 }
 
-// compareReversals orders reversals last changed first, by id among those of one time (every
+// CompareReversals orders reversals last changed first, by id among those of one time (every
 // engine's order).
-func compareReversals(a, b Reversal) int {
+func CompareReversals(a, b Reversal) int {
 	if c := b.Updated.Compare(a.Updated); c != 0 {
 		return c
 	}

@@ -73,7 +73,7 @@ type Accounts interface {
 	SetAccountStatus(ctx context.Context, id string, status AccountStatus) (Account, error)
 }
 
-// Keys are API keys. A key is "tg_live_" or "tg_test_", 30 random base62 characters and a
+// Keys are API keys. A key is "tg_live_" or "tg_test_", 30 random Base62 characters and a
 // 6-character checksum (apikey.go). Only its SHA-256 digest is stored, never the key.
 type Keys interface {
 	// CreateKey makes a key of mode for the account and returns it in full, once, with its
@@ -453,6 +453,10 @@ type Maintenance interface {
 	// Expected errors:
 	//   - ErrClosed.
 	Backup(ctx context.Context, w io.Writer) error
+
+	// Placement says where the store keeps its data: whether other instances share it, and
+	// the directory of its files on this machine.
+	Placement() Placement
 
 	// Close waits for calls in flight, writes what is still only in memory (keys' last-use
 	// times) and releases the store. Later calls fail with ErrClosed. It is safe to call more

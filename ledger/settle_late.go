@@ -17,9 +17,9 @@ const SettledLateReason = "delivered before the hold expired"
 // expiredReason is the reason of the sweep's void.
 const expiredReason = "expired"
 
-// lateSettleAllowed reports whether a hold in state with reason, expiring at expires, may still
+// LateSettleAllowed reports whether a hold in state with reason, expiring at expires, may still
 // be settled by a charge decided at decided: the sweep voided it, and the charge was decided
 // before it expired.
-func lateSettleAllowed(state HoldState, reason string, expires, decided time.Time) bool {
+func LateSettleAllowed(state HoldState, reason string, expires, decided time.Time) bool {
 	return state == HoldVoided && reason == expiredReason && !decided.IsZero() && decided.Before(expires)
 }

@@ -3,7 +3,7 @@ package ledger
 import "time"
 
 // The values the Store API takes and returns, the same for every engine. How an engine stores
-// them is its own affair (Badger: JSON records under the keys of badger_prefix.go).
+// them is its own affair (Badger: JSON records under the keys of badgerledger/prefix.go).
 
 // Mode separates live credits (paid, used by live keys) from test credits (free, used by test keys).
 type Mode string

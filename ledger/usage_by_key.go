@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// Usage by key, for every engine (badger_usage_by_key.go, postgres_usage_by_key.go): an
+// Usage by key, for every engine (badgerledger/usage_by_key.go, pgledger/usage_by_key.go): an
 // account's requests, charged credits and voided holds per API key, tool and mode, so that a
 // customer sees which of their keys (apps, team members, environments) spent what.
 
@@ -34,14 +34,14 @@ type KeyReports interface {
 	UsageByKey(ctx context.Context, q UsageQuery) ([]KeyUsageRow, error)
 }
 
-func checkKeyUsageQuery(q UsageQuery) error {
+func CheckKeyUsageQuery(q UsageQuery) error {
 	if q.AccountID == "" {
 		return fmt.Errorf("usage by key needs an account: %w", ErrInvalidArgument)
 	}
 	return nil
 }
 
-func sortKeyUsage(rows []KeyUsageRow) {
+func SortKeyUsage(rows []KeyUsageRow) {
 	slices.SortFunc(rows, func(a, b KeyUsageRow) int {
 		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Mode, b.Mode))
 	})

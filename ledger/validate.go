@@ -17,7 +17,7 @@ const (
 	maxRequestIDLen      = 128
 	maxKeyIDLen          = 64
 	maxToolLen           = 64
-	maxReferenceLen      = 256
+	MaxReferenceLen      = 256
 	maxReasonLen         = 512
 	maxCurrencyLen       = 8
 	maxEmailLen          = 254
@@ -25,8 +25,8 @@ const (
 	maxIdempotencyKeyLen = 264 // the client's 255 characters and the handler's mode prefix
 )
 
-// checkString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
-func checkString(field, v string, max int, required bool) error {
+// CheckString refuses v if it is required and empty, longer than max bytes, or not UTF-8.
+func CheckString(field, v string, max int, required bool) error {
 	if required && v == "" {
 		return fmt.Errorf("%s is required: %w", field, ErrInvalidArgument)
 	}
@@ -44,10 +44,10 @@ func checkMode(m Mode) error {
 	return nil
 }
 
-// normalizeEmail trims and lower-cases an address and rejects what is obviously not one
+// NormalizeEmail trims and lower-cases an address and rejects what is obviously not one
 // (display names, several addresses, spaces, no @). It does not check that the domain exists.
-func normalizeEmail(email string) (string, error) {
-	e := foldEmail(email)
+func NormalizeEmail(email string) (string, error) {
+	e := FoldEmail(email)
 	bad := fmt.Errorf("email %q is not a valid address: %w", email, ErrInvalidArgument)
 	if e == "" || len(e) > maxEmailLen || strings.ContainsAny(e, " \t\r\n<>,;\"") {
 		return "", bad
@@ -63,20 +63,20 @@ func normalizeEmail(email string) (string, error) {
 	return e, nil
 }
 
-// foldEmail is the form an email is looked up by: trimmed and lower-cased. normalizeEmail
+// FoldEmail is the form an email is looked up by: trimmed and lower-cased. NormalizeEmail
 // also checks that it is an address; lookups do not, an unknown email is just not found.
-func foldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+func FoldEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
-// checkAccountStatus checks SetAccountStatus's status.
-func checkAccountStatus(status AccountStatus) error {
+// CheckAccountStatus checks SetAccountStatus's status.
+func CheckAccountStatus(status AccountStatus) error {
 	if status != StatusActive && status != StatusDisabled {
 		return fmt.Errorf("status %q: %w", status, ErrInvalidArgument)
 	}
 	return nil
 }
 
-// checkKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
-func checkKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
+// CheckKeyRequest checks CreateKey's arguments at time t and returns expires in UTC.
+func CheckKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, error) {
 	if err := checkMode(mode); err != nil {
 		return time.Time{}, err
 	}
@@ -92,18 +92,18 @@ func checkKeyRequest(mode Mode, name string, expires, t time.Time) (time.Time, e
 	return expires, nil
 }
 
-// checkHoldRequest checks a Hold or Reserve.
-func checkHoldRequest(req HoldRequest) error {
+// CheckHoldRequest checks a Hold or Reserve.
+func CheckHoldRequest(req HoldRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
-	if err := checkString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
+	if err := CheckString("request id", req.RequestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
-	if err := checkString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
+	if err := CheckString("key id", req.KeyID, maxKeyIDLen, false); err != nil {
 		return err
 	}
-	if err := checkString("tool", req.Tool, maxToolLen, false); err != nil {
+	if err := CheckString("tool", req.Tool, maxToolLen, false); err != nil {
 		return err
 	}
 	if req.TTL < 0 {
@@ -112,16 +112,16 @@ func checkHoldRequest(req HoldRequest) error {
 	return nil
 }
 
-// checkResolve checks a Settle (reason "") or Void.
-func checkResolve(requestID, reason string) error {
-	if err := checkString("request id", requestID, maxRequestIDLen, true); err != nil {
+// CheckResolve checks a Settle (reason "") or Void.
+func CheckResolve(requestID, reason string) error {
+	if err := CheckString("request id", requestID, maxRequestIDLen, true); err != nil {
 		return err
 	}
-	return checkString("reason", reason, maxReasonLen, false)
+	return CheckString("reason", reason, maxReasonLen, false)
 }
 
-// checkGrantRequest checks a Grant.
-func checkGrantRequest(req GrantRequest) error {
+// CheckGrantRequest checks a Grant.
+func CheckGrantRequest(req GrantRequest) error {
 	if err := checkMode(req.Mode); err != nil {
 		return err
 	}
@@ -151,31 +151,31 @@ func checkGrantRequest(req GrantRequest) error {
 	for _, c := range []struct {
 		f, v string
 		max  int
-	}{{"reference", req.Reference, maxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
-		if err := checkString(c.f, c.v, c.max, false); err != nil {
+	}{{"reference", req.Reference, MaxReferenceLen}, {"reason", req.Reason, maxReasonLen}, {"currency", req.Currency, maxCurrencyLen}} {
+		if err := CheckString(c.f, c.v, c.max, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkRefillTarget checks RefillTestCredits' upTo.
-func checkRefillTarget(upTo int64) error {
+// CheckRefillTarget checks RefillTestCredits' upTo.
+func CheckRefillTarget(upTo int64) error {
 	if upTo <= 0 {
 		return fmt.Errorf("refill target %d must be positive: %w", upTo, ErrInvalidArgument)
 	}
 	return nil
 }
 
-// checkIdempotencyRecord checks a BeginIdempotent.
-func checkIdempotencyRecord(rec IdempotencyRecord) error {
-	if err := checkString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
+// CheckIdempotencyRecord checks a BeginIdempotent.
+func CheckIdempotencyRecord(rec IdempotencyRecord) error {
+	if err := CheckString("idempotency key", rec.Key, maxIdempotencyKeyLen, true); err != nil {
 		return err
 	}
-	if err := checkString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
+	if err := CheckString("request id", rec.RequestID, maxRequestIDLen, false); err != nil {
 		return err
 	}
-	if err := checkString("fingerprint", rec.Fingerprint, maxReferenceLen, false); err != nil {
+	if err := CheckString("fingerprint", rec.Fingerprint, MaxReferenceLen, false); err != nil {
 		return err
 	}
 	if rec.HoldTTL < 0 {
@@ -184,16 +184,16 @@ func checkIdempotencyRecord(rec IdempotencyRecord) error {
 	return nil
 }
 
-// checkFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
-func checkFinishStatus(status int) error {
+// CheckFinishStatus checks FinishIdempotent's status: an HTTP status or StatusReleased.
+func CheckFinishStatus(status int) error {
 	if (status < 100 || status > 599) && status != StatusReleased {
 		return fmt.Errorf("status %d: %w", status, ErrInvalidArgument)
 	}
 	return nil
 }
 
-// checkSessionTTL checks CreateSession's ttl.
-func checkSessionTTL(ttl time.Duration) error {
+// CheckSessionTTL checks CreateSession's ttl.
+func CheckSessionTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxSessionTTL {
 		return fmt.Errorf("session lifetime %s is not in (0, %s]: %w", ttl, MaxSessionTTL, ErrInvalidArgument)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -221,7 +222,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
-	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
+	if h.ledgerRef, err = tg.Ledger(h.Ledger, badgerledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
 		return fmt.Errorf("textgen_account: %w", err)
 	}
 	// The API's 402 names this area (textgen_account's own address when it has public_url,

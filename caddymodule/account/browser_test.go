@@ -1,14 +1,5 @@
 package account
 
-// The whole account area in a real headless Chromium, driven with chromedp, against the real
-// Caddy (in process, caddytest), a real Badger ledger on disk, the real Ollama with the tiny
-// model behind the textgen handler, and stripe-mock for Stripe. The test signs up, creates a
-// key, uses it on /api/v1/generate (402 before buying, a streamed text after), buys a package
-// (the browser is sent to Stripe Checkout, which the test stands in for, and the test delivers
-// the signed webhook as Stripe would), sees the new balance, revokes the key and logs out.
-// Every page is saved as a screenshot, at a desktop and a phone size, under
-// testdata/artifacts/.
-
 import (
 	"context"
 	"encoding/json"
@@ -35,6 +26,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/receipts"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // The in-process Caddy's ports, picked free in TestMain.
@@ -57,7 +49,7 @@ func newChromium(t *testing.T) context.Context {
 func openLedger(t *testing.T, dir string) (store ledger.Store, release func() error) {
 	t.Helper()
 	abs, _ := filepath.Abs(dir)
-	ref, err := textgenapp.AcquireLedger(abs, ledger.Options{})
+	ref, err := textgenapp.AcquireLedger(abs, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

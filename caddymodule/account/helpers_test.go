@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 var bg = context.Background()
@@ -37,7 +38,7 @@ type envOpt func(*appConfig)
 
 func newTestEnv(t *testing.T, opts ...envOpt) *testEnv {
 	t.Helper()
-	store, err := ledger.Open("", ledger.Options{InMemory: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	store, err := badgerledger.Open("", badgerledger.Options{InMemory: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

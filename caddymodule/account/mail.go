@@ -306,7 +306,7 @@ func (h *Handler) startMailer(s SMTP, repl *caddy.Replacer) (*mailer, error) {
 			return nil, fmt.Errorf("mail_key: %w", err)
 		}
 	} else {
-		if textgenapp.IsDatabaseURL(h.Ledger) {
+		if place, err := textgenapp.LedgerPlacement(h.Ledger); err == nil && place.Shared {
 			h.logger.Warn("smtp without mail_key on a PostgreSQL ledger: this instance seals queued e-mail with its own key, which other instances cannot open; set the same mail_key on every instance")
 		}
 		path := filepath.Join(caddy.AppDataDir(), "textgen", "retention.key")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/mailtest"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // The e-mail flows on the account area in process, against a real SMTP server (mailpit, which
@@ -35,7 +36,7 @@ func fastMail(t *testing.T) {
 // diskLedger opens a Badger ledger in dir.
 func diskLedger(t *testing.T, dir string) ledger.Store {
 	t.Helper()
-	store, err := ledger.Open(dir, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	store, err := badgerledger.Open(dir, badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -92,7 +93,7 @@ func TestKeyActionsByRole(t *testing.T) {
 		open func(t *testing.T) ledger.Store
 	}{
 		{"badger", func(t *testing.T) ledger.Store {
-			s, err := ledger.Open(t.TempDir(), ledger.Options{DisableSyncWrites: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+			s, err := badgerledger.Open(t.TempDir(), badgerledger.Options{DisableSyncWrites: true, SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -62,7 +63,7 @@ func TestTwoInstancesOnPostgres(t *testing.T) {
 // postgresOpener opens instances of one PostgreSQL ledger at url, each closed when the test ends.
 func postgresOpener(t *testing.T, url string) func() ledger.Store {
 	return func() ledger.Store {
-		s, err := ledger.OpenPostgres(bg, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		s, err := pgledger.OpenPostgres(bg, url, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -164,8 +165,8 @@ func TestWebhookRefundFaults(t *testing.T) {
 // retry applies it once the ledger is back.
 func TestWebhookRefundLedgerDown(t *testing.T) {
 	dir := t.TempDir()
-	opts := ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1}
-	store, err := ledger.Open(dir, opts)
+	opts := badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1}
+	store, err := badgerledger.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestWebhookRefundLedgerDown(t *testing.T) {
 	payload := refundEvent("refund.created", "re_test_down", paymentIntentOf("cs_test_down"), 100, "succeeded")
 	store.Close()
 	hook(t, e, payload, 500, "ledger error")
-	store2, err := ledger.Open(dir, opts)
+	store2, err := badgerledger.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

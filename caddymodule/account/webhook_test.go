@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 const testWebhookSecret = "whsec_test_secret_for_caddy_textgen"
@@ -284,7 +285,7 @@ func TestWebhookConcurrentRetries(t *testing.T) {
 // credit could not be made durable, so that Stripe retries it, and that the retry credits it.
 func TestWebhookLedgerFailureAnswers500(t *testing.T) {
 	dir := t.TempDir()
-	store, err := ledger.Open(dir, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	store, err := badgerledger.Open(dir, badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestWebhookLedgerFailureAnswers500(t *testing.T) {
 	}
 
 	// Stripe retries once the ledger is back.
-	store2, err := ledger.Open(dir, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	store2, err := badgerledger.Open(dir, badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

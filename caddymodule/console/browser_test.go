@@ -1,17 +1,5 @@
 package console
 
-// The console in a real headless Chromium (chromedp) against the built caddy binary, with a
-// real ledger (Badger on disk, or PostgreSQL), stripe-mock behind My Account for the refund, and
-// the operators made with `caddy textgen operator create`. The owner logs in with the TOTP code
-// of the secret the CLI printed (a wrong code and the same code twice are refused), finds an
-// account, refunds its purchase (through Stripe's API; Stripe's own event for the refund then
-// takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
-// operator's grant above its limit are refused by the server; an organisation's page shows its
-// members; a key rolled and a member removed through the CLI are in the audit log. Every page is
-// checked with axe-core and saved as a screenshot at 1280 and 390 pixels wide, in
-// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console
-// on the same server is not the console.
-
 import (
 	"context"
 	"encoding/base64"
@@ -33,8 +21,21 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/opauth"
 	"github.com/caddy-textgen/textgen/internal/tier"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
+
+// The console in a real headless Chromium (chromedp) against the built caddy binary, with a
+// real ledger (Badger on disk, or PostgreSQL), stripe-mock behind My Account for the refund, and
+// the operators made with `caddy textgen operator create`. The owner logs in with the TOTP code
+// of the secret the CLI printed (a wrong code and the same code twice are refused), finds an
+// account, refunds its purchase (through Stripe's API; Stripe's own event for the refund then
+// takes nothing more), and sees it in the audit log; a viewer's forged grant and a support
+// operator's grant above its limit are refused by the server; an organisation's page shows its
+// members; a key rolled and a member removed through the CLI are in the audit log. Every page is
+// checked with axe-core and saved as a screenshot at 1280 and 390 pixels wide, in
+// $TEXTGEN_SCREENSHOTS (else a temporary folder). The console is mounted at /ops only: /console
+// on the same server is not the console.
 
 func TestConsoleBrowser(t *testing.T) {
 	tier.Full(t, "Chromium, stripe-mock and the caddy binary")
@@ -285,7 +286,7 @@ func consoleBrowser(t *testing.T, stripeURL, ledgerSpec, ledgerDir string) {
 	sh.shot("payments")
 	if ledgerDir == "" {
 		// A message in the outbox, queued through a second connection to the shared database.
-		store, err := ledger.OpenPostgres(context.Background(), ledgerSpec, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		store, err := pgledger.OpenPostgres(context.Background(), ledgerSpec, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

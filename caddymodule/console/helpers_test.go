@@ -20,6 +20,8 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -32,7 +34,7 @@ var engines = []struct {
 	open func(t *testing.T) ledger.Store
 }{
 	{"badger", func(t *testing.T) ledger.Store {
-		s, err := ledger.Open(t.TempDir(), ledger.Options{SweepInterval: -1, LastUsedFlushInterval: -1})
+		s, err := badgerledger.Open(t.TempDir(), badgerledger.Options{SweepInterval: -1, LastUsedFlushInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +42,7 @@ var engines = []struct {
 		return s
 	}},
 	{"postgres", func(t *testing.T) ledger.Store {
-		s, err := ledger.OpenPostgres(bg, pgtest.NewDatabase(t), ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+		s, err := pgledger.OpenPostgres(bg, pgtest.NewDatabase(t), pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -104,7 +105,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("textgen_console: %w", err)
 	}
-	if h.ledgerRef, err = tg.Ledger(h.Ledger, ledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
+	if h.ledgerRef, err = tg.Ledger(h.Ledger, badgerledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
 		return fmt.Errorf("textgen_console: %w", err)
 	}
 	cfg := appConfig{
@@ -154,7 +155,7 @@ func (h *Handler) key(repl *caddy.Replacer) (*sealing.Sealer, error) {
 			return nil, fmt.Errorf("console_key: %w", err)
 		}
 	} else {
-		if textgenapp.IsDatabaseURL(h.Ledger) {
+		if place, err := textgenapp.LedgerPlacement(h.Ledger); err == nil && place.Shared {
 			h.logger.Warn("textgen_console without console_key on a PostgreSQL ledger: this instance seals TOTP secrets with its own key file, which other instances cannot open; set the same console_key on every instance")
 		}
 		path := filepath.Join(caddy.AppDataDir(), "textgen", "console.key")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestAdminAccountDisputes: the admin API's account view (what `caddy textgen account get`
@@ -17,7 +18,7 @@ import (
 func TestAdminAccountDisputes(t *testing.T) {
 	ctx := context.Background()
 	dir := adminLedger(t)
-	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{})
+	ref, err := textgenapp.AcquireLedger(dir, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

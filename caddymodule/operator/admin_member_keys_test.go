@@ -11,6 +11,8 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -26,7 +28,7 @@ func TestAdminRollOfMemberKey(t *testing.T) {
 	}{
 		{"badger", adminLedger},
 		{"postgres", func(t *testing.T) string {
-			ref, err := textgenapp.AcquireLedger(pgtest.NewDatabase(t), ledger.Options{})
+			ref, err := textgenapp.AcquireLedger(pgtest.NewDatabase(t), badgerledger.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +113,7 @@ func TestCLIRollOfMemberKey(t *testing.T) {
 	bob := caddyproc.Str(t, s.JSON("account", "create", "--email", "bob@example.com"), "id")
 	s.JSON("member", "organise", "--account", org)
 	s.JSON("member", "add", "--account", org, "--member", bob)
-	store, err := ledger.OpenPostgres(ctx, url, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+	store, err := pgledger.OpenPostgres(ctx, url, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

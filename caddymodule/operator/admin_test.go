@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // adminLedger opens a real Badger ledger in a temporary directory through the handler's pool,
@@ -28,7 +29,7 @@ import (
 func adminLedger(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ledger")
-	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{DisableSyncWrites: true})
+	ref, err := textgenapp.AcquireLedger(dir, badgerledger.Options{DisableSyncWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestAdminGrantAndBackup(t *testing.T) {
 	}
 	// the stream is a real backup: it restores into an empty directory
 	restored := filepath.Join(t.TempDir(), "restored")
-	if err := ledger.Restore(restored, bytes.NewReader(w.Body.Bytes())); err != nil {
+	if err := badgerledger.Restore(restored, bytes.NewReader(w.Body.Bytes())); err != nil {
 		t.Fatalf("restoring the downloaded backup: %v", err)
 	}
 	// not open: the admin API only reaches ledgers a handler opened, never a directory itself

@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // caddy textgen backup (online, through the server) and restore (offline, into a new directory)
@@ -141,7 +141,7 @@ func cmdRestore(c *cliContext) error {
 	if err != nil {
 		return fmt.Errorf("ledger directory %s: %w", dir, err)
 	}
-	// Checked here as well as in ledger.Restore, to say what to do: a restore never mixes a
+	// Checked here as well as in badgerledger.Restore, to say what to do: a restore never mixes a
 	// backup into a ledger, and an empty directory cannot be one a running server holds.
 	entries, err := os.ReadDir(abs)
 	switch {
@@ -162,7 +162,7 @@ func cmdRestore(c *cliContext) error {
 	if fi.IsDir() {
 		return fmt.Errorf("%s is a directory, not a backup file", in)
 	}
-	if err := ledger.Restore(abs, f); err != nil {
+	if err := badgerledger.Restore(abs, f); err != nil {
 		return fmt.Errorf("restoring %s into %s: %w", in, abs, err)
 	}
 	res := restoreResult{Restored: true, Input: in, Ledger: abs, Bytes: fi.Size()}

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 )
 
 // migrateResult is what `caddy textgen ledger migrate` prints with --json.
@@ -28,7 +29,7 @@ type migrateResult struct {
 // the command (Ctrl-C) copies nothing.
 const migrateTimeout = 12 * time.Hour
 
-// cmdMigrate copies a Badger ledger into an empty PostgreSQL database (ledger.CopyLedger). Like
+// cmdMigrate copies a Badger ledger into an empty PostgreSQL database (pgledger.CopyLedger). Like
 // restore it is offline: it opens the Badger directory itself, so the server that uses it must
 // be stopped (the directory lock says so otherwise); the copy is then verified on both sides.
 func cmdMigrate(c *cliContext) error {
@@ -46,17 +47,17 @@ func cmdMigrate(c *cliContext) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
-	from, err := ledger.Open(abs, ledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	from, err := badgerledger.Open(abs, badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		return fmt.Errorf("%w (stop the server that uses it first)", err)
 	}
 	defer from.Close()
-	pg, err := ledger.OpenPostgres(ctx, to, ledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
+	pg, err := pgledger.OpenPostgres(ctx, to, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
-	if err := ledger.CopyLedger(ctx, from, pg); err != nil {
+	if err := pgledger.CopyLedger(ctx, from, pg); err != nil {
 		return err
 	}
 	res := migrateResult{Migrated: true, From: abs, To: redactURL(to)}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestAdminMembers: the operator makes an account an organisation, adds a member, sets a role
@@ -15,7 +16,7 @@ import (
 // owner stays, and every refusal has its status and says why.
 func TestAdminMembers(t *testing.T) {
 	dir := adminLedger(t)
-	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{DisableSyncWrites: true})
+	ref, err := textgenapp.AcquireLedger(dir, badgerledger.Options{DisableSyncWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 	"github.com/caddy-textgen/textgen/ledger/disktest"
 )
 
@@ -27,9 +28,9 @@ import (
 // credits nothing more), never that the grant failed.
 func TestCreditOutcomeUnknown(t *testing.T) {
 	disktest.Run(t, 40<<20, func(t *testing.T, dir string) {
-		open := func() *ledger.Badger {
+		open := func() *badgerledger.Badger {
 			// Checked an hour apart, the space is seen full by the grant's commit only.
-			s, err := ledger.Open(filepath.Join(dir, "ledger"), ledger.Options{SweepInterval: -1, GCInterval: -1,
+			s, err := badgerledger.Open(filepath.Join(dir, "ledger"), badgerledger.Options{SweepInterval: -1, GCInterval: -1,
 				LastUsedFlushInterval: -1, SpaceCheckInterval: time.Hour})
 			if err != nil {
 				t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/receipts"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
-	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestAdminReceiptKeys: without a handler that signs for the ledger the routes answer 409 and
@@ -18,7 +18,7 @@ import (
 // old one stays listed with the end of its validity; a body is refused as on every route.
 func TestAdminReceiptKeys(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ledger")
-	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{DisableSyncWrites: true})
+	ref, err := textgenapp.AcquireLedger(dir, badgerledger.Options{DisableSyncWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestAdminUsageByKey: an account's use per key and tool, with the keys' names and last 4
@@ -18,7 +19,7 @@ import (
 func TestAdminUsageByKey(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "ledger")
-	ref, err := textgenapp.AcquireLedger(dir, ledger.Options{DisableSyncWrites: true})
+	ref, err := textgenapp.AcquireLedger(dir, badgerledger.Options{DisableSyncWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}

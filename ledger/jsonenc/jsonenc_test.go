@@ -7,7 +7,7 @@ import (
 
 // AppendString is encoding/json's string encoding: every case here, from the SSE pieces'
 // (line breaks, U+2028) to HTML characters and broken UTF-8, equals json.Marshal's bytes. The
-// ledger's record tests (ledger/badger_records_json_test.go) compare it further, with random and
+// ledger's record tests (ledger/badgerledger/records_json_test.go) compare it further, with random and
 // fuzzed strings.
 func TestAppendStringIsEncodingJSON(t *testing.T) {
 	for in, want := range map[string]string{

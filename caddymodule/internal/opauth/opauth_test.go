@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestEnrollAndCheck: an enrolled operator logs in with the generated password, the TOTP code of
@@ -17,7 +18,7 @@ import (
 // is stored sealed (not in clear) and does not open under another operator's address or
 // another key.
 func TestEnrollAndCheck(t *testing.T) {
-	store, err := ledger.Open(t.TempDir(), ledger.Options{})
+	store, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

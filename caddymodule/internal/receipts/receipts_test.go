@@ -17,6 +17,8 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -45,7 +47,7 @@ func sampleReceipt() Generation {
 // are signed with the new key; the private key is nowhere in the directory in clear.
 func TestSignVerifyTamperRotate(t *testing.T) {
 	dir := t.TempDir()
-	store, err := ledger.Open(dir, ledger.Options{})
+	store, err := badgerledger.Open(dir, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +157,9 @@ func TestSignVerifyTamperRotate(t *testing.T) {
 func TestTwoInstancesOnePostgres(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	var sgs [2]*Signer
-	var stores [2]*ledger.Postgres
+	var stores [2]*pgledger.Postgres
 	for i := range sgs {
-		s, err := ledger.OpenPostgres(bg, url, ledger.PostgresOptions{SweepInterval: -1})
+		s, err := pgledger.OpenPostgres(bg, url, pgledger.PostgresOptions{SweepInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +254,7 @@ func assertNotInDir(t *testing.T, dir string, secrets ...[]byte) {
 // the signature holds for and however the name is written, at any depth; RFC 8785 accepts no
 // such input and readers disagree on its value (one that keeps the first would read 500).
 func TestVerifyRefusesRepeatedMembers(t *testing.T) {
-	store, err := ledger.Open(t.TempDir(), ledger.Options{})
+	store, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func TestVerifyRefusesRepeatedMembers(t *testing.T) {
 // no overlap), a receipt dated before the rotation, signed again, is still the old key's, and
 // one dated after it the new key's: every listed period holds what its key signed.
 func TestSigningKeyCoversReceiptTime(t *testing.T) {
-	store, err := ledger.Open(t.TempDir(), ledger.Options{})
+	store, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -80,7 +80,7 @@ func From(ctx caddy.Context) (*App, error) {
 // directory, or a PostgreSQL URL (postgres://...). Placeholders such as
 // {env.TEXTGEN_DATABASE_URL} are resolved here, so a secret in the URL never appears in the
 // config JSON.
-func (a *App) Ledger(spec string, opts ledger.Options) (*LedgerRef, error) {
+func (a *App) Ledger(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 	spec = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(spec, ""))
 	if spec == "" {
 		return nil, fmt.Errorf("ledger: a directory or a postgres:// URL is required (a placeholder resolved to nothing)")

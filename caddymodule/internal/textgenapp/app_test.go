@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestLedgerOpenedOnlyByOpen: a share taken the way Provision takes it opens nothing (so
@@ -16,7 +17,7 @@ import (
 // the last Release closes it.
 func TestLedgerOpenedOnlyByOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ledger")
-	opts := ledger.Options{DisableSyncWrites: true}
+	opts := badgerledger.Options{DisableSyncWrites: true}
 	a, err := newLedgerRef(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +30,7 @@ func TestLedgerOpenedOnlyByOpen(t *testing.T) {
 	}
 	// Provisioned but never started (caddy validate): releasing opens nothing either, and the
 	// directory can be opened by someone else meanwhile.
-	other, err := ledger.Open(dir, opts)
+	other, err := badgerledger.Open(dir, opts)
 	if err != nil {
 		t.Fatalf("a provisioned share locked the directory: %v", err)
 	}
@@ -77,8 +78,8 @@ func TestLedgerOpenedOnlyByOpen(t *testing.T) {
 // not remembered: the next Start tries again.
 func TestFailedOpenIsRetried(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ledger")
-	opts := ledger.Options{DisableSyncWrites: true}
-	holder, err := ledger.Open(dir, opts)
+	opts := badgerledger.Options{DisableSyncWrites: true}
+	holder, err := badgerledger.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 // TestExitWaitsForLastShare: when Caddy exits, a ledger whose last share is still held by work
@@ -17,7 +18,7 @@ import (
 func TestExitWaitsForLastShare(t *testing.T) {
 	bg := context.Background()
 	dir := filepath.Join(t.TempDir(), "ledger")
-	ref, err := AcquireLedger(dir, ledger.Options{})
+	ref, err := AcquireLedger(dir, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestExitWaitsForLastShare(t *testing.T) {
 	old := exitWait
 	exitWait = 50 * time.Millisecond
 	t.Cleanup(func() { exitWait = old })
-	stuck, err := AcquireLedger(dir, ledger.Options{})
+	stuck, err := AcquireLedger(dir, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/badgerledger"
+	"github.com/caddy-textgen/textgen/ledger/pgledger"
 )
 
 // Caddy provisions a new config before it stops the old one, and Badger locks its directory, so
@@ -24,16 +26,31 @@ var ledgers = caddy.NewUsagePool()
 // LedgerRef is a module's share of a pooled ledger.
 type LedgerRef = Ref[ledger.Store]
 
-// IsDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
-// postgresql://) rather than a Badger directory.
-func IsDatabaseURL(spec string) bool {
+// isDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
+// postgresql://) rather than a Badger directory: the choice of engine, made here only.
+func isDatabaseURL(spec string) bool {
 	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
+// LedgerPlacement is where the ledger spec names keeps its data, as its engine states it,
+// before it is open: whether other instances share it, and its directory on this machine.
+// Placeholders are resolved as Ledger resolves them.
+func LedgerPlacement(spec string) (ledger.Placement, error) {
+	spec = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(spec, ""))
+	if isDatabaseURL(spec) {
+		return pgledger.PlacementOf(), nil
+	}
+	abs, err := LedgerKey(spec)
+	if err != nil {
+		return ledger.Placement{}, err
+	}
+	return badgerledger.PlacementOf(abs), nil
 }
 
 // LedgerKey is the key under which OpenLedgers lists the ledger spec names: a Badger ledger's
 // absolute directory, or a database URL without its password (the admin API lists the keys).
 func LedgerKey(spec string) (string, error) {
-	if IsDatabaseURL(spec) {
+	if isDatabaseURL(spec) {
 		u, err := url.Parse(spec)
 		if err != nil {
 			return "", fmt.Errorf("ledger database URL: %w", err)
@@ -55,13 +72,13 @@ const openTimeout = time.Minute
 // handler's TTL anyway. A database that cannot be reached at start, or a Badger directory that
 // cannot be opened until its disk has space, does not fail the config: requests get 503
 // ledger_unavailable until it opens, and the open is retried.
-func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
+func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 	key, err := LedgerKey(spec)
 	if err != nil {
 		return nil, err
 	}
-	if IsDatabaseURL(spec) {
-		popts := ledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
+	if isDatabaseURL(spec) {
+		popts := pgledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
 		// Holds of an instance that died are voided by the others' sweeps: sweep a few times
 		// per hold TTL, so a hold outlives its TTL by a quarter of it at most.
 		if ttl := cmp.Or(opts.HoldTTL, ledger.DefaultHoldTTL); ttl/4 < ledger.DefaultSweepInterval {
@@ -71,7 +88,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 			func() (ledger.Store, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 				defer cancel()
-				db, err := ledger.OpenPostgres(ctx, spec, popts)
+				db, err := pgledger.OpenPostgres(ctx, spec, popts)
 				if err != nil {
 					return nil, fmt.Errorf("opening ledger %s: %w", key, err)
 				}
@@ -82,7 +99,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 	}
 	return acquire(ledgers, key,
 		func() (ledger.Store, error) {
-			db, err := ledger.Open(key, opts)
+			db, err := badgerledger.Open(key, opts)
 			if err != nil {
 				return nil, fmt.Errorf("opening ledger %s: %w", key, err)
 			}
@@ -96,7 +113,7 @@ func newLedgerRef(spec string, opts ledger.Options) (*LedgerRef, error) {
 
 // AcquireLedger joins the ledger spec names (a directory or a database URL), opening it unless
 // it is open, outside of a config's start (tests, tools). Release the Ref exactly once.
-func AcquireLedger(dir string, opts ledger.Options) (*LedgerRef, error) {
+func AcquireLedger(dir string, opts badgerledger.Options) (*LedgerRef, error) {
 	ref, err := newLedgerRef(dir, opts)
 	if err != nil {
 		return nil, err

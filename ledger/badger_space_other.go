@@ -1,6 +1,0 @@
-//go:build !unix
-
-package ledger
-
-// fsSpace cannot read the free space here; the guard is off (and says so at Open).
-func fsSpace(string) (int64, int64, error) { return 0, 0, errNoStatfs }

@@ -1,0 +1,248 @@
+package badgerledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Kept generations of the Badger engine: a record and its chunks under prefixGeneration and
+// prefixGenChunk in the kept store (kept.go: a directory of their own, without synced
+// writes), every key with Badger's TTL at the end of the window, so that Badger drops them even
+// if no sweep runs; the sweep (at Open and every SweepInterval) deletes them by the ledger
+// clock, and reads check it too. The values are what the caller gave: ciphertext.
+
+// PutGenerations stores the puts with one write batch of the kept store (Badger splits it
+// into transactions it takes whole, committed in order).
+func (s *Badger) PutGenerations(ctx context.Context, puts ...ledger.GenerationPut) error {
+	if err := ledger.CheckGenerationPuts(puts, s.now()); err != nil {
+		return err
+	}
+	for _, p := range puts {
+		if len(p.Record.RequestID) > 255 {
+			return fmt.Errorf("request id: %w", ledger.ErrInvalidArgument)
+		}
+	}
+	if err := s.beginWrite(); err != nil {
+		return err
+	}
+	defer s.life.End()
+	for _, p := range puts {
+		if _, err := s.account(p.Record.AccountID); err != nil {
+			return err
+		}
+	}
+	// The digests first, in the ledger's synced store: they outlive the window.
+	if err := s.putReceiptDigests(puts); err != nil {
+		return err
+	}
+	db, err := s.kept.get()
+	if err != nil {
+		return err
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, p := range puts {
+		if err := writeGeneration(wb, p); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+// writeGeneration adds one put's entries to wb, every key with Badger's TTL at the window's end.
+func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
+	rec := p.Record
+	rec.Chunks = p.First + len(p.Chunks)
+	rec.Created, rec.Expires = rec.Created.UTC(), rec.Expires.UTC()
+	if !rec.Finished.IsZero() {
+		rec.Finished = rec.Finished.UTC()
+	}
+	exp := uint64(rec.Expires.Unix()) + 1
+	set := func(k, v []byte) error {
+		e := badger.NewEntry(k, v)
+		e.ExpiresAt = exp
+		return wb.SetEntry(e)
+	}
+	for i, c := range p.Chunks {
+		if err := set(genChunkKey(rec.AccountID, rec.RequestID, p.First+i), c); err != nil {
+			return err
+		}
+	}
+	// The index of the sweep: a put that moves the expiry (the final one) adds a key; the sweep
+	// deletes the record at the first that is due and the others as it meets them.
+	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil); err != nil {
+		return err
+	}
+	return set(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
+}
+
+// GetGeneration returns the record and its chunks from number from on.
+func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string, from int) (ledger.GenerationRecord, [][]byte, error) {
+	if from < 0 {
+		return ledger.GenerationRecord{}, nil, fmt.Errorf("chunk number %d: %w", from, ledger.ErrInvalidArgument)
+	}
+	if err := s.begin(); err != nil {
+		return ledger.GenerationRecord{}, nil, err
+	}
+	defer s.life.End()
+	notFound := fmt.Errorf("generation %q of account %q: %w", requestID, accountID, ledger.ErrNotFound)
+	db := s.kept.opened()
+	if db == nil && s.space.err() == nil {
+		db, _ = s.kept.get() // kept text from before a restart is in its directory
+	}
+	if db == nil {
+		return ledger.GenerationRecord{}, nil, notFound
+	}
+	var rec ledger.GenerationRecord
+	var chunks [][]byte
+	err := db.View(func(txn *badger.Txn) error {
+		v, ok, err := getValue(txn, generationKey(accountID, requestID))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ledger.ErrNotFound
+		}
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("generation %q: %w", requestID, err)
+		}
+		if ledger.GenerationExpired(rec, s.now()) {
+			return ledger.ErrNotFound
+		}
+		for n := from; n < rec.Chunks; n++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			c, ok, err := getValue(txn, genChunkKey(accountID, requestID, n))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("generation %q: chunk %d of %d is missing", requestID, n, rec.Chunks)
+			}
+			chunks = append(chunks, c)
+		}
+		return nil
+	})
+	if err == ledger.ErrNotFound {
+		return ledger.GenerationRecord{}, nil, notFound
+	}
+	if err != nil {
+		return ledger.GenerationRecord{}, nil, err
+	}
+	return rec, chunks, nil
+}
+
+// DeleteGeneration deletes the record and its chunks.
+func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID string) error {
+	if err := s.beginChange(); err != nil {
+		return err
+	}
+	defer s.life.End()
+	db := s.kept.opened()
+	if db == nil {
+		return nil // nothing was written since the store opened; older text is the sweep's
+	}
+	var keys [][]byte
+	if err := db.View(func(txn *badger.Txn) error {
+		keys = generationKeys(txn, accountID, requestID)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return deleteKeys(db, keys)
+}
+
+// generationKeys lists the keys of a generation's record and every chunk it has.
+func generationKeys(txn *badger.Txn, acct, rid string) [][]byte {
+	var keys [][]byte
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: genChunkPrefix(acct, rid)})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	if _, err := txn.Get(generationKey(acct, rid)); err == nil || len(keys) > 0 {
+		keys = append(keys, generationKey(acct, rid))
+	}
+	return keys
+}
+
+// deleteKeys deletes keys from the kept store in transactions Badger takes whole.
+func deleteKeys(db *badger.DB, keys [][]byte) error {
+	for len(keys) > 0 {
+		k := min(len(keys), maxBatchOps)
+		if err := db.Update(func(txn *badger.Txn) error {
+			for _, key := range keys[:k] {
+				if err := txn.Delete(key); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		keys = keys[k:]
+	}
+	return nil
+}
+
+// DeleteExpiredGenerations deletes every generation whose window has ended by the ledger clock.
+// It reads the expiry index up to now, not every record.
+func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
+	if err := s.beginChange(); err != nil {
+		return 0, err
+	}
+	defer s.life.End()
+	db, err := s.kept.get()
+	if err != nil {
+		return 0, err
+	}
+	t := s.now()
+	var keys [][]byte
+	n := 0
+	err = db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixGenExpiry}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := it.Item().KeyCopy(nil)
+			exp, acct, rid, ok := parseGenExpiryKey(k)
+			if ok && exp > t.Unix() {
+				break // the index is in expiry order: the rest is not due
+			}
+			keys = append(keys, k)
+			if !ok {
+				continue
+			}
+			v, found, err := getValue(txn, generationKey(acct, rid))
+			if err != nil {
+				return err
+			}
+			var rec ledger.GenerationRecord
+			if found {
+				if err := json.Unmarshal(v, &rec); err != nil {
+					return fmt.Errorf("generation %q: %w", rid, err)
+				}
+			}
+			if found && ledger.GenerationExpired(rec, t) {
+				keys = append(keys, generationKeys(txn, acct, rid)...)
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(db, keys); err != nil {
+		return 0, err
+	}
+	return n, nil
+}

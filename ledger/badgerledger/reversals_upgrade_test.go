@@ -1,0 +1,45 @@
+package badgerledger
+
+import (
+	"testing"
+
+	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/ledgertest"
+)
+
+// A payment disputed under an earlier version was stored without its disputed cents (only the
+// credits the dispute froze). After the upgrade, its next events still count the dispute: a
+// purchase of 10 credits for 2.00 EUR, a dispute of 1.00 EUR open (5 credits frozen), then,
+// after the upgrade, a refund of the other 1.00 EUR and the dispute lost: all the money came
+// back, so all 10 credits are taken (without the dispute's cents the refund would take nothing
+// more and leave 5).
+
+// upgradedDisputeThenRefund runs the events after the upgrade and checks the outcome.
+func upgradedDisputeThenRefund(t *testing.T, s ledger.Store, acct string) {
+	t.Helper()
+	ledgertest.MustReverse(t, s, ledgertest.Refund("re_up", "pi_up", 100))
+	ledgertest.MustReverse(t, s, ledgertest.Dispute("du_up", "pi_up", 100, ledger.DisputeLost))
+	ledgertest.WantFigures(t, s, acct, 0, 0)
+	if p, err := s.GetPayment(bg, "pi_up"); err != nil || p.DisputedCents != 100 || p.RefundedCredits+p.DisputedCredits != 10 {
+		t.Fatalf("payment after the upgrade: %+v %v", p, err)
+	}
+	ledgertest.VerifyClean(t, s)
+}
+
+// TestBadgerDisputedCentsUpgrade: Badger counts the cents from the payment's disputes.
+func TestBadgerDisputedCentsUpgrade(t *testing.T) {
+	s := openDir(t, t.TempDir(), Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
+	acct := ledgertest.MustAccount(t, s, "upgrade@example.com").ID
+	ledgertest.BuyPaid(t, s, acct, "cs_up", "pi_up", 10, 200)
+	ledgertest.MustReverse(t, s, ledgertest.Dispute("du_up", "pi_up", 100, ledger.DisputeOpen))
+	ledgertest.WantFigures(t, s, acct, 5, 5)
+	p, err := s.GetPayment(bg, "pi_up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.DisputedCents = 0 // as an earlier version stored it: no disputed_cents in its JSON
+	if err := s.c.enqueue([]write{set(payKey(p.ID), mustJSON(p))}).wait(); err != nil {
+		t.Fatal(err)
+	}
+	upgradedDisputeThenRefund(t, s, acct)
+}

@@ -1,0 +1,212 @@
+package badgerledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Single-use tokens of the Badger engine: the SHA-256 digest of the token is the key, so the
+// token itself is never stored; Badger drops the record at its expiry. s.mailMu makes
+// consumption one step.
+
+// tokenRecord is the stored form of a token (prefixToken).
+type tokenRecord struct {
+	AccountID string              `json:"account_id"`
+	Purpose   ledger.TokenPurpose `json:"purpose"`
+	Expires   time.Time           `json:"expires"`
+}
+
+func tokenKey(d [32]byte) []byte { return append([]byte{prefixToken}, d[:]...) }
+
+// CreateToken makes a single-use token.
+func (s *Badger) CreateToken(ctx context.Context, accountID string, purpose ledger.TokenPurpose, ttl time.Duration) (string, error) {
+	if err := ledger.CheckToken(purpose, ttl); err != nil {
+		return "", err
+	}
+	if err := s.beginWrite(); err != nil {
+		return "", err
+	}
+	defer s.life.End()
+	if _, err := s.account(accountID); err != nil {
+		return "", err
+	}
+	token := ledger.RandomBase62(ledger.SessionTokenLen)
+	d := sha256.Sum256([]byte(token))
+	w := set(tokenKey(d), mustJSON(tokenRecord{AccountID: accountID, Purpose: purpose, Expires: s.now().UTC().Add(ttl)}))
+	w.expiresAt = uint64(time.Now().Add(ttl).Unix()) + 1
+	if err := s.c.enqueue([]write{w}).wait(); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// PeekToken returns the account of a live token.
+func (s *Badger) PeekToken(ctx context.Context, purpose ledger.TokenPurpose, token string) (ledger.Account, error) {
+	return s.useToken(purpose, token, false)
+}
+
+// ConsumeToken uses a live token up.
+func (s *Badger) ConsumeToken(ctx context.Context, purpose ledger.TokenPurpose, token string) (ledger.Account, error) {
+	return s.useToken(purpose, token, true)
+}
+
+func (s *Badger) useToken(purpose ledger.TokenPurpose, token string, consume bool) (ledger.Account, error) {
+	if !ledger.LooksLikeToken(token) {
+		return ledger.Account{}, ledger.ErrInvalidToken
+	}
+	if err := s.begin(); err != nil {
+		return ledger.Account{}, err
+	}
+	defer s.life.End()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	d := sha256.Sum256([]byte(token))
+	v, ok, err := s.get(tokenKey(d))
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	if !ok {
+		return ledger.Account{}, ledger.ErrInvalidToken
+	}
+	var r tokenRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return ledger.Account{}, fmt.Errorf("token record: %w", err)
+	}
+	if r.Purpose != purpose || !s.now().Before(r.Expires) {
+		return ledger.Account{}, ledger.ErrInvalidToken
+	}
+	a, err := s.account(r.AccountID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.Account{}, ledger.ErrInvalidToken
+	}
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	if consume {
+		if err := s.c.enqueue([]write{del(tokenKey(d))}).wait(); err != nil {
+			return ledger.Account{}, err
+		}
+	}
+	return *a.rec.Load(), nil
+}
+
+// DeleteTokens deletes the account's tokens of purpose. Tokens are keyed by digest alone, so it
+// reads them all; they live an hour to a few days, so there are few.
+func (s *Badger) DeleteTokens(ctx context.Context, accountID string, purpose ledger.TokenPurpose) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.life.End()
+	s.mailMu.Lock()
+	defer s.mailMu.Unlock()
+	var ws []write
+	err := s.db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixToken}, func(k, v []byte) error {
+			var r tokenRecord
+			if json.Unmarshal(v, &r) == nil && r.AccountID == accountID && r.Purpose == purpose {
+				ws = append(ws, del(k))
+			}
+			return nil
+		})
+	})
+	if err != nil || len(ws) == 0 {
+		return err
+	}
+	return s.c.enqueue(ws).wait()
+}
+
+// SetEmailVerified clears Unverified.
+func (s *Badger) SetEmailVerified(ctx context.Context, accountID string) (ledger.Account, error) {
+	rec, _, err := s.updateAccount(accountID, func(a *ledger.Account) { a.Unverified = false })
+	return rec, err
+}
+
+// SetLowBalanceAlert sets the low-balance threshold.
+func (s *Badger) SetLowBalanceAlert(ctx context.Context, accountID string, threshold int64) (ledger.Account, error) {
+	if err := ledger.CheckThreshold(threshold); err != nil {
+		return ledger.Account{}, err
+	}
+	rec, _, err := s.updateAccount(accountID, func(a *ledger.Account) { a.LowBalanceAlert, a.LowBalanceNotified = threshold, false })
+	return rec, err
+}
+
+// NoteLowBalance sets LowBalanceNotified.
+func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below bool) (bool, error) {
+	_, changed, err := s.updateAccount(accountID, func(a *ledger.Account) { a.LowBalanceNotified = below })
+	return changed, err
+}
+
+// LowBalanceChanges reads the accounts and balances kept in memory, not the disk: it skips the
+// accounts without an alert with no lock, and reads the record and the figures of the others
+// together under the account's mutex. Like Balance, it may see a change still in flight.
+func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.LowBalanceChange, error) {
+	limit, err := ledger.CheckListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.life.End()
+	// The accounts with an alert, in id order, gathered under acctMu alone: no account's mutex
+	// is taken while acctMu is held.
+	var alerted []*account
+	s.acctMu.RLock()
+	for _, id := range s.acctIDs {
+		if a := s.accounts[id]; a.rec.Load().LowBalanceAlert > 0 {
+			alerted = append(alerted, a)
+		}
+	}
+	s.acctMu.RUnlock()
+	out := []ledger.LowBalanceChange{}
+	for _, a := range alerted {
+		if len(out) == limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		c := ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
+		a.mu.Unlock()
+		if c.Account.Status == ledger.StatusActive && c.Account.LowBalanceAlert > 0 && c.Below() != c.Account.LowBalanceNotified {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// updateAccount applies f to the account's record and writes it if f changed it.
+func (s *Badger) updateAccount(id string, f func(*ledger.Account)) (ledger.Account, bool, error) {
+	if err := s.beginChange(); err != nil {
+		return ledger.Account{}, false, err
+	}
+	defer s.life.End()
+	a, err := s.account(id)
+	if err != nil {
+		return ledger.Account{}, false, err
+	}
+	a.mu.Lock()
+	old := *a.rec.Load()
+	rec := old
+	f(&rec)
+	if rec == old {
+		a.mu.Unlock()
+		return rec, false, nil
+	}
+	a.rec.Store(&rec)
+	op := s.c.enqueue([]write{set(accountKey(id), mustJSON(rec))})
+	a.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return ledger.Account{}, false, err
+	}
+	return rec, true, nil
+}

@@ -1,0 +1,259 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
+
+// Verify and Backup of the PostgreSQL engine.
+
+// pgLongTimeout bounds the calls that read the whole ledger (Verify, CopyLedger) instead of the
+// query timeout, when their caller sets no deadline of its own.
+const pgLongTimeout = 10 * time.Minute
+
+// pgLongContext bounds a call that reads or writes the whole ledger: by the caller's deadline
+// when it has one (ledger migrate gives a copy of 50 million entries what it needs), else by
+// pgLongTimeout.
+func pgLongContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, pgLongTimeout)
+}
+
+// pgLongStatements lets the statements of tx run until ctx's deadline (pgLongTimeout without
+// one) instead of the query timeout (the connections' statement_timeout).
+func pgLongStatements(ctx context.Context, tx pgx.Tx) error {
+	d := pgLongTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(time.Until(dl), time.Millisecond)
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", d.Milliseconds()))
+	return err
+}
+
+// pgVerifyAccount is one account's stored figures and what its entries add up to.
+type pgVerifyAccount struct {
+	stored  [4]int64 // balance, held, test_balance, test_held
+	nextSeq int64
+	// reversed is the stored count of credits that refunds and disputes took and did not give
+	// back (the floor of the live available figure).
+	reversed int64
+	sums     map[ledger.Mode]*ledger.ModeSums
+	lastSeq  int64
+	flagged  map[string]bool // problem kinds reported once per account
+}
+
+// Verify recomputes every account's figures from its entries, in one consistent snapshot (a
+// repeatable-read transaction, so other calls go on meanwhile), and reports each difference
+// with the stored figures, every negative balance or available figure, entries whose
+// balance_after/available_after or numbering are wrong, holds whose entries disagree with them
+// or that were held or resolved more than once, and open holds long past their expiry (two sweep
+// intervals, at least a minute).
+func (s *Postgres) Verify(ctx context.Context) (ledger.VerifyReport, error) {
+	if err := s.life.Begin(); err != nil {
+		return ledger.VerifyReport{}, err
+	}
+	defer s.life.End()
+	rep := ledger.VerifyReport{Problems: []ledger.Problem{}}
+	add := func(acct, kind, format string, args ...any) {
+		rep.Problems = append(rep.Problems, ledger.Problem{AccountID: acct, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+	grace := max(s.opts.SweepInterval*2, time.Minute)
+	cutoff := s.now().Add(-grace).UnixNano()
+	qctx, cancel := pgLongContext(ctx)
+	defer cancel()
+	err := pgx.BeginTxFunc(qctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := pgLongStatements(qctx, tx); err != nil {
+			return err
+		}
+		accts, err := verifyLoadAccounts(qctx, tx)
+		if err != nil {
+			return err
+		}
+		rep.Accounts = len(accts)
+		if rep.Entries, err = verifyEntries(qctx, tx, accts, add); err != nil {
+			return err
+		}
+		open, err := verifyOpenCounts(qctx, tx)
+		if err != nil {
+			return err
+		}
+		for id, a := range accts {
+			verifyFigures(id, a, open[id], add)
+		}
+		return verifyHolds(qctx, tx, cutoff, add)
+	})
+	if err != nil {
+		return ledger.VerifyReport{}, pgErr(ctx, "verifying ledger", err)
+	}
+	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].AccountID < rep.Problems[j].AccountID })
+	rep.OK = len(rep.Problems) == 0
+	return rep, nil
+}
+
+func verifyLoadAccounts(ctx context.Context, tx pgx.Tx) (map[string]*pgVerifyAccount, error) {
+	rows, _ := tx.Query(ctx, `SELECT id, balance, held, test_balance, test_held, next_seq, reversed FROM accounts`)
+	accts := map[string]*pgVerifyAccount{}
+	var id string
+	var a pgVerifyAccount
+	_, err := pgx.ForEachRow(rows, []any{&id, &a.stored[0], &a.stored[1], &a.stored[2], &a.stored[3], &a.nextSeq, &a.reversed}, func() error {
+		c := a
+		c.sums = map[ledger.Mode]*ledger.ModeSums{ledger.Live: {}, ledger.Test: {}}
+		c.flagged = map[string]bool{}
+		accts[id] = &c
+		return nil
+	})
+	return accts, err
+}
+
+// verifyEntries replays every entry in (account, seq) order and returns how many there are.
+func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAccount, add func(acct, kind, format string, args ...any)) (int, error) {
+	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason FROM entries ORDER BY account_id, seq`)
+	var id string
+	var seq, amount, balAfter, availAfter int64
+	var kind ledger.EntryKind
+	var mode ledger.Mode
+	var reason string
+	n := 0
+	_, err := pgx.ForEachRow(rows, []any{&id, &seq, &kind, &mode, &amount, &balAfter, &availAfter, &reason}, func() error {
+		n++
+		a := accts[id]
+		if a == nil {
+			add(id, "orphan_entries", "entry %d of an account that does not exist", seq)
+			return nil
+		}
+		once := func(kind, format string, args ...any) {
+			if !a.flagged[kind] {
+				a.flagged[kind] = true
+				add(id, kind, format, args...)
+			}
+		}
+		if seq != a.lastSeq+1 {
+			once("seq_gap", "entry %d follows entry %d", seq, a.lastSeq)
+		}
+		a.lastSeq = seq
+		ms := a.sums[mode]
+		if ms == nil {
+			once("corrupt_record", "entry %d has mode %q", seq, mode)
+			return nil
+		}
+		ms.Apply(kind, amount, reason)
+		negBal, negAv := ms.Negative()
+		if negBal {
+			once("negative_balance", "%s balance is %d after entry %d", mode, ms.Bal, seq)
+		}
+		if negAv {
+			once("negative_available", "%s available is %d after entry %d", mode, ms.Bal-ms.Open, seq)
+		}
+		if balAfter != ms.Bal || availAfter != ms.Bal-ms.Open {
+			once("entry_mismatch", "entry %d records balance %d / available %d, the entries before it give %d / %d",
+				seq, balAfter, availAfter, ms.Bal, ms.Bal-ms.Open)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// verifyOpenCounts counts the open holds per account and mode.
+func verifyOpenCounts(ctx context.Context, tx pgx.Tx) (map[string]map[ledger.Mode]int64, error) {
+	rows, _ := tx.Query(ctx, `SELECT account_id, mode, count(*) FROM holds WHERE state = 'open' GROUP BY 1, 2`)
+	open := map[string]map[ledger.Mode]int64{}
+	var id string
+	var mode ledger.Mode
+	var n int64
+	_, err := pgx.ForEachRow(rows, []any{&id, &mode, &n}, func() error {
+		if open[id] == nil {
+			open[id] = map[ledger.Mode]int64{}
+		}
+		open[id][mode] = n
+		return nil
+	})
+	return open, err
+}
+
+// verifyFigures compares an account's stored figures and open holds with its entries.
+func verifyFigures(id string, a *pgVerifyAccount, open map[ledger.Mode]int64, add func(acct, kind, format string, args ...any)) {
+	live, test := a.sums[ledger.Live], a.sums[ledger.Test]
+	if a.stored[0] != live.Bal || a.stored[2] != test.Bal {
+		add(id, "balance_mismatch", "stored balance %d / test %d, entries sum to %d / %d", a.stored[0], a.stored[2], live.Bal, test.Bal)
+	}
+	if a.reversed != live.Reversed {
+		add(id, "balance_mismatch", "stored reversed credits %d, refunds and disputes in the entries took %d", a.reversed, live.Reversed)
+	}
+	if a.stored[1] != live.Open || a.stored[3] != test.Open {
+		add(id, "open_hold_mismatch", "stored open holds %d / test %d, the entries leave %d / %d open", a.stored[1], a.stored[3], live.Open, test.Open)
+	}
+	for _, m := range []ledger.Mode{ledger.Live, ledger.Test} {
+		if got := open[m]; got != a.sums[m].Open {
+			add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", got, m, a.sums[m].Open)
+		}
+	}
+	if a.stored[0]-a.stored[1] < -live.Reversed || a.stored[2]-a.stored[3] < 0 {
+		add(id, "negative_available", "stored available %d, test %d", a.stored[0]-a.stored[1], a.stored[2]-a.stored[3])
+	}
+	if a.nextSeq != a.lastSeq+1 {
+		add(id, "seq_gap", "stored next entry number %d, the last entry is %d", a.nextSeq, a.lastSeq)
+	}
+}
+
+// verifyHolds checks the holds against the entries, in the database.
+func verifyHolds(ctx context.Context, tx pgx.Tx, cutoff int64, add func(acct, kind, format string, args ...any)) error {
+	checks := []struct {
+		kind, detail, sql string
+		args              []any
+	}{
+		{"hold_without_entry", "hold %q (%s) has no hold entry at its number", `
+			SELECT h.account_id, h.request_id, h.state FROM holds h
+			LEFT JOIN entries e ON e.account_id = h.account_id AND e.seq = h.hold_seq
+			WHERE e.seq IS NULL OR e.kind <> 'hold' OR e.request_id <> h.request_id OR e.mode <> h.mode`, nil},
+		{"hold_resolution_mismatch", "hold %q (%s) has no matching settle or void entry at its number", `
+			SELECT h.account_id, h.request_id, h.state FROM holds h
+			LEFT JOIN entries e ON e.account_id = h.account_id AND e.seq = h.resolve_seq
+			WHERE h.state <> 'open' AND (e.seq IS NULL OR e.request_id <> h.request_id
+				OR e.kind <> CASE h.state WHEN 'settled' THEN 'settle' ELSE 'void' END)`, nil},
+		{"hold_resolved_twice", "request %q was held or resolved more than once (%s)", `
+			SELECT account_id, request_id, count(*) FILTER (WHERE kind = 'hold') || ' holds, ' ||
+				count(*) FILTER (WHERE kind <> 'hold') || ' resolutions'
+			FROM entries WHERE kind IN ('hold', 'settle', 'void') GROUP BY 1, 2
+			HAVING count(*) FILTER (WHERE kind = 'hold') <> 1 OR count(*) FILTER (WHERE kind = 'settle') > 1
+				OR count(*) FILTER (WHERE kind = 'void') > 1
+				OR count(*) FILTER (WHERE kind = 'settle' AND reason <> '` + ledger.SettledLateReason + `') +
+					count(*) FILTER (WHERE kind = 'void') > 1`, nil},
+		{"expired_open_hold", "hold %q expired at %s and is still open", `
+			SELECT account_id, request_id, to_char(to_timestamp(expires / 1e9) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+			FROM holds WHERE state = 'open' AND expires < $1`, []any{cutoff}},
+	}
+	for _, c := range checks {
+		rows, _ := tx.Query(ctx, c.sql, c.args...)
+		var id, rid, what string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &rid, &what}, func() error {
+			add(id, c.kind, c.detail, rid, what)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Backup is not done by the ledger on PostgreSQL: the database's own tools make consistent,
+// online backups (pg_dump for a logical copy, pg_basebackup with WAL archiving for
+// point-in-time recovery) and restore them, and they are what a PostgreSQL operator runs.
+func (s *Postgres) Backup(ctx context.Context, w io.Writer) error {
+	if err := s.life.Begin(); err != nil {
+		return err
+	}
+	defer s.life.End()
+	return fmt.Errorf("backing up ledger: the PostgreSQL ledger is backed up with PostgreSQL's own tools "+
+		"(pg_dump for a logical backup, pg_basebackup and WAL archiving for point-in-time recovery), not by Caddy: %w",
+		errors.ErrUnsupported)
+}

@@ -1,0 +1,62 @@
+package pgledger
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/ledgertest"
+	"github.com/caddy-textgen/textgen/ledger/pgtest"
+)
+
+// TestPostgresVerifyFindsDamage: figures changed behind the ledger's back, a hold resolved twice
+// and an entry that does not add up are each reported.
+func TestPostgresVerifyFindsDamage(t *testing.T) {
+	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
+	a := ledgertest.MustAccount(t, s, "damaged@example.com").ID
+	ledgertest.MustGrant(t, s, a, ledger.Live, 3)
+	ledgertest.MustHold(t, s, a, ledger.Live, "r1")
+	if _, err := s.Settle(bg, a, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.VerifyClean(t, s)
+	for _, q := range []string{
+		// A second settle of r1, as a buggy resolver would write it.
+		`INSERT INTO entries (account_id, seq, kind, mode, amount, balance_after, available_after, request_id, at)
+			SELECT id, next_seq, 'settle', 'live', -1, balance - 1, balance - 1 - held, 'r1', 0 FROM accounts WHERE id = '` + a + `'`,
+		`UPDATE accounts SET balance = balance + 7 WHERE id = '` + a + `'`,
+		`UPDATE entries SET available_after = 99 WHERE account_id = '` + a + `' AND seq = 1`,
+	} {
+		if _, err := s.pool.Exec(bg, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range rep.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	for _, want := range []string{"hold_resolved_twice", "balance_mismatch", "entry_mismatch", "seq_gap"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("verify did not report %s: %+v", want, rep.Problems)
+		}
+	}
+	if rep.OK {
+		t.Error("verify says OK")
+	}
+}
+
+// TestPostgresBackupPointsToPostgresTools: Backup refuses, and says what to use instead.
+func TestPostgresBackupPointsToPostgresTools(t *testing.T) {
+	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
+	var buf strings.Builder
+	err := s.Backup(bg, &buf)
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "pg_dump") || buf.Len() != 0 {
+		t.Fatalf("Backup: %v (%d bytes written)", err, buf.Len())
+	}
+}
