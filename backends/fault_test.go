@@ -234,12 +234,20 @@ func TestPiecesEmittedBeforeStreamEnds(t *testing.T) {
 // Time spent in emit (a slow client) does not count toward the idle timeout.
 func TestSlowEmitIsNotIdle(t *testing.T) {
 	eachAPI(t, func(t *testing.T, api string) {
-		// Pieces 200 ms apart, so each arrives while the caller is still busy with the one before
-		// (all at once, they would be read before the first emit and no idle timer would run).
-		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: 200 * time.Millisecond})
+		// Pieces 300 ms apart (three idle timeouts), so each arrives while the caller is still
+		// busy with the one before (all at once, they would be read before the first emit and
+		// no idle timer would run).
+		fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 3, Delay: 300 * time.Millisecond})
 		o := newChat(t, backends.ChatConfig{Wire: wireOf(api), Hosts: []string{fs.URL}, IdleTimeout: 100 * time.Millisecond})
+		emitted := int64(0)
 		stats, err := o.Generate(testCtx(t), backends.Request{Model: ollamatest.DefaultModel, Prompt: "hi"}, func(string) error {
-			time.Sleep(400 * time.Millisecond) // 4 idle timeouts
+			// The slow client: busy until the server has sent the next piece, which it does
+			// 300 ms after this one (or until the server saw the request end: an idle timeout
+			// counted the time spent here).
+			emitted++
+			for emitted < 3 && fs.PiecesSent() <= emitted && fs.ClientGone() == 0 {
+				time.Sleep(time.Millisecond)
+			}
 			return nil
 		})
 		if err != nil || stats.Pieces != 3 {

@@ -169,14 +169,14 @@ func TestGenerateClientErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiredAcct, _ := e.account(5)
-	expiredKey, _, err := e.store.CreateKey(ctx, expiredAcct.ID, ledger.Live, "short", time.Now().Add(-time.Second))
+	// A key may not be created already expired: make one that expires at once, and wait until
+	// the clock has passed its expiry (the ledger's and this test's clock are the same).
+	expiredKey, k, err := e.store.CreateKey(ctx, expiredAcct.ID, ledger.Live, "short", time.Now().Add(50*time.Millisecond))
 	if err != nil {
-		// A key may not be created already expired; make one that expires at once.
-		expiredKey, _, err = e.store.CreateKey(ctx, expiredAcct.ID, ledger.Live, "short", time.Now().Add(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		t.Fatal(err)
+	}
+	for !time.Now().After(k.Expires) {
+		time.Sleep(5 * time.Millisecond)
 	}
 	// A well-formed key with a valid checksum that this ledger does not know.
 	other, err := badgerledger.Open("", badgerledger.Options{InMemory: true})

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"testing"
-	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
@@ -28,9 +27,12 @@ func TestLedgerFrozenUnderLoad(t *testing.T) {
 	if err := pg.Freeze(); err != nil {
 		t.Fatal(err)
 	}
-	// Frozen for 7 s: longer than generation_timeout (2 s) and than the ledger's query timeout
-	// (5 s), as a stalled database host or a long checkpoint would be.
-	time.Sleep(7 * time.Second)
+	// Frozen longer than generation_timeout (2 s) and than the ledger's query timeout (5 s), as
+	// a stalled database host or a long checkpoint would be: until the clients have had eight
+	// answers ledger_unavailable (one per client, on average), which a call to the frozen
+	// database gets only when the query timeout ends it.
+	before := load.unavailable.Load()
+	waitCount(t, "answers ledger_unavailable while frozen", func() bool { return load.unavailable.Load() >= before+8 })
 	if err := pg.Thaw(); err != nil {
 		t.Fatal(err)
 	}

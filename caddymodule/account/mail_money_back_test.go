@@ -88,8 +88,9 @@ func refundAndDisputeMail(t *testing.T, stores ...ledger.Store) {
 	hook(t, e, disputeEvent("charge.dispute.closed", "du_test_mail_1", pi2, 200, "lost"), 200, "dispute lost")
 	hook(t, e, refundEvent("refund.failed", "re_test_mail_2", pi1, 150, "failed"), 200, "refund failed")
 
-	// Whatever the senders still had to send is out by now (they poll every 100 ms).
-	time.Sleep(1500 * time.Millisecond)
+	// Every webhook above queued its e-mails before it answered: once the outbox is empty,
+	// whatever the senders had to send is out.
+	waitOutboxEmpty(t, stores...)
 	if n := countMail(t, mp, email, "Your refund of €0.50"); n != 1 {
 		t.Fatalf("%d e-mails of the first refund, want 1", n)
 	}

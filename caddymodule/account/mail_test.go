@@ -92,6 +92,29 @@ func mailLink(t *testing.T, mp *mailtest.Server, addr, subject string) string {
 	return link
 }
 
+// waitOutboxEmpty waits until the stores' outbox holds no message: everything queued so far
+// was delivered and marked sent, so nothing can still go out, once or again. A count of
+// mailpit's messages waits for this instead of a fixed pause "for a second delivery".
+func waitOutboxEmpty(t *testing.T, stores ...ledger.Store) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var queued []ledger.MailMessage
+		for _, s := range stores {
+			ms, err := s.ListMail(bg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued = append(queued, ms...)
+		}
+		if len(queued) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d e-mails still queued after 30 s: %+v", len(queued), queued)
+		}
+	}
+}
+
 // countMail is how many messages to addr with subject mailpit holds.
 func countMail(t *testing.T, mp *mailtest.Server, addr, subject string) int {
 	t.Helper()
@@ -305,7 +328,19 @@ func TestSMTPDownMailWaitsAndGoesOutOnce(t *testing.T) {
 	e := newTestEnvOn(t, store, withMail(t, mp))
 	email := uniqueEmail("down")
 	e.browser().signup(email)
-	time.Sleep(time.Second) // a few failed attempts
+	// A few failed attempts: the outbox counts them.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ms, err := store.ListMail(bg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 && ms[0].Attempts >= 2 && ms[0].LastError != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second failed attempt after 30 s: %+v", ms)
+		}
+	}
 	e.app.close()
 	e.srv.Close()
 	// What waits on disk is sealed: neither the address nor a token link is in it.
@@ -338,7 +373,7 @@ func TestSMTPDownMailWaitsAndGoesOutOnce(t *testing.T) {
 	if u, _ := url.Parse(link); u.Query().Get("token") == "" {
 		t.Fatalf("link %q", link)
 	}
-	time.Sleep(time.Second) // time for a second delivery, if there were one
+	waitOutboxEmpty(t, store) // a second delivery, if there were one, is in mailpit by now
 	if n := countMail(t, mp, email, ""); n != 1 {
 		t.Fatalf("%d messages; want exactly 1", n)
 	}
@@ -362,10 +397,6 @@ func TestLowBalanceMail(t *testing.T) {
 	m := mp.WaitFor(t, email, "running low", 30*time.Second)
 	mustContain(t, "low-balance mail", m.Text, "2 live credits left", "/account/buy")
 	requestOn(t, store, acct.ID, "low-d", "summarizer", ledger.Live, true) // 1: still the same crossing
-	time.Sleep(time.Second)
-	if n := countMail(t, mp, email, "running low"); n != 1 {
-		t.Fatalf("%d low-balance messages for one crossing", n)
-	}
 	// Back above, then below again: a second message.
 	mustGrant(t, store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 9, Reference: "g2"})
 	deadline := time.Now().Add(30 * time.Second)
@@ -377,6 +408,12 @@ func TestLowBalanceMail(t *testing.T) {
 			t.Fatal("the alert did not see the credits back above it")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The check that saw the credits back above ran after low-d: a message for low-d, if any
+	// check queued one, is queued by now, and out once the outbox is empty.
+	waitOutboxEmpty(t, store)
+	if n := countMail(t, mp, email, "running low"); n != 1 {
+		t.Fatalf("%d low-balance messages for one crossing", n)
 	}
 	for i := range 8 { // 10 -> 2
 		requestOn(t, store, acct.ID, "low2-"+string(rune('a'+i)), "summarizer", ledger.Live, true)

@@ -5,6 +5,7 @@ package ratelimit
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,8 +257,35 @@ func TestSlotsAcrossInstances(t *testing.T) {
 	// a dies holding two places: nothing renews them.
 	sa.Close()
 	waitFor(t, "the dead instance's places to expire", func() bool { return sb.Running(ctx, "acct1") == 2 })
-	// b's two places outlive many expiries: they are renewed.
-	time.Sleep(4 * expiry)
+	// b's two places outlive many expiries: they are renewed. Redis holds each place with its
+	// deadline as its score, which only a renewal moves: wait until both have been renewed to
+	// three expiries past the deadlines they have now (Redis's clock, not a fixed sleep here).
+	key := sb.prefix + hashID("acct1")
+	deadlines := func() (bs []float64) { // of b's places
+		zs, err := sb.shared.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zs {
+			if m, _ := z.Member.(string); strings.HasPrefix(m, sb.owner+":") {
+				bs = append(bs, z.Score)
+			}
+		}
+		return bs
+	}
+	first := deadlines()
+	if len(first) != 2 {
+		t.Fatalf("b holds %d places in Redis, want 2", len(first))
+	}
+	waitFor(t, "b's places to be renewed through three expiries", func() bool {
+		ds := deadlines()
+		for _, d := range ds {
+			if d < max(first[0], first[1])+float64(3*expiry.Milliseconds()) {
+				return false
+			}
+		}
+		return len(ds) == 2
+	})
 	if n := sb.Running(ctx, "acct1"); n != 2 {
 		t.Fatalf("running %d after several expiries, want b's 2 still held", n)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
@@ -113,10 +114,13 @@ func TestFailedOpenIsRetried(t *testing.T) {
 // database not reachable yet) does not fail the config's start: it is "not open yet" (the
 // handlers answer 503) until a background retry opens it. Releasing the last share stops the
 // retries. (The open function stands in for the database: what is tested is the pool's logic.)
+// It runs on virtual time (testing/synctest) with the real retryEvery: each Sleep is one
+// interval of the ticker, and synctest.Wait lets the retry finish before the counts are read.
 func TestUnreachableAtStartIsRetried(t *testing.T) {
-	old := retryEvery
-	retryEvery = 10 * time.Millisecond
-	t.Cleanup(func() { retryEvery = old })
+	synctest.Test(t, testUnreachableAtStartIsRetried)
+}
+
+func testUnreachableAtStartIsRetried(t *testing.T) {
 	down := errors.New("connection refused")
 	var attempts atomic.Int64
 	var up atomic.Bool
@@ -126,6 +130,12 @@ func TestUnreachableAtStartIsRetried(t *testing.T) {
 			return "", down
 		}
 		return "db", nil
+	}
+	// tick lets intervals of the retries pass and returns the attempts made so far.
+	tick := func(intervals int) int64 {
+		time.Sleep(time.Duration(intervals) * retryEvery)
+		synctest.Wait()
+		return attempts.Load()
 	}
 	ref, err := acquire(ledgers, "retry-test", open, func(string) error { return nil },
 		func(err error) bool { return errors.Is(err, down) }, nil)
@@ -138,22 +148,21 @@ func TestUnreachableAtStartIsRetried(t *testing.T) {
 	if _, err := ref.Get(); !errors.Is(err, ErrNotOpen) {
 		t.Fatalf("while unreachable: %v, want ErrNotOpen", err)
 	}
-	for attempts.Load() < 3 {
-		time.Sleep(5 * time.Millisecond)
+	for want := int64(2); want <= 3; want++ {
+		if n := tick(1); n != want {
+			t.Fatalf("%d attempts after %d intervals, want one at the start and one per interval", n, want-1)
+		}
+		if _, err := ref.Get(); !errors.Is(err, ErrNotOpen) {
+			t.Fatalf("while unreachable: %v, want ErrNotOpen", err)
+		}
 	}
 	up.Store(true)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if v, err := ref.Get(); err == nil {
-			if v != "db" {
-				t.Fatalf("opened %q", v)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never opened after the resource came up")
-		}
-		time.Sleep(5 * time.Millisecond)
+	tick(1)
+	if v, err := ref.Get(); err != nil || v != "db" {
+		t.Fatalf("one interval after the resource came up: %q, %v; want it open", v, err)
+	}
+	if n := tick(10); n != 4 {
+		t.Fatalf("%d attempts; the retries did not stop once it opened", n)
 	}
 	if err := ref.Release(); err != nil {
 		t.Fatal(err)
@@ -168,9 +177,8 @@ func TestUnreachableAtStartIsRetried(t *testing.T) {
 	}
 	ref.Release()
 	n := attempts.Load()
-	time.Sleep(100 * time.Millisecond)
-	if attempts.Load() > n+1 {
-		t.Fatalf("%d more attempts after the last share was released", attempts.Load()-n)
+	if more := tick(10) - n; more != 0 {
+		t.Fatalf("%d more attempts after the last share was released", more)
 	}
 	// A failure that is not retryable fails the start.
 	ref, _ = acquire(ledgers, "retry-test-3", func() (string, error) { return "", errors.New("bad url") },
