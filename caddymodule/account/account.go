@@ -270,7 +270,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		cfg.store = store
 		if smtp != nil {
-			if cfg.mail, err = h.startMailer(*smtp, repl); err != nil {
+			if cfg.mail, err = h.startMailer(*smtp); err != nil {
 				return fmt.Errorf("textgen_account: %w", err)
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -122,13 +121,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("textgen_console: %w", err)
 		}
 	}
-	repl := caddy.NewReplacer()
 	tg.OnStart(func() error {
 		store, err := h.ledgerRef.Get()
 		if err != nil {
 			return fmt.Errorf("textgen_console: %w", err)
 		}
-		if cfg.sealer, err = h.key(repl); err != nil {
+		if cfg.sealer, err = h.key(); err != nil {
 			return fmt.Errorf("textgen_console: %w", err)
 		}
 		cfg.store = store
@@ -146,21 +144,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // key loads the console key (console_key, else the key file in Caddy's data directory). It
 // runs in the textgen app's Start, which `caddy validate` never calls.
-func (h *Handler) key(repl *caddy.Replacer) (*sealing.Sealer, error) {
-	var key []byte
-	var err error
-	if h.ConsoleKey != "" {
-		if key, err = sealing.ParseKey(repl.ReplaceAll(h.ConsoleKey, "")); err != nil {
-			return nil, fmt.Errorf("console_key: %w", err)
-		}
-	} else {
-		if textgenapp.IsDatabaseURL(h.Ledger) {
-			h.logger.Warn("textgen_console without console_key on a PostgreSQL ledger: this instance seals TOTP secrets with its own key file, which other instances cannot open; set the same console_key on every instance")
-		}
-		path := filepath.Join(caddy.AppDataDir(), "textgen", "console.key")
-		if key, err = sealing.KeyFile(path); err != nil {
-			return nil, fmt.Errorf("console key %s: %w (set console_key or make Caddy's data directory writable)", path, err)
-		}
+func (h *Handler) key() (*sealing.Sealer, error) {
+	key, err := sealing.Key{Setting: "console_key", Value: h.ConsoleKey, File: "console.key",
+		User: "textgen_console", Seals: "TOTP secrets"}.Load(h.logger, textgenapp.IsDatabaseURL(h.Ledger))
+	if err != nil {
+		return nil, err
 	}
 	return sealing.New(key)
 }
