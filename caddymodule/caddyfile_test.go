@@ -20,6 +20,7 @@ import (
 	_ "github.com/caddy-textgen/textgen/caddymodule/account"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	_ "github.com/caddy-textgen/textgen/caddymodule/console"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -288,11 +289,11 @@ func TestUnmarshalCaddyfileRetention(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"short", base64.StdEncoding.EncodeToString(make([]byte, 16)), "not base64!"} {
-		if _, err := parseRetentionKey(bad); err == nil {
+		if _, err := retentionKey(bad).FromSetting(); err == nil {
 			t.Errorf("retention key %q accepted", bad)
 		}
 	}
-	if k, err := parseRetentionKey(testRetentionKey); err != nil || len(k) != 32 {
+	if k, err := retentionKey(testRetentionKey).FromSetting(); err != nil || len(k) != 32 {
 		t.Errorf("the test key: %v", err)
 	}
 }
@@ -302,7 +303,7 @@ func TestUnmarshalCaddyfileRetention(t *testing.T) {
 func TestRetentionKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "textgen", "retention.key")
-	k1, err := retentionKeyFile(path)
+	k1, err := sealing.KeyFile(path)
 	if err != nil || len(k1) != 32 {
 		t.Fatalf("making the key: %v", err)
 	}
@@ -310,7 +311,7 @@ func TestRetentionKeyFile(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file mode: %v %v", st, err)
 	}
-	k2, err := retentionKeyFile(path)
+	k2, err := sealing.KeyFile(path)
 	if err != nil || !bytes.Equal(k1, k2) {
 		t.Fatalf("the key changed on reading it again: %v", err)
 	}

@@ -5,12 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
@@ -94,31 +92,30 @@ func (h *Handler) setupRetention(app *textgenapp.App) error {
 	}
 	r.shared = place.Shared
 	h.retain = r
-	if h.RetentionKey != "" {
-		key, err := parseRetentionKey(caddy.NewReplacer().ReplaceAll(h.RetentionKey, ""))
+	key := retentionKey(h.RetentionKey)
+	if key.Set() {
+		k, err := key.FromSetting()
 		if err != nil {
 			return err
 		}
-		s, err := newSealer(key)
+		s, err := newSealer(k)
 		if err != nil {
 			return fmt.Errorf("retention_key: %w", err)
 		}
 		r.sealer.Store(s)
 		return nil
 	}
-	if place.Shared {
-		h.logger.Warn("retention without retention_key: this instance keeps its own key, so other instances sharing the PostgreSQL ledger cannot read the text it keeps; set the same retention_key on every instance")
-	}
+	key.WarnUnshared(h.logger, place.Shared)
 	app.OnStart(func() error {
-		path := filepath.Join(caddy.AppDataDir(), "textgen", "retention.key")
+		path := key.Path()
 		if place.Dir != "" && within(path, place.Dir) {
 			return fmt.Errorf("textgen: retention: the key file %s would be inside the ledger directory %s; set retention_key or move the ledger", path, place.Dir)
 		}
-		key, err := retentionKeyFile(path)
+		k, err := key.FromFile()
 		if err != nil {
-			return fmt.Errorf("textgen: retention: %w (set retention_key, make Caddy's data directory writable, or set retention off)", err)
+			return fmt.Errorf("textgen: retention: %w", err)
 		}
-		s, err := newSealer(key)
+		s, err := newSealer(k)
 		if err != nil {
 			return fmt.Errorf("textgen: retention: %s: %w", path, err)
 		}

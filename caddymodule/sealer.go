@@ -14,7 +14,7 @@ import (
 // chunk cannot be read under another generation or moved to another place in its own. The key
 // is never stored with the ledger: it comes from the retention_key setting (instances sharing a
 // PostgreSQL ledger set the same one), else from a file of its own in Caddy's data directory,
-// made once (retentionKeyFile).
+// made once (retentionKey, internal/sealing keys.go).
 
 // sealer seals and opens the chunks of kept generations.
 type sealer struct{ s *sealing.Sealer }
@@ -45,22 +45,11 @@ func (s *sealer) open(acct, rid string, n int, sealed []byte) ([]byte, error) {
 	return s.s.Open(sealed, chunkAD(acct, rid, n))
 }
 
-// parseRetentionKey decodes the retention_key setting: 32 bytes in standard or URL-safe base64.
-func parseRetentionKey(v string) ([]byte, error) {
-	k, err := sealing.ParseKey(v)
-	if err != nil {
-		return nil, fmt.Errorf("retention_key: %w", err)
-	}
-	return k, nil
-}
-
-// retentionKeyFile returns the key kept in path, making it first (sealing.KeyFile).
-func retentionKeyFile(path string) ([]byte, error) {
-	k, err := sealing.KeyFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("the retention key: %w", err)
-	}
-	return k, nil
+// retentionKey is the key of kept generations (and of the receipt signing keys, sealed with
+// it by internal/receipts).
+func retentionKey(value string) sealing.Key {
+	return sealing.Key{Setting: "retention_key", Value: value, File: "retention.key",
+		User: "retention", Seals: "the text it keeps", Without: "set retention off"}
 }
 
 // within reports whether path is dir or inside it.

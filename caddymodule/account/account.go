@@ -14,17 +14,15 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
-	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -130,17 +128,10 @@ type Handler struct {
 	// account may buy again; the credits of the disputed purchase are taken off either way).
 	RefuseDisputedPurchases bool `json:"refuse_disputed_purchases,omitempty"`
 
-	inFlight *inflight.Guard // keeps the pooled ledger until this config's last request ends
-
-	logger    *zap.Logger
-	ledgerRef *textgenapp.LedgerRef
-	storeKey  string // the share of the limits store, if any
-	// app is built when the textgen app has opened the ledger (its Start); nil before.
-	app *atomic.Pointer[app]
-	// unregisterInviter withdraws the app from the admin API's invitations (invite.go).
-	unregisterInviter func()
-	// unregisterRefunder withdraws the app from the admin API's refunds (refund.go).
-	unregisterRefunder func()
+	logger *zap.Logger
+	// area is the running area: its shares of the ledger and limits store, its pages once the
+	// textgen app has started (internal/webarea).
+	area *webarea.Area
 }
 
 // Package is a credit package on sale. The price is in euro cents.
@@ -175,28 +166,30 @@ const (
 // DefaultPackages is the one package sold when the Caddyfile names none: 10 credits for 2.00 EUR.
 var DefaultPackages = []Package{{ID: "10", Credits: 10, PriceCents: 200}}
 
-var (
-	packageIDRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
-	cookieNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-)
+var packageIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
 
-// Provision sets defaults, resolves the Stripe secrets and opens (or joins) the ledger.
+// settings are the settings every web area has, with My Account's defaults.
+func (h *Handler) settings() webarea.Settings {
+	return webarea.Settings{Module: "textgen_account", Ledger: &h.Ledger, LimitsStore: &h.LimitsStore,
+		PathPrefix: &h.PathPrefix, SessionLifetime: &h.SessionLifetime, CookieName: &h.CookieName, SiteName: &h.SiteName,
+		Default: webarea.Defaults{PathPrefix: defaultPrefix, SessionLifetime: defaultSessionLifetime,
+			CookieName: defaultCookieName, SiteName: defaultSiteName}}
+}
+
+// Provision sets defaults, resolves the Stripe secrets and joins the ledger, which the textgen
+// app opens in its Start (never called by `caddy validate`).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.inFlight = inflight.New(h.release, h.logger)
-	h.app = new(atomic.Pointer[app])
-	h.PathPrefix = cmp.Or(h.PathPrefix, defaultPrefix)
-	h.PathPrefix = strings.TrimRight(h.PathPrefix, "/")
-	h.SessionLifetime = cmp.Or(h.SessionLifetime, caddy.Duration(defaultSessionLifetime))
-	h.CookieName = cmp.Or(h.CookieName, defaultCookieName)
 	h.WebhookTolerance = cmp.Or(h.WebhookTolerance, caddy.Duration(defaultWebhookTolerance))
 	if len(h.Packages) == 0 {
 		h.Packages = append([]Package(nil), DefaultPackages...)
 	}
 	h.TestCredits = cmp.Or(h.TestCredits, defaultTestCredits)
-	h.SiteName = cmp.Or(h.SiteName, defaultSiteName)
 	h.MaxKeys = cmp.Or(h.MaxKeys, defaultMaxKeys)
-	if err := h.Validate(); err != nil {
+	// No HoldTTL on the ledger: My Account holds no credits, and every hold the generate
+	// handler makes carries that handler's own hold_ttl, whoever opened the shared ledger.
+	var err error
+	if h.area, err = webarea.Provision(ctx, h.settings(), h.Validate); err != nil {
 		return err
 	}
 	// Secrets come from the environment ({env.STRIPE_SECRET_KEY}), resolved once here so that
@@ -215,16 +208,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			zap.Int64("signup_credits", h.SignupCredits))
 	}
 
-	// No HoldTTL: My Account holds no credits, and every hold the generate handler makes
-	// carries that handler's own hold_ttl, whoever opened the shared ledger. The textgen app
-	// opens the ledger in its Start, which `caddy validate` never calls.
-	tg, err := textgenapp.From(ctx)
-	if err != nil {
-		return fmt.Errorf("textgen_account: %w", err)
-	}
-	if h.ledgerRef, err = tg.Ledger(h.Ledger, badgerledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
-		return fmt.Errorf("textgen_account: %w", err)
-	}
 	// The API's 402 names this area (textgen_account's own address when it has public_url,
 	// else its path on the site) and, when buying is on, the packages it sells.
 	area := textgenapp.AccountArea{Where: strings.TrimRight(h.PublicURL, "/") + h.PathPrefix + "/", SiteName: h.SiteName}
@@ -233,9 +216,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			area.Packages = append(area.Packages, fmt.Sprintf("%d credits = %d.%02d EUR", p.Credits, p.PriceCents/100, p.PriceCents%100))
 		}
 	}
-	tg.SetAccountArea(h.ledgerRef.Key(), area)
+	h.area.App.SetAccountArea(h.area.Ledger.Key(), area)
 	cfg := appConfig{
-		limitsName:       h.ledgerRef.Key(),
+		limits:           h.area.Limits,
+		limitsName:       h.area.Ledger.Key(),
 		logger:           h.logger,
 		prefix:           h.PathPrefix,
 		sessionLifetime:  time.Duration(h.SessionLifetime),
@@ -255,53 +239,42 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		operatorEmail:    h.OperatorEmail,
 		refuseDisputed:   h.RefuseDisputedPurchases,
 	}
-	if h.LimitsStore != "" {
-		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {
-			return fmt.Errorf("textgen_account: %w", err)
-		}
-	}
 	smtp, err := h.provisionSMTP(repl)
 	if err != nil {
 		return err
 	}
-	tg.OnStart(func() error {
-		store, err := h.ledgerRef.Get()
-		if err != nil {
-			return fmt.Errorf("textgen_account: %w", err)
-		}
+	h.area.OnStart(func(store ledger.Store) (http.Handler, func(), error) {
 		cfg.store = store
 		if smtp != nil {
-			if cfg.mail, err = h.startMailer(*smtp, repl); err != nil {
-				return fmt.Errorf("textgen_account: %w", err)
+			mail, err := h.startMailer(*smtp)
+			if err != nil {
+				return nil, nil, err
 			}
+			cfg.mail = mail
 		}
 		a, err := newApp(cfg)
 		if err != nil {
-			return fmt.Errorf("textgen_account: %w", err)
+			return nil, nil, err
 		}
-		h.app.Store(a)
-		h.unregisterInviter = textgenapp.RegisterInviter(store, a)
+		// The admin API's invitations (invite.go) and refunds (refund.go) of this ledger.
+		unregisterInviter := textgenapp.RegisterInviter(store, a)
+		unregisterRefunder := func() {}
 		if a.stripe != nil {
-			h.unregisterRefunder = textgenapp.RegisterRefunder(store, a)
+			unregisterRefunder = textgenapp.RegisterRefunder(store, a)
 		}
-		return nil
+		return a, func() {
+			unregisterInviter()
+			unregisterRefunder()
+			a.close()
+		}, nil
 	})
 	return nil
 }
 
 // Validate rejects a configuration that cannot work, naming the field.
 func (h *Handler) Validate() error {
-	if strings.TrimSpace(h.Ledger) == "" {
-		return fmt.Errorf("textgen_account: ledger: the directory of the ledger (as in textgen) is required")
-	}
-	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || strings.Trim(p, "/") == "") {
-		return fmt.Errorf("textgen_account: path_prefix: %q must be a path like /account", p)
-	}
-	if h.SessionLifetime < 0 || time.Duration(h.SessionLifetime) > ledger.MaxSessionTTL {
-		return fmt.Errorf("textgen_account: session_lifetime: must be between 0 and %s", ledger.MaxSessionTTL)
-	}
-	if h.CookieName != "" && !cookieNameRe.MatchString(h.CookieName) {
-		return fmt.Errorf("textgen_account: cookie_name: %q may hold only letters, digits, - and _", h.CookieName)
+	if err := h.settings().Validate(); err != nil {
+		return err
 	}
 	if h.WebhookTolerance < 0 {
 		return fmt.Errorf("textgen_account: webhook_tolerance must not be negative")
@@ -361,39 +334,15 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases the shared ledger once the last request of this config has ended. It is
-// safe after a Provision that failed half way.
+// Cleanup stops the e-mail sender and gives back the shared ledger once the last request of
+// this config has ended. It is safe after a Provision that failed half way.
 func (h *Handler) Cleanup() error {
-	return h.inFlight.Cleanup()
-}
-
-// release stops the e-mail sender and gives back the pooled ledger; the Guard calls it once.
-func (h *Handler) release() error {
-	if h.unregisterInviter != nil {
-		h.unregisterInviter()
-	}
-	if h.unregisterRefunder != nil {
-		h.unregisterRefunder()
-	}
-	if h.app != nil {
-		if a := h.app.Load(); a != nil {
-			a.close()
-		}
-	}
-	if h.storeKey != "" {
-		textgenapp.ReleaseLimitsStore(h.storeKey)
-	}
-	return h.ledgerRef.Release()
+	return h.area.Cleanup()
 }
 
 // ServeHTTP serves the account area under PathPrefix and passes other paths on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	return h.inFlight.ServeArea(w, r, next, h.PathPrefix, func() http.Handler {
-		if a := h.app.Load(); a != nil {
-			return a
-		}
-		return nil
-	})
+	return h.area.ServeHTTP(w, r, next)
 }
 
 // Interface guards

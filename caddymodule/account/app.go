@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -111,7 +112,6 @@ var slowDown = func(ctx context.Context, d time.Duration) error {
 const throttleEntries = 100_000
 
 const (
-	maxFormBytes   = 16 << 10
 	maxWebhookBody = 1 << 20
 	hashSlots      = 4
 )
@@ -198,16 +198,9 @@ func (a *app) routes() {
 
 // ServeHTTP serves one request of the account area.
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	// Pages are personal and carry forms: never cached, never framed, no foreign content.
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "same-origin")
-	// form-action allows https: for the redirect from "Buy" to Stripe Checkout (browsers apply
-	// form-action to the redirects a form submission follows).
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "+
-		"form-action 'self' https:; frame-ancestors 'none'; base-uri 'none'")
+	// Its own scripts; form-action allows https: for the redirect from "Buy" to Stripe Checkout
+	// (browsers apply form-action to the redirects a form submission follows).
+	webarea.SetPageHeaders(w.Header(), true, "'self' https:")
 	a.mux.ServeHTTP(w, r)
 }
 

@@ -4,26 +4,12 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 )
 
-func init() {
-	httpcaddyfile.RegisterHandlerDirective("textgen_account", parseCaddyfile)
-	// Right after copy_response, which puts it just before textgen (textgen registers itself
-	// before respond, and its package initialises first because this one imports it): the
-	// account area sees its own paths first even when textgen has no matcher. Only standard
-	// directives may be named here, so textgen itself cannot be.
-	httpcaddyfile.RegisterDirectiveOrder("textgen_account", httpcaddyfile.After, "copy_response")
-}
-
-func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var a Handler
-	err := a.UnmarshalCaddyfile(h.Dispenser)
-	return &a, err
-}
+func init() { webarea.RegisterDirective[Handler]("textgen_account") }
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens.
 //
@@ -62,31 +48,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		refuse_disputed_purchases        # no Checkout for an account with an open or lost dispute
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if name != "package" {
-			if seen[name] {
-				return d.Errf("%s specified more than once", name)
-			}
-			seen[name] = true
-		}
+	return webarea.ParseBlock(d, h.settings(), []string{"package"}, func(name string) (bool, error) {
 		var err error
 		switch name {
-		case "ledger":
-			err = cfarg.String(d, &h.Ledger)
-		case "limits_store":
-			err = cfarg.String(d, &h.LimitsStore)
-		case "path_prefix":
-			err = cfarg.String(d, &h.PathPrefix)
-		case "session_lifetime":
-			err = cfarg.Duration(d, &h.SessionLifetime)
-		case "cookie_name":
-			err = cfarg.String(d, &h.CookieName)
 		case "stripe_secret_key":
 			err = cfarg.String(d, &h.StripeSecretKey)
 		case "stripe_webhook_secret":
@@ -97,31 +61,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.Duration(d, &h.WebhookTolerance)
 		case "public_url":
 			err = cfarg.String(d, &h.PublicURL)
-		case "site_name":
-			err = cfarg.String(d, &h.SiteName)
 		case "test_credits":
-			var s string
-			if err = cfarg.String(d, &s); err == nil {
-				h.TestCredits, err = strconv.ParseInt(s, 10, 64)
-				if err != nil {
-					return d.Errf("test_credits: %q is not a whole number", s)
-				}
-			}
+			err = wholeNumber(d, name, &h.TestCredits)
 		case "signup_credits":
-			var s string
-			if err = cfarg.String(d, &s); err == nil {
-				h.SignupCredits, err = strconv.ParseInt(s, 10, 64)
-				if err != nil {
-					return d.Errf("signup_credits: %q is not a whole number", s)
-				}
-			}
+			err = wholeNumber(d, name, &h.SignupCredits)
 		case "max_keys":
-			var s string
-			if err = cfarg.String(d, &s); err == nil {
-				h.MaxKeys, err = strconv.Atoi(s)
-				if err != nil {
-					return d.Errf("max_keys: %q is not a whole number", s)
-				}
+			var n int64
+			if err = wholeNumber(d, name, &n); err == nil {
+				h.MaxKeys = int(n)
 			}
 		case "invoice_creation":
 			err = flag(d, name, &h.InvoiceCreation)
@@ -139,25 +86,43 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "refuse_disputed_purchases":
 			err = flag(d, name, &h.RefuseDisputedPurchases)
 		case "package":
-			args := d.RemainingArgs()
-			if len(args) != 3 {
-				return d.Errf("package: want <id> <credits> <price_cents>, got %d arguments", len(args))
-			}
-			p := Package{ID: args[0]}
-			if p.Credits, err = strconv.ParseInt(args[1], 10, 64); err != nil {
-				return d.Errf("package %s: credits %q is not a whole number", args[0], args[1])
-			}
-			if p.PriceCents, err = strconv.ParseInt(args[2], 10, 64); err != nil {
-				return d.Errf("package %s: price %q is not a whole number of cents", args[0], args[2])
-			}
-			h.Packages = append(h.Packages, p)
+			err = h.parsePackage(d)
 		default:
-			return d.Errf("unknown subdirective %q", name)
+			return false, nil
 		}
-		if err != nil {
-			return err
-		}
+		return true, err
+	})
+}
+
+// parsePackage reads `package <id> <credits> <price_cents>`.
+func (h *Handler) parsePackage(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 3 {
+		return d.Errf("package: want <id> <credits> <price_cents>, got %d arguments", len(args))
 	}
+	p := Package{ID: args[0]}
+	var err error
+	if p.Credits, err = strconv.ParseInt(args[1], 10, 64); err != nil {
+		return d.Errf("package %s: credits %q is not a whole number", args[0], args[1])
+	}
+	if p.PriceCents, err = strconv.ParseInt(args[2], 10, 64); err != nil {
+		return d.Errf("package %s: price %q is not a whole number of cents", args[0], args[2])
+	}
+	h.Packages = append(h.Packages, p)
+	return nil
+}
+
+// wholeNumber reads a subdirective's one argument, a whole number.
+func wholeNumber(d *caddyfile.Dispenser, name string, dst *int64) error {
+	var s string
+	if err := cfarg.String(d, &s); err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return d.Errf("%s: %q is not a whole number", name, s)
+	}
+	*dst = n
 	return nil
 }
 

@@ -298,21 +298,11 @@ func (h *Handler) provisionSMTP(repl *caddy.Replacer) (*SMTP, error) {
 
 // startMailer loads the mail key (mail_key, else the key file in Caddy's data directory) and
 // the templates. It runs in the textgen app's Start, which `caddy validate` never calls.
-func (h *Handler) startMailer(s SMTP, repl *caddy.Replacer) (*mailer, error) {
-	var key []byte
-	var err error
-	if h.MailKey != "" {
-		if key, err = sealing.ParseKey(repl.ReplaceAll(h.MailKey, "")); err != nil {
-			return nil, fmt.Errorf("mail_key: %w", err)
-		}
-	} else {
-		if place, err := textgenapp.LedgerPlacement(h.Ledger); err == nil && place.Shared {
-			h.logger.Warn("smtp without mail_key on a PostgreSQL ledger: this instance seals queued e-mail with its own key, which other instances cannot open; set the same mail_key on every instance")
-		}
-		path := filepath.Join(caddy.AppDataDir(), "textgen", "retention.key")
-		if key, err = sealing.KeyFile(path); err != nil {
-			return nil, fmt.Errorf("mail key %s: %w (set mail_key or make Caddy's data directory writable)", path, err)
-		}
+func (h *Handler) startMailer(s SMTP) (*mailer, error) {
+	key, err := sealing.Key{Setting: "mail_key", Value: h.MailKey, File: "retention.key",
+		User: "smtp", Seals: "queued e-mail"}.Load(h.logger, textgenapp.LedgerShared(h.Ledger))
+	if err != nil {
+		return nil, err
 	}
 	return newMailer(s, key, h.MailTemplates)
 }

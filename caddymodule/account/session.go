@@ -2,14 +2,12 @@ package account
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
 
-	"go.uber.org/zap"
-
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -49,7 +47,7 @@ func (a *app) authedPost(f func(http.ResponseWriter, *http.Request, *sessionCtx)
 		if !ok {
 			return
 		}
-		if !tokensEqual(r.PostFormValue(csrfField), sc.sess.CSRFToken) {
+		if !webarea.TokensEqual(r.PostFormValue(csrfField), sc.sess.CSRFToken) {
 			a.csrfFailed(w, r, sc)
 			return
 		}
@@ -101,27 +99,14 @@ func (a *app) session(w http.ResponseWriter, r *http.Request) (*sessionCtx, bool
 // parseForm reads a POST form (bounded) and applies the cross-origin check. It answers the
 // request itself and returns false when either fails.
 func (a *app) parseForm(w http.ResponseWriter, r *http.Request) bool {
-	if err := a.origin.Check(r); err != nil {
-		a.logger.Info("refused a cross-origin form post", zap.String("path", r.URL.Path), zap.String("origin", r.Header.Get("Origin")))
-		a.errorPage(w, r, nil, http.StatusForbidden, "Request refused",
-			"This form was sent from another site. Go back to the page, reload it and try again.")
-		return false
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		a.errorPage(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
-		return false
-	}
-	return true
+	return webarea.ReadForm(w, r, a.origin, a.logger, func(status int, title, msg string) {
+		a.errorPage(w, r, nil, status, title, msg)
+	})
 }
 
 func (a *app) csrfFailed(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	a.errorPage(w, r, sc, http.StatusForbidden, "Form expired",
 		"This form is out of date or was not sent from this site. Go back, reload the page and try again.")
-}
-
-func tokensEqual(got, want string) bool {
-	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // secure reports whether cookies for this request get the Secure attribute.
@@ -164,5 +149,5 @@ func (a *app) anonCSRF(w http.ResponseWriter, r *http.Request) string {
 // checkAnonCSRF compares the form's token with the cookie's.
 func (a *app) checkAnonCSRF(r *http.Request) bool {
 	c, err := r.Cookie(a.cookieName + "_csrf")
-	return err == nil && tokensEqual(r.PostFormValue(csrfField), c.Value)
+	return err == nil && webarea.TokensEqual(r.PostFormValue(csrfField), c.Value)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -56,10 +57,7 @@ var (
 	loginLimitPerAddress = ratelimit.Limit{Requests: 20, Window: 15 * time.Minute, Burst: 20}
 )
 
-const (
-	throttleEntries = 100_000
-	maxFormBytes    = 16 << 10
-)
+const throttleEntries = 100_000
 
 var funcs = template.FuncMap{
 	"when": func(t time.Time) string {
@@ -124,15 +122,8 @@ func (a *app) routes() {
 
 // ServeHTTP serves one request of the console.
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	// Pages show customers' data and carry forms that move money: never cached, never framed,
-	// no foreign content, no script at all.
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; "+
-		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	// No script at all.
+	webarea.SetPageHeaders(w.Header(), false, "'self'")
 	a.mux.ServeHTTP(w, r)
 }
 

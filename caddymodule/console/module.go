@@ -12,20 +12,16 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/sealing"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
-	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
 func init() {
@@ -61,12 +57,10 @@ type Handler struct {
 	// (textgen_account) on the same ledger, else "Text generation API".
 	SiteName string `json:"site_name,omitempty"`
 
-	inFlight   *inflight.Guard
-	logger     *zap.Logger
-	ledgerRef  *textgenapp.LedgerRef
-	storeKey   string
-	app        *atomic.Pointer[app]
-	unregister func()
+	logger *zap.Logger
+	// area is the running console: its shares of the ledger and limits store, its pages once
+	// the textgen app has started (internal/webarea).
+	area *webarea.Area
 }
 
 // CaddyModule returns the Caddy module information.
@@ -86,30 +80,27 @@ const (
 	defaultSiteName          = "Text generation API"
 )
 
+// settings are the settings every web area has, with the console's defaults.
+func (h *Handler) settings() webarea.Settings {
+	return webarea.Settings{Module: "textgen_console", Ledger: &h.Ledger, LimitsStore: &h.LimitsStore,
+		PathPrefix: &h.PathPrefix, SessionLifetime: &h.SessionLifetime, CookieName: &h.CookieName, SiteName: &h.SiteName,
+		Default: webarea.Defaults{PathPrefix: defaultPrefix, SessionLifetime: defaultSessionLifetime,
+			CookieName: defaultCookieName, SiteName: defaultSiteName}}
+}
+
 // Provision sets defaults and joins the ledger; the key and the app are made at start.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.inFlight = inflight.New(h.release, h.logger)
-	h.app = new(atomic.Pointer[app])
-	h.PathPrefix = strings.TrimRight(cmp.Or(h.PathPrefix, defaultPrefix), "/")
-	h.SessionLifetime = cmp.Or(h.SessionLifetime, caddy.Duration(defaultSessionLifetime))
 	h.IdleTimeout = cmp.Or(h.IdleTimeout, caddy.Duration(defaultIdleTimeout))
-	h.CookieName = cmp.Or(h.CookieName, defaultCookieName)
 	h.SupportGrantLimit = cmp.Or(h.SupportGrantLimit, defaultSupportGrantLimit)
 	ownName := h.SiteName != ""
-	h.SiteName = cmp.Or(h.SiteName, defaultSiteName)
-	if err := h.Validate(); err != nil {
+	var err error
+	if h.area, err = webarea.Provision(ctx, h.settings(), h.Validate); err != nil {
 		return err
 	}
-	tg, err := textgenapp.From(ctx)
-	if err != nil {
-		return fmt.Errorf("textgen_console: %w", err)
-	}
-	if h.ledgerRef, err = tg.Ledger(h.Ledger, badgerledger.Options{Logger: h.logger.Named("ledger")}); err != nil {
-		return fmt.Errorf("textgen_console: %w", err)
-	}
 	cfg := appConfig{
-		limitsName:        h.ledgerRef.Key() + "|console",
+		limits:            h.area.Limits,
+		limitsName:        h.area.Ledger.Key() + "|console",
 		logger:            h.logger,
 		prefix:            h.PathPrefix,
 		sessionLifetime:   time.Duration(h.SessionLifetime),
@@ -118,70 +109,41 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		supportGrantLimit: h.SupportGrantLimit,
 		siteName:          h.SiteName,
 	}
-	if h.LimitsStore != "" {
-		if cfg.limits, h.storeKey, err = textgenapp.LimitsStore(h.LimitsStore, h.logger.Named("limits")); err != nil {
-			return fmt.Errorf("textgen_console: %w", err)
-		}
-	}
-	repl := caddy.NewReplacer()
-	tg.OnStart(func() error {
-		store, err := h.ledgerRef.Get()
+	h.area.OnStart(func(store ledger.Store) (http.Handler, func(), error) {
+		sealer, err := h.key()
 		if err != nil {
-			return fmt.Errorf("textgen_console: %w", err)
+			return nil, nil, err
 		}
-		if cfg.sealer, err = h.key(repl); err != nil {
-			return fmt.Errorf("textgen_console: %w", err)
-		}
-		cfg.store = store
+		cfg.store, cfg.sealer = store, sealer
 		// Without a site_name of its own, the console is named as My Account of the same ledger
 		// (known once every handler is provisioned).
-		if n := tg.AccountArea(h.ledgerRef.Key()).SiteName; !ownName && n != "" {
+		if n := h.area.App.AccountArea(h.area.Ledger.Key()).SiteName; !ownName && n != "" {
 			cfg.siteName = n
 		}
-		h.app.Store(newApp(cfg))
-		h.unregister = textgenapp.RegisterConsoleSealer(store, cfg.sealer)
-		return nil
+		// The admin API's `operator create` seals with this key (textgenapp/console.go).
+		return newApp(cfg), textgenapp.RegisterConsoleSealer(store, sealer), nil
 	})
 	return nil
 }
 
 // key loads the console key (console_key, else the key file in Caddy's data directory). It
 // runs in the textgen app's Start, which `caddy validate` never calls.
-func (h *Handler) key(repl *caddy.Replacer) (*sealing.Sealer, error) {
-	var key []byte
-	var err error
-	if h.ConsoleKey != "" {
-		if key, err = sealing.ParseKey(repl.ReplaceAll(h.ConsoleKey, "")); err != nil {
-			return nil, fmt.Errorf("console_key: %w", err)
-		}
-	} else {
-		if place, err := textgenapp.LedgerPlacement(h.Ledger); err == nil && place.Shared {
-			h.logger.Warn("textgen_console without console_key on a PostgreSQL ledger: this instance seals TOTP secrets with its own key file, which other instances cannot open; set the same console_key on every instance")
-		}
-		path := filepath.Join(caddy.AppDataDir(), "textgen", "console.key")
-		if key, err = sealing.KeyFile(path); err != nil {
-			return nil, fmt.Errorf("console key %s: %w (set console_key or make Caddy's data directory writable)", path, err)
-		}
+func (h *Handler) key() (*sealing.Sealer, error) {
+	key, err := sealing.Key{Setting: "console_key", Value: h.ConsoleKey, File: "console.key",
+		User: "textgen_console", Seals: "TOTP secrets"}.Load(h.logger, textgenapp.LedgerShared(h.Ledger))
+	if err != nil {
+		return nil, err
 	}
 	return sealing.New(key)
 }
 
 // Validate rejects a configuration that cannot work, naming the field.
 func (h *Handler) Validate() error {
-	if strings.TrimSpace(h.Ledger) == "" {
-		return fmt.Errorf("textgen_console: ledger: the directory of the ledger (as in textgen) is required")
-	}
-	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#{}*") || strings.Trim(p, "/") == "") {
-		return fmt.Errorf("textgen_console: path_prefix: %q must be a path like /console", p)
-	}
-	if h.SessionLifetime < 0 || time.Duration(h.SessionLifetime) > ledger.MaxSessionTTL {
-		return fmt.Errorf("textgen_console: session_lifetime: must be between 0 and %s", ledger.MaxSessionTTL)
+	if err := h.settings().Validate(); err != nil {
+		return err
 	}
 	if h.IdleTimeout < 0 {
 		return fmt.Errorf("textgen_console: idle_timeout must not be negative")
-	}
-	if h.CookieName != "" && !cookieNameOK(h.CookieName) {
-		return fmt.Errorf("textgen_console: cookie_name: %q may hold only letters, digits, - and _", h.CookieName)
 	}
 	if h.SupportGrantLimit < 0 || h.SupportGrantLimit > 1_000_000_000 {
 		return fmt.Errorf("textgen_console: support_grant_limit must be between 0 and 1000000000")
@@ -189,48 +151,15 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-func cookieNameOK(s string) bool {
-	if len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return false
-		}
-	}
-	return true
-}
-
-// Cleanup releases the shared ledger once the last request of this config has ended. It is
+// Cleanup gives back the shared ledger once the last request of this config has ended. It is
 // safe after a Provision that failed half way.
 func (h *Handler) Cleanup() error {
-	if h.inFlight == nil {
-		return nil
-	}
-	return h.inFlight.Cleanup()
-}
-
-func (h *Handler) release() error {
-	if h.unregister != nil {
-		h.unregister()
-	}
-	if h.storeKey != "" {
-		textgenapp.ReleaseLimitsStore(h.storeKey)
-	}
-	if h.ledgerRef == nil {
-		return nil
-	}
-	return h.ledgerRef.Release()
+	return h.area.Cleanup()
 }
 
 // ServeHTTP serves the console under PathPrefix and passes other paths on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	return h.inFlight.ServeArea(w, r, next, h.PathPrefix, func() http.Handler {
-		if a := h.app.Load(); a != nil {
-			return a
-		}
-		return nil
-	})
+	return h.area.ServeHTTP(w, r, next)
 }
 
 // Interface guards

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/clientip"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/opauth"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -58,7 +58,7 @@ func (a *app) authedPost(act action, f func(http.ResponseWriter, *http.Request, 
 		if !ok {
 			return
 		}
-		if !tokensEqual(r.PostFormValue(csrfField), sc.sess.CSRFToken) {
+		if !webarea.TokensEqual(r.PostFormValue(csrfField), sc.sess.CSRFToken) {
 			a.errorPage(w, r, sc, http.StatusForbidden, "Form expired",
 				"This form is out of date or was not sent from this console. Go back, reload the page and try again.")
 			return
@@ -96,22 +96,9 @@ func (a *app) session(w http.ResponseWriter, r *http.Request) (*sessionCtx, bool
 
 // parseForm reads a POST form (bounded) after the cross-origin check.
 func (a *app) parseForm(w http.ResponseWriter, r *http.Request) bool {
-	if err := a.origin.Check(r); err != nil {
-		a.logger.Info("console: refused a cross-origin form post", zap.String("path", r.URL.Path), zap.String("origin", r.Header.Get("Origin")))
-		a.errorPage(w, r, nil, http.StatusForbidden, "Request refused",
-			"This form was sent from another site. Go back to the page, reload it and try again.")
-		return false
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		a.errorPage(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
-		return false
-	}
-	return true
-}
-
-func tokensEqual(got, want string) bool {
-	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	return webarea.ReadForm(w, r, a.origin, a.logger, func(status int, title, msg string) {
+		a.errorPage(w, r, nil, status, title, msg)
+	})
 }
 
 func (a *app) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
@@ -156,7 +143,7 @@ func (a *app) login(w http.ResponseWriter, r *http.Request) {
 	}
 	email := strings.ToLower(strings.TrimSpace(r.PostFormValue("email")))
 	c, err := r.Cookie(a.cookieName + "_csrf")
-	if err != nil || !tokensEqual(r.PostFormValue(csrfField), c.Value) {
+	if err != nil || !webarea.TokensEqual(r.PostFormValue(csrfField), c.Value) {
 		a.render(w, r, http.StatusForbidden, "login", nil, page{Title: "Log in", CSRF: a.anonCSRF(w, r),
 			Error: "The log-in form expired. Please try again.", Data: loginData{Email: email}})
 		return

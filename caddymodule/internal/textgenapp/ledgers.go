@@ -47,6 +47,13 @@ func LedgerPlacement(spec string) (ledger.Placement, error) {
 	return badgerledger.PlacementOf(abs), nil
 }
 
+// LedgerShared reports whether other instances share the ledger spec names; a spec whose
+// placement cannot be told is taken as not shared (what it feeds is a warning).
+func LedgerShared(spec string) bool {
+	p, err := LedgerPlacement(spec)
+	return err == nil && p.Shared
+}
+
 // LedgerKey is the key under which OpenLedgers lists the ledger spec names: a Badger ledger's
 // absolute directory, or a database URL without its password (the admin API lists the keys).
 func LedgerKey(spec string) (string, error) {

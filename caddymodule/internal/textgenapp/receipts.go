@@ -2,7 +2,6 @@ package textgenapp
 
 import (
 	"context"
-	"sync"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/receipts"
 )
@@ -20,45 +19,12 @@ type ReceiptSigner interface {
 	PublicKeys(ctx context.Context) (receipts.KeySet, error)
 }
 
-var signers struct {
-	mu   sync.Mutex
-	byLS map[appLedger][]*ReceiptSigner
-}
+var signers registry[ReceiptSigner]
 
 // RegisterReceiptSigner makes s sign for store until the returned func is called.
 func RegisterReceiptSigner(store appLedger, s ReceiptSigner) (unregister func()) {
-	signers.mu.Lock()
-	defer signers.mu.Unlock()
-	if signers.byLS == nil {
-		signers.byLS = map[appLedger][]*ReceiptSigner{}
-	}
-	p := &s
-	signers.byLS[store] = append(signers.byLS[store], p)
-	return func() {
-		signers.mu.Lock()
-		defer signers.mu.Unlock()
-		l := signers.byLS[store]
-		for n, q := range l {
-			if q == p {
-				l = append(l[:n:n], l[n+1:]...)
-				break
-			}
-		}
-		if len(l) == 0 {
-			delete(signers.byLS, store)
-		} else {
-			signers.byLS[store] = l
-		}
-	}
+	return signers.register(store, s)
 }
 
 // ReceiptSignerFor returns the newest signer registered for store, or nil.
-func ReceiptSignerFor(store appLedger) ReceiptSigner {
-	signers.mu.Lock()
-	defer signers.mu.Unlock()
-	l := signers.byLS[store]
-	if len(l) == 0 {
-		return nil
-	}
-	return *l[len(l)-1]
-}
+func ReceiptSignerFor(store appLedger) ReceiptSigner { return signers.newest(store) }

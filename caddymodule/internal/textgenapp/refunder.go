@@ -3,7 +3,6 @@ package textgenapp
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -25,45 +24,12 @@ type Refunder interface {
 	Refund(ctx context.Context, reference string, amountCents int64, reason string) (ledger.ReversalResult, error)
 }
 
-var refunders struct {
-	mu   sync.Mutex
-	byLS map[appLedger][]*Refunder
-}
+var refunders registry[Refunder]
 
 // RegisterRefunder makes r answer refunds for store until the returned func is called.
 func RegisterRefunder(store appLedger, r Refunder) (unregister func()) {
-	refunders.mu.Lock()
-	defer refunders.mu.Unlock()
-	if refunders.byLS == nil {
-		refunders.byLS = map[appLedger][]*Refunder{}
-	}
-	p := &r
-	refunders.byLS[store] = append(refunders.byLS[store], p)
-	return func() {
-		refunders.mu.Lock()
-		defer refunders.mu.Unlock()
-		l := refunders.byLS[store]
-		for n, q := range l {
-			if q == p {
-				l = append(l[:n:n], l[n+1:]...)
-				break
-			}
-		}
-		if len(l) == 0 {
-			delete(refunders.byLS, store)
-		} else {
-			refunders.byLS[store] = l
-		}
-	}
+	return refunders.register(store, r)
 }
 
 // RefunderFor returns the newest refunder registered for store, or nil.
-func RefunderFor(store appLedger) Refunder {
-	refunders.mu.Lock()
-	defer refunders.mu.Unlock()
-	l := refunders.byLS[store]
-	if len(l) == 0 {
-		return nil
-	}
-	return *l[len(l)-1]
-}
+func RefunderFor(store appLedger) Refunder { return refunders.newest(store) }
