@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -123,11 +124,10 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 		}
 	}
 	t0 := time.Now()
-	res, err := g.store.Reserve(bg, ledger.HoldRequest{
+	hold, err := pipeline.Reserve(bg, g.store, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
 		TTL: time.Duration(h.HoldTTL),
-	})
-	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+	}, h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
@@ -150,9 +150,8 @@ func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
 		g.internal("holding credit", err)
 		return nil, nil, false
 	}
-	g.remaining = res.Available
-	g.holding = true
-	metrics.holdsOpen.Inc()
+	g.hold = hold
+	g.remaining = hold.Available
 	reserved = true
 	return backend, adm, true
 }
@@ -207,19 +206,15 @@ func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genSta
 	}
 }
 
-// keep ends the keeping of the generation's text: charged, it stays for the retention window
-// (completed or interrupted); not charged, it goes.
+// keep ends the keeping of the generation's text as the charge decides (pipeline.KeepText).
 func (g *generation) keep(k *keptText, gerr error) {
 	k.mu.Lock()
 	overflow := k.overflow
 	k.mu.Unlock()
-	if g.credit == 0 || overflow {
+	discard, state, reason := pipeline.KeepText(g.credit > 0, overflow, gerr, g.stats.DoneReason)
+	if discard {
 		k.discard()
 		return
-	}
-	state, reason := ledger.GenerationCompleted, g.finishReason()
-	if gerr != nil {
-		state, reason = ledger.GenerationInterrupted, ""
 	}
 	// The response has ended already for a client that stayed; the handler waits for the last
 	// write only for an Idempotency-Key, whose record must not be finished before the text is.
@@ -253,47 +248,42 @@ func (g *generation) refuseAdmission(err error) {
 	g.fail(e)
 }
 
-// finish resolves the hold and ends the response by the charging rules (docs/API.md,
-// "Charging").
+// finish resolves the hold as the charging rules decide (pipeline.Decide; docs/API.md,
+// "Charging") and ends the response: the one place where a generation's status and credit are
+// set from what its stream found.
 func (g *generation) finish(s *streamer, gerr error) {
-	h := g.h
 	bg := context.WithoutCancel(g.r.Context())
-	kind := backends.KindOf(gerr)
-	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged. A
-	// detached generation (retention) ran on after its client left.
-	clientGone := s.detached || gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
-	if gerr != nil && !clientGone {
-		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
+	d := pipeline.Decide(pipeline.Stream{Err: gerr, Texted: s.texted, Delivered: s.delivered, Detached: s.detached,
+		ClientLeft: s.writeErr != nil || ctxDone(g.r.Context())})
+	if d.ModelFailed {
+		metrics.backendErrors.WithLabelValues(d.Kind.String()).Inc()
 	}
-	// A prompt the model server cut (or refused) is never charged, whoever is still listening.
-	cut := gerr != nil && kind == backends.KindTooLong
-	switch {
-	case gerr == nil && s.texted, clientGone && s.delivered && !cut:
-		// Complete, or the client left after text was delivered: the charge stands (now, or
-		// later when the ledger cannot take it now).
-		if g.resolve(bg, g.settleOp()) {
+	if d.Charge {
+		// The charge stands (now, or later when the ledger cannot take it now).
+		if g.hold.Settle(bg) {
 			g.credit = 1
 		}
-		if clientGone {
-			g.errKind = "client_gone"
-			g.status = 499
-			return
-		}
+	} else {
+		g.hold.Void(bg, d.VoidReason)
+	}
+	g.remaining = g.hold.Available
+	switch d.End {
+	case pipeline.EndComplete:
 		g.status = http.StatusOK
 		if g.sse {
 			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens,
-				FinishReason: g.finishReason()})
+				FinishReason: pipeline.FinishReason(g.stats.DoneReason)})
 		}
-	case gerr == nil:
-		// The model finished without a single piece of text: nothing to charge for.
-		g.void(bg, "empty output")
+	case pipeline.EndClientGone:
+		g.errKind = "client_gone"
+		g.status = 499
+	case pipeline.EndEmpty:
 		g.failStream(s, newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
-	case s.texted && !clientGone:
-		// Text went out and the generation broke: return the credit and abort the response, so
-		// no client can take a truncated text for a complete one.
-		g.void(bg, "interrupted: "+kind.String())
-		g.errKind = kind.String()
-		h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
+	case pipeline.EndBroken:
+		// Text went out and the generation broke: no client may take the truncated text for a
+		// complete one.
+		g.errKind = d.Kind.String()
+		g.h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
 		if g.sse {
 			g.status = http.StatusOK
 			g.errorEvent(s, g.backendError(gerr))
@@ -301,14 +291,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		}
 		g.status = 0
 		g.abort = true
-	default:
-		// No text, or the client left before any reached it: nothing to charge for.
-		g.void(bg, kind.String())
-		if clientGone {
-			g.errKind = "client_gone"
-			g.status = 499
-			return
-		}
+	case pipeline.EndFailed:
 		g.failStream(s, g.backendError(gerr))
 	}
 }
@@ -344,17 +327,6 @@ func ctxDone(ctx context.Context) bool {
 		return false
 	}
 }
-
-// resolved notes that the request's hold was settled or voided (or tried to be: a failed
-// resolution leaves a hold that expires on its own).
-func (g *generation) resolved() {
-	if g.holding {
-		g.holding = false
-		metrics.holdsOpen.Dec()
-	}
-}
-
-func (g *generation) void(ctx context.Context, reason string) { g.resolve(ctx, g.voidOp(reason)) }
 
 // ledgerUnavailable answers 503 ledger_unavailable: the ledger takes no new work now (its disk
 // is nearly full, its database unreachable); nothing was reserved or charged.

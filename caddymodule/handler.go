@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -129,9 +130,10 @@ type generation struct {
 	host      string
 	// addr is the client address its failed authentications count against ("" when off).
 	addr string
-	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
-	holding bool
-	queued  time.Duration // time waited in the admission queue
+	// hold is the credit reserved for the generation (pipeline.Reserve), until it is settled or
+	// voided.
+	hold   pipeline.Hold
+	queued time.Duration // time waited in the admission queue
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool

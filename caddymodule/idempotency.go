@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -119,23 +120,7 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 }
 
 // finishIdempotent records the outcome: the status when the request was charged, else a
-// release (status < 0), so a retry of a failed request may run.
+// release, so a retry of a failed request may run (pipeline.FinishIdempotent).
 func (g *generation) finishIdempotent() {
-	status := ledger.StatusReleased
-	if g.credit > 0 {
-		status = http.StatusOK
-	}
-	store, acct, key := g.store, g.acct.ID, g.idemRecordKey()
-	finish := func(ctx context.Context) error { return store.FinishIdempotent(ctx, acct, key, status) }
-	err := finish(context.WithoutCancel(g.r.Context()))
-	switch {
-	case errors.Is(err, ledger.ErrUnavailable):
-		// Left unfinished, the record would answer every retry 409 (or, charged, run it again
-		// once the key is forgotten): it is finished once the ledger is back, as settles are.
-		log := g.h.logger.With(zap.String("request_id", g.id))
-		log.Warn("finishing the idempotency record later: the ledger is unavailable", zap.Error(err))
-		retryLater(log, "idempotency record", time.Now().Add(ledger.IdempotencyTTL), "the key's 24 hours have passed", finish)
-	case err != nil:
-		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
-	}
+	pipeline.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.store, g.h.logger, g.id, g.acct.ID, g.idemRecordKey(), g.credit > 0)
 }
