@@ -46,7 +46,11 @@ func (g *generation) run() {
 	// the ledger before (the key, the hold; each bounded by the ledger's own timeout) are the
 	// ledger's, so a slow ledger is answered as one (503 ledger_unavailable), never as a model
 	// that did not answer in time.
-	s := newStreamer(g, time.Now().Add(time.Duration(h.GenerationTimeout)))
+	var kept *keptText
+	if h.retain != nil {
+		kept = h.retain.newKept(g)
+	}
+	s := newStreamer(g.w, g.r, g.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -248,25 +252,15 @@ func (g *generation) refuseAdmission(err error) {
 	g.fail(e)
 }
 
-// finish resolves the hold as the charging rules decide (pipeline.Decide; docs/API.md,
-// "Charging") and ends the response: the one place where a generation's status and credit are
-// set from what its stream found.
+// finish applies the charging rules to what the stream found (pipeline.Decide; docs/API.md,
+// "Charging"): it settles or voids the hold, then ends the response. It is the one place where
+// a generation that ran sets its status and its credit.
 func (g *generation) finish(s *streamer, gerr error) {
-	bg := context.WithoutCancel(g.r.Context())
-	d := pipeline.Decide(pipeline.Stream{Err: gerr, Texted: s.texted, Delivered: s.delivered, Detached: s.detached,
-		ClientLeft: s.writeErr != nil || ctxDone(g.r.Context())})
+	d := pipeline.Decide(s.result(gerr))
 	if d.ModelFailed {
 		metrics.backendErrors.WithLabelValues(d.Kind.String()).Inc()
 	}
-	if d.Charge {
-		// The charge stands (now, or later when the ledger cannot take it now).
-		if g.hold.Settle(bg) {
-			g.credit = 1
-		}
-	} else {
-		g.hold.Void(bg, d.VoidReason)
-	}
-	g.remaining = g.hold.Available
+	g.charge(d)
 	switch d.End {
 	case pipeline.EndComplete:
 		g.status = http.StatusOK
@@ -294,6 +288,20 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case pipeline.EndFailed:
 		g.failStream(s, g.backendError(gerr))
 	}
+}
+
+// charge settles (d.Charge) or voids the request's hold; the charge stands once the ledger took
+// the settle, now or later (pipeline.Hold). The client is told the credits the ledger reports.
+func (g *generation) charge(d pipeline.Decision) {
+	bg := context.WithoutCancel(g.r.Context())
+	if d.Charge {
+		if g.hold.Settle(bg) {
+			g.credit = 1
+		}
+	} else {
+		g.hold.Void(bg, d.VoidReason)
+	}
+	g.remaining = g.hold.Available
 }
 
 // failStream answers a generation that ends without text with e: as its JSON error, or, when
