@@ -2,6 +2,7 @@
 // that every door to the model (POST /api/v1/generate today) runs the same stages and the rules
 // can be read and tested without a server:
 //
+//   - the Idempotency-Key (Claim): a retry of a request that ran or runs does not run again;
 //   - the hold (Reserve): one credit reserved before the model is asked;
 //   - the outcome (Decide): from what the stream found, whether the credit is charged or given
 //     back and how the answer ends;

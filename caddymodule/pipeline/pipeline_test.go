@@ -177,32 +177,34 @@ func TestReserveRefused(t *testing.T) {
 	}
 }
 
-// TestFinishIdempotent: a charged request's record answers its retries with 200; an uncharged
-// one releases the key, so that a retry runs.
-func TestFinishIdempotent(t *testing.T) {
+// TestIdempotencyKeyClaims: a key's first request runs; a retry while it runs, with another
+// body, or after it was charged does not; after it charged nothing, the retry runs.
+func TestIdempotencyKeyClaims(t *testing.T) {
 	store, acct := openLedger(t, 1)
 	ctx := context.Background()
 	log := zaptest.NewLogger(t)
-	for _, charged := range []bool{true, false} {
-		key := "live:charged"
-		if !charged {
-			key = "live:free"
-		}
-		rec := ledger.IdempotencyRecord{AccountID: acct, Key: key, RequestID: "req_" + key[5:], Fingerprint: "f", Created: time.Now(), HoldTTL: time.Minute}
-		if _, fresh, err := store.BeginIdempotent(ctx, rec); err != nil || !fresh {
-			t.Fatalf("BeginIdempotent(%s): fresh %v, %v", key, fresh, err)
-		}
-		pipeline.FinishIdempotent(ctx, store, log, rec.RequestID, acct, key, charged)
-		retry := rec
-		retry.RequestID = "req_retry"
-		got, fresh, err := store.BeginIdempotent(ctx, retry)
-		switch {
-		case err != nil:
-			t.Fatalf("retry of %s: %v", key, err)
-		case charged && (fresh || got.Status != http.StatusOK || got.RequestID != rec.RequestID):
-			t.Errorf("retry of a charged request: fresh %v, record %+v; want the first's record with 200", fresh, got)
-		case !charged && !fresh:
-			t.Errorf("retry of an uncharged request: record %+v; want the key released to the retry", got)
-		}
+	rec := func(key, requestID, body string) ledger.IdempotencyRecord {
+		return ledger.IdempotencyRecord{AccountID: acct, Key: key, RequestID: requestID, Fingerprint: body, Created: time.Now(), HoldTTL: time.Minute}
 	}
+	claim := func(r ledger.IdempotencyRecord, want pipeline.ClaimResult) ledger.IdempotencyRecord {
+		t.Helper()
+		got, prior, err := pipeline.Claim(ctx, store, r)
+		if err != nil || got != want {
+			t.Fatalf("Claim(%s by %s) = %v, %+v, %v; want %v", r.Key, r.RequestID, got, prior, err, want)
+		}
+		return prior
+	}
+	claim(rec("live:a", "req_first", "body"), pipeline.Claimed)
+	if prior := claim(rec("live:a", "req_second", "body"), pipeline.ClaimRunning); !pipeline.Replayable(prior) || prior.RequestID != "req_first" {
+		t.Errorf("while the first runs: %+v; want its record, replayable", prior)
+	}
+	claim(rec("live:a", "req_other", "another body"), pipeline.ClaimReused)
+	pipeline.FinishIdempotent(ctx, store, log, "req_first", acct, "live:a", true)
+	if prior := claim(rec("live:a", "req_third", "body"), pipeline.ClaimCharged); prior.Status != http.StatusOK || prior.RequestID != "req_first" || !pipeline.Replayable(prior) {
+		t.Errorf("after the first was charged: %+v; want its record with 200, replayable", prior)
+	}
+
+	claim(rec("live:b", "req_free", "body"), pipeline.Claimed)
+	pipeline.FinishIdempotent(ctx, store, log, "req_free", acct, "live:b", false)
+	claim(rec("live:b", "req_retry", "body"), pipeline.Claimed)
 }
