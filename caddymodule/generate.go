@@ -229,8 +229,7 @@ func (g *generation) keep(k *keptText, gerr error) {
 // or wait too long) or backend_unavailable; nothing was reserved.
 func (g *generation) refuseAdmission(err error) {
 	if backends.KindOf(err) == backends.KindCanceled {
-		g.errKind = "client_gone" // the client left while queued
-		g.status = 499
+		g.left() // while queued
 		return
 	}
 	reason := ""
@@ -245,9 +244,9 @@ func (g *generation) refuseAdmission(err error) {
 	e := g.backendError(err)
 	if reason != "" {
 		metrics.rejections.WithLabelValues(reason).Inc()
-		g.errKind = reason
+		e.kind = reason
 	} else {
-		metrics.backendErrors.WithLabelValues(g.errKind).Inc()
+		metrics.backendErrors.WithLabelValues(e.kind).Inc()
 	}
 	g.fail(e)
 }
@@ -269,8 +268,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 				FinishReason: pipeline.FinishReason(g.stats.DoneReason)})
 		}
 	case pipeline.EndClientGone:
-		g.errKind = "client_gone"
-		g.status = 499
+		g.left()
 	case pipeline.EndEmpty:
 		g.failStream(s, newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
 	case pipeline.EndBroken:
@@ -312,10 +310,7 @@ func (g *generation) failStream(s *streamer, e *apiError) {
 		g.fail(e)
 		return
 	}
-	g.status = http.StatusOK
-	if g.errKind == "" {
-		g.errKind = e.Code
-	}
+	g.status, g.errKind = http.StatusOK, e.logKind()
 	g.errorEvent(s, e)
 }
 
@@ -343,7 +338,6 @@ func (g *generation) ledgerUnavailable(err error) {
 	if ce := g.h.logger.Check(zapcore.DebugLevel, "ledger unavailable"); ce != nil {
 		ce.Write(zap.String("request_id", g.id), zap.Error(err))
 	}
-	g.errKind = "ledger_unavailable"
 	g.fail(errLedgerUnavailable)
 }
 
@@ -398,7 +392,6 @@ func (g *generation) backendError(err error) *apiError {
 		retry = be.RetryAfter
 	}
 	kind := backends.KindOf(err)
-	g.errKind = kind.String()
 	var e *apiError
 	switch kind {
 	case backends.KindUnavailable:
@@ -426,8 +419,9 @@ func (g *generation) backendError(err error) *apiError {
 		e = newError(http.StatusBadGateway, "backend_error", "", "the model server answered with an error; no credit was charged")
 	default:
 		g.h.logger.Error("generation failed", zap.String("request_id", g.id), zap.Error(err))
-		return errInternal
+		return errInternal.as(kind.String())
 	}
 	e.RetryAfter = retry
+	e.kind = kind.String()
 	return e
 }

@@ -202,14 +202,16 @@ func (g *generation) end() {
 	}
 }
 
-// fail answers with an error; nothing is charged.
+// fail answers a stage's refusal e: its status, and the kind of error the log names it by;
+// nothing is charged.
 func (g *generation) fail(e *apiError) {
-	g.status = e.Status
-	if g.errKind == "" {
-		g.errKind = e.Code
-	}
+	g.status, g.errKind = e.Status, e.logKind()
 	writeError(g.w, g.id, e, g.remaining)
 }
+
+// left notes a client that went away before its answer: nothing more is written, and the log
+// says 499.
+func (g *generation) left() { g.status, g.errKind = 499, "client_gone" }
 
 func (g *generation) internal(what string, err error) {
 	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))
