@@ -29,17 +29,20 @@ func (g *generation) generate() {
 	}
 }
 
-// run reserves a credit and streams the generation. The reservation is made in memory, in
-// commit order, without waiting for the disk (ledger.Reserve): a hold lost to a crash charges
-// nothing, and the settle is durable only together with the hold before it. So the call to the
-// model never waits for a disk sync, and a client without credit never makes the model work.
+// run takes a place on a model host, holds a credit and streams the generation: the stages
+// admission, hold, stream and outcome.
 func (g *generation) run() {
-	backend, adm, ok := g.reserve()
+	backend, adm, ok := g.admitModel()
 	if !ok {
 		return
 	}
 	if adm != nil {
-		defer adm.Release() // Generate releases it; this covers the returns before
+		// Generate releases it; this covers the returns before, a refused hold among them
+		// (the model host's place goes back).
+		defer adm.Release()
+	}
+	if !g.holdCredit() {
+		return
 	}
 	h := g.h
 	// generation_timeout is the model's time: it starts once the credit is held. The waits for
@@ -81,83 +84,81 @@ func (g *generation) run() {
 	g.ended(s, stats, gerr, genStart)
 }
 
-// reserve admits the request to a model host (live keys; test keys get the sample text) and
-// reserves its credit, answering the client when either is refused (ok false).
+// admitModel is the admission stage: the backend that answers (a test key gets the catalog's
+// sample text) and, for a live key, a place on a model host, asked before any credit is held so
+// that a request the hosts cannot take is refused (or waits) without holding one. It answers
+// the client when the request is refused (ok false).
 //
 //go:noinline
-func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
-	h := g.h
-	bg := context.WithoutCancel(g.r.Context())
-	var backend backends.Backend = g.backend // or the sample text of a test key
-	var adm backends.Admission
-	reserved := false
-	defer func() {
-		if !reserved && adm != nil {
-			adm.Release() // refused after its admission: the model host's place goes back
-		}
-	}()
+func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	if g.key.Mode == ledger.Test {
-		backend = backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}
-	} else {
-		if g.remaining == 0 {
-			// No credit: answer at once rather than after a wait in the admission queue.
-			g.fail(g.insufficient())
-			return nil, nil, false
-		}
-		// Admission before the reservation: a request the model hosts cannot take is refused
-		// (or waits) without holding a credit.
-		if admitter, ok := backend.(backends.Admitter); ok {
-			tq := g.trace.now()
-			var err error
-			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
-				held := g.hostPlace
-				g.hostPlace = ratelimit.Slot{} // the backend owns it now
-				adm, err = ha.AdmitHeld(g.r.Context(), g.host, held.Release)
-			} else {
-				adm, err = admitter.Admit(g.r.Context())
-			}
-			g.trace.step(spanQueueWait, tq, g)
-			if err != nil {
-				g.refuseAdmission(err)
-				return nil, nil, false
-			}
-			if w := adm.Waited(); w > 0 {
-				g.queued = w
-				metrics.queueWait.Observe(w.Seconds())
-			}
-		}
+		return backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}, nil, true
 	}
+	if g.remaining == 0 {
+		// No credit: answer at once rather than after a wait in the admission queue.
+		g.fail(g.insufficient())
+		return nil, nil, false
+	}
+	tq := g.trace.now()
+	var adm backends.Admission
+	var err error
+	if g.hostPlace != (ratelimit.Slot{}) {
+		held := g.hostPlace
+		g.hostPlace = ratelimit.Slot{} // the backend owns it now
+		adm, err = g.backend.AdmitHeld(g.r.Context(), g.host, held.Release)
+	} else {
+		adm, err = g.backend.Admit(g.r.Context())
+	}
+	g.trace.step(spanQueueWait, tq, g)
+	if err != nil {
+		g.refuseAdmission(err)
+		return nil, nil, false
+	}
+	if w := adm.Waited(); w > 0 {
+		g.queued = w
+		metrics.queueWait.Observe(w.Seconds())
+	}
+	return g.backend, adm, true
+}
+
+// holdCredit is the hold stage: one credit reserved (pipeline.Reserve), answering the client
+// when it is refused (false). The reservation is made in memory, in commit order, without
+// waiting for the disk (ledger.Reserve): a hold lost to a crash charges nothing, and the settle
+// is durable only together with the hold before it. So the call to the model never waits for a
+// disk sync, and a client without credit never makes the model work.
+//
+//go:noinline
+func (g *generation) holdCredit() bool {
 	t0 := time.Now()
-	hold, err := pipeline.Reserve(bg, g.store, ledger.HoldRequest{
+	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
-		TTL: time.Duration(h.HoldTTL),
-	}, h.logger, holdMetrics{})
+		TTL: time.Duration(g.h.HoldTTL),
+	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
 		g.remaining = 0
 		g.fail(g.insufficient())
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrMemberCapReached):
 		g.fail(memberCapReached(time.Now()))
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrAccountDisabled):
 		g.fail(errAccountDisabled)
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrKeyBudgetExhausted):
 		g.fail(keyBudgetExhausted(err))
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrUnavailable):
 		g.ledgerUnavailable(err)
-		return nil, nil, false
+		return false
 	case err != nil:
 		g.internal("holding credit", err)
-		return nil, nil, false
+		return false
 	}
 	g.hold = hold
 	g.remaining = hold.Available
-	reserved = true
-	return backend, adm, true
+	return true
 }
 
 // backendRequest is what the model is asked: the tool's prompt in the request's language and
