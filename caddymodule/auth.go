@@ -20,8 +20,6 @@ type keyCheck struct {
 	// balance and available are the credits of the key's mode; available is -1 until the key
 	// is known to be valid (then X-Credits-Remaining is left out of an error answer).
 	balance, available int64
-	// authLimited: refused by the limit on failed authentications of the client address.
-	authLimited bool
 	// addr is the client address the limit on failed authentications counts ("" when off).
 	addr string
 }
@@ -47,7 +45,6 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 	}
 	if gate {
 		if refused := h.authGate(w, r, kc.addr); refused != nil {
-			kc.authLimited = true
 			return kc, refused
 		}
 	}
@@ -55,14 +52,12 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 	switch {
 	case errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrNotFound):
 		if refused := h.authFailed(r.Context(), w, kc.addr); refused != nil {
-			kc.authLimited = true
 			return kc, refused
 		}
 		return kc, errInvalidKey
 	case errors.Is(err, ledger.ErrKeyExpired):
 		// Counted like an invalid key: an expired key is no better a credential.
 		if refused := h.authFailed(r.Context(), w, kc.addr); refused != nil {
-			kc.authLimited = true
 			return kc, refused
 		}
 		return kc, errKeyExpired
@@ -94,10 +89,7 @@ func (g *generation) authenticate() bool {
 	kc, e := g.h.checkKey(g.store, g.w, g.r, g.id, false)
 	g.key, g.acct, g.remaining, g.addr = kc.key, kc.acct, kc.available, kc.addr
 	if e != nil {
-		if kc.authLimited {
-			g.errKind = "auth_failures"
-		}
-		g.fail(e)
+		g.fail(e) // a refused address's 429 is logged as auth_failures (rateLimited)
 		return false
 	}
 	return true

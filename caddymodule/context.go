@@ -296,15 +296,6 @@ func (g *generation) contextCut(st backends.Stats) error {
 	return &backends.Error{Kind: backends.KindTooLong, Host: st.Host, Pieces: st.Pieces, Err: fmt.Errorf("context: %s", why)}
 }
 
-// finishReason is why a complete generation ended: "length" when it reached the tool's
-// max_output_tokens, else "stop".
-func (g *generation) finishReason() string {
-	if g.stats.DoneReason == "length" {
-		return "length"
-	}
-	return "stop"
-}
-
 // reportContexts asks the model servers for the windows of the models the tools use (and, where
 // the instructions' bytes leave no room for max_input_chars, for the tokens of the
 // instructions), and logs once, as a warning, the tools whose input limit the context lowers

@@ -24,9 +24,27 @@ type apiError struct {
 	RetryAfter time.Duration `json:"-"`
 	// Allow is sent as the Allow header (405 only).
 	Allow string `json:"-"`
+	// kind names the refusal in the log line, the trace and the metrics where it is finer than
+	// Code (queue_full, an overloaded model host's queue); empty: Code.
+	kind string
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+// as is a copy of e that the log names kind (e may be one of the shared values below).
+func (e *apiError) as(kind string) *apiError {
+	c := *e
+	c.kind = kind
+	return &c
+}
+
+// logKind is what the log line calls the refusal.
+func (e *apiError) logKind() string {
+	if e.kind != "" {
+		return e.kind
+	}
+	return e.Code
+}
 
 func newError(status int, code, param, message string) *apiError {
 	return &apiError{Status: status, Code: code, Param: param, Message: message}

@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -28,24 +29,31 @@ func (g *generation) generate() {
 	}
 }
 
-// run reserves a credit and streams the generation. The reservation is made in memory, in
-// commit order, without waiting for the disk (ledger.Reserve): a hold lost to a crash charges
-// nothing, and the settle is durable only together with the hold before it. So the call to the
-// model never waits for a disk sync, and a client without credit never makes the model work.
+// run takes a place on a model host, holds a credit and streams the generation: the stages
+// admission, hold, stream and outcome.
 func (g *generation) run() {
-	backend, adm, ok := g.reserve()
+	backend, adm, ok := g.admitModel()
 	if !ok {
 		return
 	}
 	if adm != nil {
-		defer adm.Release() // Generate releases it; this covers the returns before
+		// Generate releases it; this covers the returns before, a refused hold among them
+		// (the model host's place goes back).
+		defer adm.Release()
+	}
+	if !g.holdCredit() {
+		return
 	}
 	h := g.h
 	// generation_timeout is the model's time: it starts once the credit is held. The waits for
 	// the ledger before (the key, the hold; each bounded by the ledger's own timeout) are the
 	// ledger's, so a slow ledger is answered as one (503 ledger_unavailable), never as a model
 	// that did not answer in time.
-	s := newStreamer(g, time.Now().Add(time.Duration(h.GenerationTimeout)))
+	var kept *keptText
+	if h.retain != nil {
+		kept = h.retain.newKept(g)
+	}
+	s := newStreamer(g.w, g.r, g.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -76,85 +84,81 @@ func (g *generation) run() {
 	g.ended(s, stats, gerr, genStart)
 }
 
-// reserve admits the request to a model host (live keys; test keys get the sample text) and
-// reserves its credit, answering the client when either is refused (ok false).
+// admitModel is the admission stage: the backend that answers (a test key gets the catalog's
+// sample text) and, for a live key, a place on a model host, asked before any credit is held so
+// that a request the hosts cannot take is refused (or waits) without holding one. It answers
+// the client when the request is refused (ok false).
 //
 //go:noinline
-func (g *generation) reserve() (backends.Backend, backends.Admission, bool) {
-	h := g.h
-	bg := context.WithoutCancel(g.r.Context())
-	var backend backends.Backend = g.backend // or the sample text of a test key
-	var adm backends.Admission
-	reserved := false
-	defer func() {
-		if !reserved && adm != nil {
-			adm.Release() // refused after its admission: the model host's place goes back
-		}
-	}()
+func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	if g.key.Mode == ledger.Test {
-		backend = backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}
-	} else {
-		if g.remaining == 0 {
-			// No credit: answer at once rather than after a wait in the admission queue.
-			g.fail(g.insufficient())
-			return nil, nil, false
-		}
-		// Admission before the reservation: a request the model hosts cannot take is refused
-		// (or waits) without holding a credit.
-		if admitter, ok := backend.(backends.Admitter); ok {
-			tq := g.trace.now()
-			var err error
-			if ha, ok := admitter.(backends.HeldAdmitter); ok && g.hostPlace != (ratelimit.Slot{}) {
-				held := g.hostPlace
-				g.hostPlace = ratelimit.Slot{} // the backend owns it now
-				adm, err = ha.AdmitHeld(g.r.Context(), g.host, held.Release)
-			} else {
-				adm, err = admitter.Admit(g.r.Context())
-			}
-			g.trace.step(spanQueueWait, tq, g)
-			if err != nil {
-				g.refuseAdmission(err)
-				return nil, nil, false
-			}
-			if w := adm.Waited(); w > 0 {
-				g.queued = w
-				metrics.queueWait.Observe(w.Seconds())
-			}
-		}
+		return backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}, nil, true
 	}
+	if g.remaining == 0 {
+		// No credit: answer at once rather than after a wait in the admission queue.
+		g.fail(g.insufficient())
+		return nil, nil, false
+	}
+	tq := g.trace.now()
+	var adm backends.Admission
+	var err error
+	if g.hostPlace != (ratelimit.Slot{}) {
+		held := g.hostPlace
+		g.hostPlace = ratelimit.Slot{} // the backend owns it now
+		adm, err = g.backend.AdmitHeld(g.r.Context(), g.host, held.Release)
+	} else {
+		adm, err = g.backend.Admit(g.r.Context())
+	}
+	g.trace.step(spanQueueWait, tq, g)
+	if err != nil {
+		g.refuseAdmission(err)
+		return nil, nil, false
+	}
+	if w := adm.Waited(); w > 0 {
+		g.queued = w
+		metrics.queueWait.Observe(w.Seconds())
+	}
+	return g.backend, adm, true
+}
+
+// holdCredit is the hold stage: one credit reserved (pipeline.Reserve), answering the client
+// when it is refused (false). The reservation is made in memory, in commit order, without
+// waiting for the disk (ledger.Reserve): a hold lost to a crash charges nothing, and the settle
+// is durable only together with the hold before it. So the call to the model never waits for a
+// disk sync, and a client without credit never makes the model work.
+//
+//go:noinline
+func (g *generation) holdCredit() bool {
 	t0 := time.Now()
-	res, err := g.store.Reserve(bg, ledger.HoldRequest{
+	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
 		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
-		TTL: time.Duration(h.HoldTTL),
-	})
-	metrics.ledgerOps.WithLabelValues("reserve").Observe(time.Since(t0).Seconds())
+		TTL: time.Duration(g.h.HoldTTL),
+	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
 		g.remaining = 0
 		g.fail(g.insufficient())
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrMemberCapReached):
 		g.fail(memberCapReached(time.Now()))
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrAccountDisabled):
 		g.fail(errAccountDisabled)
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrKeyBudgetExhausted):
 		g.fail(keyBudgetExhausted(err))
-		return nil, nil, false
+		return false
 	case errors.Is(err, ledger.ErrUnavailable):
 		g.ledgerUnavailable(err)
-		return nil, nil, false
+		return false
 	case err != nil:
 		g.internal("holding credit", err)
-		return nil, nil, false
+		return false
 	}
-	g.remaining = res.Available
-	g.holding = true
-	metrics.holdsOpen.Inc()
-	reserved = true
-	return backend, adm, true
+	g.hold = hold
+	g.remaining = hold.Available
+	return true
 }
 
 // backendRequest is what the model is asked: the tool's prompt in the request's language and
@@ -207,19 +211,15 @@ func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genSta
 	}
 }
 
-// keep ends the keeping of the generation's text: charged, it stays for the retention window
-// (completed or interrupted); not charged, it goes.
+// keep ends the keeping of the generation's text as the charge decides (pipeline.KeepText).
 func (g *generation) keep(k *keptText, gerr error) {
 	k.mu.Lock()
 	overflow := k.overflow
 	k.mu.Unlock()
-	if g.credit == 0 || overflow {
+	discard, state, reason := pipeline.KeepText(g.credit > 0, overflow, gerr, g.stats.DoneReason)
+	if discard {
 		k.discard()
 		return
-	}
-	state, reason := ledger.GenerationCompleted, g.finishReason()
-	if gerr != nil {
-		state, reason = ledger.GenerationInterrupted, ""
 	}
 	// The response has ended already for a client that stayed; the handler waits for the last
 	// write only for an Idempotency-Key, whose record must not be finished before the text is.
@@ -230,8 +230,7 @@ func (g *generation) keep(k *keptText, gerr error) {
 // or wait too long) or backend_unavailable; nothing was reserved.
 func (g *generation) refuseAdmission(err error) {
 	if backends.KindOf(err) == backends.KindCanceled {
-		g.errKind = "client_gone" // the client left while queued
-		g.status = 499
+		g.left() // while queued
 		return
 	}
 	reason := ""
@@ -246,54 +245,38 @@ func (g *generation) refuseAdmission(err error) {
 	e := g.backendError(err)
 	if reason != "" {
 		metrics.rejections.WithLabelValues(reason).Inc()
-		g.errKind = reason
+		e.kind = reason
 	} else {
-		metrics.backendErrors.WithLabelValues(g.errKind).Inc()
+		metrics.backendErrors.WithLabelValues(e.kind).Inc()
 	}
 	g.fail(e)
 }
 
-// finish resolves the hold and ends the response by the charging rules (docs/API.md,
-// "Charging").
+// finish applies the charging rules to what the stream found (pipeline.Decide; docs/API.md,
+// "Charging"): it settles or voids the hold, then ends the response. It is the one place where
+// a generation that ran sets its status and its credit.
 func (g *generation) finish(s *streamer, gerr error) {
-	h := g.h
-	bg := context.WithoutCancel(g.r.Context())
-	kind := backends.KindOf(gerr)
-	// Only the client's leaving (not our own deadline) lets a cut-off generation be charged. A
-	// detached generation (retention) ran on after its client left.
-	clientGone := s.detached || gerr != nil && (s.writeErr != nil || ctxDone(g.r.Context()))
-	if gerr != nil && !clientGone {
-		metrics.backendErrors.WithLabelValues(kind.String()).Inc()
+	d := pipeline.Decide(s.result(gerr))
+	if d.ModelFailed {
+		metrics.backendErrors.WithLabelValues(d.Kind.String()).Inc()
 	}
-	// A prompt the model server cut (or refused) is never charged, whoever is still listening.
-	cut := gerr != nil && kind == backends.KindTooLong
-	switch {
-	case gerr == nil && s.texted, clientGone && s.delivered && !cut:
-		// Complete, or the client left after text was delivered: the charge stands (now, or
-		// later when the ledger cannot take it now).
-		if g.resolve(bg, g.settleOp()) {
-			g.credit = 1
-		}
-		if clientGone {
-			g.errKind = "client_gone"
-			g.status = 499
-			return
-		}
+	g.charge(d)
+	switch d.End {
+	case pipeline.EndComplete:
 		g.status = http.StatusOK
 		if g.sse {
 			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens,
-				FinishReason: g.finishReason()})
+				FinishReason: pipeline.FinishReason(g.stats.DoneReason)})
 		}
-	case gerr == nil:
-		// The model finished without a single piece of text: nothing to charge for.
-		g.void(bg, "empty output")
+	case pipeline.EndClientGone:
+		g.left()
+	case pipeline.EndEmpty:
 		g.failStream(s, newError(http.StatusBadGateway, "backend_error", "", "the model returned no text; no credit was charged"))
-	case s.texted && !clientGone:
-		// Text went out and the generation broke: return the credit and abort the response, so
-		// no client can take a truncated text for a complete one.
-		g.void(bg, "interrupted: "+kind.String())
-		g.errKind = kind.String()
-		h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
+	case pipeline.EndBroken:
+		// Text went out and the generation broke: no client may take the truncated text for a
+		// complete one.
+		g.errKind = d.Kind.String()
+		g.h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
 		if g.sse {
 			g.status = http.StatusOK
 			g.errorEvent(s, g.backendError(gerr))
@@ -301,16 +284,23 @@ func (g *generation) finish(s *streamer, gerr error) {
 		}
 		g.status = 0
 		g.abort = true
-	default:
-		// No text, or the client left before any reached it: nothing to charge for.
-		g.void(bg, kind.String())
-		if clientGone {
-			g.errKind = "client_gone"
-			g.status = 499
-			return
-		}
+	case pipeline.EndFailed:
 		g.failStream(s, g.backendError(gerr))
 	}
+}
+
+// charge settles (d.Charge) or voids the request's hold; the charge stands once the ledger took
+// the settle, now or later (pipeline.Hold). The client is told the credits the ledger reports.
+func (g *generation) charge(d pipeline.Decision) {
+	bg := context.WithoutCancel(g.r.Context())
+	if d.Charge {
+		if g.hold.Settle(bg) {
+			g.credit = 1
+		}
+	} else {
+		g.hold.Void(bg, d.VoidReason)
+	}
+	g.remaining = g.hold.Available
 }
 
 // failStream answers a generation that ends without text with e: as its JSON error, or, when
@@ -321,10 +311,7 @@ func (g *generation) failStream(s *streamer, e *apiError) {
 		g.fail(e)
 		return
 	}
-	g.status = http.StatusOK
-	if g.errKind == "" {
-		g.errKind = e.Code
-	}
+	g.status, g.errKind = http.StatusOK, e.logKind()
 	g.errorEvent(s, e)
 }
 
@@ -345,17 +332,6 @@ func ctxDone(ctx context.Context) bool {
 	}
 }
 
-// resolved notes that the request's hold was settled or voided (or tried to be: a failed
-// resolution leaves a hold that expires on its own).
-func (g *generation) resolved() {
-	if g.holding {
-		g.holding = false
-		metrics.holdsOpen.Dec()
-	}
-}
-
-func (g *generation) void(ctx context.Context, reason string) { g.resolve(ctx, g.voidOp(reason)) }
-
 // ledgerUnavailable answers 503 ledger_unavailable: the ledger takes no new work now (its disk
 // is nearly full, its database unreachable); nothing was reserved or charged.
 func (g *generation) ledgerUnavailable(err error) {
@@ -363,7 +339,6 @@ func (g *generation) ledgerUnavailable(err error) {
 	if ce := g.h.logger.Check(zapcore.DebugLevel, "ledger unavailable"); ce != nil {
 		ce.Write(zap.String("request_id", g.id), zap.Error(err))
 	}
-	g.errKind = "ledger_unavailable"
 	g.fail(errLedgerUnavailable)
 }
 
@@ -418,7 +393,6 @@ func (g *generation) backendError(err error) *apiError {
 		retry = be.RetryAfter
 	}
 	kind := backends.KindOf(err)
-	g.errKind = kind.String()
 	var e *apiError
 	switch kind {
 	case backends.KindUnavailable:
@@ -446,8 +420,9 @@ func (g *generation) backendError(err error) *apiError {
 		e = newError(http.StatusBadGateway, "backend_error", "", "the model server answered with an error; no credit was charged")
 	default:
 		g.h.logger.Error("generation failed", zap.String("request_id", g.id), zap.Error(err))
-		return errInternal
+		return errInternal.as(kind.String())
 	}
 	e.RetryAfter = retry
+	e.kind = kind.String()
 	return e
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -129,9 +130,10 @@ type generation struct {
 	host      string
 	// addr is the client address its failed authentications count against ("" when off).
 	addr string
-	// holding: a credit is reserved and not yet settled or voided (the holds_open gauge).
-	holding bool
-	queued  time.Duration // time waited in the admission queue
+	// hold is the credit reserved for the generation (pipeline.Reserve), until it is settled or
+	// voided.
+	hold   pipeline.Hold
+	queued time.Duration // time waited in the admission queue
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool
@@ -200,14 +202,16 @@ func (g *generation) end() {
 	}
 }
 
-// fail answers with an error; nothing is charged.
+// fail answers a stage's refusal e: its status, and the kind of error the log names it by;
+// nothing is charged.
 func (g *generation) fail(e *apiError) {
-	g.status = e.Status
-	if g.errKind == "" {
-		g.errKind = e.Code
-	}
+	g.status, g.errKind = e.Status, e.logKind()
 	writeError(g.w, g.id, e, g.remaining)
 }
+
+// left notes a client that went away before its answer: nothing more is written, and the log
+// says 499.
+func (g *generation) left() { g.status, g.errKind = 499, "client_gone" }
 
 func (g *generation) internal(what string, err error) {
 	g.h.logger.Error(what, zap.String("request_id", g.id), zap.Error(err))

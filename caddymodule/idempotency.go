@@ -10,49 +10,43 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// maxIdempotencyKey bounds the Idempotency-Key header (Stripe allows 255 characters).
-const maxIdempotencyKey = 255
-
-// beginIdempotent claims the request's Idempotency-Key. It answers the request itself and
-// returns false when the key was used before: with the first result's status when that request
-// was charged, 409 while it is still running, 422 when the key came with another body.
-// A first request that ended without a charge (an error) does not hold its key: the retry runs.
+// beginIdempotent claims the request's Idempotency-Key (pipeline.Claim). It answers the request
+// itself and returns false when the key was used before: with the first result when that
+// request was charged, 409 while it is still running, 422 when the key came with another body.
 func (g *generation) beginIdempotent() bool {
-	if len(g.idem) > maxIdempotencyKey {
+	if len(g.idem) > pipeline.MaxIdempotencyKey {
 		g.fail(newError(http.StatusBadRequest, "invalid_field", "Idempotency-Key", "the Idempotency-Key header is longer than 255 characters"))
 		return false
 	}
-	rec, fresh, err := g.store.BeginIdempotent(g.r.Context(), ledger.IdempotencyRecord{
+	claim, prior, err := pipeline.Claim(g.r.Context(), g.store, ledger.IdempotencyRecord{
 		AccountID: g.acct.ID, Key: g.idemRecordKey(), RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
-	if errors.Is(err, ledger.ErrUnavailable) {
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable):
 		g.ledgerUnavailable(err)
 		return false
-	}
-	if err != nil {
+	case err != nil:
 		g.internal("idempotency record", err)
 		return false
-	}
-	if fresh {
+	case claim == pipeline.Claimed:
 		return true
-	}
-	switch {
-	case rec.Fingerprint != g.fingerprint:
+	case claim == pipeline.ClaimReused:
 		g.fail(newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
 			"this Idempotency-Key was used with a different request body; use a new key for a new request"))
-	case (rec.Status == 0 || rec.Status == http.StatusOK) && g.replayKept(rec):
+	case pipeline.Replayable(prior) && g.replayKept(prior):
 		// The first request's text is kept (retention): sent again, as it runs or as it ended.
-	case rec.Status == 0:
+	case claim == pipeline.ClaimRunning:
 		e := newError(http.StatusConflict, "idempotency_in_progress", "Idempotency-Key",
 			"a request with this Idempotency-Key is still running; retry after it has finished")
 		e.RetryAfter = time.Second
 		g.fail(e)
 	default:
-		g.replay(rec)
+		g.replay(prior)
 	}
 	return false
 }
@@ -119,23 +113,7 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 }
 
 // finishIdempotent records the outcome: the status when the request was charged, else a
-// release (status < 0), so a retry of a failed request may run.
+// release, so a retry of a failed request may run (pipeline.FinishIdempotent).
 func (g *generation) finishIdempotent() {
-	status := ledger.StatusReleased
-	if g.credit > 0 {
-		status = http.StatusOK
-	}
-	store, acct, key := g.store, g.acct.ID, g.idemRecordKey()
-	finish := func(ctx context.Context) error { return store.FinishIdempotent(ctx, acct, key, status) }
-	err := finish(context.WithoutCancel(g.r.Context()))
-	switch {
-	case errors.Is(err, ledger.ErrUnavailable):
-		// Left unfinished, the record would answer every retry 409 (or, charged, run it again
-		// once the key is forgotten): it is finished once the ledger is back, as settles are.
-		log := g.h.logger.With(zap.String("request_id", g.id))
-		log.Warn("finishing the idempotency record later: the ledger is unavailable", zap.Error(err))
-		retryLater(log, "idempotency record", time.Now().Add(ledger.IdempotencyTTL), "the key's 24 hours have passed", finish)
-	case err != nil:
-		g.h.logger.Error("finishing idempotency record", zap.String("request_id", g.id), zap.Error(err))
-	}
+	pipeline.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.store, g.h.logger, g.id, g.acct.ID, g.idemRecordKey(), g.credit > 0)
 }

@@ -417,12 +417,11 @@ func (g *generation) admit(valid bool) bool {
 	case denied == len(ps):
 		// Answered as if the key had not been looked up: nothing tells a guesser whether it
 		// was valid.
-		g.errKind, g.remaining = lm.auth.reason, -1
+		g.remaining = -1
 		g.fail(authLimited(g.w, lm.auth, wait))
 		return false
 	case denied >= 0:
 		p := ps[denied]
-		g.errKind = p.reason
 		g.fail(rateLimited(g.w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s"))
 		return false
 	}
@@ -449,6 +448,7 @@ func rateLimited(w http.ResponseWriter, p *policy, wait time.Duration, format st
 	metrics.rejections.WithLabelValues(p.reason).Inc()
 	e := newError(http.StatusTooManyRequests, "rate_limited", "", fmt.Sprintf(format, p.limit.describe(), ceilSeconds(wait)))
 	e.RetryAfter = time.Duration(ceilSeconds(wait)) * time.Second
+	e.kind = p.reason
 	return e
 }
 

@@ -48,6 +48,6 @@ func (g *generation) tooManyConcurrent() *apiError {
 	e := newError(http.StatusTooManyRequests, "too_many_concurrent_requests", "",
 		fmt.Sprintf("this account already runs %d generations, the most it may run at once; no credit was charged; retry when one has finished", maxCon))
 	e.RetryAfter = time.Second
-	g.errKind = "concurrency"
+	e.kind = "concurrency"
 	return e
 }

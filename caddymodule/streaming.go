@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger/jsonenc"
 )
 
@@ -79,7 +80,15 @@ const streamFlushBytes = 16 << 10
 // for as long as it likes; with the deadline the write fails, the generation stops (or, with
 // retention, runs on without it), and the text it was sent is charged.
 type streamer struct {
-	g       *generation
+	// The client's side: its response, its request's context (ended: the client left), and
+	// what the 200 headers carry.
+	w         http.ResponseWriter
+	client    context.Context
+	http2     bool // HTTP/2 or later: deadlines must be cleared between writes (flushed)
+	sse       bool
+	requestID string
+	remaining int64
+
 	rc      *http.ResponseController
 	timeout time.Duration // per write (WriteTimeout)
 	end     time.Time     // the generation's deadline: no write outlives it
@@ -116,14 +125,14 @@ type streamer struct {
 	kaStopped bool
 }
 
-// newStreamer prepares the stream of g's generation, which ends at end.
-func newStreamer(g *generation, end time.Time) *streamer {
-	s := &streamer{g: g, rc: http.NewResponseController(g.w), timeout: time.Duration(g.h.WriteTimeout), end: end,
-		stop: func() {}, limit: streamBufferBytes}
+// newStreamer prepares the stream of a generation to the client of w and r (as SSE or plain
+// text), each write bounded by writeTimeout and the whole stream by end; kept keeps its text
+// (nil: retention off). The 200 headers carry requestID and the client's remaining credits.
+func newStreamer(w http.ResponseWriter, r *http.Request, sse bool, requestID string, remaining int64,
+	writeTimeout time.Duration, end time.Time, kept *keptText) *streamer {
+	s := &streamer{w: w, client: r.Context(), http2: r.ProtoMajor >= 2, sse: sse, requestID: requestID, remaining: remaining,
+		rc: http.NewResponseController(w), timeout: writeTimeout, end: end, stop: func() {}, limit: streamBufferBytes, kept: kept}
 	s.moved.L = &s.mu
-	if g.h.retain != nil {
-		s.kept = g.h.retain.newKept(g)
-	}
 	if s.kept != nil {
 		s.limit = keptMaxBytes // the kept text is what waits: no more than is kept
 	}
@@ -254,13 +263,13 @@ func (s *streamer) flushed() error {
 		return err
 	}
 	s.mu.Lock()
-	if !s.delivered && ctxDone(s.g.r.Context()) {
+	if !s.delivered && ctxDone(s.client) {
 		s.mu.Unlock()
 		return errLeftBeforeText
 	}
 	s.delivered = true
 	s.mu.Unlock()
-	if s.g.r.ProtoMajor >= 2 {
+	if s.http2 {
 		// On HTTP/2 an armed deadline resets the stream when it fires, even while no write is
 		// in flight: between pieces only the whole response's deadline stays armed. (On
 		// HTTP/1.1 a deadline only bounds the next write, which sets its own.)
@@ -281,6 +290,15 @@ func (s *streamer) drain() error {
 	return s.failed()
 }
 
+// result is what the stream found once the model's answer ended with err (after drain): the
+// input of the charging rules (pipeline.Decide).
+func (s *streamer) result(err error) pipeline.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return pipeline.Stream{Err: err, Texted: s.texted, Delivered: s.delivered, Detached: s.detached,
+		ClientLeft: s.writeErr != nil || ctxDone(s.client)}
+}
+
 // keepAliveComment is an SSE comment: clients ignore it, proxies see traffic.
 var keepAliveComment = []byte(": keep-alive\n\n")
 
@@ -289,7 +307,7 @@ var keepAliveComment = []byte(": keep-alive\n\n")
 // connection silent for up to first_piece_timeout, and proxies in between may cut it. Call the
 // returned stop before the generation's last writes.
 func (s *streamer) startKeepAlive(every time.Duration) (stop func()) {
-	if !s.g.sse || every <= 0 {
+	if !s.sse || every <= 0 {
 		return func() {}
 	}
 	var t *time.Timer
@@ -303,14 +321,14 @@ func (s *streamer) startKeepAlive(every time.Duration) (stop func()) {
 		}
 		s.writeHeader()
 		s.deadline(s.end)
-		_, err := s.g.w.Write(keepAliveComment)
+		_, err := s.w.Write(keepAliveComment)
 		if err == nil {
 			err = s.rc.Flush()
 		}
 		if err != nil {
 			return // the client is gone: the request's context ends the generation
 		}
-		if s.g.r.ProtoMajor >= 2 {
+		if s.http2 {
 			s.rearm()
 		}
 		t.Reset(every)
@@ -328,23 +346,22 @@ func (s *streamer) writeHeader() {
 	if s.started {
 		return
 	}
-	g := s.g
-	hdr := g.w.Header()
-	if g.sse {
+	hdr := s.w.Header()
+	if s.sse {
 		hdr.Set("Content-Type", "text/event-stream")
 	} else {
 		hdr.Set("Content-Type", "text/plain; charset=utf-8")
 	}
 	hdr.Set("X-Credits-Used", "1")
-	hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
-	hdr.Set("X-Request-Id", g.id)
+	hdr.Set("X-Credits-Remaining", strconv.FormatInt(s.remaining, 10))
+	hdr.Set("X-Request-Id", s.requestID)
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
 	// at once instead of buffering.
 	hdr.Set("X-Accel-Buffering", "no")
 	hdr.Set("Incremental", "?1")
-	g.w.WriteHeader(http.StatusOK)
+	s.w.WriteHeader(http.StatusOK)
 	s.started = true
 }
 
@@ -364,19 +381,18 @@ func (s *streamer) clientLeft(cancel context.CancelFunc) {
 // write sends one piece to the client, with SSE id id where a stream can be resumed (the
 // writer's).
 func (s *streamer) write(piece string, id int) error {
-	g := s.g
 	s.writeHeader()
 	s.deadline(s.end)
 	var err error
-	if g.sse {
+	if s.sse {
 		if s.kept == nil {
 			id = 0 // SSE ids only where a stream can be resumed
 		}
 		s.buf = appendDelta(s.buf[:0], id, piece)
-		_, err = g.w.Write(s.buf)
+		_, err = s.w.Write(s.buf)
 	} else {
 		s.buf = append(s.buf[:0], piece...)
-		_, err = g.w.Write(s.buf)
+		_, err = s.w.Write(s.buf)
 	}
 	return err
 }
@@ -435,7 +451,7 @@ func (s *streamer) event(name string, v any) {
 	s.buf = append(s.buf, "\ndata: "...)
 	s.buf = append(s.buf, data...)
 	s.buf = append(s.buf, "\n\n"...)
-	if _, err := s.g.w.Write(s.buf); err == nil {
+	if _, err := s.w.Write(s.buf); err == nil {
 		_ = s.rc.Flush()
 	}
 }
