@@ -256,7 +256,7 @@ func (g *generation) fitContext() *apiError {
 // from the figures.
 func (g *generation) contextCut(st backends.Stats) error {
 	mc := g.tool.context
-	if mc == nil || g.key.Mode != ledger.Live {
+	if mc == nil || g.caller.key.Mode != ledger.Live {
 		return nil
 	}
 	key := g.fit.system

@@ -91,7 +91,7 @@ func (g *generation) run() {
 //
 //go:noinline
 func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
-	if g.key.Mode == ledger.Test {
+	if g.caller.key.Mode == ledger.Test {
 		return backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}, nil, true
 	}
 	if g.remaining == 0 {
@@ -131,7 +131,7 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 func (g *generation) holdCredit() bool {
 	t0 := time.Now()
 	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
-		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+		AccountID: g.caller.acct.ID, Mode: g.caller.key.Mode, RequestID: g.id, KeyID: g.caller.key.ID, Tool: g.tool.Slug,
 		TTL: time.Duration(g.h.HoldTTL),
 	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
@@ -355,9 +355,9 @@ func (g *generation) insufficient() *apiError {
 		msg = fmt.Sprintf("this account owes %d credits (a refund or dispute took back credits that were already spent) and can generate again once a purchase pays the debt; ", debt)
 	}
 	switch {
-	case g.key.Mode == ledger.Test && where != "":
+	case g.caller.key.Mode == ledger.Test && where != "":
 		msg = "no test credits left; refill the test balance at " + where
-	case g.key.Mode == ledger.Test:
+	case g.caller.key.Mode == ledger.Test:
 		msg = "no test credits left; ask the operator of this service to refill them"
 	case buying && len(packages) > 0:
 		msg += "buy a credit package (" + strings.Join(packages, ", ") + ") at " + where
@@ -367,7 +367,7 @@ func (g *generation) insufficient() *apiError {
 		// Nowhere to buy: name the account, so that its operator knows whom to credit, and the
 		// command that does it (on a site of one's own, the reader is that operator).
 		msg += fmt.Sprintf("this service does not sell credits online: ask the operator of this service to add credits to account %s "+
-			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.acct.ID, g.acct.ID)
+			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.caller.acct.ID, g.caller.acct.ID)
 	}
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }
@@ -375,10 +375,10 @@ func (g *generation) insufficient() *apiError {
 // debt is how many live credits the account owes (0: none): a negative balance, which only a
 // refund or dispute of a purchase can leave (ledger.Reversals). Read only for a 402.
 func (g *generation) debt() int64 {
-	if g.key.Mode != ledger.Live {
+	if g.caller.key.Mode != ledger.Live {
 		return 0
 	}
-	b, err := g.store.Balance(g.r.Context(), g.acct.ID)
+	b, err := g.store.Balance(g.r.Context(), g.caller.acct.ID)
 	if err != nil || b.Balance >= 0 {
 		return 0
 	}

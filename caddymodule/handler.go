@@ -12,7 +12,6 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // ServeHTTP routes the endpoints of the API.
@@ -103,13 +102,13 @@ type generation struct {
 	r       *http.Request
 	id      string
 	start   time.Time
-	key     ledger.Key
-	acct    ledger.Account
-	req     genRequest
-	tool    *toolRuntime
-	lang    string
-	sse     bool
-	idem    string // Idempotency-Key, if sent
+	// caller is who calls (authenticate).
+	caller caller
+	req    genRequest
+	tool   *toolRuntime
+	lang   string
+	sse    bool
+	idem   string // Idempotency-Key, if sent
 	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
 	fingerprint string
 	status      int
@@ -128,8 +127,6 @@ type generation struct {
 	// limits (the zero Slot: none) until run hands it to the backend.
 	hostPlace ratelimit.Slot
 	host      string
-	// addr is the client address its failed authentications count against ("" when off).
-	addr string
 	// hold is the credit reserved for the generation (pipeline.Reserve), until it is settled or
 	// voided.
 	hold   pipeline.Hold
@@ -157,9 +154,11 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		return
 	}
 	t0 := g.trace.now()
-	authenticated := g.authenticate()
+	var refused *apiError
+	g.caller, g.remaining, refused = h.authenticate(store, w, r, reqID)
 	g.trace.step(spanKeyCheck, t0, g)
-	if !authenticated {
+	if refused != nil {
+		g.fail(refused) // a refused address's 429 is logged as auth_failures (rateLimited)
 		return
 	}
 	bad := g.readRequest()

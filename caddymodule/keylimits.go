@@ -23,7 +23,7 @@ var errKeyExpired = &apiError{Status: http.StatusUnauthorized, Code: "key_expire
 // tool_not_allowed) or a client address outside its ranges (403 address_not_allowed). The
 // address is the one Caddy determined (trusted proxies and their headers apply).
 func (g *generation) keyLimits() *apiError {
-	l := g.key.KeyLimits
+	l := g.caller.key.KeyLimits
 	if !l.AllowsTool(g.tool.Slug) {
 		return newError(http.StatusForbidden, "tool_not_allowed", "tool",
 			fmt.Sprintf("this API key may not call the tool %q; it may call %s (its owner can change that in My Account)", g.tool.Slug, strings.Join(l.AllowedTools, ", ")))

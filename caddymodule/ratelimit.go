@@ -377,12 +377,12 @@ func (g *generation) admit(valid bool) bool {
 	if valid {
 		ps = append(ps, lm.tools[g.tool.Slug]...)
 		if lm.slots != nil {
-			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
+			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.caller.acct.ID, Max: lm.maxCon}
 			np++
 		}
 		// The model host's place across the instances, in the same round trip: taken if free
 		// (else the backend's admission waits for one), handed to the backend in run.
-		if lm.hosts != nil && g.key.Mode == ledger.Live && g.remaining != 0 {
+		if lm.hosts != nil && g.caller.key.Mode == ledger.Live && g.remaining != 0 {
 			if host := g.backend.PreferredHost(); host != "" {
 				places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: g.h.MaxInFlight, Optional: true}
 				np++
@@ -394,16 +394,16 @@ func (g *generation) admit(valid bool) bool {
 	var got [ratelimit.MaxTakeAll]ratelimit.State
 	var slots [ratelimit.MaxPlaces]ratelimit.Slot
 	for i, p := range ps {
-		reqs[i] = ratelimit.Request{Buckets: p.buckets, ID: g.key.ID}
+		reqs[i] = ratelimit.Request{Buckets: p.buckets, ID: g.caller.key.ID}
 		if p.byAccount {
-			reqs[i].ID = g.acct.ID
+			reqs[i].ID = g.caller.acct.ID
 		}
 	}
 	nr := len(ps)
 	// The client address's failed authentications: a gate (charged nothing here, see
 	// Handler.authFailed), so an address that guessed too often is refused even a valid key.
-	if g.addr != "" {
-		reqs[nr] = ratelimit.Request{Buckets: lm.auth.buckets, ID: g.addr, Peek: true}
+	if g.caller.addr != "" {
+		reqs[nr] = ratelimit.Request{Buckets: lm.auth.buckets, ID: g.caller.addr, Peek: true}
 		nr++
 	}
 	if nr == 0 && np == 0 {
