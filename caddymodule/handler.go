@@ -104,15 +104,12 @@ type generation struct {
 	start   time.Time
 	// caller is who calls (authenticate).
 	caller caller
-	req    genRequest
-	tool   *toolRuntime
-	lang   string
-	sse    bool
-	idem   string // Idempotency-Key, if sent
-	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
-	fingerprint string
-	status      int
-	credit      int64 // credits charged (0 or 1)
+	// ask is what the caller asks for (readRequest), prompt its system prompt and its fit in
+	// the model's context (fitContext).
+	ask    ask
+	prompt prompt
+	status int
+	credit int64 // credits charged (0 or 1)
 	// remaining is the available credit reported to the client, -1 while the key is unknown.
 	remaining int64
 	stats     backends.Stats
@@ -134,10 +131,6 @@ type generation struct {
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool
-	// system is the tool's system prompt in the request's language and tone; fit is the
-	// prompt against its model's context (context.go).
-	system string
-	fit    contextFit
 	// trace is the request's spans under Caddy's tracing (tracing.go); zero when off.
 	trace reqTrace
 }
@@ -147,7 +140,7 @@ type generation struct {
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
 // wire).
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
-	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r), trace: startTrace(r)}
+	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
 	defer g.end()
 	if r.Method != http.MethodPost {
 		g.fail(errMethodNotAllowedPOST)
@@ -161,16 +154,19 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		g.fail(refused) // a refused address's 429 is logged as auth_failures (rateLimited)
 		return
 	}
-	bad := g.readRequest()
+	var bad *apiError
+	g.ask, bad = h.readRequest(w, r)
 	if bad == nil {
-		bad = g.keyLimits() // keylimits.go: its tools and addresses, before anything is held
+		bad = keyLimits(g.caller.key.KeyLimits, g.ask.tool, r) // its tools and addresses, before anything is held
 	}
 	if bad == nil {
-		if err := g.useToolBackend(); err != nil {
+		own, err := g.toolBackend()
+		if err != nil {
 			g.fail(err)
 			return
 		}
-		bad = g.fitContext()
+		g.backend = own
+		g.prompt, bad = h.fitContext(r.Context(), &g.ask, g.backend)
 	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's

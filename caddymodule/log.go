@@ -26,8 +26,8 @@ func (g *generation) log() {
 		fields = append(fields, zap.String("account_id", g.caller.acct.ID), zap.String("key_id", g.caller.key.ID),
 			zap.String("key", g.caller.key.Prefix+"..."+g.caller.key.Last4), zap.String("mode", string(g.caller.key.Mode)))
 	}
-	if g.tool != nil {
-		fields = append(fields, zap.String("tool", g.tool.Slug), zap.String("language", g.lang))
+	if g.ask.tool != nil {
+		fields = append(fields, zap.String("tool", g.ask.tool.Slug), zap.String("language", g.ask.lang))
 	}
 	if g.stats.Pieces > 0 || g.stats.OutputTokens > 0 {
 		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),

@@ -375,7 +375,7 @@ func (g *generation) admit(valid bool) bool {
 	var places [ratelimit.MaxPlaces]ratelimit.Place
 	np := 0
 	if valid {
-		ps = append(ps, lm.tools[g.tool.Slug]...)
+		ps = append(ps, lm.tools[g.ask.tool.Slug]...)
 		if lm.slots != nil {
 			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.caller.acct.ID, Max: lm.maxCon}
 			np++
