@@ -102,10 +102,10 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	tq := g.trace.now()
 	var adm backends.Admission
 	var err error
-	if g.hostPlace != (ratelimit.Slot{}) {
-		held := g.hostPlace
-		g.hostPlace = ratelimit.Slot{} // the backend owns it now
-		adm, err = g.backend.AdmitHeld(g.r.Context(), g.host, held.Release)
+	if g.admission.hostPlace != (ratelimit.Slot{}) {
+		held := g.admission.hostPlace
+		g.admission.hostPlace = ratelimit.Slot{} // the backend owns it now
+		adm, err = g.backend.AdmitHeld(g.r.Context(), g.admission.host, held.Release)
 	} else {
 		adm, err = g.backend.Admit(g.r.Context())
 	}

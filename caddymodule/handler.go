@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 )
 
@@ -115,15 +114,8 @@ type generation struct {
 	stats     backends.Stats
 	errKind   string
 	logged    bool
-	// states are the rate limits this request was counted against, for the RateLimit headers.
-	states  [4]limitState
-	nstates int
-	// slot is the account's concurrent place the request holds (released at the end).
-	slot ratelimit.Slot
-	// hostPlace is the place on the model host g.host, taken across the instances with the
-	// limits (the zero Slot: none) until run hands it to the backend.
-	hostPlace ratelimit.Slot
-	host      string
+	// admission is the places the limits granted (admit), held until the end.
+	admission admission
 	// hold is the credit reserved for the generation (pipeline.Reserve), until it is settled or
 	// voided.
 	hold   pipeline.Hold
@@ -172,9 +164,13 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	// its outcome; a valid one also against its tool's and takes one of its account's
 	// concurrent places: all in one step (one round trip to a Redis limits store).
 	t0 = g.trace.now()
-	admitted := g.admit(bad == nil)
+	g.admission, refused = h.admit(w, r, &g.caller, g.ask.tool, g.backend, g.remaining, bad == nil)
 	g.trace.step(spanLimits, t0, g)
-	if !admitted {
+	if refused != nil {
+		if g.admission.unknownKey {
+			g.remaining = -1
+		}
+		g.fail(refused)
 		return
 	}
 	if bad != nil {
@@ -187,8 +183,8 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 // end gives back the request's place among its account's generations, writes its log line and
 // metrics, and aborts the response if the generation broke after text went out.
 func (g *generation) end() {
-	g.slot.Release()      // safe when none is held
-	g.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
+	g.admission.slot.Release()      // safe when none is held
+	g.admission.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
 	g.log()
 	g.observe()
 	g.trace.finish(g)
