@@ -130,7 +130,9 @@ type generation struct {
 // serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
 // request: auth.go (who calls), request.go (what they ask for), ratelimit.go and slots.go
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
-// wire).
+// wire). The first stages return what they found (caller, ask, prompt, admission) and their
+// refusal; only serveGenerate stores them in the generation, which the later stages, the log
+// line, the metrics and the spans read.
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
 	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
 	defer g.end()
