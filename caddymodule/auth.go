@@ -84,15 +84,20 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 	return kc, nil
 }
 
-// authenticate checks the X-API-Key header and the account (see Handler.checkKey).
-func (g *generation) authenticate() bool {
-	kc, e := g.h.checkKey(g.store, g.w, g.r, g.id, false)
-	g.key, g.acct, g.remaining, g.addr = kc.key, kc.acct, kc.available, kc.addr
-	if e != nil {
-		g.fail(e) // a refused address's 429 is logged as auth_failures (rateLimited)
-		return false
-	}
-	return true
+// caller is who calls: the key and its account, and the client address its failed
+// authentications count against ("" when that limit is off).
+type caller struct {
+	key  ledger.Key
+	acct ledger.Account
+	addr string
+}
+
+// authenticate checks the X-API-Key header and the account (see Handler.checkKey). It returns
+// the caller as far as it was found (the log names a disabled account's key), the credits
+// available to report (-1 while the key is unknown) and its refusal, if any.
+func (h *Handler) authenticate(store handlerLedger, w http.ResponseWriter, r *http.Request, reqID string) (caller, int64, *apiError) {
+	kc, e := h.checkKey(store, w, r, reqID, false)
+	return caller{key: kc.key, acct: kc.acct, addr: kc.addr}, kc.available, e
 }
 
 // authGate refuses a client address that has used up its failed authentications (429

@@ -125,17 +125,17 @@ func (rt *toolRuntime) ownBackend() (s backends.ModelServers, has bool) {
 	return s, true
 }
 
-// useToolBackend sends the generation to its tool's own model servers, if the tool has them.
-// Until they are open (between the HTTP app's start and the textgen app's) the request gets
-// 503 backend_unavailable, free, and never goes to the handler's servers instead.
-func (g *generation) useToolBackend() *apiError {
-	s, has := g.tool.ownBackend()
+// toolBackend is the model servers the generation goes to: its tool's own, if the tool has
+// them, else the handler's (g.backend). Until the tool's are open (between the HTTP app's start
+// and the textgen app's) the request gets 503 backend_unavailable, free, and never goes to the
+// handler's servers instead.
+func (g *generation) toolBackend() (backends.ModelServers, *apiError) {
+	s, has := g.ask.tool.ownBackend()
 	switch {
 	case !has:
-		return nil
+		return g.backend, nil
 	case s == nil:
-		return g.backendError(&backends.Error{Kind: backends.KindUnavailable, Err: errors.New("the tool's model servers are not open yet")})
+		return g.backend, g.backendError(&backends.Error{Kind: backends.KindUnavailable, Err: errors.New("the tool's model servers are not open yet")})
 	}
-	g.backend = s
-	return nil
+	return s, nil
 }

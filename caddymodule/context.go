@@ -208,69 +208,75 @@ type contextFit struct {
 
 func (f contextFit) fits() bool { return f.fixed+f.input+f.output <= f.numCtx }
 
-// fitContext checks the input against the tool's limit (inputlimit.go) and the request's prompt
-// and answer against its model's context, before anything is held or sent: else 413
-// input_too_large, free. It builds the system prompt.
-func (g *generation) fitContext() *apiError {
-	g.system = catalog.BuildSystem(g.tool.Tool, g.lang, g.req.Language, g.req.Tone)
-	ctx := g.r.Context()
-	lim := g.h.inputLimit(ctx, g.tool, g.backend, false)
-	n := utf8.RuneCountInString(g.req.Input)
+// prompt is the request's system prompt (the tool's, in the request's language and tone) and its
+// fit in its model's context, as fitContext found them.
+type prompt struct {
+	system string
+	fit    contextFit
+}
+
+// fitContext checks the input of a against the tool's limit (inputlimit.go) and the request's
+// prompt and answer against its model's context on backend, before anything is held or sent:
+// else 413 input_too_large, free. It builds the system prompt.
+func (h *Handler) fitContext(ctx context.Context, a *ask, backend backends.ModelServers) (p prompt, e *apiError) {
+	p.system = catalog.BuildSystem(a.tool.Tool, a.lang, a.req.Language, a.req.Tone)
+	lim := h.inputLimit(ctx, a.tool, backend, false)
+	n := utf8.RuneCountInString(a.req.Input)
 	if n > lim.chars && n <= lim.capped && !lim.counted {
 		// Refused on the instructions' bytes only: count them before refusing.
-		lim = g.h.inputLimit(ctx, g.tool, g.backend, true)
+		lim = h.inputLimit(ctx, a.tool, backend, true)
 	}
 	if n > lim.chars {
 		if lim.lowered {
-			metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
+			metrics.contextRefusals.WithLabelValues(a.tool.Slug, "checked").Inc()
 		}
-		return lim.tooManyChars(g.tool.Slug, n)
+		return p, lim.tooManyChars(a.tool.Slug, n)
 	}
-	mc := g.tool.context
+	mc := a.tool.context
 	if mc == nil {
-		return nil // not sized (a bug): the server's own answer is the check
+		return p, nil // not sized (a bug): the server's own answer is the check
 	}
-	key := maphash.String(seed, g.system)
-	g.fit = contextFit{numCtx: lim.numCtx, fixed: mc.fixedBound(g.system, key, lim),
-		input: len(g.req.Input), output: g.tool.maxOutputTokens, system: key}
-	if !g.fit.fits() && !lim.counted {
+	key := maphash.String(seed, p.system)
+	p.fit = contextFit{numCtx: lim.numCtx, fixed: mc.fixedBound(p.system, key, lim),
+		input: len(a.req.Input), output: a.tool.maxOutputTokens, system: key}
+	if !p.fit.fits() && !lim.counted {
 		// Text of other scripts: more bytes than characters. Count the instructions before
 		// refusing on their bytes.
-		lim = g.h.inputLimit(ctx, g.tool, g.backend, true)
-		g.fit.fixed = mc.fixedBound(g.system, key, lim)
+		lim = h.inputLimit(ctx, a.tool, backend, true)
+		p.fit.fixed = mc.fixedBound(p.system, key, lim)
 	}
-	if g.fit.fits() {
-		return nil
+	if p.fit.fits() {
+		return p, nil
 	}
-	metrics.contextRefusals.WithLabelValues(g.tool.Slug, "checked").Inc()
-	room := max(g.fit.numCtx-g.fit.fixed-g.fit.output, 0)
-	return newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", fmt.Sprintf(
+	metrics.contextRefusals.WithLabelValues(a.tool.Slug, "checked").Inc()
+	room := max(p.fit.numCtx-p.fit.fixed-p.fit.output, 0)
+	return p, newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", fmt.Sprintf(
 		"input is too long for the model of the tool %s: its %d characters take %d bytes of UTF-8, counted at up to a token a byte, "+
 			"and with the tool's instructions (up to %d tokens) and its answer (up to %d tokens) the model's context of %d tokens "+
 			"has room for %d; shorten it to at most %d bytes (the tool accepts at most %d characters of plain ASCII text, fewer of other scripts); no credit was charged",
-		g.tool.Slug, utf8.RuneCountInString(g.req.Input), g.fit.input, g.fit.fixed, g.fit.output, g.fit.numCtx, room, room, lim.chars))
+		a.tool.Slug, utf8.RuneCountInString(a.req.Input), p.fit.input, p.fit.fixed, p.fit.output, p.fit.numCtx, room, room, lim.chars))
 }
 
 // contextCut checks a complete generation's figures against what was sent: a non-nil error
 // (KindTooLong) when the model server cut the prompt or ran out of context; else it learns
 // from the figures.
 func (g *generation) contextCut(st backends.Stats) error {
-	mc := g.tool.context
-	if mc == nil || g.key.Mode != ledger.Live {
+	mc := g.ask.tool.context
+	if mc == nil || g.caller.key.Mode != ledger.Live {
 		return nil
 	}
-	key := g.fit.system
-	prompt, inBytes := st.PromptTokens, len(g.req.Input)
+	key := g.prompt.fit.system
+	prompt, inBytes := st.PromptTokens, len(g.ask.req.Input)
 	why := ""
 	mc.mu.Lock()
 	seen, known := mc.seen[key]
 	switch {
-	case st.DoneReason == "length" && st.OutputTokens < g.tool.maxOutputTokens:
-		why = fmt.Sprintf("the model reached the end of its context after %d tokens of its answer (the tool allows %d)", st.OutputTokens, g.tool.maxOutputTokens)
+	case st.DoneReason == "length" && st.OutputTokens < g.ask.tool.maxOutputTokens:
+		why = fmt.Sprintf("the model reached the end of its context after %d tokens of its answer (the tool allows %d)", st.OutputTokens, g.ask.tool.maxOutputTokens)
 	case prompt <= 0:
 		// the server did not report the prompt: nothing to check or learn
-	case prompt+st.OutputTokens > g.fit.numCtx:
-		why = fmt.Sprintf("the prompt (%d tokens) and the answer (%d) took more than the context of %d tokens", prompt, st.OutputTokens, g.fit.numCtx)
+	case prompt+st.OutputTokens > g.prompt.fit.numCtx:
+		why = fmt.Sprintf("the prompt (%d tokens) and the answer (%d) took more than the context of %d tokens", prompt, st.OutputTokens, g.prompt.fit.numCtx)
 	case known && prompt < seen.lower-cutMargin:
 		why = fmt.Sprintf("the model server read %d tokens of a prompt that has at least %d", prompt, seen.lower)
 	default:
@@ -288,11 +294,11 @@ func (g *generation) contextCut(st backends.Stats) error {
 	if why == "" {
 		return nil
 	}
-	metrics.contextRefusals.WithLabelValues(g.tool.Slug, "cut").Inc()
+	metrics.contextRefusals.WithLabelValues(g.ask.tool.Slug, "cut").Inc()
 	g.h.logger.Warn("the model server cut the prompt or ran out of context; the generation is not charged",
-		zap.String("request_id", g.id), zap.String("tool", g.tool.Slug), zap.String("model", g.tool.model),
+		zap.String("request_id", g.id), zap.String("tool", g.ask.tool.Slug), zap.String("model", g.ask.tool.model),
 		zap.Int("prompt_tokens", st.PromptTokens), zap.Int("output_tokens", st.OutputTokens),
-		zap.String("done_reason", st.DoneReason), zap.Int("num_ctx", g.fit.numCtx), zap.String("why", why))
+		zap.String("done_reason", st.DoneReason), zap.Int("num_ctx", g.prompt.fit.numCtx), zap.String("why", why))
 	return &backends.Error{Kind: backends.KindTooLong, Host: st.Host, Pieces: st.Pieces, Err: fmt.Errorf("context: %s", why)}
 }
 

@@ -20,11 +20,11 @@ import (
 
 // generate runs a valid, admitted request: its Idempotency-Key, then the generation itself.
 func (g *generation) generate() {
-	if g.idem != "" && !g.beginIdempotent() {
+	if g.ask.idem != "" && !g.beginIdempotent() {
 		return
 	}
 	g.run()
-	if g.idem != "" {
+	if g.ask.idem != "" {
 		g.finishIdempotent()
 	}
 }
@@ -53,7 +53,7 @@ func (g *generation) run() {
 	if h.retain != nil {
 		kept = h.retain.newKept(g)
 	}
-	s := newStreamer(g.w, g.r, g.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
+	s := newStreamer(g.w, g.r, g.ask.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -91,8 +91,8 @@ func (g *generation) run() {
 //
 //go:noinline
 func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
-	if g.key.Mode == ledger.Test {
-		return backends.Sample{Pieces: catalog.SampleText(g.tool.Slug, g.lang)}, nil, true
+	if g.caller.key.Mode == ledger.Test {
+		return backends.Sample{Pieces: catalog.SampleText(g.ask.tool.Slug, g.ask.lang)}, nil, true
 	}
 	if g.remaining == 0 {
 		// No credit: answer at once rather than after a wait in the admission queue.
@@ -102,10 +102,10 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	tq := g.trace.now()
 	var adm backends.Admission
 	var err error
-	if g.hostPlace != (ratelimit.Slot{}) {
-		held := g.hostPlace
-		g.hostPlace = ratelimit.Slot{} // the backend owns it now
-		adm, err = g.backend.AdmitHeld(g.r.Context(), g.host, held.Release)
+	if g.admission.hostPlace != (ratelimit.Slot{}) {
+		held := g.admission.hostPlace
+		g.admission.hostPlace = ratelimit.Slot{} // the backend owns it now
+		adm, err = g.backend.AdmitHeld(g.r.Context(), g.admission.host, held.Release)
 	} else {
 		adm, err = g.backend.Admit(g.r.Context())
 	}
@@ -131,7 +131,7 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 func (g *generation) holdCredit() bool {
 	t0 := time.Now()
 	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
-		AccountID: g.acct.ID, Mode: g.key.Mode, RequestID: g.id, KeyID: g.key.ID, Tool: g.tool.Slug,
+		AccountID: g.caller.acct.ID, Mode: g.caller.key.Mode, RequestID: g.id, KeyID: g.caller.key.ID, Tool: g.ask.tool.Slug,
 		TTL: time.Duration(g.h.HoldTTL),
 	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
@@ -168,15 +168,15 @@ func (g *generation) holdCredit() bool {
 func (g *generation) backendRequest(adm backends.Admission, s *streamer) backends.Request {
 	h := g.h
 	if h.LogPrompts {
-		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", g.system), zap.String("input", g.req.Input))
+		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", g.prompt.system), zap.String("input", g.ask.req.Input))
 	}
 	return backends.Request{
-		Model:             g.tool.model,
-		System:            g.system,
-		Prompt:            g.req.Input,
-		Temperature:       g.tool.temperature,
-		MaxTokens:         g.tool.maxOutputTokens,
-		NumCtx:            g.fit.numCtx,
+		Model:             g.ask.tool.model,
+		System:            g.prompt.system,
+		Prompt:            g.ask.req.Input,
+		Temperature:       g.ask.tool.temperature,
+		MaxTokens:         g.ask.tool.maxOutputTokens,
+		NumCtx:            g.prompt.fit.numCtx,
 		Seed:              h.Seed,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
 		IdleTimeout:       time.Duration(h.IdleTimeout),
@@ -201,7 +201,7 @@ func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genSta
 	}
 	g.trace.step(spanStream, genStart, g)
 	if stats.OutputTokens > 0 {
-		metrics.outputTokens.WithLabelValues(g.tool.Slug).Add(float64(stats.OutputTokens))
+		metrics.outputTokens.WithLabelValues(g.ask.tool.Slug).Add(float64(stats.OutputTokens))
 	}
 	ts := g.trace.now()
 	g.finish(s, gerr)
@@ -223,7 +223,7 @@ func (g *generation) keep(k *keptText, gerr error) {
 	}
 	// The response has ended already for a client that stayed; the handler waits for the last
 	// write only for an Idempotency-Key, whose record must not be finished before the text is.
-	k.end(state, g.stats.OutputTokens, reason, g.idem != "")
+	k.end(state, g.stats.OutputTokens, reason, g.ask.idem != "")
 }
 
 // refuseAdmission answers a request the model hosts could not take: 503 overloaded (queue full
@@ -264,7 +264,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 	switch d.End {
 	case pipeline.EndComplete:
 		g.status = http.StatusOK
-		if g.sse {
+		if g.ask.sse {
 			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens,
 				FinishReason: pipeline.FinishReason(g.stats.DoneReason)})
 		}
@@ -277,7 +277,7 @@ func (g *generation) finish(s *streamer, gerr error) {
 		// complete one.
 		g.errKind = d.Kind.String()
 		g.h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
-		if g.sse {
+		if g.ask.sse {
 			g.status = http.StatusOK
 			g.errorEvent(s, g.backendError(gerr))
 			return
@@ -355,9 +355,9 @@ func (g *generation) insufficient() *apiError {
 		msg = fmt.Sprintf("this account owes %d credits (a refund or dispute took back credits that were already spent) and can generate again once a purchase pays the debt; ", debt)
 	}
 	switch {
-	case g.key.Mode == ledger.Test && where != "":
+	case g.caller.key.Mode == ledger.Test && where != "":
 		msg = "no test credits left; refill the test balance at " + where
-	case g.key.Mode == ledger.Test:
+	case g.caller.key.Mode == ledger.Test:
 		msg = "no test credits left; ask the operator of this service to refill them"
 	case buying && len(packages) > 0:
 		msg += "buy a credit package (" + strings.Join(packages, ", ") + ") at " + where
@@ -367,7 +367,7 @@ func (g *generation) insufficient() *apiError {
 		// Nowhere to buy: name the account, so that its operator knows whom to credit, and the
 		// command that does it (on a site of one's own, the reader is that operator).
 		msg += fmt.Sprintf("this service does not sell credits online: ask the operator of this service to add credits to account %s "+
-			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.acct.ID, g.acct.ID)
+			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.caller.acct.ID, g.caller.acct.ID)
 	}
 	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
 }
@@ -375,10 +375,10 @@ func (g *generation) insufficient() *apiError {
 // debt is how many live credits the account owes (0: none): a negative balance, which only a
 // refund or dispute of a purchase can leave (ledger.Reversals). Read only for a 402.
 func (g *generation) debt() int64 {
-	if g.key.Mode != ledger.Live {
+	if g.caller.key.Mode != ledger.Live {
 		return 0
 	}
-	b, err := g.store.Balance(g.r.Context(), g.acct.ID)
+	b, err := g.store.Balance(g.r.Context(), g.caller.acct.ID)
 	if err != nil || b.Balance >= 0 {
 		return 0
 	}
@@ -413,7 +413,7 @@ func (g *generation) backendError(err error) *apiError {
 		if be != nil && be.Pieces > 0 {
 			e = newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", "the model server cut the prompt to fit its context, so the text is not an answer to the whole input; shorten the input; no credit was charged")
 		} else {
-			metrics.contextRefusals.WithLabelValues(g.tool.Slug, "server").Inc()
+			metrics.contextRefusals.WithLabelValues(g.ask.tool.Slug, "server").Inc()
 			e = newError(http.StatusRequestEntityTooLarge, "input_too_large", "input", "the model server refused the input: with the tool's instructions and answer it does not fit the model's context; shorten the input; no credit was charged")
 		}
 	case backends.KindUpstream, backends.KindInterrupted:

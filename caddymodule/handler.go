@@ -10,9 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/backends"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
-	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // ServeHTTP routes the endpoints of the API.
@@ -103,33 +101,21 @@ type generation struct {
 	r       *http.Request
 	id      string
 	start   time.Time
-	key     ledger.Key
-	acct    ledger.Account
-	req     genRequest
-	tool    *toolRuntime
-	lang    string
-	sse     bool
-	idem    string // Idempotency-Key, if sent
-	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
-	fingerprint string
-	status      int
-	credit      int64 // credits charged (0 or 1)
+	// caller is who calls (authenticate).
+	caller caller
+	// ask is what the caller asks for (readRequest), prompt its system prompt and its fit in
+	// the model's context (fitContext).
+	ask    ask
+	prompt prompt
+	status int
+	credit int64 // credits charged (0 or 1)
 	// remaining is the available credit reported to the client, -1 while the key is unknown.
 	remaining int64
 	stats     backends.Stats
 	errKind   string
 	logged    bool
-	// states are the rate limits this request was counted against, for the RateLimit headers.
-	states  [4]limitState
-	nstates int
-	// slot is the account's concurrent place the request holds (released at the end).
-	slot ratelimit.Slot
-	// hostPlace is the place on the model host g.host, taken across the instances with the
-	// limits (the zero Slot: none) until run hands it to the backend.
-	hostPlace ratelimit.Slot
-	host      string
-	// addr is the client address its failed authentications count against ("" when off).
-	addr string
+	// admission is the places the limits granted (admit), held until the end.
+	admission admission
 	// hold is the credit reserved for the generation (pipeline.Reserve), until it is settled or
 	// voided.
 	hold   pipeline.Hold
@@ -137,10 +123,6 @@ type generation struct {
 	// abort is set when text went out and the generation broke: the response must end without
 	// its terminating chunk (HTTP/1.1) or with a stream reset (HTTP/2).
 	abort bool
-	// system is the tool's system prompt in the request's language and tone; fit is the
-	// prompt against its model's context (context.go).
-	system string
-	fit    contextFit
 	// trace is the request's spans under Caddy's tracing (tracing.go); zero when off.
 	trace reqTrace
 }
@@ -148,38 +130,49 @@ type generation struct {
 // serveGenerate answers POST /api/v1/generate. It reads top to bottom through the files of a
 // request: auth.go (who calls), request.go (what they ask for), ratelimit.go and slots.go
 // (whether they may now), generate.go (the credit and the model), streaming.go (the text on the
-// wire).
+// wire). The first stages return what they found (caller, ask, prompt, admission) and their
+// refusal; only serveGenerate stores them in the generation, which the later stages, the log
+// line, the metrics and the spans read.
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
-	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, sse: wantsSSE(r), trace: startTrace(r)}
+	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
 	defer g.end()
 	if r.Method != http.MethodPost {
 		g.fail(errMethodNotAllowedPOST)
 		return
 	}
 	t0 := g.trace.now()
-	authenticated := g.authenticate()
+	var refused *apiError
+	g.caller, g.remaining, refused = h.authenticate(store, w, r, reqID)
 	g.trace.step(spanKeyCheck, t0, g)
-	if !authenticated {
+	if refused != nil {
+		g.fail(refused) // a refused address's 429 is logged as auth_failures (rateLimited)
 		return
 	}
-	bad := g.readRequest()
+	var bad *apiError
+	g.ask, bad = h.readRequest(w, r)
 	if bad == nil {
-		bad = g.keyLimits() // keylimits.go: its tools and addresses, before anything is held
+		bad = keyLimits(g.caller.key.KeyLimits, g.ask.tool, r) // its tools and addresses, before anything is held
 	}
 	if bad == nil {
-		if err := g.useToolBackend(); err != nil {
+		own, err := g.toolBackend()
+		if err != nil {
 			g.fail(err)
 			return
 		}
-		bad = g.fitContext()
+		g.backend = own
+		g.prompt, bad = h.fitContext(r.Context(), &g.ask, g.backend)
 	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's
 	// concurrent places: all in one step (one round trip to a Redis limits store).
 	t0 = g.trace.now()
-	admitted := g.admit(bad == nil)
+	g.admission, refused = h.admit(w, r, &g.caller, g.ask.tool, g.backend, g.remaining, bad == nil)
 	g.trace.step(spanLimits, t0, g)
-	if !admitted {
+	if refused != nil {
+		if g.admission.unknownKey {
+			g.remaining = -1
+		}
+		g.fail(refused)
 		return
 	}
 	if bad != nil {
@@ -192,8 +185,8 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 // end gives back the request's place among its account's generations, writes its log line and
 // metrics, and aborts the response if the generation broke after text went out.
 func (g *generation) end() {
-	g.slot.Release()      // safe when none is held
-	g.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
+	g.admission.slot.Release()      // safe when none is held
+	g.admission.hostPlace.Release() // not handed to the backend (a replay, an early refusal)
 	g.log()
 	g.observe()
 	g.trace.finish(g)

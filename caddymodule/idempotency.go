@@ -18,12 +18,12 @@ import (
 // itself and returns false when the key was used before: with the first result when that
 // request was charged, 409 while it is still running, 422 when the key came with another body.
 func (g *generation) beginIdempotent() bool {
-	if len(g.idem) > pipeline.MaxIdempotencyKey {
+	if len(g.ask.idem) > pipeline.MaxIdempotencyKey {
 		g.fail(newError(http.StatusBadRequest, "invalid_field", "Idempotency-Key", "the Idempotency-Key header is longer than 255 characters"))
 		return false
 	}
 	claim, prior, err := pipeline.Claim(g.r.Context(), g.store, ledger.IdempotencyRecord{
-		AccountID: g.acct.ID, Key: g.idemRecordKey(), RequestID: g.id, Fingerprint: g.fingerprint, Created: now(),
+		AccountID: g.caller.acct.ID, Key: g.idemRecordKey(), RequestID: g.id, Fingerprint: g.ask.fingerprint, Created: now(),
 		HoldTTL: time.Duration(g.h.HoldTTL),
 	})
 	switch {
@@ -54,7 +54,7 @@ func (g *generation) beginIdempotent() bool {
 // idemRecordKey is the key the ledger keeps the record under: the client's Idempotency-Key in
 // the key's mode, so that a live request never replays a test request's result (or the other
 // way round) for the same key.
-func (g *generation) idemRecordKey() string { return string(g.key.Mode) + ":" + g.idem }
+func (g *generation) idemRecordKey() string { return string(g.caller.key.Mode) + ":" + g.ask.idem }
 
 // replay answers a retried request whose first attempt was charged: the first status, no text
 // (generated text is never stored) and no new charge.
@@ -91,7 +91,7 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 	}
 	ctx, cancel := context.WithTimeout(g.r.Context(), time.Duration(g.h.GenerationTimeout)+time.Duration(g.h.WriteTimeout))
 	defer cancel()
-	src, view, err := g.h.retain.find(ctx, g.store, g.acct.ID, g.key.Mode, rec.RequestID)
+	src, view, err := g.h.retain.find(ctx, g.store, g.caller.acct.ID, g.caller.key.Mode, rec.RequestID)
 	if err != nil || view.voided {
 		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 			g.h.logger.Error("reading a kept generation for a replay", zap.String("request_id", g.id), zap.Error(err))
@@ -104,7 +104,7 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 	// A replay is the whole text: a Range or Last-Event-ID belongs to GET /api/v1/generations.
 	g.r.Header.Del("Range")
 	g.r.Header.Del("Last-Event-ID")
-	if g.sse {
+	if g.ask.sse {
 		g.abort = out.sse()
 	} else {
 		g.abort = out.plain()
@@ -115,5 +115,5 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 // finishIdempotent records the outcome: the status when the request was charged, else a
 // release, so a retry of a failed request may run (pipeline.FinishIdempotent).
 func (g *generation) finishIdempotent() {
-	pipeline.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.store, g.h.logger, g.id, g.acct.ID, g.idemRecordKey(), g.credit > 0)
+	pipeline.FinishIdempotent(context.WithoutCancel(g.r.Context()), g.store, g.h.logger, g.id, g.caller.acct.ID, g.idemRecordKey(), g.credit > 0)
 }

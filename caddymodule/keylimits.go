@@ -22,14 +22,13 @@ var errKeyExpired = &apiError{Status: http.StatusUnauthorized, Code: "key_expire
 // keyLimits refuses a request its key may not make: a tool it may not call (403
 // tool_not_allowed) or a client address outside its ranges (403 address_not_allowed). The
 // address is the one Caddy determined (trusted proxies and their headers apply).
-func (g *generation) keyLimits() *apiError {
-	l := g.key.KeyLimits
-	if !l.AllowsTool(g.tool.Slug) {
+func keyLimits(l ledger.KeyLimits, tool *toolRuntime, r *http.Request) *apiError {
+	if !l.AllowsTool(tool.Slug) {
 		return newError(http.StatusForbidden, "tool_not_allowed", "tool",
-			fmt.Sprintf("this API key may not call the tool %q; it may call %s (its owner can change that in My Account)", g.tool.Slug, strings.Join(l.AllowedTools, ", ")))
+			fmt.Sprintf("this API key may not call the tool %q; it may call %s (its owner can change that in My Account)", tool.Slug, strings.Join(l.AllowedTools, ", ")))
 	}
 	if len(l.AllowedCIDRs) > 0 {
-		addr, ok := clientip.Addr(g.r)
+		addr, ok := clientip.Addr(r)
 		if !ok || !l.AllowsAddr(addr) {
 			return newError(http.StatusForbidden, "address_not_allowed", "",
 				"this API key may not be used from your address; its owner can allow more addresses in My Account")

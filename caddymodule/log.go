@@ -22,12 +22,12 @@ func (g *generation) log() {
 		zap.Int64("credits", g.credit),
 		zap.Duration("duration", now().Sub(g.start)),
 	}
-	if g.acct.ID != "" {
-		fields = append(fields, zap.String("account_id", g.acct.ID), zap.String("key_id", g.key.ID),
-			zap.String("key", g.key.Prefix+"..."+g.key.Last4), zap.String("mode", string(g.key.Mode)))
+	if g.caller.acct.ID != "" {
+		fields = append(fields, zap.String("account_id", g.caller.acct.ID), zap.String("key_id", g.caller.key.ID),
+			zap.String("key", g.caller.key.Prefix+"..."+g.caller.key.Last4), zap.String("mode", string(g.caller.key.Mode)))
 	}
-	if g.tool != nil {
-		fields = append(fields, zap.String("tool", g.tool.Slug), zap.String("language", g.lang))
+	if g.ask.tool != nil {
+		fields = append(fields, zap.String("tool", g.ask.tool.Slug), zap.String("language", g.ask.lang))
 	}
 	if g.stats.Pieces > 0 || g.stats.OutputTokens > 0 {
 		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),

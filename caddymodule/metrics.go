@@ -272,8 +272,8 @@ func statusLabel(status int) string {
 // observe counts the finished request in the metrics.
 func (g *generation) observe() {
 	tool := "none"
-	if g.tool != nil {
-		tool = g.tool.Slug
+	if g.ask.tool != nil {
+		tool = g.ask.tool.Slug
 	}
 	metrics.requests.WithLabelValues(tool, statusLabel(g.status)).Inc()
 }

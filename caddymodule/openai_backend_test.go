@@ -219,19 +219,19 @@ func TestToolBackendNotOpenYet(t *testing.T) {
 	}
 	defer ref.Release()
 	handlers := &backends.Chat{} // stands for the handler's servers: must never be chosen here
-	g := &generation{h: &Handler{logger: zap.NewNop()}, tool: &toolRuntime{backendRef: ref}, backend: handlers}
-	if e := g.useToolBackend(); e == nil || e.Code != "backend_unavailable" || e.Status != http.StatusServiceUnavailable || g.backend != handlers {
-		t.Fatalf("before the tool's servers are open: %v, backend changed %v", e, g.backend != handlers)
+	g := &generation{h: &Handler{logger: zap.NewNop()}, ask: ask{tool: &toolRuntime{backendRef: ref}}, backend: handlers}
+	if b, e := g.toolBackend(); e == nil || e.Code != "backend_unavailable" || e.Status != http.StatusServiceUnavailable || b != handlers {
+		t.Fatalf("before the tool's servers are open: %v, backend changed %v", e, b != handlers)
 	}
 	if err := ref.Open(); err != nil {
 		t.Fatal(err)
 	}
 	own, _ := ref.Get()
-	if e := g.useToolBackend(); e != nil || g.backend != own {
-		t.Fatalf("once open: %v, backend is the tool's %v", e, g.backend == own)
+	if b, e := g.toolBackend(); e != nil || b != own {
+		t.Fatalf("once open: %v, backend is the tool's %v", e, b == own)
 	}
-	g = &generation{tool: &toolRuntime{}, backend: handlers}
-	if e := g.useToolBackend(); e != nil || g.backend != handlers {
+	g = &generation{ask: ask{tool: &toolRuntime{}}, backend: handlers}
+	if b, e := g.toolBackend(); e != nil || b != handlers {
 		t.Fatalf("a tool without servers of its own: %v", e)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
@@ -363,30 +364,44 @@ func (h *Handler) validateRateLimits() error {
 	return nil
 }
 
-// admit counts the request against the handler-wide limits and, when it is valid, its tool's
-// limits and one of its account's concurrent places, all or none (ratelimit.Admit: one round trip
+// admission is what the limits granted a request (admit): the places it holds until it ends.
+type admission struct {
+	// slot is the account's concurrent place the request holds (released at the end).
+	slot ratelimit.Slot
+	// hostPlace is the place on the model host host, taken across the instances with the
+	// limits (the zero Slot: none) until run hands it to the backend.
+	hostPlace ratelimit.Slot
+	host      string
+	// unknownKey: the refusal is answered as if the key had not been looked up (no credits
+	// remaining reported), so that nothing tells a guesser whether it was valid.
+	unknownKey bool
+}
+
+// admit counts the request of c against the handler-wide limits and, when it is valid, its
+// tool's limits and one of its account's concurrent places (and a place on the preferred host of
+// backend for a live key with credits remaining), all or none (ratelimit.Admit: one round trip
 // to a Redis limits store). A request refused by one of them costs nothing and uses up none of
-// them: 429 rate_limited or too_many_concurrent_requests. The RateLimit headers of every limit
-// go on the response.
-func (g *generation) admit(valid bool) bool {
-	lm := g.h.lim
+// them: 429 rate_limited or too_many_concurrent_requests, the refusal it returns. The RateLimit
+// headers of every limit go on the response w.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, c *caller, tool *toolRuntime, backend backends.ModelServers, remaining int64, valid bool) (adm admission, refused *apiError) {
+	lm := h.lim
 	var pol [ratelimit.MaxTakeAll]*policy // the key's and account's, then the tool's
 	ps := append(pol[:0], lm.global...)
 	var places [ratelimit.MaxPlaces]ratelimit.Place
 	np := 0
 	if valid {
-		ps = append(ps, lm.tools[g.tool.Slug]...)
+		ps = append(ps, lm.tools[tool.Slug]...)
 		if lm.slots != nil {
-			places[np] = ratelimit.Place{Slots: lm.slots, ID: g.acct.ID, Max: lm.maxCon}
+			places[np] = ratelimit.Place{Slots: lm.slots, ID: c.acct.ID, Max: lm.maxCon}
 			np++
 		}
 		// The model host's place across the instances, in the same round trip: taken if free
 		// (else the backend's admission waits for one), handed to the backend in run.
-		if lm.hosts != nil && g.key.Mode == ledger.Live && g.remaining != 0 {
-			if host := g.backend.PreferredHost(); host != "" {
-				places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: g.h.MaxInFlight, Optional: true}
+		if lm.hosts != nil && c.key.Mode == ledger.Live && remaining != 0 {
+			if host := backend.PreferredHost(); host != "" {
+				places[np] = ratelimit.Place{Slots: lm.hosts, ID: host, Max: h.MaxInFlight, Optional: true}
 				np++
-				g.host = host
+				adm.host = host
 			}
 		}
 	}
@@ -394,50 +409,47 @@ func (g *generation) admit(valid bool) bool {
 	var got [ratelimit.MaxTakeAll]ratelimit.State
 	var slots [ratelimit.MaxPlaces]ratelimit.Slot
 	for i, p := range ps {
-		reqs[i] = ratelimit.Request{Buckets: p.buckets, ID: g.key.ID}
+		reqs[i] = ratelimit.Request{Buckets: p.buckets, ID: c.key.ID}
 		if p.byAccount {
-			reqs[i].ID = g.acct.ID
+			reqs[i].ID = c.acct.ID
 		}
 	}
 	nr := len(ps)
 	// The client address's failed authentications: a gate (charged nothing here, see
 	// Handler.authFailed), so an address that guessed too often is refused even a valid key.
-	if g.addr != "" {
-		reqs[nr] = ratelimit.Request{Buckets: lm.auth.buckets, ID: g.addr, Peek: true}
+	if c.addr != "" {
+		reqs[nr] = ratelimit.Request{Buckets: lm.auth.buckets, ID: c.addr, Peek: true}
 		nr++
 	}
 	if nr == 0 && np == 0 {
-		return true
+		return adm, nil
 	}
-	denied, wait := ratelimit.Admit(g.r.Context(), limitNow(), reqs[:nr], places[:np], got[:nr], slots[:np])
+	denied, wait := ratelimit.Admit(r.Context(), limitNow(), reqs[:nr], places[:np], got[:nr], slots[:np])
 	switch {
 	case denied >= nr: // the account's place (the host's is optional)
-		g.fail(g.tooManyConcurrent())
-		return false
+		return adm, h.tooManyConcurrent(w)
 	case denied == len(ps):
 		// Answered as if the key had not been looked up: nothing tells a guesser whether it
 		// was valid.
-		g.remaining = -1
-		g.fail(authLimited(g.w, lm.auth, wait))
-		return false
+		adm.unknownKey = true
+		return adm, authLimited(w, lm.auth, wait)
 	case denied >= 0:
 		p := ps[denied]
-		g.fail(rateLimited(g.w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s"))
-		return false
+		return adm, rateLimited(w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s")
 	}
 	for j := range np {
 		if places[j].Slots == lm.hosts {
-			g.hostPlace = slots[j]
+			adm.hostPlace = slots[j]
 		} else {
-			g.slot = slots[j]
+			adm.slot = slots[j]
 		}
 	}
+	var states [ratelimit.MaxTakeAll]limitState
 	for i, p := range ps {
-		g.states[i] = limitState{p: p, State: got[i]}
+		states[i] = limitState{p: p, State: got[i]}
 	}
-	g.nstates = len(ps)
-	setRateHeaders(g.w.Header(), g.states[:g.nstates])
-	return true
+	setRateHeaders(w.Header(), states[:len(ps)])
+	return adm, nil
 }
 
 // rateLimited is the 429 rate_limited answer of policy p, which allows the next request after

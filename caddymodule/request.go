@@ -22,29 +22,41 @@ import (
 
 // readRequest reads and checks the body: its content type, the body itself within
 // body_read_timeout and max_body_bytes, the JSON, and the values of its fields. It returns what
-// is wrong with it; the caller answers that after the request has been counted against its
-// limits (handler.go).
-func (g *generation) readRequest() *apiError {
-	if e := checkContentType(g.r); e != nil {
-		return e
+// is wrong with it, with what it found so far; the caller answers that after the request has
+// been counted against its limits (handler.go).
+func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (a ask, e *apiError) {
+	a.sse = wantsSSE(r)
+	if e = checkContentType(r); e != nil {
+		return a, e
 	}
-	buf, e := g.readBody()
+	buf, e := h.readBody(w, r)
 	if e != nil {
-		return e
+		return a, e
 	}
 	defer bodyPool.Put(buf)
 	body := buf.Bytes()
-	if g.req, e = parseGenRequest(body); e == nil {
-		e = g.validate()
+	if a.req, e = parseGenRequest(body); e == nil {
+		a.tool, a.lang, e = h.validate(&a.req)
 	}
 	if e != nil {
-		return e
+		return a, e // with what was found so far: the log names a known tool
 	}
-	if g.idem = g.r.Header.Get("Idempotency-Key"); g.idem != "" {
+	if a.idem = r.Header.Get("Idempotency-Key"); a.idem != "" {
 		sum := sha256.Sum256(body)
-		g.fingerprint = hex.EncodeToString(sum[:])
+		a.fingerprint = hex.EncodeToString(sum[:])
 	}
-	return nil
+	return a, nil
+}
+
+// ask is what a request asks for, as readRequest found it.
+type ask struct {
+	req  genRequest
+	tool *toolRuntime
+	lang string // the BCP 47 tag of the request's language
+	sse  bool   // the client accepts text/event-stream
+	idem string // Idempotency-Key, if sent
+	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
+	fingerprint string
 }
 
 // genRequest is the body of POST /api/v1/generate (docs/USING-THE-API.md: request fields).
@@ -203,30 +215,29 @@ func invalidJSON(err error) *apiError {
 	return newError(http.StatusBadRequest, "invalid_json", "", msg)
 }
 
-// validate checks the values of the fields (their presence and types were checked by parsing).
-func (g *generation) validate() *apiError {
-	req := &g.req
-	tool, ok := g.h.tools[req.Tool]
+// validate checks the values of the fields (their presence and types were checked by parsing)
+// and names the request's language in req. It returns the tool and the language's tag as far as
+// it found them.
+func (h *Handler) validate(req *genRequest) (tool *toolRuntime, lang string, e *apiError) {
+	tool, ok := h.tools[req.Tool]
 	if !ok {
-		return newError(http.StatusBadRequest, "unknown_tool", "tool",
-			fmt.Sprintf("tool %q is not one of the %d tools; see GET /api/v1/tools", truncate(req.Tool, 64), len(g.h.tools)))
+		return nil, "", newError(http.StatusBadRequest, "unknown_tool", "tool",
+			fmt.Sprintf("tool %q is not one of the %d tools; see GET /api/v1/tools", truncate(req.Tool, 64), len(h.tools)))
 	}
-	g.tool = tool
-	tag, name, ok := g.h.languages.Match(req.Language)
+	tag, name, ok := h.languages.Match(req.Language)
 	if !ok {
-		return newError(http.StatusBadRequest, "unsupported_language", "language",
+		return tool, "", newError(http.StatusBadRequest, "unsupported_language", "language",
 			fmt.Sprintf("language %q is not supported; use a BCP 47 tag such as de, en, tr or pt-BR (GET /api/v1/tools lists them)", truncate(req.Language, 64)))
 	}
-	g.lang = tag
 	req.Language = name
 	if req.seen&fieldTone != 0 && !catalog.IsTone(req.Tone) {
-		return newError(http.StatusBadRequest, "invalid_tone", "tone",
+		return tool, tag, newError(http.StatusBadRequest, "invalid_tone", "tone",
 			fmt.Sprintf("tone %q is not allowed; use one of %s, or leave it out", truncate(req.Tone, 64), strings.Join(catalog.Tones, ", ")))
 	}
 	if e := checkInput(req.Input); e != nil {
-		return e
+		return tool, tag, e
 	}
-	return nil // the input's length is checked with the model's context (fitContext)
+	return tool, tag, nil // the input's length is checked with the model's context (fitContext)
 }
 
 func truncate(s string, n int) string {
@@ -256,21 +267,21 @@ func (b *timeoutBody) Read(p []byte) (int, error) {
 
 // readBody reads the request body within BodyReadTimeout: a client that sends it slower gets
 // 408 request_timeout instead of holding a connection and a handler open.
-func (g *generation) readBody() (*bytes.Buffer, *apiError) {
-	d := time.Duration(g.h.BodyReadTimeout)
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, *apiError) {
+	d := time.Duration(h.BodyReadTimeout)
 	if d <= 0 {
-		return readBody(g.r, g.h.MaxBodyBytes)
+		return readBody(r, h.MaxBodyBytes)
 	}
-	rc := http.NewResponseController(g.w)
+	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
-		return readBody(g.r, g.h.MaxBodyBytes) // the connection cannot take deadlines
+		return readBody(r, h.MaxBodyBytes) // the connection cannot take deadlines
 	}
 	// Cleared at once: after the body, the server reads on in the background to notice a
 	// client that goes away, and that read must not time out mid-stream.
 	defer rc.SetReadDeadline(time.Time{})
-	tb := &timeoutBody{ReadCloser: g.r.Body}
-	g.r.Body = tb
-	buf, e := readBody(g.r, g.h.MaxBodyBytes)
+	tb := &timeoutBody{ReadCloser: r.Body}
+	r.Body = tb
+	buf, e := readBody(r, h.MaxBodyBytes)
 	if e != nil && tb.timedOut {
 		return nil, newError(http.StatusRequestTimeout, "request_timeout", "",
 			fmt.Sprintf("the request body did not arrive within %s; no credit was charged", fmtWindow(d)))

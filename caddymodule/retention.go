@@ -160,8 +160,8 @@ func (r *retention) newKept(g *generation) *keptText {
 	}
 	t := now().UTC()
 	return &keptText{r: r, store: g.store, state: ledger.GenerationRunning, stopped: make(chan struct{}),
-		rec: ledger.GenerationRecord{AccountID: g.acct.ID, RequestID: g.id, Mode: g.key.Mode, Tool: g.tool.Slug,
-			Language: g.lang, Created: t, Expires: t.Add(r.genTimeout + r.window)}}
+		rec: ledger.GenerationRecord{AccountID: g.caller.acct.ID, RequestID: g.id, Mode: g.caller.key.Mode, Tool: g.ask.tool.Slug,
+			Language: g.ask.lang, Created: t, Expires: t.Add(r.genTimeout + r.window)}}
 }
 
 // add keeps one piece; the first one makes the generation visible to followers here and hands

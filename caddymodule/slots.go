@@ -39,9 +39,9 @@ func leaveSlots(key string) { _, _ = slotPool.Delete(key) }
 
 // tooManyConcurrent is the 429 too_many_concurrent_requests answer of an account that runs
 // max_concurrent_per_account generations already.
-func (g *generation) tooManyConcurrent() *apiError {
-	maxCon := g.h.lim.maxCon
-	hdr := g.w.Header()
+func (h *Handler) tooManyConcurrent(w http.ResponseWriter) *apiError {
+	maxCon := h.lim.maxCon
+	hdr := w.Header()
 	hdr.Set("RateLimit-Policy", `"concurrency";q=`+strconv.Itoa(maxCon)+`;qu="concurrent-requests"`)
 	hdr.Set("RateLimit", `"concurrency";r=0`)
 	metrics.rejections.WithLabelValues("concurrency").Inc()

@@ -77,8 +77,8 @@ func (t *reqTrace) stepAt(name string, start, end time.Time, g *generation) {
 		return
 	}
 	_, s := t.tracer.Start(t.ctx, name, oteltrace.WithTimestamp(start))
-	if g.tool != nil {
-		s.SetAttributes(attribute.String("textgen.tool", g.tool.Slug))
+	if g.ask.tool != nil {
+		s.SetAttributes(attribute.String("textgen.tool", g.ask.tool.Slug))
 	}
 	if name == spanSettle {
 		s.SetAttributes(attribute.Int64("textgen.credits_charged", g.credit))
@@ -93,8 +93,8 @@ func (t *reqTrace) finish(g *generation) {
 		return
 	}
 	tool := "none"
-	if g.tool != nil {
-		tool = g.tool.Slug
+	if g.ask.tool != nil {
+		tool = g.ask.tool.Slug
 	}
 	t.span.SetAttributes(
 		attribute.String("textgen.tool", tool),

@@ -233,7 +233,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &generation{r: r, tool: &toolRuntime{Tool: &catalog.Tool{Slug: "summarizer"}}}
+	g := &generation{r: r, ask: ask{tool: &toolRuntime{Tool: &catalog.Tool{Slug: "summarizer"}}}}
 	allocs := testing.AllocsPerRun(100, func() {
 		g.trace = startTrace(r)
 		t0 := g.trace.now()
