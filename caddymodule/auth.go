@@ -92,12 +92,16 @@ type caller struct {
 	addr string
 }
 
-// authenticate checks the X-API-Key header and the account (see Handler.checkKey). It returns
-// the caller as far as it was found (the log names a disabled account's key), the credits
-// available to report (-1 while the key is unknown) and its refusal, if any.
-func (h *Handler) authenticate(store handlerLedger, w http.ResponseWriter, r *http.Request, reqID string) (caller, int64, *apiError) {
+// authenticate checks the X-API-Key header and the account (see Handler.checkKey). It fills
+// in c, the caller as far as it was found (the log names a disabled account's key), and returns
+// the credits available to report (-1 while the key is unknown) and its refusal, if any. (The
+// caller is filled in rather than returned: a key and an account returned by value would be
+// copied through the frames of every stream's connection goroutine, whose stack every open
+// stream keeps.)
+func (h *Handler) authenticate(store handlerLedger, w http.ResponseWriter, r *http.Request, reqID string, c *caller) (int64, *apiError) {
 	kc, e := h.checkKey(store, w, r, reqID, false)
-	return caller{key: kc.key, acct: kc.acct, addr: kc.addr}, kc.available, e
+	c.key, c.acct, c.addr = kc.key, kc.acct, kc.addr
+	return kc.available, e
 }
 
 // authGate refuses a client address that has used up its failed authentications (429

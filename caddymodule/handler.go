@@ -136,20 +136,32 @@ type generation struct {
 func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
 	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
 	defer g.end()
+	if !h.intake(g) {
+		return
+	}
+	g.generate()
+}
+
+// intake runs the stages before any credit is held: the key, the request, the limits. It stores
+// what each found in g and reports whether the generation may go on; a refusal is answered. Its
+// frame, which holds the stages' findings on their way into g, is gone before the generation
+// streams: every open stream keeps the connection goroutine's stack at its deepest there.
+func (h *Handler) intake(g *generation) bool {
+	w, r, store, reqID := g.w, g.r, g.store, g.id
 	if r.Method != http.MethodPost {
 		g.fail(errMethodNotAllowedPOST)
-		return
+		return false
 	}
 	t0 := g.trace.now()
 	var refused *apiError
-	g.caller, g.remaining, refused = h.authenticate(store, w, r, reqID)
+	g.remaining, refused = h.authenticate(store, w, r, reqID, &g.caller)
 	g.trace.step(spanKeyCheck, t0, g)
 	if refused != nil {
 		g.fail(refused) // a refused address's 429 is logged as auth_failures (rateLimited)
-		return
+		return false
 	}
 	var bad *apiError
-	g.ask, bad = h.readRequest(w, r)
+	bad = h.readRequest(w, r, &g.ask)
 	if bad == nil {
 		bad = keyLimits(g.caller.key.KeyLimits, g.ask.tool, r) // its tools and addresses, before anything is held
 	}
@@ -157,7 +169,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 		own, err := g.toolBackend()
 		if err != nil {
 			g.fail(err)
-			return
+			return false
 		}
 		g.backend = own
 		g.prompt, bad = h.fitContext(r.Context(), &g.ask, g.backend)
@@ -166,20 +178,20 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID st
 	// its outcome; a valid one also against its tool's and takes one of its account's
 	// concurrent places: all in one step (one round trip to a Redis limits store).
 	t0 = g.trace.now()
-	g.admission, refused = h.admit(w, r, &g.caller, g.ask.tool, g.backend, g.remaining, bad == nil)
+	refused = h.admit(w, r, &g.caller, g.ask.tool, g.backend, g.remaining, bad == nil, &g.admission)
 	g.trace.step(spanLimits, t0, g)
 	if refused != nil {
 		if g.admission.unknownKey {
 			g.remaining = -1
 		}
 		g.fail(refused)
-		return
+		return false
 	}
 	if bad != nil {
 		g.fail(bad)
-		return
+		return false
 	}
-	g.generate()
+	return true
 }
 
 // end gives back the request's place among its account's generations, writes its log line and

@@ -382,8 +382,8 @@ type admission struct {
 // backend for a live key with credits remaining), all or none (ratelimit.Admit: one round trip
 // to a Redis limits store). A request refused by one of them costs nothing and uses up none of
 // them: 429 rate_limited or too_many_concurrent_requests, the refusal it returns. The RateLimit
-// headers of every limit go on the response w.
-func (h *Handler) admit(w http.ResponseWriter, r *http.Request, c *caller, tool *toolRuntime, backend backends.ModelServers, remaining int64, valid bool) (adm admission, refused *apiError) {
+// headers of every limit go on the response w. What it took is filled in adm.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, c *caller, tool *toolRuntime, backend backends.ModelServers, remaining int64, valid bool, adm *admission) (refused *apiError) {
 	lm := h.lim
 	var pol [ratelimit.MaxTakeAll]*policy // the key's and account's, then the tool's
 	ps := append(pol[:0], lm.global...)
@@ -422,20 +422,20 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, c *caller, tool 
 		nr++
 	}
 	if nr == 0 && np == 0 {
-		return adm, nil
+		return nil
 	}
 	denied, wait := ratelimit.Admit(r.Context(), limitNow(), reqs[:nr], places[:np], got[:nr], slots[:np])
 	switch {
 	case denied >= nr: // the account's place (the host's is optional)
-		return adm, h.tooManyConcurrent(w)
+		return h.tooManyConcurrent(w)
 	case denied == len(ps):
 		// Answered as if the key had not been looked up: nothing tells a guesser whether it
 		// was valid.
 		adm.unknownKey = true
-		return adm, authLimited(w, lm.auth, wait)
+		return authLimited(w, lm.auth, wait)
 	case denied >= 0:
 		p := ps[denied]
-		return adm, rateLimited(w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s")
+		return rateLimited(w, p, wait, "too many requests for "+p.subject+": the limit is %s; no credit was charged; retry in %d s")
 	}
 	for j := range np {
 		if places[j].Slots == lm.hosts {
@@ -449,7 +449,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, c *caller, tool 
 		states[i] = limitState{p: p, State: got[i]}
 	}
 	setRateHeaders(w.Header(), states[:len(ps)])
-	return adm, nil
+	return nil
 }
 
 // rateLimited is the 429 rate_limited answer of policy p, which allows the next request after

@@ -22,16 +22,16 @@ import (
 
 // readRequest reads and checks the body: its content type, the body itself within
 // body_read_timeout and max_body_bytes, the JSON, and the values of its fields. It returns what
-// is wrong with it, with what it found so far; the caller answers that after the request has
+// is wrong with it, and fills in a with what it found (so far); the caller answers that after the request has
 // been counted against its limits (handler.go).
-func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (a ask, e *apiError) {
+func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request, a *ask) (e *apiError) {
 	a.sse = wantsSSE(r)
 	if e = checkContentType(r); e != nil {
-		return a, e
+		return e
 	}
 	buf, e := h.readBody(w, r)
 	if e != nil {
-		return a, e
+		return e
 	}
 	defer bodyPool.Put(buf)
 	body := buf.Bytes()
@@ -39,13 +39,13 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (a ask, e 
 		a.tool, a.lang, e = h.validate(&a.req)
 	}
 	if e != nil {
-		return a, e // with what was found so far: the log names a known tool
+		return e // with what was found so far: the log names a known tool
 	}
 	if a.idem = r.Header.Get("Idempotency-Key"); a.idem != "" {
 		sum := sha256.Sum256(body)
 		a.fingerprint = hex.EncodeToString(sum[:])
 	}
-	return a, nil
+	return nil
 }
 
 // ask is what a request asks for, as readRequest found it.
