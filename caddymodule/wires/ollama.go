@@ -92,17 +92,7 @@ func (o *Ollama) SizesContext() bool { return true }
 //		pull_models
 //	}
 func (o *Ollama) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the wire's name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("ollama: %s specified more than once", name)
-		}
-		seen[name] = true
+	return cfarg.Block(d, "ollama", func(name string) error {
 		var err error
 		switch name {
 		case "hosts":
@@ -119,11 +109,8 @@ func (o *Ollama) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("ollama: unrecognized subdirective '%s'", name)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 // Interface guards

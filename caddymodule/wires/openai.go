@@ -74,17 +74,7 @@ func (o *OpenAI) Wire() backends.Wire { return o.wire }
 //		api_key <key, e.g. {env.OPENAI_API_KEY}>
 //	}
 func (o *OpenAI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the wire's name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("openai: %s specified more than once", name)
-		}
-		seen[name] = true
+	return cfarg.Block(d, "openai", func(name string) error {
 		var err error
 		switch name {
 		case "hosts":
@@ -96,11 +86,8 @@ func (o *OpenAI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("openai: unrecognized subdirective '%s'", name)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 // Interface guards

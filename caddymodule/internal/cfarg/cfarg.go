@@ -68,3 +68,25 @@ func Duration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	*dst = caddy.Duration(dur)
 	return nil
 }
+
+// Block reads a module's block, `<name> { ... }` with no arguments after the name, calling
+// setting for each subdirective with d on its name. A subdirective given twice is refused as
+// "<where>: <name> specified more than once"; setting refuses the ones it does not know.
+func Block(d *caddyfile.Dispenser, where string, setting func(name string) error) error {
+	d.Next() // the module's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] {
+			return d.Errf("%s: %s specified more than once", where, name)
+		}
+		seen[name] = true
+		if err := setting(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
