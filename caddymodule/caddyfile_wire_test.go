@@ -60,6 +60,8 @@ func TestCaddyfileWireErrors(t *testing.T) {
 		"tool summarizer {\nollama a\nopenai http://b\n}":              "tool summarizer: ollama and openai",
 		"tool summarizer {\nollama a\napi_key k\n}":                    "tool summarizer: api_key",
 		"wire ollama {\nbogus 1\n}":                                    "unrecognized subdirective 'bogus'",
+		"wire openai {\nhosts http://b\nhosts http://c\n}":             "openai: hosts specified more than once",
+		"wire ollama extra {\nhosts a\n}":                              "wrong argument count",
 		"wire nosuch":                                                  "getting module named 'textgen.wires.nosuch'",
 		"wire ollama {\nhosts http://a:11434\n}\nopenai http://b:8000": "ollama and openai: one kind",
 		"wire openai {\nhosts http://b:8000\n}\napi_key k":             "api_key",
