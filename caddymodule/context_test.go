@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -145,30 +144,22 @@ func lastEvent(t *testing.T, events []sseEvent) (string, doneEvent, apiErrBody) 
 // took the tiny model minutes on a 2-core machine (how a budget fits the window is
 // TestLongestInputsFitOrAreRefused's).
 func TestEveryToolAnswersInDevMode(t *testing.T) {
-	o := realOllama(t)
+	o := soloOllama(t)
 	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t) + "\n\t\tmax_output_tokens 64"})
 	slugs := catalog.Default().Slugs()
 	acct, key := e.account(int64(len(slugs)))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4) // the test Ollama runs 4 at once
+	// One after another: the model server runs one at a time (soloOllama).
 	for _, slug := range slugs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			code, events, eb := generateSSE(t, e, key, genBody(slug, "Please help me with the heating of my flat, it has been cold for a week.", "de", "friendly"))
-			if code != 200 {
-				t.Errorf("%s: status %d %+v", slug, code, eb)
-				return
-			}
-			name, done, ev := lastEvent(t, events)
-			if name != "done" || done.CreditsUsed != 1 || done.FinishReason == "" || done.OutputTokens <= 0 {
-				t.Errorf("%s: last event %s %+v %+v", slug, name, done, ev)
-			}
-		}()
+		code, events, eb := generateSSE(t, e, key, genBody(slug, "Please help me with the heating of my flat, it has been cold for a week.", "de", "friendly"))
+		if code != 200 {
+			t.Errorf("%s: status %d %+v", slug, code, eb)
+			continue
+		}
+		name, done, ev := lastEvent(t, events)
+		if name != "done" || done.CreditsUsed != 1 || done.FinishReason == "" || done.OutputTokens <= 0 {
+			t.Errorf("%s: last event %s %+v %+v", slug, name, done, ev)
+		}
 	}
-	wg.Wait()
 	if b := e.balance(acct.ID); b.Balance != 0 || b.Available != 0 {
 		t.Errorf("balance after %d tools: %+v, want 0", len(slugs), b)
 	}
@@ -181,7 +172,7 @@ func TestEveryToolAnswersInDevMode(t *testing.T) {
 // limit is served whole, with no "truncating input prompt" in Ollama's log, and charged; one
 // character more is refused.
 func TestLongestInputsFitOrAreRefused(t *testing.T) {
-	o := realOllama(t)
+	o := soloOllama(t)
 	e := newEnv(t, envOptions{ollama: o.URL, settings: patientSettings(t)})
 	acct, key := e.account(10)
 	cutsBefore := o.LogCount("truncating input prompt")

@@ -41,6 +41,10 @@ var (
 	ollamaOnce sync.Once
 	ollamaSrv  *ollamatest.Server
 	ollamaErr  error
+	// The second real Ollama, of the tests that run every tool's long instructions (soloOllama).
+	soloOnce sync.Once
+	soloSrv  *ollamatest.Server
+	soloErr  error
 )
 
 // testRoot holds the ledger directories. A config stays loaded after its test ends (until the
@@ -62,8 +66,10 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_DATA_HOME", filepath.Join(testRoot, "xdg-data"))
 	code := pgtest.Run(m) // stops the PostgreSQL server, if a test started it
 	_ = caddy.Stop()
-	if ollamaSrv != nil {
-		_ = ollamaSrv.Stop()
+	for _, o := range []*ollamatest.Server{ollamaSrv, soloSrv} {
+		if o != nil {
+			_ = o.Stop()
+		}
 	}
 	_ = os.RemoveAll(testRoot)
 	os.Exit(code)
@@ -93,6 +99,27 @@ func realOllama(t testing.TB) *ollamatest.Server {
 		t.Fatalf("starting the real Ollama: %v", ollamaErr)
 	}
 	return ollamaSrv
+}
+
+// soloOllama starts, once for the package, a second real Ollama that runs one generation at a
+// time, for the tests that send every tool's long instructions (about 1,700 tokens each) and
+// inputs that fill the tiny model's window. Ollama keeps each of its parallel slots' tokens in
+// one cache for reuse, and llama.cpp attends over the cache up to its highest cell in use; four
+// slots of long prompts leave that mark near 4 x 8,192 cells, and every later request, short or
+// long, then costs up to twenty times the CPU. On a server of its own with one slot, the mark
+// stays at the longest prompt, and the shared server's requests stay cheap.
+func soloOllama(t testing.TB) *ollamatest.Server {
+	t.Helper()
+	tier.Full(t, "the real Ollama")
+	soloOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		soloSrv, soloErr = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 24, NumParallel: 1})
+	})
+	if soloErr != nil {
+		t.Fatalf("starting the real Ollama: %v", soloErr)
+	}
+	return soloSrv
 }
 
 // modelServer is the model server of the tests of the handler's own rules: the real Ollama in the

@@ -70,7 +70,7 @@ func longestSystemBytes(t *testing.T, slug string) int {
 // characters is served whole (Ollama cuts nothing), one more character is refused with the
 // same number, and an input that cannot fit is refused; the refusals are free.
 func TestSmallWindowServesShortInputs(t *testing.T) {
-	o := realOllama(t)
+	o := soloOllama(t)
 	const window, slug = 2048, "summarizer"
 	short := "Caddy is a web server. Summarize what it does, please."
 	output := window - (longestSystemBytes(t, slug) + templateAllowance) - len(short) + 10
