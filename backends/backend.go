@@ -6,6 +6,7 @@ package backends
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,30 @@ type Request struct {
 	// longer than it takes to hand over the pieces that arrived with it. An error from Flush
 	// stops the generation as an error from emit does.
 	Flush func() error
+	// Format asks for the answer as JSON (OpenAI's response_format json_object or json_schema);
+	// nil: text. Only a wire that takes it gets it (FormatTaker).
+	Format *Format
+}
+
+// Format is an answer in JSON: any JSON object, or one that follows Schema.
+type Format struct {
+	// Schema is the JSON schema the answer follows (json_schema); nil: any JSON object.
+	Schema json.RawMessage
+	// Name and Strict are the json_schema's, for servers that take them (OpenAI-compatible).
+	Name   string
+	Strict *bool
+}
+
+// FormatTaker says whether model servers hand a Request's Format on to the model (Ollama's
+// format, OpenAI's response_format); a server that does not would answer in plain text.
+type FormatTaker interface {
+	TakesFormat() bool
+}
+
+// FormatWire is a Wire that sends a Request's Format (its Encode reads it).
+type FormatWire interface {
+	Wire
+	TakesFormat() bool
 }
 
 // Stats describe a finished generation.
@@ -93,6 +118,7 @@ type ModelServers interface {
 	HostReporter
 	WindowFinder
 	SystemCounter
+	FormatTaker
 	io.Closer
 }
 

@@ -418,6 +418,12 @@ func (c *Chat) anyHealthy() bool {
 }
 
 // Close stops the health checker and closes idle connections. Generations in progress go on.
+// TakesFormat: the Chat's wire sends a Request's Format (FormatWire).
+func (c *Chat) TakesFormat() bool {
+	fw, ok := c.wire.(FormatWire)
+	return ok && fw.TakesFormat()
+}
+
 func (c *Chat) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)

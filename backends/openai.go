@@ -65,13 +65,38 @@ type openaiChatRequest struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	MaxTokens   int      `json:"max_tokens,omitempty"`
 	Seed        *int     `json:"seed,omitempty"`
+	// ResponseFormat is OpenAI's response_format: json_object, or json_schema with a schema.
+	ResponseFormat *openaiResponseFormat `json:"response_format,omitempty"`
 }
+
+type openaiResponseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict,omitempty"`
+	} `json:"json_schema,omitempty"`
+}
+
+// TakesFormat: OpenAI's response_format.
+func (w *openaiWire) TakesFormat() bool { return true }
 
 func (w *openaiWire) Encode(req Request) ([]byte, error) {
 	body := openaiChatRequest{Model: req.Model, Messages: chatMessages(req), Stream: true,
 		Temperature: req.Temperature, MaxTokens: req.MaxTokens, Seed: req.Seed}
 	// Usage in a last chunk before [DONE], so that token counts are the server's own.
 	body.StreamOptions.IncludeUsage = true
+	if f := req.Format; f != nil {
+		body.ResponseFormat = &openaiResponseFormat{Type: "json_object"}
+		if f.Schema != nil {
+			body.ResponseFormat.Type = "json_schema"
+			body.ResponseFormat.JSONSchema = &struct {
+				Name   string          `json:"name"`
+				Schema json.RawMessage `json:"schema"`
+				Strict *bool           `json:"strict,omitempty"`
+			}{Name: f.Name, Schema: f.Schema, Strict: f.Strict}
+		}
+	}
 	return json.Marshal(&body)
 }
 

@@ -211,6 +211,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			shared.pull = true
 		case "buy_url":
 			err = cfarg.String(d, &h.BuyURL)
+		case "default_language":
+			err = cfarg.String(d, &h.DefaultLanguage)
 		case "log_prompts":
 			if d.NextArg() {
 				return d.ArgErr()

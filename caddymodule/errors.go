@@ -58,6 +58,15 @@ type errorBody struct {
 // writeError answers with e. remaining < 0 means the key was not valid, so
 // X-Credits-Remaining is left out.
 func writeError(w http.ResponseWriter, requestID string, e *apiError, remaining int64) {
+	// The request id goes into a copy: e may be one of the shared values below.
+	c := *e
+	c.RequestID = requestID
+	body, _ := json.Marshal(errorBody{Error: &c})
+	writeErrorBody(w, requestID, e, remaining, append(body, '\n'))
+}
+
+// writeErrorBody answers e with body, with the headers of every error answer.
+func writeErrorBody(w http.ResponseWriter, requestID string, e *apiError, remaining int64, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
@@ -73,11 +82,6 @@ func writeError(w http.ResponseWriter, requestID string, e *apiError, remaining 
 	if e.Allow != "" {
 		h.Set("Allow", e.Allow)
 	}
-	// The request id goes into a copy: e may be one of the shared values below.
-	c := *e
-	c.RequestID = requestID
-	body, _ := json.Marshal(errorBody{Error: &c})
-	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(body)
@@ -103,7 +107,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, reqID string, status int,
 var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
 	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
-	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready and GET /api/v1/openapi.json (its description)"}
+	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, POST /api/v1/chat/completions, GET /api/v1/models, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready and GET /api/v1/openapi.json (its description)"}
 	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header or as Authorization: Bearer <key>"}
 	errConflictingKeys      = &apiError{Status: http.StatusBadRequest, Code: "conflicting_api_keys", Message: "the X-API-Key and Authorization: Bearer headers name different keys; send one"}
 	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}

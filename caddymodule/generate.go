@@ -53,7 +53,7 @@ func (g *generation) run() {
 	if h.retain != nil {
 		kept = h.retain.newKept(g)
 	}
-	s := newStreamer(g.w, g.r, g.ask.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
+	s := newStreamer(g.w, g.r, g.door.encoder(g), g.ask.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -77,8 +77,18 @@ func (g *generation) run() {
 	// own (see backends' generateOn). Generate gives the model's place back when the model is
 	// done; a slow client then reads the rest from what the streamer holds (drain).
 	stats, gerr := backend.Generate(genCtx, g.backendRequest(adm, s), s.emit)
+	if gerr == nil {
+		gerr = g.contextCut(stats) // a prompt the server cut is not an answer to pay for
+	}
 	if err := s.drain(); err != nil && gerr == nil {
 		gerr = &backends.Error{Kind: backends.KindCanceled, Pieces: stats.Pieces, Err: err} // the client did not get it all
+	}
+	if gerr == nil && s.texted && s.enc.whole() {
+		// The whole answer goes out now; it is charged only if the client takes it.
+		g.stats = stats
+		if err := s.writeWhole(g.ending()); err != nil {
+			gerr = &backends.Error{Kind: backends.KindCanceled, Pieces: stats.Pieces, Err: err}
+		}
 	}
 	stopKeepAlive()
 	g.ended(s, stats, gerr, genStart)
@@ -170,12 +180,24 @@ func (g *generation) backendRequest(adm backends.Admission, s *streamer) backend
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", g.prompt.system), zap.String("input", g.ask.req.Input))
 	}
+	temperature, maxTokens := g.ask.tool.temperature, g.ask.tool.maxOutputTokens
+	var format *backends.Format
+	if c := g.ask.chat; c != nil {
+		if c.temperature != nil {
+			temperature = c.temperature
+		}
+		if c.maxTokens > 0 && (maxTokens <= 0 || c.maxTokens < maxTokens) {
+			maxTokens = c.maxTokens // within the tool's own
+		}
+		format = c.format
+	}
 	return backends.Request{
 		Model:             g.ask.tool.model,
 		System:            g.prompt.system,
 		Prompt:            g.ask.req.Input,
-		Temperature:       g.ask.tool.temperature,
-		MaxTokens:         g.ask.tool.maxOutputTokens,
+		Temperature:       temperature,
+		MaxTokens:         maxTokens,
+		Format:            format,
 		NumCtx:            g.prompt.fit.numCtx,
 		Seed:              h.Seed,
 		FirstPieceTimeout: time.Duration(h.FirstPieceTimeout),
@@ -191,9 +213,6 @@ func (g *generation) backendRequest(adm backends.Admission, s *streamer) backend
 //go:noinline
 func (g *generation) ended(s *streamer, stats backends.Stats, gerr error, genStart time.Time) {
 	g.stats = stats
-	if gerr == nil {
-		gerr = g.contextCut(stats) // a prompt the server cut is not an answer to pay for
-	}
 	if s.texted {
 		metrics.timeToFirst.Observe(stats.TimeToFirst.Seconds())
 		metrics.generation.Observe(time.Since(genStart).Seconds())
@@ -264,9 +283,9 @@ func (g *generation) finish(s *streamer, gerr error) {
 	switch d.End {
 	case pipeline.EndComplete:
 		g.status = http.StatusOK
-		if g.ask.sse {
-			s.event("done", doneEvent{CreditsUsed: 1, CreditsRemaining: g.remaining, RequestID: g.id, OutputTokens: g.stats.OutputTokens,
-				FinishReason: pipeline.FinishReason(g.stats.DoneReason)})
+		if !s.enc.whole() { // a whole answer went out before the charge (run)
+			x := g.ending()
+			s.last(func(dst []byte, id int) []byte { return s.enc.end(dst, id, x) })
 		}
 	case pipeline.EndClientGone:
 		g.left()
@@ -277,6 +296,10 @@ func (g *generation) finish(s *streamer, gerr error) {
 		// complete one.
 		g.errKind = d.Kind.String()
 		g.h.logger.Warn("generation interrupted", zap.String("request_id", g.id), zap.Error(gerr))
+		if !s.started { // a whole answer: nothing went out
+			g.failStream(s, g.backendError(gerr))
+			return
+		}
 		if g.ask.sse {
 			g.status = http.StatusOK
 			g.errorEvent(s, g.backendError(gerr))
@@ -287,6 +310,12 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case pipeline.EndFailed:
 		g.failStream(s, g.backendError(gerr))
 	}
+}
+
+// ending is what the end of g's complete answer says: one credit used, the tokens, why it ended.
+func (g *generation) ending() ending {
+	return ending{requestID: g.id, creditsUsed: 1, remaining: g.remaining, promptTokens: g.stats.PromptTokens,
+		outputTokens: g.stats.OutputTokens, finishReason: pipeline.FinishReason(g.stats.DoneReason)}
 }
 
 // charge settles (d.Charge) or voids the request's hold; the charge stands once the ledger took
@@ -320,7 +349,7 @@ func (g *generation) failStream(s *streamer, e *apiError) {
 func (g *generation) errorEvent(s *streamer, e *apiError) {
 	c := *e
 	c.RequestID = g.id
-	s.event("error", errorBody{Error: &c})
+	s.last(func(dst []byte, id int) []byte { return s.enc.fail(dst, id, &c) })
 }
 
 func ctxDone(ctx context.Context) bool {

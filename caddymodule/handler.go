@@ -20,7 +20,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		// A request that reached a config that has been replaced (a rare race in a reload).
 		e := newError(http.StatusServiceUnavailable, "overloaded", "", "the server is reloading its configuration; retry")
 		e.RetryAfter = time.Second
-		writeError(w, reqID, e, -1)
+		doorOf(r).writeError(w, reqID, e, -1)
 		return nil
 	}
 	defer h.inFlight.Exit()
@@ -34,10 +34,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case openAPIPath:
 		serveOpenAPI(w, r, reqID)
 		return nil
-	case "/api/v1/generate", "/api/v1/balance", "/api/v1/ready", receiptKeysPath:
+	case "/api/v1/generate", chatCompletionsPath, modelsPath, "/api/v1/balance", "/api/v1/ready", receiptKeysPath:
 	default:
-		if !strings.HasPrefix(r.URL.Path, generationsPath) {
-			writeError(w, reqID, errNotFound, -1)
+		if !strings.HasPrefix(r.URL.Path, generationsPath) && !strings.HasPrefix(r.URL.Path, modelsPath+"/") {
+			doorOf(r).writeError(w, reqID, errNotFound, -1)
 			return nil
 		}
 	}
@@ -50,12 +50,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			h.serveReady(w, r, reqID, nil, backend)
 			return nil
 		}
-		writeError(w, reqID, errLedgerUnavailable, -1)
+		doorOf(r).writeError(w, reqID, errLedgerUnavailable, -1)
 		return nil
 	}
 	switch r.URL.Path {
 	case "/api/v1/generate":
-		h.serveGenerate(w, r, reqID, store, backend)
+		h.serveGenerate(w, r, reqID, store, backend, generateDoor{})
+	case chatCompletionsPath:
+		h.serveGenerate(w, r, reqID, store, backend, chatDoor{})
 	case "/api/v1/balance":
 		h.serveBalance(w, r, reqID, store)
 	case "/api/v1/ready":
@@ -63,6 +65,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case receiptKeysPath:
 		h.serveReceiptKeys(w, r, reqID, store)
 	default:
+		if strings.HasPrefix(r.URL.Path, modelsPath) {
+			h.serveModels(w, r, reqID, store)
+			return nil
+		}
 		if h.serveGeneration(w, r, reqID, store) {
 			// The generation ended before its text did: no client may take the cut text for a
 			// whole one (as in generate).
@@ -91,9 +97,10 @@ func newRequestID() string {
 // now is the clock of the package; tests replace it.
 var now = time.Now
 
-// generation is the state of one POST /api/v1/generate.
+// generation is the state of one generation, asked for through a door (door.go).
 type generation struct {
 	h     *Handler
+	door  door
 	store handlerLedger
 	// backend is the model backend of live keys (test keys get a sample).
 	backend backends.ModelServers
@@ -133,8 +140,8 @@ type generation struct {
 // wire). The first stages return what they found (caller, ask, prompt, admission) and their
 // refusal; only serveGenerate stores them in the generation, which the later stages, the log
 // line, the metrics and the spans read.
-func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers) {
-	g := &generation{h: h, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, reqID string, store handlerLedger, backend backends.ModelServers, d door) {
+	g := &generation{h: h, door: d, store: store, backend: backend, w: w, r: r, id: reqID, start: now(), remaining: -1, trace: startTrace(r)}
 	defer g.end()
 	if !h.intake(g) {
 		return
@@ -161,7 +168,7 @@ func (h *Handler) intake(g *generation) bool {
 		return false
 	}
 	var bad *apiError
-	bad = h.readRequest(w, r, &g.ask)
+	bad = g.door.read(h, w, r, &g.ask)
 	if bad == nil {
 		bad = keyLimits(g.caller.key.KeyLimits, g.ask.tool, r) // its tools and addresses, before anything is held
 	}
@@ -172,7 +179,11 @@ func (h *Handler) intake(g *generation) bool {
 			return false
 		}
 		g.backend = own
-		g.prompt, bad = h.fitContext(r.Context(), &g.ask, g.backend)
+		if c := g.ask.chat; c != nil && c.format != nil && !g.backend.TakesFormat() {
+			bad = errFormatNotTaken
+		} else {
+			g.prompt, bad = h.fitContext(r.Context(), &g.ask, g.backend)
+		}
 	}
 	// Every request with a valid key counts against its key's and account's limits, whatever
 	// its outcome; a valid one also against its tool's and takes one of its account's
@@ -211,7 +222,7 @@ func (g *generation) end() {
 // nothing is charged.
 func (g *generation) fail(e *apiError) {
 	g.status, g.errKind = e.Status, e.logKind()
-	writeError(g.w, g.id, e, g.remaining)
+	g.door.writeError(g.w, g.id, e, g.remaining)
 }
 
 // left notes a client that went away before its answer: nothing more is written, and the log

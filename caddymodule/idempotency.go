@@ -61,6 +61,19 @@ func (g *generation) idemRecordKey() string { return string(g.caller.key.Mode) +
 func (g *generation) replay(rec ledger.IdempotencyRecord) {
 	g.status = rec.Status
 	g.errKind = "idempotent_replay"
+	if g.ask.chat != nil {
+		// An SDK would read a 200 without a completion as an empty one: the text is not here,
+		// and the error says where the first request stands. x-should-retry: false keeps the
+		// SDKs from retrying it.
+		g.w.Header().Set("X-Should-Retry", "false")
+		g.w.Header().Set("Idempotent-Replayed", "true")
+		e := newError(http.StatusConflict, "idempotent_replay", "Idempotency-Key",
+			"a request with this Idempotency-Key was already completed and charged as "+rec.RequestID+
+				"; its text is not kept on this server, so it cannot be sent again; nothing was charged now")
+		g.status = e.Status
+		g.door.writeError(g.w, g.id, e, g.remaining)
+		return
+	}
 	body, _ := json.Marshal(map[string]any{
 		"idempotent_replay": true,
 		"request_id":        rec.RequestID,
@@ -97,6 +110,9 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 			g.h.logger.Error("reading a kept generation for a replay", zap.String("request_id", g.id), zap.Error(err))
 		}
 		return false
+	}
+	if g.ask.chat != nil {
+		return g.replayKeptChat(ctx, src, view, rec)
 	}
 	g.status = http.StatusOK
 	g.errKind = "idempotent_replay"

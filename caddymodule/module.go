@@ -88,6 +88,10 @@ type Handler struct {
 	// EU languages plus tr, uk, ru, ar, zh and ja.
 	Languages []string `json:"languages,omitempty"`
 
+	// DefaultLanguage is the language of a chat completion (POST /api/v1/chat/completions) that
+	// names none: one of Languages, as a BCP 47 tag. Default: en.
+	DefaultLanguage string `json:"default_language,omitempty"`
+
 	// Tools overrides settings of single tools, keyed by slug.
 	Tools map[string]*ToolConfig `json:"tools,omitempty"`
 
@@ -179,16 +183,17 @@ type Handler struct {
 	// Caddy cleans up the old config of a reload while its requests may still stream.
 	inFlight *inflight.Guard
 
-	logger     *zap.Logger
-	wire       wires.Module          // WireRaw, loaded
-	ledgerRef  *textgenapp.LedgerRef // opened by the textgen app's Start
-	app        *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
-	serversRef *textgenapp.ServersRef
-	tools      map[string]*toolRuntime
-	languages  *catalog.LanguageMatcher
-	catalog    *catalog.Catalog // the tools with their prompt files (GET /api/v1/tools)
-	lim        *limits
-	receipts   *receiptSigning // receipts.go; nil with retention off
+	logger      *zap.Logger
+	wire        wires.Module          // WireRaw, loaded
+	ledgerRef   *textgenapp.LedgerRef // opened by the textgen app's Start
+	app         *textgenapp.App       // this config's: where My Account is (generate.go insufficient)
+	provisioned time.Time             // when this config was provisioned: its models' created (models.go)
+	serversRef  *textgenapp.ServersRef
+	tools       map[string]*toolRuntime
+	languages   *catalog.LanguageMatcher
+	catalog     *catalog.Catalog // the tools with their prompt files (GET /api/v1/tools)
+	lim         *limits
+	receipts    *receiptSigning // receipts.go; nil with retention off
 	// retain keeps generations' text (retention.go); nil when Retention is off.
 	retain *retention
 	// contexts are the models' contexts (context.go).
@@ -250,6 +255,7 @@ const (
 // and backend.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.provisioned = time.Now()
 	h.inFlight = inflight.New(h.release, h.logger)
 	// Settings the operator wrote beat the built-in per-tool values; defaults do not.
 	explicit := toolDefaults{maxInputChars: h.MaxInputChars, maxOutputTokens: h.MaxOutputTokens, temperature: h.Temperature}
@@ -261,6 +267,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	var err error
 	if h.languages, err = catalog.NewLanguageMatcher(langs); err != nil {
 		return fmt.Errorf("textgen: languages: %w", err)
+	}
+	if h.DefaultLanguage == "" {
+		h.DefaultLanguage = "en"
+	}
+	if _, _, ok := h.languages.Match(h.DefaultLanguage); !ok {
+		return fmt.Errorf("textgen: default_language %q is not one of the languages", h.DefaultLanguage)
 	}
 	if err := h.loadTools(explicit); err != nil {
 		return err

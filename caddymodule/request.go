@@ -57,6 +57,8 @@ type ask struct {
 	idem string // Idempotency-Key, if sent
 	// fingerprint is the SHA-256 of the body (hex), sent with an Idempotency-Key.
 	fingerprint string
+	// chat is what a chat completion asks beyond this (chat.go); nil for POST /api/v1/generate.
+	chat *chatAsk
 }
 
 // genRequest is the body of POST /api/v1/generate (docs/USING-THE-API.md: request fields).

@@ -85,7 +85,8 @@ type streamer struct {
 	w         http.ResponseWriter
 	client    context.Context
 	http2     bool // HTTP/2 or later: deadlines must be cleared between writes (flushed)
-	sse       bool
+	sse       bool // an event stream: keep-alive comments may go out before the text
+	enc       encoder
 	requestID string
 	remaining int64
 
@@ -95,6 +96,7 @@ type streamer struct {
 	armed   time.Time     // the write deadline set last (zero: none)
 	started bool          // the 200 headers were written
 	buf     []byte
+	text    []byte             // a whole encoder's text, sent once the model is done (writeWhole)
 	stop    context.CancelFunc // cancels the model call (a failed write that ends the generation)
 
 	// mu orders the model's side (emit, flush), the writer, the keep-alives and clientLeft.
@@ -125,12 +127,13 @@ type streamer struct {
 	kaStopped bool
 }
 
-// newStreamer prepares the stream of a generation to the client of w and r (as SSE or plain
-// text), each write bounded by writeTimeout and the whole stream by end; kept keeps its text
-// (nil: retention off). The 200 headers carry requestID and the client's remaining credits.
-func newStreamer(w http.ResponseWriter, r *http.Request, sse bool, requestID string, remaining int64,
+// newStreamer prepares the stream of a generation to the client of w and r in enc's shape (an
+// event stream if sse), each write bounded by writeTimeout and the whole stream by end; kept
+// keeps its text (nil: retention off). The 200 headers carry requestID and the client's
+// remaining credits.
+func newStreamer(w http.ResponseWriter, r *http.Request, enc encoder, sse bool, requestID string, remaining int64,
 	writeTimeout time.Duration, end time.Time, kept *keptText) *streamer {
-	s := &streamer{w: w, client: r.Context(), http2: r.ProtoMajor >= 2, sse: sse, requestID: requestID, remaining: remaining,
+	s := &streamer{w: w, client: r.Context(), http2: r.ProtoMajor >= 2, sse: sse, enc: enc, requestID: requestID, remaining: remaining,
 		rc: http.NewResponseController(w), timeout: writeTimeout, end: end, stop: func() {}, limit: streamBufferBytes, kept: kept}
 	s.moved.L = &s.mu
 	if s.kept != nil {
@@ -157,6 +160,12 @@ func (s *streamer) emit(piece string) error {
 	}
 	if err := s.failed(); err != nil || s.detached {
 		return err
+	}
+	if s.enc.whole() {
+		// Held until the model is done (writeWhole); max_output_tokens bounds it.
+		s.text = append(s.text, piece...)
+		s.texted = true
+		return nil
 	}
 	s.queue = append(s.queue, piece)
 	s.queued += len(piece)
@@ -347,11 +356,7 @@ func (s *streamer) writeHeader() {
 		return
 	}
 	hdr := s.w.Header()
-	if s.sse {
-		hdr.Set("Content-Type", "text/event-stream")
-	} else {
-		hdr.Set("Content-Type", "text/plain; charset=utf-8")
-	}
+	hdr.Set("Content-Type", s.enc.contentType())
 	hdr.Set("X-Credits-Used", "1")
 	hdr.Set("X-Credits-Remaining", strconv.FormatInt(s.remaining, 10))
 	hdr.Set("X-Request-Id", s.requestID)
@@ -383,18 +388,42 @@ func (s *streamer) clientLeft(cancel context.CancelFunc) {
 func (s *streamer) write(piece string, id int) error {
 	s.writeHeader()
 	s.deadline(s.end)
-	var err error
-	if s.sse {
-		if s.kept == nil {
-			id = 0 // SSE ids only where a stream can be resumed
-		}
-		s.buf = appendDelta(s.buf[:0], id, piece)
-		_, err = s.w.Write(s.buf)
-	} else {
-		s.buf = append(s.buf[:0], piece...)
-		_, err = s.w.Write(s.buf)
+	if s.kept == nil {
+		id = 0 // SSE ids only where a stream can be resumed
 	}
+	s.buf = s.enc.piece(s.buf[:0], id, piece)
+	_, err := s.w.Write(s.buf)
 	return err
+}
+
+// writeWhole sends a whole encoder's answer once the model is done: x with the text held. The
+// text is delivered once its write and flush succeed to a client that had not gone; else the
+// generation ends as one whose client left before any text (writeErr), and nothing is charged.
+func (s *streamer) writeWhole(x ending) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctxDone(s.client) {
+		s.writeErr = errLeftBeforeText
+		return s.writeErr
+	}
+	x.text = string(s.text)
+	s.buf = s.enc.end(s.buf[:0], 0, x)
+	s.w.Header().Set("Content-Length", strconv.Itoa(len(s.buf)))
+	s.writeHeader()
+	s.deadline(s.end)
+	_, err := s.w.Write(s.buf)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	if err == nil && ctxDone(s.client) {
+		err = errLeftBeforeText
+	}
+	if err != nil {
+		s.writeErr = err
+		return err
+	}
+	s.delivered = true
+	return nil
 }
 
 // deadline sets the write deadline of the next write: WriteTimeout from now, at the latest
@@ -437,20 +466,19 @@ func (s *streamer) close() {
 	}
 }
 
-// event writes one whole SSE event with a JSON payload: the last write of a generation, which
-// gets one more WriteTimeout even when the generation's own deadline has passed.
-func (s *streamer) event(name string, v any) {
-	s.deadline(time.Time{})
-	data, _ := jsonMarshal(v)
-	s.buf = s.buf[:0]
-	if s.kept != nil { // the end of a resumable stream has the id after its last piece's
-		s.buf = appendEventID(s.buf, s.n+1)
+// last writes what ends a stream (the encoder's end or fail, given the id after the last
+// piece's where a stream can be resumed): the last write of a generation, which gets one more
+// WriteTimeout even when the generation's own deadline has passed.
+func (s *streamer) last(appendEnd func(dst []byte, id int) []byte) {
+	id := 0
+	if s.kept != nil {
+		id = s.n + 1
 	}
-	s.buf = append(s.buf, "event: "...)
-	s.buf = append(s.buf, name...)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, data...)
-	s.buf = append(s.buf, "\n\n"...)
+	s.buf = appendEnd(s.buf[:0], id)
+	if len(s.buf) == 0 {
+		return
+	}
+	s.deadline(time.Time{})
 	if _, err := s.w.Write(s.buf); err == nil {
 		_ = s.rc.Flush()
 	}
