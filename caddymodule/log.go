@@ -29,6 +29,9 @@ func (g *generation) log() {
 	if g.ask.tool != nil {
 		fields = append(fields, zap.String("tool", g.ask.tool.Slug), zap.String("language", g.ask.lang))
 	}
+	if g.ask.chat != nil {
+		fields = append(fields, zap.String("api", "chat_completions"))
+	}
 	if g.stats.Pieces > 0 || g.stats.OutputTokens > 0 {
 		fields = append(fields, zap.Duration("time_to_first", g.stats.TimeToFirst),
 			zap.Int("output_tokens", g.stats.OutputTokens), zap.Int("prompt_tokens", g.stats.PromptTokens))
