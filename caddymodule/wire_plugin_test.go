@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -46,6 +48,26 @@ func TestThirdWireThroughCaddy(t *testing.T) {
 	}
 	if !wired {
 		t.Errorf("no model servers of the wire ollama_generate at %s are open", o.URL)
+	}
+
+	// A JSON answer needs a wire that sends the format on (backends.FormatWire); this one does
+	// not, so a chat completion that asks for one is refused at the door, free.
+	req, _ := http.NewRequest(http.MethodPost, baseURL+"/api/v1/chat/completions", strings.NewReader(
+		`{"model":"summarizer","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	r, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oe openAIErrorBody
+	err = json.NewDecoder(r.Body).Decode(&oe)
+	r.Body.Close()
+	if err != nil || r.StatusCode != 400 || oe.Error.Param == nil || *oe.Error.Param != "response_format" || oe.Error.Code != "unsupported_field" {
+		t.Errorf("response_format through a wire without formats: %d %+v %v", r.StatusCode, oe, err)
+	}
+	if b := e.balance(acct.ID); b.Available != 2 {
+		t.Errorf("balance after the refusal: %+v, want 2 available", b)
 	}
 	e.verify()
 }
