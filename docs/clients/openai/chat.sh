@@ -7,7 +7,7 @@
 # server-sent events, TEXTGEN_TONE sets a tone, TEXTGEN_IDEMPOTENCY_KEY makes a retry safe (the
 # same key again gets the first answer's text, never a second charge). The answer (JSON, or the
 # events) goes to stdout as it is; the status and the credit headers go to stderr. Exit codes: 0
-# done, 1 an error, 2 out of credits (402).
+# done, 1 an error (also a stream that ends with an error event), 2 out of credits (402).
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -38,14 +38,20 @@ args=(-sS -N -H "Authorization: Bearer $TEXTGEN_KEY" -H 'Content-Type: applicati
 [ -n "${TEXTGEN_IDEMPOTENCY_KEY:-}" ] && args+=(-H "Idempotency-Key: $TEXTGEN_IDEMPOTENCY_KEY")
 
 headers=$(mktemp)
-trap 'rm -f "$headers"' EXIT
-curl "${args[@]}" -D "$headers" --data-binary "$body" "$url/api/v1/chat/completions" || exit 1
+answer=$(mktemp)
+trap 'rm -f "$headers" "$answer"' EXIT
+curl "${args[@]}" -D "$headers" --data-binary "$body" "$url/api/v1/chat/completions" | tee "$answer" || exit 1
 echo
 
 # header prints the value of a response header; status is the answer's status code.
 header() { tr -d '\r' <"$headers" | awk -v h="$1:" 'tolower($1) == tolower(h) { v = $2 } END { print v }'; }
 status=$(tr -d '\r' <"$headers" | awk '/^HTTP\// { s = $2 } END { print s }')
 echo "status=$status credits_used=$(header X-Credits-Used) credits_remaining=$(header X-Credits-Remaining) request_id=$(header X-Request-Id)" >&2
+# A stream that the model broke off ends with an error event (the status was already 200).
+if grep -q '^data: *{ *"error"' "$answer"; then
+	echo "the stream ended with an error; nothing was charged" >&2
+	exit 1
+fi
 case $status in
 2??) exit 0 ;;
 402) exit 2 ;;
