@@ -321,6 +321,31 @@ func TestOpenAIClients(t *testing.T) {
 				t.Fatalf("402: %d charges, balance %+v; want nothing charged", n, b)
 			}
 
+			// The model fails in the middle of a stream: the stream ends with the error, which the
+			// SDKs raise (exit 1), and nothing is charged.
+			acct, key = e.account(3)
+			fsrv.Set(ollamatest.FaultConfig{Mode: ollamatest.FaultErrorAfter, Pieces: 3, Piece: "Heron", Numbered: true})
+			out, log, code = c.run(t, key, []string{"TEXTGEN_STREAM=1"}, "summarizer", "x", "en")
+			fsrv.Set(ollamatest.FaultConfig{Pieces: pieces, Piece: "Heron", Numbered: true, Delay: 5 * time.Millisecond})
+			last := strings.TrimSpace(out)
+			if i := strings.LastIndex(last, "data: "); i >= 0 {
+				last = last[i:]
+			}
+			switch {
+			case code != 1:
+				t.Fatalf("a model failure mid-stream: exit %d, printed %q, log %q; want exit 1", code, out, log)
+			case c.curl:
+				if !strings.HasPrefix(last, `data: {"error":`) || !strings.Contains(last, `"backend_error"`) {
+					t.Fatalf("a model failure mid-stream: the stream does not end with its error event:\n%s", out)
+				}
+			case !strings.Contains(log, "backend_error") || (c.name == "javascript" && !strings.Contains(log, "class=APIError")):
+				t.Fatalf("a model failure mid-stream: printed %q, log %q; want the SDK's error with code backend_error", out, log)
+			}
+			waitFor(t, "the hold's release", func() bool { return e.count(acct.ID, ledger.KindVoid) == 1 })
+			if n, b := e.count(acct.ID, ledger.KindSettle), e.balance(acct.ID); n != 0 || b.Balance != 3 || b.Available != 3 {
+				t.Fatalf("a model failure mid-stream: %d charges, balance %+v; want nothing charged", n, b)
+			}
+
 			// The same Idempotency-Key twice: the second gets the first's text at no charge.
 			acct, key = e.account(3)
 			idem := []string{"TEXTGEN_IDEMPOTENCY_KEY=openai-" + c.name}
