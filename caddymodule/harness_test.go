@@ -502,13 +502,19 @@ func mustAbs(t testing.TB, dir string) string {
 // body_read_timeout.
 func slowBody(t *testing.T, key string) *http.Response {
 	t.Helper()
+	return slowBodyAt(t, "/api/v1/generate", key)
+}
+
+// slowBodyAt is slowBody for the POST endpoint at path.
+func slowBodyAt(t *testing.T, path, key string) *http.Response {
+	t.Helper()
 	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only so a failing test cannot hang
-	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{\"tool\":", key)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{\"tool\":", path, key)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,8 @@ package caddymodule
 
 // The API document (docs/openapi.json) against the real server: every answer the tests below
 // provoke must validate against it (status, content type, required headers, JSON body, SSE
-// events), and every (status, error code) pair it documents must be provoked.
+// events), and every (status, error code) pair it documents must be provoked, on every
+// operation of the OpenAI-compatible paths each (status, code) and each 200 content type.
 
 import (
 	"bytes"
@@ -41,17 +42,34 @@ var notProvoked = map[string]string{
 		"process of its own and checks it against the document",
 }
 
+// notProvokedOp are the answers of the OpenAI-compatible operations, beyond notProvoked's pairs,
+// that no request can cause against a healthy in-process server.
+var notProvokedOp = map[string]string{
+	"GET /api/v1/models 503 overloaded":      "a request that reaches a configuration a reload has just replaced",
+	"GET /api/v1/models/{id} 503 overloaded": "a request that reaches a configuration a reload has just replaced",
+}
+
 // conformance checks answers against the API document and notes the error pairs it saw.
 type conformance struct {
-	t      *testing.T
-	client *http.Client
-	v      validator.Validator
-	model  *v3.Document
-	sv     schema_validation.SchemaValidator
-	events map[string]*base.Schema // SSE event name -> the schema of its data
+	t       *testing.T
+	client  *http.Client
+	v       validator.Validator
+	model   *v3.Document
+	sv      schema_validation.SchemaValidator
+	streams map[string]*eventStream // the name of a text/event-stream schema -> its events
+	raw     map[string]any          // the document as JSON, its $refs as written
 
-	mu   sync.Mutex
-	seen map[string]bool // "402 insufficient_credits"
+	mu     sync.Mutex
+	seen   map[string]bool // "402 insufficient_credits"
+	seenOp map[string]bool // "POST /api/v1/chat/completions 402 insufficient_credits", "... 200 text/event-stream"
+}
+
+// eventStream is a text/event-stream schema of the document: the schema of each event's data
+// by the event's name (x-events; an event without a name is "message", as in SSE), and the data
+// of a last event that is not JSON (x-last-data: OpenAI's [DONE]).
+type eventStream struct {
+	events map[string]*base.Schema
+	last   string
 }
 
 func newConformance(t *testing.T, client *http.Client) *conformance {
@@ -69,30 +87,49 @@ func newConformance(t *testing.T, client *http.Client) *conformance {
 		t.Fatal(errs)
 	}
 	c := &conformance{t: t, client: client, v: v, model: &model.Model, sv: schema_validation.NewSchemaValidator(),
-		events: map[string]*base.Schema{}, seen: map[string]bool{}}
-	// The events of a text/event-stream answer are named in EventStream's x-events.
+		streams: map[string]*eventStream{}, seen: map[string]bool{}, seenOp: map[string]bool{}}
+	if err := json.Unmarshal(docs.OpenAPI, &c.raw); err != nil {
+		t.Fatal(err)
+	}
+	// The events of a text/event-stream answer are named in its schema's x-events (EventStream,
+	// ChatCompletionStream).
 	var raw struct {
 		Components struct {
-			Schemas struct {
-				EventStream struct {
-					Events map[string]struct {
-						Ref string `json:"$ref"`
-					} `json:"x-events"`
-				}
+			Schemas map[string]struct {
+				Events map[string]struct {
+					Ref string `json:"$ref"`
+				} `json:"x-events"`
+				Last string `json:"x-last-data"`
 			}
 		}
 	}
 	if err := json.Unmarshal(docs.OpenAPI, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for name, ev := range raw.Components.Schemas.EventStream.Events {
-		sp := model.Model.Components.Schemas.GetOrZero(strings.TrimPrefix(ev.Ref, "#/components/schemas/"))
-		if sp == nil {
-			t.Fatalf("x-events %s: no schema %s", name, ev.Ref)
+	for stream, s := range raw.Components.Schemas {
+		if s.Events == nil {
+			continue
 		}
-		c.events[name] = sp.Schema()
+		es := &eventStream{events: map[string]*base.Schema{}, last: s.Last}
+		for name, ev := range s.Events {
+			es.events[name] = c.schema(ev.Ref)
+		}
+		c.streams[stream] = es
+	}
+	if len(c.streams) < 2 {
+		t.Fatalf("the document names the events of %d streams, want EventStream and ChatCompletionStream", len(c.streams))
 	}
 	return c
+}
+
+// schema is the component schema of ref (#/components/schemas/Name, or Name), strict.
+func (c *conformance) schema(ref string) *base.Schema {
+	c.t.Helper()
+	sp := c.model.Components.Schemas.GetOrZero(strings.TrimPrefix(ref, "#/components/schemas/"))
+	if sp == nil {
+		c.t.Fatalf("no schema %s in the document", ref)
+	}
+	return sp.Schema()
 }
 
 // do sends req and checks its answer; it returns the answer with its whole body.
@@ -116,9 +153,14 @@ func (c *conformance) check(req *http.Request, resp *http.Response) []byte {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	what := fmt.Sprintf("%s %s -> %d", req.Method, req.URL.Path, resp.StatusCode)
 	vreq := req
-	if resp.StatusCode == http.StatusNotFound && !strings.HasPrefix(req.URL.Path, generationsPath) {
-		// A path the API does not have: its 404 is the one the document states for unknown
-		// generations (the description says so for every other path).
+	tmpl, methods := c.pathOf(req.URL.Path)
+	if resp.StatusCode == http.StatusNotFound && tmpl == "" {
+		// A path the API does not have: under /api/v1/chat/ its 404 is OpenAI's shape, elsewhere
+		// the one the document states for unknown generations (the description says so).
+		if strings.HasPrefix(req.URL.Path, "/api/v1/chat/") {
+			c.checkUnknownOpenAIPath(what, resp, body)
+			return body
+		}
 		vreq = req.Clone(context.Background())
 		vreq.Method, vreq.URL.Path = http.MethodGet, generationsPath+"req_0"
 	}
@@ -127,8 +169,8 @@ func (c *conformance) check(req *http.Request, resp *http.Response) []byte {
 		// against the 405 response of the path's own operation.
 		vreq = req.Clone(context.Background())
 		vreq.Method = http.MethodGet
-		if req.URL.Path == "/api/v1/generate" {
-			vreq.Method = http.MethodPost
+		if len(methods) > 0 {
+			vreq.Method = strings.ToUpper(methods[0])
 		}
 	}
 	if ok, errs := c.v.ValidateHttpResponse(vreq, resp); !ok {
@@ -141,9 +183,11 @@ func (c *conformance) check(req *http.Request, resp *http.Response) []byte {
 		c.t.Errorf("%s: the answer was %v %s", what, resp.Header, body)
 	}
 	ct := resp.Header.Get("Content-Type")
+	mt, _, _ := strings.Cut(ct, ";")
+	op := vreq.Method + " " + tmpl + " " + strconv.Itoa(resp.StatusCode) + " "
 	switch {
 	case strings.HasPrefix(ct, "text/event-stream"):
-		c.checkEvents(what, body)
+		c.checkEvents(what, body, c.streamOf(tmpl, vreq.Method, resp.StatusCode))
 	case strings.HasPrefix(ct, "application/json") && resp.StatusCode >= 400:
 		var b apiErrBody
 		if err := json.Unmarshal(body, &b); err == nil && b.Error.Code != "" {
@@ -153,22 +197,101 @@ func (c *conformance) check(req *http.Request, resp *http.Response) []byte {
 			c.mu.Lock()
 			c.seen[strconv.Itoa(resp.StatusCode)+" "+b.Error.Code] = true
 			c.mu.Unlock()
+			mt = b.Error.Code
 		}
+	}
+	if tmpl != "" {
+		c.mu.Lock()
+		c.seenOp[op+mt] = true
+		c.mu.Unlock()
 	}
 	return body
 }
 
-// checkEvents checks every event of an SSE body against the schema of its name.
-func (c *conformance) checkEvents(what string, body []byte) {
+// pathOf is the document's path that p is (its template) and the methods of its operations;
+// "" when the document has no such path.
+func (c *conformance) pathOf(p string) (string, []string) {
+	found := ""
+	for tmpl := range c.model.Paths.PathItems.KeysFromOldest() {
+		if tmpl == p {
+			found = tmpl
+			break
+		}
+		if found == "" && pathMatches(tmpl, p) {
+			found = tmpl
+		}
+	}
+	if found == "" {
+		return "", nil
+	}
+	var methods []string
+	for m := range c.model.Paths.PathItems.GetOrZero(found).GetOperations().KeysFromOldest() {
+		methods = append(methods, m)
+	}
+	return found, methods
+}
+
+// checkUnknownOpenAIPath checks the 404 of a path under /api/v1/chat/ that the API does not
+// have: not_found in OpenAI's shape (OpenAIErrorBody), as the document's description states.
+func (c *conformance) checkUnknownOpenAIPath(what string, resp *http.Response, body []byte) {
 	c.t.Helper()
+	var b apiErrBody
+	if ok, errs := c.sv.ValidateSchemaString(c.schema("OpenAIErrorBody"), string(body)); !ok {
+		for _, e := range errs {
+			c.t.Errorf("%s: %s %s", what, e.Message, e.Reason)
+		}
+	} else if err := json.Unmarshal(body, &b); err != nil || b.Error.Code != "not_found" {
+		c.t.Errorf("%s: want code not_found: %s", what, body)
+	}
+	if resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("X-Credits-Used") != "0" {
+		c.t.Errorf("%s: the headers of an error answer are missing: %v", what, resp.Header)
+	}
+}
+
+// streamOf is the event stream the document gives the text/event-stream answer with status to
+// method on tmpl (nil: none).
+func (c *conformance) streamOf(tmpl, method string, status int) *eventStream {
+	get := func(v any, keys ...string) any {
+		for _, k := range keys {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		return v
+	}
+	r := get(c.raw, "paths", tmpl, strings.ToLower(method), "responses", strconv.Itoa(status))
+	if ref, ok := get(r, "$ref").(string); ok {
+		r = get(c.raw, "components", "responses", strings.TrimPrefix(ref, "#/components/responses/"))
+	}
+	ref, _ := get(r, "content", "text/event-stream", "schema", "$ref").(string)
+	return c.streams[strings.TrimPrefix(ref, "#/components/schemas/")]
+}
+
+// checkEvents checks every event of an SSE body against the schema of its name in st, the
+// stream the document states for the answer.
+func (c *conformance) checkEvents(what string, body []byte, st *eventStream) {
+	c.t.Helper()
+	if st == nil {
+		c.t.Errorf("%s: the document has no event stream for this answer", what)
+		return
+	}
 	evs, err := readSSE(bytes.NewReader(body))
 	if err != nil || len(evs) == 0 {
 		c.t.Errorf("%s: no events (%v): %q", what, err, body)
 	}
-	for _, ev := range evs {
-		s := c.events[ev.name]
+	for i, ev := range evs {
+		if st.last != "" && ev.data == st.last {
+			if i != len(evs)-1 {
+				c.t.Errorf("%s: %s is event %d of %d, not the last", what, st.last, i+1, len(evs))
+			}
+			continue
+		}
+		name := ev.name
+		if name == "" {
+			name = "message"
+		}
+		s := st.events[name]
 		if s == nil {
-			c.t.Errorf("%s: event %q is not documented", what, ev.name)
+			c.t.Errorf("%s: event %q is not documented", what, name)
 			continue
 		}
 		if ok, errs := c.sv.ValidateSchemaString(s, ev.data); !ok {
@@ -187,6 +310,33 @@ func (c *conformance) documentedPairs() map[string]bool {
 			for status, resp := range op.Responses.Codes.FromOldest() {
 				for _, code := range errorCodes(resp) {
 					out[status+" "+code] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// documentedOps are, for the operations tagged tag (every one: ""), "METHOD path status code"
+// of each error code of their answers, and "METHOD path status type" of each content type of
+// their other answers.
+func (c *conformance) documentedOps(tag string) map[string]bool {
+	out := map[string]bool{}
+	for path, item := range c.model.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			if tag != "" && !slices.Contains(op.Tags, tag) {
+				continue
+			}
+			for status, resp := range op.Responses.Codes.FromOldest() {
+				k := strings.ToUpper(method) + " " + path + " " + status + " "
+				if codes := errorCodes(resp); len(codes) > 0 {
+					for _, code := range codes {
+						out[k+code] = true
+					}
+					continue
+				}
+				for ct := range resp.Content.KeysFromOldest() {
+					out[k+ct] = true
 				}
 			}
 		}
@@ -277,6 +427,17 @@ func strictDocument(t *testing.T) []byte {
 	return out
 }
 
+// chatBody is a chat completion request of model with one user message, input, and extra
+// fields (JSON members, comma-separated).
+func chatBody(model, input, extra string) string {
+	msg, _ := json.Marshal(input)
+	b := `{"model":"` + model + `","messages":[{"role":"user","content":` + string(msg) + `}]`
+	if extra != "" {
+		b += "," + extra
+	}
+	return b + "}"
+}
+
 func apiRequest(method, path, key string, body string, hdr ...string) *http.Request {
 	var r io.Reader
 	if body != "" {
@@ -304,22 +465,24 @@ func TestOpenAPIConformance(t *testing.T) {
 	fs.Set(ollamatest.FaultConfig{Model: "stall", Mode: ollamatest.FaultStall})
 	fs.Set(ollamatest.FaultConfig{Model: "busy", Mode: ollamatest.FaultBusy})
 	fs.Set(ollamatest.FaultConfig{Model: "broken", Mode: ollamatest.FaultStatus, Status: 500})
+	fs.Set(ollamatest.FaultConfig{Model: "cut", Mode: ollamatest.FaultErrorAfter, Pieces: 2, Piece: "tok "})
 	e := newEnv(t, envOptions{ollama: fs.URL, firstPiece: "10s", // the stalls below end by it
 		site: receiptsSite, matcher: "@textgen",
 		limits: "rate_limit key 1000000/1m\n\t\trate_limit account 1000000/1m\n\t\tauth_failure_limit 3/1h\n\t\t" +
 			"max_concurrent_per_account 2\n\t\tmax_in_flight 1000\n\t\tqueue_size 1000\n\t\tbody_read_timeout 1s",
 		extra: "retention_key " + testRetentionKey + "\n\t\tmax_input_chars 100\n\t\tmax_body_size 2KiB\n\t\t" +
 			"tool email-writer {\n\t\t\tmodel stall\n\t\t}\n\t\ttool cv-generator {\n\t\t\tmodel busy\n\t\t}\n\t\t" +
-			"tool meeting-agenda {\n\t\t\tmodel broken\n\t\t}"})
+			"tool meeting-agenda {\n\t\t\tmodel broken\n\t\t}\n\t\ttool bug-report {\n\t\t\tmodel cut\n\t\t}"})
 	c := newConformance(t, e.client)
 	ctx := context.Background()
-	_, key := e.account(20)
+	_, key := e.account(40)
 	_, brokeKey := e.account(0)
 	_, cappedKey, _ := e.cappedMember(5)
 	_, disabledKey := e.disabledAccount(5)
 	_, otherKey := e.account(1)
-	const gen = "/api/v1/generate"
+	const gen, cc, models = "/api/v1/generate", "/api/v1/chat/completions", "/api/v1/models"
 	good := genBody("summarizer", "x", "en", "")
+	goodChat := chatBody("summarizer", "x", "")
 
 	// The free helpers, and the document itself.
 	if _, body := c.do(apiRequest("GET", "/api/v1/openapi.json", "", "")); !bytes.Equal(body, docs.OpenAPI) {
@@ -377,6 +540,104 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	c.do(apiRequest("POST", gen, key, good, "Idempotency-Key", "conf-1", "Accept", "text/event-stream"))
 
+	// Chat completions (chat.go): whole, streamed (with usage, with every field the door reads
+	// and some it ignores), a model that breaks after text (the stream's error event; whole,
+	// 502), then every refusal; the models.
+	resp, body := c.do(apiRequest("POST", cc, key, goodChat))
+	if id := resp.Header.Get("X-Request-Id"); !bytes.Contains(body, []byte(`"id":"`+id+`"`)) {
+		t.Errorf("the completion's id is not its X-Request-Id %s: %s", id, body)
+	}
+	streamChat := chatBody("summarizer", "x", `"stream":true,"stream_options":{"include_usage":true}`)
+	if _, body := c.do(apiRequest("POST", cc, key, streamChat)); !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) ||
+		!bytes.Contains(body, []byte(`"choices":[],"usage":{`)) {
+		t.Errorf("the stream does not end with its usage chunk and [DONE]: %s", body)
+	}
+	c.do(apiRequest("POST", cc, key, chatBody("summarizer", "x", `"stream":true,"language":"de","tone":"formal",`+
+		`"max_completion_tokens":3,"max_tokens":9,"temperature":0.5,"n":1,"tools":[],"tool_choice":null,`+
+		`"functions":null,"response_format":{"type":"json_object"},"user":"u1","store":false,"seed":3`)))
+	c.do(apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"user","content":[{"type":"text","text":"a"},`+
+		`{"type":"text","text":"b"}]}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`))
+	if _, body := c.do(apiRequest("POST", cc, key, chatBody("bug-report", "x", `"stream":true`))); bytes.Contains(body, []byte("[DONE]")) ||
+		!bytes.Contains(body, []byte("tok ")) || !bytes.HasPrefix(body[bytes.LastIndex(body, []byte("data: ")):], []byte(`data: {"error":{`)) {
+		t.Errorf("the broken stream does not end with its error event: %s", body)
+	}
+	for _, r := range []*http.Request{
+		apiRequest("POST", cc, key, chatBody("bug-report", "x", "")),
+		apiRequest("GET", cc, key, ""),
+		apiRequest("POST", cc, "", goodChat),
+		apiRequest("POST", cc, "tg_live_nonsense", goodChat, "Authorization", "Bearer "+key),
+		apiRequest("POST", cc, disabledKey, goodChat),
+		apiRequest("POST", cc, brokeKey, goodChat),
+		apiRequest("POST", cc, cappedKey, goodChat),
+		apiRequest("POST", cc, key, goodChat, "Content-Type", "text/plain"),
+		apiRequest("POST", cc, key, "{nope"),
+		apiRequest("POST", cc, key, " "),
+		apiRequest("POST", cc, key, goodChat+"{}"),
+		apiRequest("POST", cc, key, "[]"),
+		apiRequest("POST", cc, key, `{"messages":[{"role":"user","content":"x"}]}`),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[]}`),
+		apiRequest("POST", cc, key, `{"model":7,"messages":[{"role":"user","content":"x"}]}`),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"stream_options":{"include_usage":"yes"}`)),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":"x"}`),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"user","content":7}]}`),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"max_tokens":0`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"temperature":2.5`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"response_format":{"type":"xml"}`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"response_format":{"type":"json_schema","json_schema":{"name":"x"}}`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "a\x07b", "")),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"tools":[{"type":"function","function":{"name":"f"}}]`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"tool_choice":"none"`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"n":2`)),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"x"}]}`),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}]}`),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"user","content":"x"},{"role":"user","content":"y"}]}`),
+		apiRequest("POST", cc, key, `{"model":"summarizer","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`),
+		apiRequest("POST", cc, key, chatBody("summarizer", " \t ", "")),
+		apiRequest("POST", cc, key, "{\"model\":\"summarizer\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}"),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"language":"xx"`)),
+		apiRequest("POST", cc, key, chatBody("summarizer", "x", `"tone":"angry"`)),
+		apiRequest("POST", cc, key, chatBody("poem-writer", "x", "")),
+		apiRequest("POST", cc, key, chatBody("summarizer", strings.Repeat("ü", 101), "")),
+		apiRequest("POST", cc, key, chatBody("summarizer", strings.Repeat("a", 3000), "")),
+		apiRequest("POST", cc, key, goodChat, "Idempotency-Key", strings.Repeat("k", 256)),
+		apiRequest("POST", cc, key, chatBody("cv-generator", "x", "")),
+		apiRequest("POST", cc, key, chatBody("meeting-agenda", "x", "")),
+		apiRequest("POST", cc, key, chatBody("meeting-agenda", "x", `"stream":true`)),
+		apiRequest("POST", "/api/v1/chat/nothing", key, goodChat),
+		apiRequest("POST", cc+"/", key, goodChat),
+		// The models.
+		apiRequest("GET", models, key, ""),
+		apiRequest("GET", models+"/summarizer", key, ""),
+		apiRequest("GET", models+"/poem-writer", key, ""),
+		apiRequest("POST", models, key, ""),
+		apiRequest("POST", models+"/summarizer", key, ""),
+		apiRequest("GET", models, "", ""),
+		apiRequest("GET", models+"/summarizer", "", ""),
+		apiRequest("GET", models, key, "", "Authorization", "Bearer "+otherKey),
+		apiRequest("GET", models+"/summarizer", key, "", "Authorization", "Bearer "+otherKey),
+		apiRequest("GET", models, disabledKey, ""),
+		apiRequest("GET", models+"/summarizer", disabledKey, ""),
+	} {
+		c.do(r)
+	}
+	c.check(apiRequest("POST", cc, key, goodChat), slowBodyAt(t, cc, key))
+
+	// Idempotency of chat completions: another body (422), then the kept text again, whole and
+	// streamed, as the first completion (its id), with nothing charged.
+	for i, b := range []string{goodChat, streamChat} {
+		idem := fmt.Sprintf("conf-c1-%d", i)
+		first, _ := c.do(apiRequest("POST", cc, key, b, "Idempotency-Key", idem))
+		if i == 0 {
+			c.do(apiRequest("POST", cc, key, chatBody("summarizer", "y", ""), "Idempotency-Key", idem))
+		}
+		id := first.Header.Get("X-Request-Id")
+		resp, body := c.do(apiRequest("POST", cc, key, b, "Idempotency-Key", idem))
+		if resp.Header.Get("Idempotent-Replayed") != "true" || resp.Header.Get("X-Credits-Used") != "0" ||
+			!bytes.Contains(body, []byte(`"id":"`+id+`"`)) || !bytes.Contains(body, []byte("tok ")) {
+			t.Errorf("the retry was not a replay of %s: %v %s", id, resp.Header, body)
+		}
+	}
+
 	// Two generations that stall before their first piece (504 after first_piece_timeout): the
 	// same Idempotency-Key while the first runs is 409, a third generation of the account 429.
 	stall := genBody("email-writer", "x", "en", "")
@@ -393,6 +654,33 @@ func TestOpenAPIConformance(t *testing.T) {
 		}
 	}
 	c.do(apiRequest("POST", gen, key, good))
+	wg.Wait()
+
+	// The same for chat completions, of an account of their own: a stream that stalls gets
+	// keep-alives, then its error event (sse_keepalive 5s, first_piece_timeout 10s); the same
+	// Idempotency-Key while it runs is 409, a whole completion that stalls 504, a third
+	// completion of the account 429.
+	waitFor(t, "the stalled generations to end", func() bool { return fs.InFlight() == 0 })
+	_, stallKey := e.account(5)
+	stallStream := chatBody("email-writer", "x", `"stream":true`)
+	for i, r := range []*http.Request{
+		apiRequest("POST", cc, stallKey, stallStream, "Idempotency-Key", "conf-c2"),
+		apiRequest("POST", cc, stallKey, chatBody("email-writer", "x", "")),
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, body := c.do(r); i == 0 && (resp.StatusCode != http.StatusOK || !bytes.HasPrefix(body, []byte(": keep-alive")) ||
+				!bytes.Contains(body, []byte(`data: {"error":{`)) || bytes.Contains(body, []byte("[DONE]"))) {
+				t.Errorf("the stalled stream did not end with its error event after keep-alives: %d %s", resp.StatusCode, body)
+			}
+		}()
+		waitFor(t, "the stalled completion", func() bool { return fs.InFlight() == int64(i+1) })
+		if i == 0 {
+			c.do(apiRequest("POST", cc, stallKey, stallStream, "Idempotency-Key", "conf-c2"))
+		}
+	}
+	c.do(apiRequest("POST", cc, stallKey, goodChat))
 	wg.Wait()
 
 	// A kept generation: its receipt, its text, resumed, and the wrong ways to ask.
@@ -434,6 +722,11 @@ func TestOpenAPIConformance(t *testing.T) {
 		apiRequest("POST", gen, budgetKey, good),
 		apiRequest("GET", "/api/v1/balance", budgetKey, ""),
 		apiRequest("POST", gen, expKey, good),
+		apiRequest("POST", cc, toolKey, goodChat),
+		apiRequest("POST", cc, addrKey, goodChat),
+		apiRequest("POST", cc, budgetKey, goodChat),
+		apiRequest("GET", models, toolKey, ""),
+		apiRequest("GET", models+"/summarizer", toolKey, ""),
 	} {
 		c.do(r)
 	}
@@ -443,6 +736,9 @@ func TestOpenAPIConformance(t *testing.T) {
 		c.do(apiRequest("GET", p, "tg_live_nonsense", ""))
 	}
 	c.do(apiRequest("POST", gen, "tg_live_nonsense", good))
+	c.do(apiRequest("POST", cc, "tg_live_nonsense", goodChat))
+	c.do(apiRequest("GET", models, "tg_live_nonsense", ""))
+	c.do(apiRequest("GET", models+"/summarizer", "tg_live_nonsense", ""))
 
 	// A model server that is down; a test key with retention off, whose retry gets the JSON
 	// replay. (The config is replaced: the old one's connections go.)
@@ -451,6 +747,14 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.client = e2.client
 	acct2, key2 := e2.account(3)
 	c.do(apiRequest("POST", gen, key2, good))
+	c.do(apiRequest("POST", cc, key2, goodChat))
+	// The OpenAI paths' failed authentications, here where no lockout follows.
+	_, expKey2 := e2.expiredKey(t, 1)
+	for _, k := range []string{"tg_live_nonsense", expKey2} {
+		c.do(apiRequest("POST", cc, k, goodChat))
+		c.do(apiRequest("GET", models, k, ""))
+		c.do(apiRequest("GET", models+"/summarizer", k, ""))
+	}
 	waitFor(t, "not ready", func() bool {
 		resp := e2.get("/api/v1/ready", "")
 		resp.Body.Close()
@@ -465,6 +769,13 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.do(apiRequest("POST", gen, testKey, good, "Idempotency-Key", "conf-3"))
 	if _, body := c.do(apiRequest("POST", gen, testKey, good, "Idempotency-Key", "conf-3")); !bytes.Contains(body, []byte(`"idempotent_replay":true`)) {
 		t.Errorf("the retry got %s, want the JSON replay", body)
+	}
+	// A chat completion's retry without kept text: 409 idempotent_replay, which the SDKs must not
+	// retry.
+	c.do(apiRequest("POST", cc, testKey, goodChat, "Idempotency-Key", "conf-c3"))
+	if resp, _ := c.do(apiRequest("POST", cc, testKey, goodChat, "Idempotency-Key", "conf-c3")); resp.StatusCode != http.StatusConflict ||
+		resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the chat retry got %d %v, want 409 idempotent_replay", resp.StatusCode, resp.Header)
 	}
 
 	var missing []string
@@ -482,10 +793,29 @@ func TestOpenAPIConformance(t *testing.T) {
 			t.Errorf("notProvoked names %s, which the document does not have", pair)
 		}
 	}
+	// The OpenAI-compatible operations share most codes with generate, so a pair seen there says
+	// nothing of them: each of their own answers must be provoked.
+	missing = nil
+	for op := range c.documentedOps("openai") {
+		f := strings.Fields(op) // method, path, status, code or content type
+		if !c.seenOp[op] && notProvoked[f[2]+" "+f[3]] == "" && notProvokedOp[op] == "" {
+			missing = append(missing, op)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("documented but not provoked on the OpenAI-compatible paths: %q", missing)
+	}
+	for op := range notProvokedOp {
+		if !c.documentedOps("openai")[op] {
+			t.Errorf("notProvokedOp names %s, which the document does not have", op)
+		}
+	}
 }
 
 // TestOpenAPIErrorCodes: the document's ErrorCode lists exactly the codes the handler's source
-// answers with, so a new code cannot go undocumented.
+// answers with, so a new code cannot go undocumented; every answer's codes are among them, and
+// the example of every error in OpenAI's shape has the type the server gives its status.
 func TestOpenAPIErrorCodes(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -526,5 +856,39 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		if !inSource[code] {
 			t.Errorf("docs/openapi.json lists %q, which the handler never answers with", code)
 		}
+	}
+	openAI := 0
+	for path, item := range c.model.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			for status, resp := range op.Responses.Codes.FromOldest() {
+				where := method + " " + path + " " + status
+				for _, code := range errorCodes(resp) {
+					if !documented[code] {
+						t.Errorf("%s: x-error-codes has %q, which ErrorCode's x-known-values lacks", where, code)
+					}
+				}
+				mt := resp.Content.GetOrZero("application/json")
+				if mt == nil || mt.Schema == nil || mt.Schema.GetReference() != "#/components/schemas/OpenAIErrorBody" {
+					continue
+				}
+				openAI++
+				var ex struct {
+					Error struct {
+						Type string `yaml:"type"`
+						Code string `yaml:"code"`
+					} `yaml:"error"`
+				}
+				n, _ := strconv.Atoi(status)
+				if mt.Example == nil || mt.Example.Decode(&ex) != nil {
+					t.Errorf("%s: no example error", where)
+				} else if want := openAIErrorType(n); ex.Error.Type != want || !slices.Contains(errorCodes(resp), ex.Error.Code) {
+					t.Errorf("%s: the example is of type %q, code %q; the server answers type %q, codes %v", where, ex.Error.Type,
+						ex.Error.Code, want, errorCodes(resp))
+				}
+			}
+		}
+	}
+	if openAI < 20 {
+		t.Errorf("only %d answers of the document are OpenAI's errors", openAI)
 	}
 }
