@@ -105,6 +105,9 @@ func decodeChat(body []byte, cr *chatRequest) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(cr); err != nil {
 		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return newError(http.StatusBadRequest, "invalid_json", "", "the request body must be a JSON object")
+		}
 		if errors.As(err, &te) {
 			return newError(http.StatusBadRequest, "invalid_field", te.Field, fmt.Sprintf("field %q has the wrong type (%s where %s is expected)", te.Field, te.Value, te.Type))
 		}
@@ -318,6 +321,9 @@ func openAIError(e *apiError, reqID string) openAIErr {
 			p = "model"
 		case "input":
 			p = "messages"
+			if rest, ok := strings.CutPrefix(oe.Message, "input "); ok {
+				oe.Message = "the user message " + rest
+			}
 		}
 		oe.Param = &p
 	}
@@ -429,8 +435,8 @@ func (c *chatWhole) end(dst []byte, _ int, x ending) []byte {
 	return append(dst, "}\n"...)
 }
 
-// replayKeptChat answers a retried chat completion with the first one's kept text, in the
-// retry's shape (whole or streamed), once that generation has ended complete; it answers
+// replayKeptChat answers a retried chat completion with the first one's kept text, whole or
+// streamed as the first (the same body) asked, once that generation has ended complete; it answers
 // nothing and returns false for one that ended otherwise (the caller goes on as without kept
 // text). Nothing is charged: X-Credits-Used 0, Idempotent-Replayed true, and the completion's
 // id is the first request's.
@@ -448,10 +454,14 @@ func (g *generation) replayKeptChat(ctx context.Context, src keptSource, view ke
 	g.status, g.errKind = http.StatusOK, "idempotent_replay"
 	x := ending{requestID: rec.RequestID, remaining: g.remaining, outputTokens: view.rec.OutputTokens,
 		finishReason: pipeline.FinishReason(view.rec.FinishReason), text: strings.Join(view.pieces, "")}
-	var enc encoder = &chatWhole{head: chatHead(rec.RequestID, "chat.completion", g.ask.chat.created, g.ask.tool.Slug)}
+	created := g.ask.chat.created
+	if !view.rec.Created.IsZero() {
+		created = view.rec.Created.Unix() // the first completion's
+	}
+	var enc encoder = &chatWhole{head: chatHead(rec.RequestID, "chat.completion", created, g.ask.tool.Slug)}
 	var body []byte
 	if g.ask.sse {
-		enc = &chatChunks{head: chatHead(rec.RequestID, "chat.completion.chunk", g.ask.chat.created, g.ask.tool.Slug), usage: g.ask.chat.includeUsage}
+		enc = &chatChunks{head: chatHead(rec.RequestID, "chat.completion.chunk", created, g.ask.tool.Slug), usage: g.ask.chat.includeUsage}
 		body = enc.piece(body, 0, x.text)
 	}
 	body = enc.end(body, 0, x)

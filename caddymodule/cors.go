@@ -15,7 +15,7 @@ import (
 // The request headers a browser app may send, and the response headers it may read.
 const (
 	corsAllowHeaders  = "Authorization, Content-Type, X-API-Key, Idempotency-Key, Accept, Last-Event-ID, Range"
-	corsExposeHeaders = "X-Credits-Used, X-Credits-Remaining, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy, Idempotent-Replayed, X-Generation-Id, X-Generation-State, Content-Range"
+	corsExposeHeaders = "X-Credits-Used, X-Credits-Remaining, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy, Idempotent-Replayed, X-Should-Retry, X-Generation-Id, X-Generation-State, Content-Range"
 	corsMaxAge        = "600"
 )
 
@@ -39,13 +39,29 @@ func (h *Handler) cors(w http.ResponseWriter, r *http.Request) (answered bool) {
 	hdr.Add("Vary", "Origin")
 	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 		hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")
-		hdr.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+		hdr.Set("Access-Control-Allow-Headers", corsAllowHeaders+sdkHeaders(r.Header.Get("Access-Control-Request-Headers")))
 		hdr.Set("Access-Control-Max-Age", corsMaxAge)
 		w.WriteHeader(http.StatusNoContent)
 		return true
 	}
 	hdr.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 	return false
+}
+
+// sdkHeaders is ", " and the headers of requested that the OpenAI SDKs send with every request
+// (X-Stainless-*: the SDK's language, version and retry count; OpenAI-Organization and
+// OpenAI-Project), which the door ignores; "" for none.
+func sdkHeaders(requested string) string {
+	var b strings.Builder
+	for _, name := range strings.Split(requested, ",") {
+		name = strings.TrimSpace(name)
+		l := strings.ToLower(name)
+		if strings.HasPrefix(l, "x-stainless-") || l == "openai-organization" || l == "openai-project" {
+			b.WriteString(", ")
+			b.WriteString(name)
+		}
+	}
+	return b.String()
 }
 
 // validateCORSOrigins accepts "*" or origins as browsers send them: scheme://host[:port].

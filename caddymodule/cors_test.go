@@ -45,6 +45,23 @@ func TestCORS(t *testing.T) {
 		t.Fatalf("preflight from another origin: %d %v", resp.StatusCode, resp.Header)
 	}
 
+	// The OpenAI JavaScript SDK in a browser sends its X-Stainless-* headers with every request:
+	// its preflight allows them, and the SDK may read X-Should-Retry.
+	req, _ := http.NewRequest(http.MethodOptions, baseURL+"/api/v1/chat/completions", nil)
+	req.Header.Set("Origin", "https://app.example.com")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "authorization, content-type, x-stainless-os, x-stainless-retry-count, x-evil")
+	sdk, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdk.Body.Close()
+	allowed := sdk.Header.Get("Access-Control-Allow-Headers")
+	if sdk.StatusCode != 204 || !strings.Contains(allowed, "x-stainless-os") || !strings.Contains(allowed, "x-stainless-retry-count") ||
+		strings.Contains(allowed, "x-evil") {
+		t.Fatalf("the OpenAI SDK's preflight: %d %q", sdk.StatusCode, allowed)
+	}
+
 	post := func(origin string) *http.Response {
 		t.Helper()
 		hdr := []string{}
@@ -62,6 +79,7 @@ func TestCORS(t *testing.T) {
 	resp = post("http://localhost:3000")
 	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" ||
 		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Credits-Remaining") ||
+		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Should-Retry") ||
 		!strings.Contains(strings.Join(resp.Header.Values("Vary"), ","), "Origin") {
 		t.Fatalf("POST from an allowed origin: %d %v", resp.StatusCode, resp.Header)
 	}

@@ -58,9 +58,14 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request, reqID stri
 	w.Header().Set("X-Credits-Used", "0")
 	w.Header().Set("X-Credits-Remaining", strconv.FormatInt(kc.available, 10))
 	if id, one := strings.CutPrefix(r.URL.Path, modelsPath+"/"); one {
-		if _, ok := h.tools[id]; !ok || !kc.key.KeyLimits.AllowsTool(id) {
+		rt, ok := h.tools[id]
+		if !ok {
 			d.writeError(w, reqID, newError(http.StatusNotFound, "model_not_found", "model",
-				"the model "+strconv.Quote(truncate(id, 64))+" does not exist or this API key may not call it (GET /api/v1/models lists those it may)"), kc.available)
+				"the model "+strconv.Quote(truncate(id, 64))+" does not exist: the models are this API's tools (GET /api/v1/models lists those this key may call)"), kc.available)
+			return
+		}
+		if e := keyLimits(kc.key.KeyLimits, rt, r); e != nil {
+			d.writeError(w, reqID, e, kc.available) // as a chat completion of it is refused
 			return
 		}
 		writeJSON(w, r, reqID, http.StatusOK, model(id))

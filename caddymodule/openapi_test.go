@@ -727,6 +727,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		apiRequest("POST", cc, budgetKey, goodChat),
 		apiRequest("GET", models, toolKey, ""),
 		apiRequest("GET", models+"/summarizer", toolKey, ""),
+		apiRequest("GET", models+"/summarizer", addrKey, ""),
 	} {
 		c.do(r)
 	}

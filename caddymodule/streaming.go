@@ -362,10 +362,12 @@ func (s *streamer) writeHeader() {
 	hdr.Set("X-Request-Id", s.requestID)
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
-	// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece on
-	// at once instead of buffering.
-	hdr.Set("X-Accel-Buffering", "no")
-	hdr.Set("Incremental", "?1")
+	if !s.enc.whole() {
+		// Ask proxies (nginx) and Caddy's encode (RFC 10036 "Incremental") to pass each piece
+		// on at once instead of buffering.
+		hdr.Set("X-Accel-Buffering", "no")
+		hdr.Set("Incremental", "?1")
+	}
 	s.w.WriteHeader(http.StatusOK)
 	s.started = true
 }
