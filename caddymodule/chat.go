@@ -73,10 +73,7 @@ type chatPart struct {
 }
 
 func (chatDoor) read(h *Handler, w http.ResponseWriter, r *http.Request, a *ask) *apiError {
-	if e := checkContentType(r); e != nil {
-		return e
-	}
-	buf, e := h.readBody(w, r)
+	buf, e := h.readJSONBody(w, r)
 	if e != nil {
 		return e
 	}
@@ -464,17 +461,7 @@ func (g *generation) replayKeptChat(ctx context.Context, src keptSource, view ke
 		enc = &chatChunks{head: chatHead(rec.RequestID, "chat.completion.chunk", created, g.ask.tool.Slug), usage: g.ask.chat.includeUsage}
 		body = enc.piece(body, 0, x.text)
 	}
-	body = enc.end(body, 0, x)
-	hdr := g.w.Header()
-	hdr.Set("Content-Type", enc.contentType())
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Request-Id", g.id)
-	hdr.Set("Idempotent-Replayed", "true")
-	hdr.Set("X-Credits-Used", "0")
-	hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	g.w.WriteHeader(http.StatusOK)
-	_, _ = g.w.Write(body)
+	g.writeReplay(http.StatusOK, enc.contentType(), enc.end(body, 0, x))
 	return true
 }
 

@@ -37,16 +37,6 @@ var (
 	baseURL                        string
 )
 
-var (
-	ollamaOnce sync.Once
-	ollamaSrv  *ollamatest.Server
-	ollamaErr  error
-	// The second real Ollama, of the tests that run every tool's long instructions (soloOllama).
-	soloOnce sync.Once
-	soloSrv  *ollamatest.Server
-	soloErr  error
-)
-
 // testRoot holds the ledger directories. A config stays loaded after its test ends (until the
 // next test loads another), so its ledger must outlive the test: the directories are removed
 // only after Caddy has stopped.
@@ -66,9 +56,9 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_DATA_HOME", filepath.Join(testRoot, "xdg-data"))
 	code := pgtest.Run(m) // stops the PostgreSQL server, if a test started it
 	_ = caddy.Stop()
-	for _, o := range []*ollamatest.Server{ollamaSrv, soloSrv} {
-		if o != nil {
-			_ = o.Stop()
+	for _, o := range []*sharedOllama{mainOllama, soloOllamaSrv} {
+		if o.srv != nil {
+			_ = o.srv.Stop()
 		}
 	}
 	_ = os.RemoveAll(testRoot)
@@ -85,42 +75,49 @@ func ledgerDir(t testing.TB) string {
 	return dir
 }
 
-// realOllama starts the pinned real Ollama once for the package. It never skips: a test that
-// needs Ollama fails when it cannot run.
-func realOllama(t testing.TB) *ollamatest.Server {
-	t.Helper()
-	tier.Full(t, "the real Ollama")
-	ollamaOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		ollamaSrv, ollamaErr = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 24, NumParallel: 4})
-	})
-	if ollamaErr != nil {
-		t.Fatalf("starting the real Ollama: %v", ollamaErr)
-	}
-	return ollamaSrv
+// sharedOllama is a real Ollama that the package's tests share: started once, by the first test
+// that asks, with numParallel generations at a time. It never skips: a test that needs Ollama
+// fails when it cannot run.
+type sharedOllama struct {
+	numParallel int
+	once        sync.Once
+	srv         *ollamatest.Server
+	err         error
 }
 
-// soloOllama starts, once for the package, a second real Ollama that runs one generation at a
-// time, for the tests that send every tool's long instructions (about 1,700 tokens each) and
-// inputs that fill the tiny model's window. Ollama keeps each of its parallel slots' tokens in
-// one cache for reuse, and llama.cpp attends over the cache up to its highest cell in use; four
-// slots of long prompts leave that mark near 4 x 8,192 cells, and every later request, short or
-// long, then costs up to twenty times the CPU. On a server of its own with one slot, the mark
-// stays at the longest prompt, and the shared server's requests stay cheap.
-func soloOllama(t testing.TB) *ollamatest.Server {
+// ollamas are the package's real Ollama servers, stopped by TestMain.
+var (
+	// mainOllama runs four generations at once: the tests of the handler's own rules.
+	mainOllama = &sharedOllama{numParallel: 4}
+	// soloOllama runs one at a time, for the tests that send every tool's long instructions
+	// (about 1,700 tokens each) and inputs that fill the tiny model's window. Ollama keeps each of
+	// its parallel slots' tokens in one cache for reuse, and llama.cpp attends over the cache up
+	// to its highest cell in use; four slots of long prompts leave that mark near 4 x 8,192
+	// cells, and every later request, short or long, then costs up to twenty times the CPU. On a
+	// server of its own with one slot, the mark stays at the longest prompt, and the shared
+	// server's requests stay cheap.
+	soloOllamaSrv = &sharedOllama{numParallel: 1}
+)
+
+func (o *sharedOllama) get(t testing.TB) *ollamatest.Server {
 	t.Helper()
 	tier.Full(t, "the real Ollama")
-	soloOnce.Do(func() {
+	o.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
-		soloSrv, soloErr = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 24, NumParallel: 1})
+		o.srv, o.err = ollamatest.Start(ctx, ollamatest.Options{NumPredict: 24, NumParallel: o.numParallel})
 	})
-	if soloErr != nil {
-		t.Fatalf("starting the real Ollama: %v", soloErr)
+	if o.err != nil {
+		t.Fatalf("starting the real Ollama: %v", o.err)
 	}
-	return soloSrv
+	return o.srv
 }
+
+// realOllama is the package's real Ollama of four slots (mainOllama).
+func realOllama(t testing.TB) *ollamatest.Server { return mainOllama.get(t) }
+
+// soloOllama is the package's real Ollama of one slot (soloOllamaSrv).
+func soloOllama(t testing.TB) *ollamatest.Server { return soloOllamaSrv.get(t) }
 
 // modelServer is the model server of the tests of the handler's own rules: the real Ollama in the
 // full tier; in the fast tier (-short) the in-process fault server (a fake Ollama), streaming 24

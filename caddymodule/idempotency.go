@@ -80,16 +80,20 @@ func (g *generation) replay(rec ledger.IdempotencyRecord) {
 		"status":            rec.Status,
 		"message":           "a request with this Idempotency-Key was already completed and charged (request_id); it was not generated or charged again",
 	})
-	body = append(body, '\n')
+	g.writeReplay(rec.Status, "application/json", append(body, '\n'))
+}
+
+// writeReplay answers a replay with status and body: nothing charged, Idempotent-Replayed.
+func (g *generation) writeReplay(status int, contentType string, body []byte) {
 	hdr := g.w.Header()
-	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Type", contentType)
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Request-Id", g.id)
 	hdr.Set("Idempotent-Replayed", "true")
 	hdr.Set("X-Credits-Used", "0")
 	hdr.Set("X-Credits-Remaining", strconv.FormatInt(g.remaining, 10))
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	g.w.WriteHeader(rec.Status)
+	g.w.WriteHeader(status)
 	_, _ = g.w.Write(body)
 }
 

@@ -26,10 +26,7 @@ import (
 // been counted against its limits (handler.go).
 func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request, a *ask) (e *apiError) {
 	a.sse = wantsSSE(r)
-	if e = checkContentType(r); e != nil {
-		return e
-	}
-	buf, e := h.readBody(w, r)
+	buf, e := h.readJSONBody(w, r)
 	if e != nil {
 		return e
 	}
@@ -46,6 +43,15 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request, a *ask) (e
 		a.fingerprint = hex.EncodeToString(sum[:])
 	}
 	return nil
+}
+
+// readJSONBody checks the content type and reads the body (readBody) into a pooled buffer, which
+// the caller returns with bodyPool.Put.
+func (h *Handler) readJSONBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, *apiError) {
+	if e := checkContentType(r); e != nil {
+		return nil, e
+	}
+	return h.readBody(w, r)
 }
 
 // ask is what a request asks for, as readRequest found it.
