@@ -57,7 +57,7 @@ func cmdMigrate(c *cliContext) error {
 		return err
 	}
 	defer pg.Close()
-	if err := pgledger.CopyLedger(ctx, from, pg); err != nil {
+	if err := pgledger.CopyLedger(ctx, from, pg, pgledger.CopyOptions{}); err != nil {
 		return err
 	}
 	res := migrateResult{Migrated: true, From: abs, To: redactURL(to)}
