@@ -94,11 +94,14 @@ func New(w io.Writer, o Options) *Reporter {
 // Stderr is a command's Reporter: on standard error, a bar when it is a terminal (and TERM is not
 // "dumb"), plain lines otherwise, nothing at all when quiet. A ticker redraws it while no count
 // comes (a step that waits on a database), until Close.
-func Stderr(quiet bool) *Reporter {
+func Stderr(quiet bool) *Reporter { return forFile(os.Stderr, quiet) }
+
+// forFile is Stderr's Reporter on f.
+func forFile(f *os.File, quiet bool) *Reporter {
 	if quiet {
 		return New(nil, Options{})
 	}
-	fd := int(os.Stderr.Fd())
+	fd := int(f.Fd())
 	tty := term.IsTerminal(fd) && os.Getenv("TERM") != "dumb"
 	o := Defaults(tty)
 	if tty {
@@ -109,7 +112,7 @@ func Stderr(quiet bool) *Reporter {
 	if d, err := time.ParseDuration(os.Getenv(IntervalEnv)); err == nil && d >= 0 {
 		o.Delay, o.Interval = d, d
 	}
-	r := New(os.Stderr, o)
+	r := New(f, o)
 	r.tick(min(max(o.Interval, 50*time.Millisecond), time.Second))
 	return r
 }

@@ -3,6 +3,7 @@ package progress
 import (
 	"bytes"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,56 @@ func TestBar(t *testing.T) {
 	r.Close()
 	if want := "\rdownloading the backup  2.0 K\x1b[K\n"; out.String() != want {
 		t.Errorf("cut bar, stopped:\n%q\nwant\n%q", out.String(), want)
+	}
+}
+
+// TestFile: a command's reporter on a file that is not a terminal writes plain lines, every
+// count with the tests' interval of 0; its ticker writes the step in hand while no count comes,
+// until Close; quiet writes nothing.
+func TestFile(t *testing.T) {
+	t.Setenv(IntervalEnv, "0s")
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := forFile(f, false)
+	if r.o.TTY || r.Interval() != 0 {
+		t.Fatalf("options %+v, want plain lines at interval 0", r.o)
+	}
+	r.Start("opening the Badger ledger", "")
+	// The ticker's line (a bound that is a safety net, not a timing assertion).
+	for i := 0; ; i++ {
+		if b, _ := os.ReadFile(f.Name()); strings.Contains(string(b), "opening the Badger ledger: ") {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the ticker wrote nothing in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Start("verifying", "accounts")
+	r.Set(1, 2)
+	r.Done()
+	r.Close()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "\nverifying: 1 of 2 accounts (50%)") || !strings.Contains(string(b), "\nverifying: 2 accounts in ") {
+		t.Errorf("lines:\n%s", b)
+	}
+	n := len(b)
+	r.Tick()
+	if b, _ := os.ReadFile(f.Name()); len(b) != n {
+		t.Errorf("a closed reporter wrote %q", b[n:])
+	}
+
+	q := forFile(f, true)
+	q.Start("verifying", "accounts")
+	q.Set(1, 2)
+	q.Close()
+	if b, _ := os.ReadFile(f.Name()); len(b) != n {
+		t.Errorf("a quiet reporter wrote %q", b[n:])
 	}
 }
