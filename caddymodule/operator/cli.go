@@ -48,6 +48,10 @@ ledger verify found problems), 2 when the command line is wrong, 3 when a change
 was sent but its outcome is unknown (it may have been made: the message says
 whether retrying is safe).
 
+'caddy textgen ledger verify', 'ledger migrate', 'backup' and 'restore' show
+their progress on stderr, never on stdout: a bar on a terminal, else a line
+every 5 seconds once they have run that long. --quiet turns it off.
+
 'caddy textgen restore' is the one offline command: it loads a backup into a new,
 empty ledger directory while the server is stopped.
 
@@ -268,17 +272,20 @@ func buildTextgenCommand(cmd *cobra.Command) {
 			c.Flags().Bool("by-key", false, "Per API key and tool of --account (required with it) instead of per day")
 		}),
 		cliGroup("ledger", "The ledger: verify, migrate",
-			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, nil),
+			cliLeaf("verify", "Checks that every balance equals the sum of its entries; exits 1 when not", cmdVerify, quietFlag),
 			cliLeaf("migrate", "Copies a Badger ledger (--ledger DIR) into an empty PostgreSQL database (--to URL) (offline: stop the server first)", cmdMigrate, func(c *cobra.Command) {
 				c.Flags().String("to", "", "URL of the empty PostgreSQL database (postgres://...; required)")
+				quietFlag(c)
 			}),
 		),
 		cliLeaf("backup", "Downloads an online backup of the ledger from the running server", cmdBackup, func(c *cobra.Command) {
 			c.Flags().StringP("output", "o", "", "File to write the backup to (required; it appears only once complete; an existing file is replaced only with --force)")
 			c.Flags().Bool("force", false, "Replace the --output file if it exists")
+			quietFlag(c)
 		}),
 		cliLeaf("restore", "Loads a backup into a new, empty ledger directory (offline: the server must not use it)", cmdRestore, func(c *cobra.Command) {
 			c.Flags().StringP("input", "i", "", "Backup file written by 'caddy textgen backup' (required)")
+			quietFlag(c)
 		}),
 		cliGroup("payments", "Payments that came in and credited nothing (another amount, an unknown package or account), refunds and disputes: list, resolve, refund",
 			cliLeaf("list", "Lists paid Checkout Sessions that credited nothing, newest first (open ones unless --all)", cmdPaymentsList, func(c *cobra.Command) {

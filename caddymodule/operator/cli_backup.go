@@ -45,13 +45,18 @@ func cmdBackup(c *cliContext) error {
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 
+	// The bytes received: the server cannot say beforehand how many it will send.
+	p := c.progress()
+	defer p.Close()
+	p.StartBytes("downloading the backup")
 	resp, err := api.request(context.Background(), http.MethodGet, "/textgen/backup", nil, nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	p.Set(0, -1)
 	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, sum), resp.Body)
+	n, err := io.Copy(io.MultiWriter(tmp, sum, p.Counter()), resp.Body)
 	if err != nil {
 		return fmt.Errorf("downloading the backup: %w (nothing was written to %s)", err, out)
 	}
@@ -70,6 +75,7 @@ func cmdBackup(c *cliContext) error {
 	if err := placeBackup(tmp.Name(), out, force); err != nil {
 		return err
 	}
+	p.Done()
 	res := backupResult{Output: out, Bytes: n, SHA256: got}
 	return c.printValue(res, func(w io.Writer) {
 		fmt.Fprintf(w, "Wrote the ledger backup to %s (%d bytes, sha256 %s).\n", out, n, got)
@@ -162,9 +168,15 @@ func cmdRestore(c *cliContext) error {
 	if fi.IsDir() {
 		return fmt.Errorf("%s is a directory, not a backup file", in)
 	}
-	if err := badgerledger.Restore(abs, f); err != nil {
+	// The bytes of the backup read, of its size; Badger's writes of the last of them follow.
+	p := c.progress()
+	defer p.Close()
+	p.StartBytes("restoring")
+	p.Set(0, fi.Size())
+	if err := badgerledger.Restore(abs, p.Reader(f)); err != nil {
 		return fmt.Errorf("restoring %s into %s: %w", in, abs, err)
 	}
+	p.Done()
 	res := restoreResult{Restored: true, Input: in, Ledger: abs, Bytes: fi.Size()}
 	return c.printValue(res, func(w io.Writer) {
 		fmt.Fprintf(w, "Restored %s into %s.\nPoint the textgen handler's ledger at this directory, start Caddy, and run 'caddy textgen ledger verify'.\n", in, abs)

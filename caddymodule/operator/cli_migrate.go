@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 	"github.com/caddy-textgen/textgen/ledger/pgledger"
 )
@@ -47,31 +48,40 @@ func cmdMigrate(c *cliContext) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
+	// Four steps: the open (Badger loads every account and key), the copy (its records, once
+	// counted), and the verification of each side (their accounts).
+	p := c.progress()
+	defer p.Close()
+	p.Start("opening the Badger ledger", "")
 	from, err := badgerledger.Open(abs, badgerledger.Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		return fmt.Errorf("%w (stop the server that uses it first)", err)
 	}
 	defer from.Close()
+	p.Start("copying", "records")
 	pg, err := pgledger.OpenPostgres(ctx, to, pgledger.PostgresOptions{SweepInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
-	if err := pgledger.CopyLedger(ctx, from, pg); err != nil {
+	if err := pgledger.CopyLedger(ctx, from, pg, pgledger.CopyOptions{Progress: p.Set}); err != nil {
 		return err
 	}
 	res := migrateResult{Migrated: true, From: abs, To: redactURL(to)}
 	for _, side := range []struct {
-		s  operatorLedger
-		ok *bool
-	}{{from, &res.FromOK}, {pg, &res.ToOK}} {
-		rep, err := side.s.Verify(ctx)
+		label string
+		s     operatorLedger
+		ok    *bool
+	}{{"verifying the Badger ledger", from, &res.FromOK}, {"verifying the PostgreSQL ledger", pg, &res.ToOK}} {
+		p.Start(side.label, "accounts")
+		rep, err := ledger.VerifyWithProgress(ctx, side.s, p.Set)
 		if err != nil {
 			return fmt.Errorf("verifying after the copy: %w", err)
 		}
 		*side.ok = rep.OK
 		res.Accounts, res.Entries = rep.Accounts, rep.Entries
 	}
+	p.Done()
 	if !res.FromOK || !res.ToOK {
 		return fmt.Errorf("the copy does not verify clean (from: %v, to: %v); run 'caddy textgen ledger verify' on each", res.FromOK, res.ToOK)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/caddyproc"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/progress"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
 
@@ -52,7 +53,14 @@ func TestCLIMigrateToPostgres(t *testing.T) {
 		t.Fatalf("pgtest URL %q: no user to add a password to", url)
 	}
 	withPassword := strings.Replace(url, "postgres@", "postgres:s3cret@", 1)
-	res := s.JSON("ledger", "migrate", "--ledger", dir, "--to", withPassword)
+	// Its progress goes to stderr, a line for every count here (the interval made 0), and its
+	// --json object alone to stdout.
+	t.Setenv(progress.IntervalEnv, "0s")
+	mig := s.Textgen("ledger", "migrate", "--ledger", dir, "--to", withPassword, "--json")
+	res := caddyproc.MustOneJSON(t, mig)
+	wantProgress(t, mig, `copying: 0 of \d+ records \(0%\)`, `copying: \d+ records in \d+s`,
+		`verifying the Badger ledger: 2 of 2 accounts \(100%\)`, `verifying the Badger ledger: 2 accounts in \d+s`,
+		`verifying the PostgreSQL ledger: 2 accounts in \d+s`)
 	if !caddyproc.Bool(t, res, "migrated") || !caddyproc.Bool(t, res, "from_ok") || !caddyproc.Bool(t, res, "to_ok") || caddyproc.Num(t, res, "accounts") != 2 {
 		t.Fatalf("migrate: %v", res)
 	}

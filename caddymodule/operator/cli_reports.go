@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,11 +130,18 @@ func cmdUsage(c *cliContext) error {
 // --- ledger ---
 
 func cmdVerify(c *cliContext) error {
-	var rep ledger.VerifyReport
-	raw, err := c.call(http.MethodGet, "/textgen/ledger/verify", nil, nil, &rep)
+	p := c.progress()
+	defer p.Close()
+	p.Start("verifying", "accounts")
+	raw, err := c.verifyReport(p)
 	if err != nil {
 		return err
 	}
+	var rep ledger.VerifyReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return fmt.Errorf("the admin API's answer is not what this command expects (%v): %s", err, bytes.TrimSpace(raw))
+	}
+	p.Done()
 	if err := c.print(raw, func(w io.Writer) {
 		if rep.OK {
 			fmt.Fprintf(w, "ok: %d accounts, %d entries; every balance equals the sum of its entries.\n", rep.Accounts, rep.Entries)

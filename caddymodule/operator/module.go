@@ -52,7 +52,7 @@ func init() {
 //	POST /textgen/payments/{reference}/refund              {"amount_cents", "reason"} → {"reversal", "payment", "entry", "balance", "repeated"}
 //	GET  /textgen/mail?limit=                              {"messages"}: the e-mail waiting to go out, oldest first
 //	POST /textgen/mail/{id}/drop                           {"dropped": id}: gives up on a queued e-mail
-//	GET  /textgen/ledger/verify                            ledger.VerifyReport (200 also when not ok)
+//	GET  /textgen/ledger/verify?progress=                  ledger.VerifyReport (200 also when not ok); with progress=1s, JSON lines (reports.go)
 //	GET  /textgen/backup                                   the online backup stream (application/octet-stream)
 //
 // When several ledgers are open (several textgen handlers with different directories), every

@@ -118,13 +118,40 @@ func summarizeUsage(rows []ledger.UsageRow) usageReport {
 	}
 }
 
+// verify answers the ledger's verification: the report, as JSON. With ?progress=<duration>
+// (what the CLI asks) it answers, once Verify has started, a stream of JSON lines instead
+// (application/x-ndjson): {"progress":{"done":N,"total":M}} (accounts) at the start and at most
+// once a <duration> after it, then {"report":{...}} or {"error":"...","status":N}. The stream
+// also sends the status line at once, so that a client's wait for headers does not run out
+// while a large ledger is verified. A failure before the first line, and the verification of a
+// ledger that reports no progress, are answered as without ?progress.
 func (adminAPI) verify(w http.ResponseWriter, r *http.Request, store operatorLedger) error {
-	rep, err := store.Verify(r.Context())
-	if err != nil {
-		return ledgerError(err, "verifying the ledger")
+	var st *progressStream
+	var progress ledger.ProgressFunc
+	if q := r.URL.Query(); q.Has("progress") {
+		every, err := time.ParseDuration(q.Get("progress"))
+		if err != nil || every < 0 {
+			return badRequest("progress: %q is not a duration such as 1s", q.Get("progress"))
+		}
+		st = &progressStream{w: w, every: every}
+		progress = st.progress
 	}
-	if rep.Problems == nil {
+	rep, err := ledger.VerifyWithProgress(r.Context(), store, progress)
+	if err == nil && rep.Problems == nil {
 		rep.Problems = []ledger.Problem{}
 	}
-	return writeAdminJSON(w, http.StatusOK, rep)
+	switch {
+	case st == nil || !st.started:
+		if err != nil {
+			return ledgerError(err, "verifying the ledger")
+		}
+		return writeAdminJSON(w, http.StatusOK, rep)
+	case err != nil:
+		st.fail(ledgerError(err, "verifying the ledger"))
+		return nil
+	}
+	st.line(struct {
+		Report ledger.VerifyReport `json:"report"`
+	}{rep})
+	return nil
 }

@@ -13,7 +13,9 @@ import (
 
 // Export hands sink every record of the Badger ledger (ledger/export.go), from one read-only
 // transaction taken after every acknowledged change is on disk and the keys' last-use times are
-// written.
+// written. A sink that is a ledger.ExportProgressSink is told how far it has come: the keys of
+// the records are counted first, in the same transaction (a read of the keys, without their
+// values).
 func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 	if err := s.flushLastUsed(true); err != nil {
 		return err
@@ -190,18 +192,78 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				return sink.Audit(r)
 			}},
 		}
+		cnt := &exportCounter{}
+		if ps, ok := sink.(ledger.ExportProgressSink); ok {
+			prefixes := []byte{prefixReceiptKey, prefixReceiptDigest} // exportReceipts'
+			for _, st := range steps {
+				prefixes = append(prefixes, st.prefix)
+			}
+			if err := cnt.start(ctx, txn, ps, prefixes); err != nil {
+				return err
+			}
+		}
 		for _, st := range steps {
 			if err := iterate(txn, []byte{st.prefix}, func(k, v []byte) error {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+				cnt.tick()
 				return st.each(k, v)
 			}); err != nil {
 				return err
 			}
 		}
-		return exportReceipts(txn, sink)
+		if err := exportReceipts(txn, sink, cnt.tick); err != nil {
+			return err
+		}
+		cnt.end()
+		return nil
 	})
+}
+
+// exportProgressEvery is how many records an Export gives between two calls of its
+// ExportProgressSink.
+const exportProgressEvery = 1024
+
+// exportCounter counts the records an Export has given, for its ExportProgressSink (none: it
+// counts nothing).
+type exportCounter struct {
+	sink        ledger.ExportProgressSink
+	done, total int64
+}
+
+// start counts the records under prefixes, reading their keys only, and tells sink the total.
+func (c *exportCounter) start(ctx context.Context, txn *badger.Txn, sink ledger.ExportProgressSink, prefixes []byte) error {
+	for _, p := range prefixes {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{p}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if c.total++; c.total%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					it.Close()
+					return err
+				}
+			}
+		}
+		it.Close()
+	}
+	c.sink = sink
+	sink.ExportProgress(0, c.total)
+	return nil
+}
+
+func (c *exportCounter) tick() {
+	if c.sink == nil {
+		return
+	}
+	if c.done++; c.done%exportProgressEvery == 0 {
+		c.sink.ExportProgress(c.done, c.total)
+	}
+}
+
+func (c *exportCounter) end() {
+	if c.sink != nil {
+		c.sink.ExportProgress(c.done, c.total)
+	}
 }
 
 // Interface guards

@@ -115,8 +115,9 @@ func (s *Badger) putReceiptDigests(puts []ledger.GenerationPut) error {
 }
 
 // exportReceipts gives sink the receipt keys and digests.
-func exportReceipts(txn *badger.Txn, sink ledger.ExportSink) error {
+func exportReceipts(txn *badger.Txn, sink ledger.ExportSink, tick func()) error {
 	err := iterate(txn, []byte{prefixReceiptKey}, func(k, v []byte) error {
+		tick()
 		rk, err := readJSON[ledger.ReceiptKey](v, fmt.Sprintf("receipt key %q", k[1:]))
 		if err != nil {
 			return err
@@ -127,6 +128,7 @@ func exportReceipts(txn *badger.Txn, sink ledger.ExportSink) error {
 		return err
 	}
 	return iterate(txn, []byte{prefixReceiptDigest}, func(k, v []byte) error {
+		tick()
 		if len(k) < 1+ledger.AccountIDLen+1 {
 			return fmt.Errorf("receipt digest %x: malformed key", k)
 		}

@@ -316,7 +316,7 @@ func measurePostgres(b *testing.B, s *Badger, big, small string) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	took, peak := withPeakRSS(func() { err = pgledger.CopyLedger(ctx, s, p) })
+	took, peak := withPeakRSS(func() { err = pgledger.CopyLedger(ctx, s, p, pgledger.CopyOptions{}) })
 	if err != nil {
 		b.Fatalf("migrate after %s: %v", took.Round(time.Second), err)
 	}

@@ -53,6 +53,15 @@ type memSnapshot struct {
 // by side, and what it keeps beyond the account in hand is the in-memory figures and the
 // problems. A ledger of millions of entries is verified in the memory of a few accounts.
 func (s *Badger) Verify(ctx context.Context) (ledger.VerifyReport, error) {
+	return s.VerifyProgress(ctx, nil)
+}
+
+// VerifyProgress is Verify that reports the accounts it has verified of those in memory
+// (ledger.ProgressVerifier), after each account.
+func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFunc) (ledger.VerifyReport, error) {
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
 	if err := s.begin(); err != nil {
 		return ledger.VerifyReport{}, err
 	}
@@ -71,6 +80,8 @@ func (s *Badger) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 	if err := s.c.barrier(); err != nil {
 		return ledger.VerifyReport{}, err
 	}
+	total, done := int64(len(mem)), int64(0)
+	progress(0, total)
 
 	rep := ledger.VerifyReport{Problems: []ledger.Problem{}}
 	add := func(acct, kind, format string, args ...any) {
@@ -138,6 +149,10 @@ func (s *Badger) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 			if !any {
 				return nil
 			}
+			if done > 0 {
+				progress(done, total)
+			}
+			done++
 			c := &acctCheck{id: id}
 			var m *memSnapshot
 			if mi < len(mem) && mem[mi].id == id {
@@ -266,6 +281,7 @@ func (s *Badger) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 	if err != nil {
 		return ledger.VerifyReport{}, fmt.Errorf("verifying ledger: %w", err)
 	}
+	progress(done, total)
 	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].AccountID < rep.Problems[j].AccountID })
 	rep.OK = len(rep.Problems) == 0
 	return rep, nil
@@ -384,3 +400,6 @@ func (c *verifyCursor) next() error {
 	}
 	return c.load()
 }
+
+// Interface guards
+var _ ledger.ProgressVerifier = (*Badger)(nil)

@@ -2,6 +2,7 @@ package badgerledger
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,6 +110,23 @@ func TestVerifyNegativeBalanceInEntries(t *testing.T) {
 	k := problemKinds(r)
 	if r.OK || k["negative_balance"] != 1 || k["negative_available"] != 1 {
 		t.Fatalf("negative entries: %+v", r.Problems)
+	}
+}
+
+// TestVerifyProgress: Verify says how many accounts it has verified of those in memory, from 0
+// to all of them, one account at a time.
+func TestVerifyProgress(t *testing.T) {
+	s := newMem(t)
+	for _, e := range []string{"p1@example.com", "p2@example.com", "p3@example.com"} {
+		ledgertest.MustGrant(t, s, ledgertest.MustAccount(t, s, e).ID, ledger.Live, 2)
+	}
+	var calls [][2]int64
+	r, err := ledger.VerifyWithProgress(bg, s, func(done, total int64) { calls = append(calls, [2]int64{done, total}) })
+	if err != nil || !r.OK {
+		t.Fatalf("verify: %+v %v", r, err)
+	}
+	if want := [][2]int64{{0, 3}, {1, 3}, {2, 3}, {3, 3}}; !slices.Equal(calls, want) {
+		t.Errorf("progress %v, want %v", calls, want)
 	}
 }
 

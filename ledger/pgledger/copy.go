@@ -26,7 +26,7 @@ import (
 //
 // Expected errors: ErrInvalidArgument (from cannot export, or to is not empty), ErrClosed,
 // ErrUnavailable.
-func CopyLedger(ctx context.Context, from ledger.Store, to *Postgres) error {
+func CopyLedger(ctx context.Context, from ledger.Store, to *Postgres, opts CopyOptions) error {
 	ex, ok := from.(ledger.Exporter)
 	if !ok {
 		return fmt.Errorf("copying ledger: a %T store cannot export its ledger: %w", from, ledger.ErrInvalidArgument)
@@ -53,7 +53,11 @@ func CopyLedger(ctx context.Context, from ledger.Store, to *Postgres) error {
 			return fmt.Errorf("the target database has accounts already; copy into an empty one: %w", ledger.ErrInvalidArgument)
 		}
 		imp := &pgImport{ctx: ctx, tx: tx, rows: map[string][][]any{}}
-		if err := ex.Export(ctx, imp); err != nil {
+		var sink ledger.ExportSink = imp
+		if opts.Progress != nil {
+			sink = pgImportProgress{imp, opts.Progress}
+		}
+		if err := ex.Export(ctx, sink); err != nil {
 			return err
 		}
 		if err := imp.flush(); err != nil {
@@ -69,6 +73,23 @@ func CopyLedger(ctx context.Context, from ledger.Store, to *Postgres) error {
 	})
 	return pgErr(ctx, "copying ledger", err)
 }
+
+// CopyOptions are CopyLedger's options.
+type CopyOptions struct {
+	// Progress, when not nil, is told the records copied of the records there are, as far as
+	// from can count them (ledger.ExportProgressSink): Badger counts them first, and calls it
+	// every thousand records or so. The copy then still counts reversed credits, checks and
+	// commits (a few statements over the copied tables), after the last call.
+	Progress ledger.ProgressFunc
+}
+
+// pgImportProgress is the sink of a copy whose progress is reported.
+type pgImportProgress struct {
+	*pgImport
+	progress ledger.ProgressFunc
+}
+
+func (p pgImportProgress) ExportProgress(done, total int64) { p.progress(done, total) }
 
 // pgImport is the ExportSink of CopyLedger: it buffers rows per table and writes them with COPY.
 type pgImport struct {
@@ -251,7 +272,6 @@ func (p *pgImport) Token(t ledger.ExportToken) error {
 	return p.add("account_tokens", t.Digest[:], t.AccountID, string(t.Purpose), t.Expires.UnixNano())
 }
 
-// Interface guards
 // Operator stores a console operator with what it logs in with.
 func (p *pgImport) Operator(o ledger.ExportOperator) error {
 	rec := make([][]byte, len(o.Recovery))
@@ -266,7 +286,11 @@ func (p *pgImport) Audit(r ledger.AuditRecord) error {
 	return p.add("operator_audit", r.ID, r.Time.UnixNano(), r.OperatorID, r.OperatorEmail, r.Action, r.AccountID, r.Detail, r.Note)
 }
 
-var _ ledger.ExportSink = (*pgImport)(nil)
+// Interface guards
+var (
+	_ ledger.ExportSink         = (*pgImport)(nil)
+	_ ledger.ExportProgressSink = pgImportProgress{}
+)
 
 func (p *pgImport) Membership(m ledger.Membership) error {
 	return p.add("memberships", m.OrgID, m.MemberID, string(m.Role), m.MonthlyCap, m.Pending, m.Created.UnixNano())

@@ -40,7 +40,7 @@ func TestCopyLedgerOperators(t *testing.T) {
 	}
 
 	to := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
-	if err := CopyLedger(bg, from, to); err != nil {
+	if err := CopyLedger(bg, from, to, CopyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got, sealed, err := to.AuthenticateOperator(bg, "ann@example.com", ledgertest.GoodPassword)

@@ -205,7 +205,10 @@ func TestCopyLedger(t *testing.T) {
 
 	url := pgtest.NewDatabase(t)
 	to := openPostgres(t, url, pgQuiet)
-	if err := CopyLedger(bg, from, to); err != nil {
+	var calls [][2]int64
+	if err := CopyLedger(bg, from, to, CopyOptions{Progress: func(done, total int64) {
+		calls = append(calls, [2]int64{done, total})
+	}}); err != nil {
 		t.Fatal(err)
 	}
 	// Record for record, what PostgreSQL stores is what Badger exported: the API does not show
@@ -222,6 +225,11 @@ func TestCopyLedger(t *testing.T) {
 	if len(want.mail) != 3 || len(want.tokens) != 1 || want.tokens[0].Digest != sha256.Sum256([]byte(reset)) ||
 		want.tokens[0].AccountID != alice.ID || want.tokens[0].Purpose != ledger.TokenReset {
 		t.Errorf("exported %d messages and the tokens %+v; want 3 and alice's reset token", len(want.mail), want.tokens)
+	}
+	// Progress counts from 0 to every record Badger holds: those given, and the expired token
+	// it passed over.
+	if n := int64(want.count()) + 1; len(calls) != 2 || calls[0] != [2]int64{0, n} || calls[1] != [2]int64{n, n} {
+		t.Errorf("copy progress %v, want 0 and %d of %d records", calls, n, n)
 	}
 	if len(want.rkeys) != 2 || len(want.digests) != 1 {
 		t.Errorf("exported the receipt keys %+v and digests %+v; want 2 and 1", want.rkeys, want.digests)
@@ -397,10 +405,10 @@ func TestCopyLedger(t *testing.T) {
 	}
 
 	// The target is not empty any more.
-	if err := CopyLedger(bg, from, to); !errors.Is(err, ledger.ErrInvalidArgument) {
+	if err := CopyLedger(bg, from, to, CopyOptions{}); !errors.Is(err, ledger.ErrInvalidArgument) {
 		t.Errorf("a copy into a used database: %v", err)
 	}
-	if err := CopyLedger(bg, to, openPostgres(t, pgtest.NewDatabase(t), pgQuiet)); !errors.Is(err, ledger.ErrInvalidArgument) {
+	if err := CopyLedger(bg, to, openPostgres(t, pgtest.NewDatabase(t), pgQuiet), CopyOptions{}); !errors.Is(err, ledger.ErrInvalidArgument) {
 		t.Errorf("a copy from a store that cannot export: %v", err)
 	}
 }
@@ -627,4 +635,14 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	each(`SELECT org_id, member_id, month, used FROM member_usage`, []any{&u.OrgID, &u.MemberID, &u.Month, &u.Credits},
 		func() { x.usage = append(x.usage, u) })
 	return x
+}
+
+// count is how many records were given.
+func (x *exported) count() int {
+	v := reflect.ValueOf(x).Elem()
+	n := 0
+	for i := range v.NumField() {
+		n += v.Field(i).Len()
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,13 +53,30 @@ type pgVerifyAccount struct {
 	flagged  map[string]bool // problem kinds reported once per account
 }
 
+// verifyBatch is how many accounts Verify holds at once (their stored figures and sums); a
+// test makes it small to cross batches.
+var verifyBatch = 1000
+
 // Verify recomputes every account's figures from its entries, in one consistent snapshot (a
 // repeatable-read transaction, so other calls go on meanwhile), and reports each difference
 // with the stored figures, every negative balance or available figure, entries whose
 // balance_after/available_after or numbering are wrong, holds whose entries disagree with them
 // or that were held or resolved more than once, and open holds long past their expiry (two sweep
 // intervals, at least a minute).
+//
+// It reads the accounts in id order, verifyBatch at a time, with their entries and open holds,
+// so what it keeps is one batch and the problems, however many accounts there are; the checks
+// of the holds against the entries run in the database and return only what is wrong.
 func (s *Postgres) Verify(ctx context.Context) (ledger.VerifyReport, error) {
+	return s.VerifyProgress(ctx, nil)
+}
+
+// VerifyProgress is Verify that reports the accounts it has verified of those there are
+// (ledger.ProgressVerifier), after each batch.
+func (s *Postgres) VerifyProgress(ctx context.Context, progress ledger.ProgressFunc) (ledger.VerifyReport, error) {
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
 	if err := s.life.Begin(); err != nil {
 		return ledger.VerifyReport{}, err
 	}
@@ -75,20 +93,42 @@ func (s *Postgres) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 		if err := pgLongStatements(qctx, tx); err != nil {
 			return err
 		}
-		accts, err := verifyLoadAccounts(qctx, tx)
-		if err != nil {
+		var total int64
+		if err := tx.QueryRow(qctx, `SELECT count(*) FROM accounts`).Scan(&total); err != nil {
 			return err
 		}
-		rep.Accounts = len(accts)
-		if rep.Entries, err = verifyEntries(qctx, tx, accts, add); err != nil {
-			return err
-		}
-		open, err := verifyOpenCounts(qctx, tx)
-		if err != nil {
-			return err
-		}
-		for id, a := range accts {
-			verifyFigures(id, a, open[id], add)
+		progress(0, total)
+		// Each batch covers the ids after the previous batch's last (lo) up to its own last (hi);
+		// the last batch has no end, so that every entry and hold is read once, also one whose
+		// account does not exist.
+		var lo *string
+		for {
+			ids, accts, err := verifyLoadAccounts(qctx, tx, lo, verifyBatch)
+			if err != nil {
+				return err
+			}
+			var hi *string
+			if len(ids) == verifyBatch {
+				hi = &ids[len(ids)-1]
+			}
+			rep.Accounts += len(ids)
+			n, err := verifyEntries(qctx, tx, lo, hi, accts, add)
+			if err != nil {
+				return err
+			}
+			rep.Entries += n
+			open, err := verifyOpenCounts(qctx, tx, lo, hi)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				verifyFigures(id, accts[id], open[id], add)
+			}
+			progress(int64(rep.Accounts), total)
+			if hi == nil {
+				break
+			}
+			lo = hi
 		}
 		return verifyHolds(qctx, tx, cutoff, add)
 	})
@@ -100,24 +140,51 @@ func (s *Postgres) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 	return rep, nil
 }
 
-func verifyLoadAccounts(ctx context.Context, tx pgx.Tx) (map[string]*pgVerifyAccount, error) {
-	rows, _ := tx.Query(ctx, `SELECT id, balance, held, test_balance, test_held, next_seq, reversed FROM accounts`)
-	accts := map[string]*pgVerifyAccount{}
+// verifyRange is the SQL condition on col (an account id) of the ids after lo up to hi, hi
+// included (no bound where nil), its arguments numbered from $1.
+func verifyRange(col string, lo, hi *string) (string, []any) {
+	var conds []string
+	var args []any
+	if lo != nil {
+		args = append(args, *lo)
+		conds = append(conds, fmt.Sprintf("%s > $%d", col, len(args)))
+	}
+	if hi != nil {
+		args = append(args, *hi)
+		conds = append(conds, fmt.Sprintf("%s <= $%d", col, len(args)))
+	}
+	if len(conds) == 0 {
+		return "TRUE", nil
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// verifyLoadAccounts reads up to n accounts after lo (from the first when nil), in id order.
+func verifyLoadAccounts(ctx context.Context, tx pgx.Tx, lo *string, n int) ([]string, map[string]*pgVerifyAccount, error) {
+	cond, args := verifyRange("id", lo, nil)
+	rows, _ := tx.Query(ctx, `SELECT id, balance, held, test_balance, test_held, next_seq, reversed FROM accounts
+		WHERE `+cond+fmt.Sprintf(` ORDER BY id LIMIT %d`, n), args...)
+	ids := make([]string, 0, n)
+	accts := make(map[string]*pgVerifyAccount, n)
 	var id string
 	var a pgVerifyAccount
 	_, err := pgx.ForEachRow(rows, []any{&id, &a.stored[0], &a.stored[1], &a.stored[2], &a.stored[3], &a.nextSeq, &a.reversed}, func() error {
 		c := a
 		c.sums = map[ledger.Mode]*ledger.ModeSums{ledger.Live: {}, ledger.Test: {}}
 		c.flagged = map[string]bool{}
+		ids = append(ids, id)
 		accts[id] = &c
 		return nil
 	})
-	return accts, err
+	return ids, accts, err
 }
 
-// verifyEntries replays every entry in (account, seq) order and returns how many there are.
-func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAccount, add func(acct, kind, format string, args ...any)) (int, error) {
-	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason FROM entries ORDER BY account_id, seq`)
+// verifyEntries replays, in (account, seq) order, the entries of the accounts after lo up to
+// hi (accts, the accounts of that range that exist) and returns how many there are.
+func verifyEntries(ctx context.Context, tx pgx.Tx, lo, hi *string, accts map[string]*pgVerifyAccount, add func(acct, kind, format string, args ...any)) (int, error) {
+	cond, args := verifyRange("account_id", lo, hi)
+	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason FROM entries
+		WHERE `+cond+` ORDER BY account_id, seq`, args...)
 	var id string
 	var seq, amount, balAfter, availAfter int64
 	var kind ledger.EntryKind
@@ -163,9 +230,11 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, accts map[string]*pgVerifyAcc
 	return n, err
 }
 
-// verifyOpenCounts counts the open holds per account and mode.
-func verifyOpenCounts(ctx context.Context, tx pgx.Tx) (map[string]map[ledger.Mode]int64, error) {
-	rows, _ := tx.Query(ctx, `SELECT account_id, mode, count(*) FROM holds WHERE state = 'open' GROUP BY 1, 2`)
+// verifyOpenCounts counts the open holds per account and mode of the accounts after lo up to
+// hi.
+func verifyOpenCounts(ctx context.Context, tx pgx.Tx, lo, hi *string) (map[string]map[ledger.Mode]int64, error) {
+	cond, args := verifyRange("account_id", lo, hi)
+	rows, _ := tx.Query(ctx, `SELECT account_id, mode, count(*) FROM holds WHERE state = 'open' AND `+cond+` GROUP BY 1, 2`, args...)
 	open := map[string]map[ledger.Mode]int64{}
 	var id string
 	var mode ledger.Mode
@@ -257,3 +326,6 @@ func (s *Postgres) Backup(ctx context.Context, w io.Writer) error {
 		"(pg_dump for a logical backup, pg_basebackup and WAL archiving for point-in-time recovery), not by Caddy: %w",
 		errors.ErrUnsupported)
 }
+
+// Interface guards
+var _ ledger.ProgressVerifier = (*Postgres)(nil)
