@@ -157,26 +157,27 @@ func TestKeyLimits(t *testing.T) {
 	}
 	wantBalance(7, 3)
 
-	// A total budget: the key has spent 3; a budget of 4 lets one more through, then 402, with
-	// no reset time (a total budget does not reset).
-	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetTotal: 4})
+	// A total budget counts from when it is set (the 3 credits the key spent without a budget are
+	// not counted): a budget of 1 lets one through, then 402, with no reset time (a total budget
+	// does not reset).
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetTotal: 1})
 	if r := e.generateAs(t, key, "summarizer"); r.status != 200 {
 		t.Fatalf("within the budget: %d %s", r.status, r.raw)
 	}
 	r := e.generateAs(t, key, "summarizer")
 	costsNothing(r, 402, "key_budget_exhausted", "")
-	if r.resetsAt != "" || r.retryAfter != "" || !strings.Contains(r.msg, "total budget of 4") {
+	if r.resetsAt != "" || r.retryAfter != "" || !strings.Contains(r.msg, "total budget of 1") {
 		t.Fatalf("total budget's answer: %s (Retry-After %q)", r.raw, r.retryAfter)
 	}
 	wantBalance(6, 4)
 
-	// A daily budget: reset at the next UTC midnight, said in the message, resets_at and
-	// Retry-After.
-	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetDay: 4, BudgetMonth: 100})
+	// A daily budget (a change between budgets keeps the count: 1 today): reset at the next UTC
+	// midnight, said in the message, resets_at and Retry-After.
+	e.setLimits(acct.ID, kid, ledger.KeyLimits{BudgetDay: 1, BudgetMonth: 100})
 	r = e.generateAs(t, key, "summarizer")
 	costsNothing(r, 402, "key_budget_exhausted", "")
 	resets, err := time.Parse(time.RFC3339, r.resetsAt)
-	if err != nil || resets.Hour() != 0 || resets.Minute() != 0 || !strings.Contains(r.msg, r.resetsAt) || !strings.Contains(r.msg, "daily budget of 4") {
+	if err != nil || resets.Hour() != 0 || resets.Minute() != 0 || !strings.Contains(r.msg, r.resetsAt) || !strings.Contains(r.msg, "daily budget of 1") {
 		t.Fatalf("daily budget's answer: %s", r.raw)
 	}
 	if s, err := strconv.Atoi(r.retryAfter); err != nil || s < 1 || s > 24*3600 {
@@ -201,7 +202,7 @@ func TestKeyLimits(t *testing.T) {
 	}
 	resp.Body.Close()
 	if bal.Available != 6 || bal.KeyID != kid || bal.KeyBudget.Day == nil || *bal.KeyBudget.Day != 0 ||
-		bal.KeyBudget.Month == nil || *bal.KeyBudget.Month != 96 || bal.KeyBudget.Total != nil || bal.KeyBudget.DayResets != r.resetsAt {
+		bal.KeyBudget.Month == nil || *bal.KeyBudget.Month != 99 || bal.KeyBudget.Total != nil || bal.KeyBudget.DayResets != r.resetsAt {
 		t.Fatalf("balance: %+v", bal)
 	}
 

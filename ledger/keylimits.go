@@ -18,9 +18,16 @@ import (
 // a void gives it back. A window is the UTC day or month in which the hold was made: a void
 // gives the credit back to that window only if the key's count still belongs to it (a hold of
 // day D voided on day D+1, after the key's day count moved on to D+1, changes only the total
-// and, within the same month, the month). A count never goes below zero. Every hold of a key
-// is counted, whether or not the key has a budget, so a budget set later already sees the
-// day's and month's spending; keys made before counting existed start at zero.
+// and, within the same month, the month). A count never goes below zero.
+//
+// Only a key with a budget (HasBudget) is counted: a hold, settle or void of a key without one
+// neither counts nor writes the key (nearly every key has none, and every request would pay
+// for the write), and its Usage stays as it was. A budget set on a key that had none counts
+// from that moment (CountFrom): the key's holds still open then, which the key's count gives
+// back when they are voided, and nothing it spent before. The count is not rebuilt from the
+// ledger's entries: the total would have to read every entry the key ever made. A change
+// between budgets keeps the count; a key whose budget is removed keeps its last count until a
+// budget is set again.
 
 // Limits of the fields of a key's limits.
 const (
@@ -173,6 +180,26 @@ func (u KeyUsage) Retake(created time.Time) KeyUsage {
 	}
 	if u.MonthStart.Equal(monthStart(created)) {
 		u.Month++
+	}
+	return u
+}
+
+// BudgetStarts reports whether a change of a key's limits from old to new sets a budget on a key
+// that had none: its count then starts again (CountFrom).
+func BudgetStarts(old, new KeyLimits) bool { return !old.HasBudget() && new.HasBudget() }
+
+// CountFrom is the count, at t, of a key on which a budget is set at t while its holds made at
+// open are still open: each counts as if it had been counted when it was made.
+func CountFrom(open []time.Time, t time.Time) KeyUsage {
+	u := KeyUsage{}.at(t)
+	for _, c := range open {
+		u.Total++
+		if dayStart(c).Equal(u.DayStart) {
+			u.Day++
+		}
+		if monthStart(c).Equal(u.MonthStart) {
+			u.Month++
+		}
 	}
 	return u
 }

@@ -58,6 +58,44 @@ func BenchmarkHoldSettle(b *testing.B) {
 	}
 }
 
+// BenchmarkHoldSettleKey: one op is a Hold plus its Settle by one caller on a ledger that does
+// not sync (the CPU and allocations of the charge, not the disk's), naming a real key of the
+// account without a budget (what nearly every request does) or with one (counted and written in
+// every hold).
+func BenchmarkHoldSettleKey(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		limits ledger.KeyLimits
+	}{{"nobudget", ledger.KeyLimits{}}, {"budget", ledger.KeyLimits{BudgetTotal: 1 << 40}}} {
+		b.Run(c.name, func(b *testing.B) {
+			o := quiet
+			o.DisableSyncWrites = true
+			s := openDir(b, b.TempDir(), o)
+			a := ledgertest.MustAccount(b, s, "key@example.com").ID
+			ledgertest.MustGrant(b, s, a, ledger.Live, 1<<40)
+			_, k, err := s.CreateKey(bg, a, ledger.Live, "bench", time.Time{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.UpdateKey(bg, a, k.ID, ledger.KeySettings{Name: "bench", Limits: c.limits}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				rid := fmt.Sprint("r", i)
+				if _, err := s.Hold(bg, ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: rid, KeyID: k.ID, Tool: "summarize"}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Settle(bg, a, rid); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkHoldLatency: 8 callers doing hold+settle on one hot account; the latency of each
 // hold is recorded. "hold" is Hold, which returns once the hold is durable: its floor is one disk
 // sync (see BenchmarkDiskSync, run next to it). "reserve" is Reserve, what the generate handler

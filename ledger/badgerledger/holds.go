@@ -101,11 +101,13 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	t := s.now().UTC()
 	// The key's budget is counted first and stored last, so that a refusal by the member's cap
 	// leaves the key's count as it was (both change only in memory, under a.mu, until the commit).
+	// A key without a budget is not counted and not written.
 	var charged ledger.Key
+	counted := false
 	ke := s.holdKeyEntry(a, req.KeyID)
 	if ke != nil {
 		var over *ledger.KeyBudgetError
-		if charged, over = s.keyCharged(ke, t); over != nil {
+		if charged, counted, over = s.keyCharged(ke, t); over != nil {
 			a.mu.Unlock()
 			return ledger.HoldResult{}, over
 		}
@@ -118,6 +120,8 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	var kw write
 	if ke != nil {
 		ke.noteUse(t) // only a request that got its hold counts as the key's use
+	}
+	if counted {
 		kw = s.storeKeyLocked(ke, charged)
 	}
 	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
@@ -136,7 +140,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
 		set(openHoldKey(a.id, req.RequestID), nil),
 	)
-	if ke != nil {
+	if counted {
 		ws = append(ws, kw)
 	}
 	var op *pendingOp
@@ -238,7 +242,7 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to ledger.HoldState, reas
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
 	if to == ledger.HoldVoided {
 		if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
-			ws = append(ws, s.releaseKey(ke, rec.Created))
+			ws = s.releaseKey(ws, ke, rec.Created)
 		}
 	}
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
@@ -261,9 +265,7 @@ func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingO
 		Reason: ledger.SettledLateReason}, -1, 0, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = ledger.HoldSettled, t, ent.Seq, ledger.SettledLateReason
 	if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
-		k := *ke.rec.Load()
-		k.Usage = k.Usage.Retake(rec.Created)
-		ws = append(ws, s.storeKeyLocked(ke, k))
+		ws = s.retakeKey(ws, ke, rec.Created)
 	}
 	ws = append(ws, s.memberRetake(a, &rec)...)
 	op := s.c.enqueue(append(ws, set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec))))

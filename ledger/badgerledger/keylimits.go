@@ -28,25 +28,53 @@ func (s *Badger) holdKeyEntry(a *account, keyID string) *keyEntry {
 	return e
 }
 
-// keyCharged is key e with a hold at t counted, or the budget the hold would exceed. It changes
-// nothing: the hold stores the record (storeKeyLocked) once every other check has passed.
-// Called with a.mu held.
-func (s *Badger) keyCharged(e *keyEntry, t time.Time) (ledger.Key, *ledger.KeyBudgetError) {
-	k := *e.rec.Load()
-	u, over := k.Usage.Charge(k.KeyLimits, t)
-	if over != "" {
-		return ledger.Key{}, ledger.NewKeyBudgetError(k.KeyLimits, over, t)
+// keyCharged is key e with a hold at t counted, or the budget the hold would exceed; counted is
+// false for a key without a budget, which is not counted. It changes nothing: the hold stores
+// the record (storeKeyLocked) once every other check has passed. Called with a.mu held.
+func (s *Badger) keyCharged(e *keyEntry, t time.Time) (k ledger.Key, counted bool, over *ledger.KeyBudgetError) {
+	k = *e.rec.Load()
+	if !k.HasBudget() {
+		return k, false, nil
+	}
+	u, b := k.Usage.Charge(k.KeyLimits, t)
+	if b != "" {
+		return ledger.Key{}, false, ledger.NewKeyBudgetError(k.KeyLimits, b, t)
 	}
 	k.Usage = u
-	return k, nil
+	return k, true, nil
 }
 
-// releaseKey gives back to key e the count of a hold made at created (a void). Called with
-// a.mu held.
-func (s *Badger) releaseKey(e *keyEntry, created time.Time) write {
+// releaseKey gives back to key e the count of a hold made at created (a void), and retakeKey
+// takes it again (a settle after that void); both append the key's write to ws, or leave ws as
+// it is for a key without a budget, which is not counted. Called with a.mu held.
+func (s *Badger) releaseKey(ws []write, e *keyEntry, created time.Time) []write {
 	k := *e.rec.Load()
+	if !k.HasBudget() {
+		return ws
+	}
 	k.Usage = k.Usage.Release(created)
-	return s.storeKeyLocked(e, k)
+	return append(ws, s.storeKeyLocked(e, k))
+}
+
+func (s *Badger) retakeKey(ws []write, e *keyEntry, created time.Time) []write {
+	k := *e.rec.Load()
+	if !k.HasBudget() {
+		return ws
+	}
+	k.Usage = k.Usage.Retake(created)
+	return append(ws, s.storeKeyLocked(e, k))
+}
+
+// openHoldTimes are when the account's open holds of key keyID were made. Called with a.mu
+// held: every open hold is in a.holds.
+func openHoldTimes(a *account, keyID string) []time.Time {
+	var out []time.Time
+	for _, h := range a.holds {
+		if h.rec.State == ledger.HoldOpen && h.rec.KeyID == keyID {
+			out = append(out, h.rec.Created)
+		}
+	}
+	return out
 }
 
 // storeKeyLocked makes k (its last use aside) the key's record in memory and returns its
@@ -69,7 +97,8 @@ func findKeyLocked(a *account, keyID string) (*keyEntry, error) {
 	return nil, fmt.Errorf("key %q of account %q: %w", keyID, a.id, ledger.ErrNotFound)
 }
 
-// UpdateKey replaces the key's name, expiry and limits; its usage is kept.
+// UpdateKey replaces the key's name, expiry and limits; its usage is kept, except that a budget
+// set on a key that had none counts from now (ledger.CountFrom).
 func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set ledger.KeySettings) (ledger.Key, error) {
 	if err := s.beginWrite(); err != nil {
 		return ledger.Key{}, err
@@ -94,6 +123,10 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set led
 	if err != nil {
 		a.mu.Unlock()
 		return ledger.Key{}, err
+	}
+	if ledger.BudgetStarts(k.KeyLimits, set.Limits) {
+		// Under a.mu, so no hold of the key is made or resolved meanwhile.
+		k.Usage = ledger.CountFrom(openHoldTimes(a, e.id), s.now())
 	}
 	k.Name, k.Expires, k.KeyLimits = set.Name, set.Expires, set.Limits
 	op := s.c.enqueue([]write{s.storeKeyLocked(e, k)})

@@ -53,13 +53,13 @@ func TestBadgerKeyFromEarlierRelease(t *testing.T) {
 		t.Fatalf("an earlier release's key: %+v %v", got, err)
 	}
 	ledgertest.MustGrant(t, s, a.ID, ledger.Live, 5)
+	if _, err := s.UpdateKey(bg, a.ID, k.ID, ledger.KeySettings{Name: "old", Limits: ledger.KeyLimits{BudgetTotal: 2}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := ledgertest.HoldOn(s, a.ID, k.ID, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Settle(bg, a.ID, "r1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.UpdateKey(bg, a.ID, k.ID, ledger.KeySettings{Name: "old", Limits: ledger.KeyLimits{BudgetTotal: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

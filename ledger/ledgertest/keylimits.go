@@ -165,6 +165,96 @@ func testKeyBudgets(t *testing.T, eng engine) {
 	VerifyClean(t, s)
 }
 
+// testKeyCountOnlyWithBudget: a key without a budget is not counted (its usage stays as it was
+// through holds, settles and voids); a budget set on it counts from then, its holds still open
+// included, and is exact from there; a budget removed leaves the count as it was, and one set
+// again counts afresh.
+func testKeyCountOnlyWithBudget(t *testing.T, eng engine) {
+	t0 := time.Date(2030, 4, 30, 23, 0, 0, 0, time.UTC)
+	eng.setNow(t, &t0)
+	s := eng.open(t, 0)
+	a := MustAccount(t, s, "uncounted@example.com").ID
+	MustGrant(t, s, a, ledger.Live, 100)
+	_, k, err := s.CreateKey(bg, a, ledger.Live, "free", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle := func(rid string) {
+		t.Helper()
+		_, err := s.Settle(bg, a, rid)
+		must(err)
+	}
+	void := func(rid string) {
+		t.Helper()
+		_, err := s.Void(bg, a, rid, "test")
+		must(err)
+	}
+	update := func(l ledger.KeyLimits) {
+		t.Helper()
+		_, err := s.UpdateKey(bg, a, k.ID, ledger.KeySettings{Name: "free", Limits: l})
+		must(err)
+	}
+	wantUsage := func(step string, total, day, month int64) {
+		t.Helper()
+		u := MustKeyOf(t, s, a, k.ID).Usage
+		if u.Total != total || u.Day != day || u.Month != month {
+			t.Fatalf("%s: usage %+v, want total %d, day %d, month %d", step, u, total, day, month)
+		}
+	}
+	// Without a budget: nothing is counted.
+	must(HoldOn(s, a, k.ID, "r1"))
+	must(HoldOn(s, a, k.ID, "r2"))
+	must(HoldOn(s, a, k.ID, "r3"))
+	settle("r2")
+	void("r3")
+	t0 = t0.Add(30 * time.Minute)
+	must(HoldOn(s, a, k.ID, "r4"))
+	if u := MustKeyOf(t, s, a, k.ID).Usage; u != (ledger.KeyUsage{}) {
+		t.Fatalf("a key without a budget counts %+v", u)
+	}
+	// The next day and month: a budget set now counts the key's open holds (r1 and r4 of April
+	// in the total, r5 in every window) and nothing settled or voided before.
+	t0 = time.Date(2030, 5, 1, 0, 30, 0, 0, time.UTC)
+	must(HoldOn(s, a, k.ID, "r5"))
+	update(ledger.KeyLimits{BudgetTotal: 4, BudgetDay: 2, BudgetMonth: 10})
+	wantUsage("budget set with three holds open", 3, 1, 1)
+	if u := MustKeyOf(t, s, a, k.ID).Usage; !u.DayStart.Equal(t0.Truncate(24*time.Hour)) || !u.MonthStart.Equal(t0.Truncate(24*time.Hour)) {
+		t.Fatalf("windows of a budget set on %s: %+v", t0, u)
+	}
+	void("r1") // counted when the budget was set: given back to the total (April is not May)
+	settle("r4")
+	wantUsage("open holds of before the budget resolved", 2, 1, 1)
+	must(HoldOn(s, a, k.ID, "r6"))
+	wantUsage("a hold under the budget", 3, 2, 2)
+	WantBudget(t, HoldOn(s, a, k.ID, "r7"), "day", 2, time.Date(2030, 5, 2, 0, 0, 0, 0, time.UTC))
+	// The budget removed: the count stays as it was, whatever the key does.
+	update(ledger.KeyLimits{})
+	must(HoldOn(s, a, k.ID, "r8"))
+	must(HoldOn(s, a, k.ID, "r7"))
+	void("r5")
+	settle("r6")
+	settle("r7")
+	wantUsage("budget removed", 3, 2, 2)
+	// Set again: counted afresh, from the one hold open (r8).
+	update(ledger.KeyLimits{BudgetTotal: 2})
+	wantUsage("budget set again", 1, 1, 1)
+	must(HoldOn(s, a, k.ID, "r9"))
+	WantBudget(t, HoldOn(s, a, k.ID, "r10"), "total", 2, time.Time{})
+	void("r8")
+	must(HoldOn(s, a, k.ID, "r10"))
+	wantUsage("after a void of a hold counted when the budget was set", 2, 2, 2)
+	// A change between budgets keeps the count.
+	update(ledger.KeyLimits{BudgetDay: 5})
+	wantUsage("budget changed", 2, 2, 2)
+	VerifyClean(t, s)
+}
+
 // testKeyBudgetConcurrent: N holds racing on a key with a budget of B: exactly B get through.
 func testKeyBudgetConcurrent(t *testing.T, eng engine) {
 	s := eng.open(t, 0)

@@ -113,6 +113,7 @@ var conformanceTests = []struct {
 	// Keys with limits and rolls (keylimits.go).
 	{"KeyBudgets", testKeyBudgets},
 	{"KeyBudgetConcurrent", testKeyBudgetConcurrent},
+	{"KeyCountOnlyWithBudget", testKeyCountOnlyWithBudget},
 	{"KeyRoll", testKeyRoll},
 	{"FindKeys", testFindKeys},         // key_search.go
 	{"MoneyBetween", testMoneyBetween}, // money_report.go

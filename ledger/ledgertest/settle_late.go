@@ -23,6 +23,10 @@ func testSettleDecidedAfterSweep(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only a key with a budget is counted.
+	if _, err := s.UpdateKey(bg, a, k.ID, ledger.KeySettings{Name: "k", Limits: ledger.KeyLimits{BudgetTotal: 100}}); err != nil {
+		t.Fatal(err)
+	}
 	hold := func(rid string) {
 		t.Helper()
 		if _, err := s.Hold(bg, ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: rid, KeyID: k.ID, Tool: "summarize"}); err != nil {

@@ -36,8 +36,9 @@ func keyBudgetOutcome(o holdOutcome, t time.Time) (*ledger.KeyBudgetError, bool)
 	return ledger.NewKeyBudgetError(l, b, t), true
 }
 
-// UpdateKey replaces the key's name, expiry and limits; its usage is kept. Every instance's next
-// hold and lookup read them from the row.
+// UpdateKey replaces the key's name, expiry and limits; its usage is kept, except that a budget
+// set on a key that had none counts from now (ledger.CountFrom, ledger_key_count_from). Every
+// instance's next hold and lookup read them from the row.
 func (s *Postgres) UpdateKey(ctx context.Context, accountID, keyID string, set ledger.KeySettings) (ledger.Key, error) {
 	wctx, done, err := s.write(ctx)
 	if err != nil {
@@ -57,12 +58,13 @@ func (s *Postgres) UpdateKey(ctx context.Context, accountID, keyID string, set l
 		return ledger.Key{}, err
 	}
 	var r keyRow
-	err = s.pool.QueryRow(wctx, `WITH k AS (UPDATE api_keys SET name = $3, expires = $4, note = $5, budget_total = $6,
-			budget_day = $7, budget_month = $8, allowed_tools = $9, allowed_cidrs = $10
-		WHERE account_id = $1 AND id = $2 AND revoked IS NULL RETURNING *)
-		SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`,
-		accountID, keyID, set.Name, pgNanos(set.Expires), l.Note, l.BudgetTotal, l.BudgetDay, l.BudgetMonth,
-		pgTextArray(l.AllowedTools), pgTextArray(l.AllowedCIDRs)).Scan(r.dest()...)
+	if l.HasBudget() {
+		// Perhaps a budget set on a key that had none (by the key as it is under the lock, not
+		// as read above): its count starts now, from the key's open holds.
+		err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error { return s.updateKeyCounting(wctx, tx, accountID, keyID, set, &r) })
+	} else {
+		err = s.updateKeyRow(wctx, s.pool, accountID, keyID, set, &r)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.Key{}, ledger.ErrAlreadyRevoked // it was there a moment ago: revoked since
 	}
@@ -70,6 +72,47 @@ func (s *Postgres) UpdateKey(ctx context.Context, accountID, keyID string, set l
 		return ledger.Key{}, pgErr(ctx, "updating key", err)
 	}
 	return s.used.merge(r.key()), nil
+}
+
+// pgQueryer is a pool or a transaction.
+type pgQueryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// updateKeyRow writes the key's settings and reads the key back into r; pgx.ErrNoRows if it is
+// revoked or gone.
+func (s *Postgres) updateKeyRow(ctx context.Context, q pgQueryer, accountID, keyID string, set ledger.KeySettings, r *keyRow) error {
+	l := set.Limits
+	return q.QueryRow(ctx, `WITH k AS (UPDATE api_keys SET name = $3, expires = $4, note = $5, budget_total = $6,
+			budget_day = $7, budget_month = $8, allowed_tools = $9, allowed_cidrs = $10
+		WHERE account_id = $1 AND id = $2 AND revoked IS NULL RETURNING *)
+		SELECT `+pgKeyCols+` FROM k LEFT JOIN api_key_usage u ON u.key_id = k.id`,
+		accountID, keyID, set.Name, pgNanos(set.Expires), l.Note, l.BudgetTotal, l.BudgetDay, l.BudgetMonth,
+		pgTextArray(l.AllowedTools), pgTextArray(l.AllowedCIDRs)).Scan(r.dest()...)
+}
+
+// updateKeyCounting is updateKeyRow of settings that may set a budget on a key that had none,
+// in tx: under the lock of the account, which every hold takes first (so no hold of the key is
+// made or resolved meanwhile), it reads the key's budgets as they are now and, if the key has
+// none, starts its count from its open holds (ledger_key_count_from) before the settings are
+// written.
+func (s *Postgres) updateKeyCounting(ctx context.Context, tx pgx.Tx, accountID, keyID string, set ledger.KeySettings, r *keyRow) error {
+	if _, err := tx.Exec(ctx, `SELECT ledger_lock($1)`, accountID); err != nil {
+		return err
+	}
+	var old ledger.KeyLimits
+	err := tx.QueryRow(ctx, `SELECT budget_total, budget_day, budget_month FROM api_keys
+		WHERE account_id = $1 AND id = $2 AND revoked IS NULL FOR UPDATE`, accountID, keyID).
+		Scan(&old.BudgetTotal, &old.BudgetDay, &old.BudgetMonth)
+	if err != nil {
+		return err
+	}
+	if ledger.BudgetStarts(old, set.Limits) {
+		if _, err := tx.Exec(ctx, `SELECT ledger_key_count_from($1, $2, $3)`, accountID, keyID, s.now().UTC().UnixNano()); err != nil {
+			return err
+		}
+	}
+	return s.updateKeyRow(ctx, tx, accountID, keyID, set, r)
 }
 
 // RollKey gives the key a new secret and keeps the previous one until grace has passed; a
