@@ -187,13 +187,6 @@ func (a *app) deliver(ctx context.Context, client *gomail.Client, msg ledger.Mai
 		}
 		return
 	}
-	if ctx.Err() != nil {
-		// The sender is stopping (a reload, a shutdown) and cut the attempt short: that is no
-		// failure of the message or its server, so it is neither counted nor noted; its lease
-		// runs out and the next sender sends it.
-		log.Info("e-mail not sent: the sender stopped during the attempt; the next sender sends it once its lease runs out", zap.Error(err))
-		return
-	}
 	delay := mailRetryBase << min(msg.Attempts-1, 20)
 	delay = min(delay, mailRetryMax)
 	switch rerr := m.store.RetryMail(bctx, msg.ID, msg.Claim, now().Add(delay), err.Error()); {

@@ -11,8 +11,9 @@ import (
 	"github.com/caddy-textgen/textgen/ledger/ledgertest"
 )
 
-// TestLastUsedStoredWithHold: a hold writes its key's last use with the key's record (a lookup
-// writes nothing), and it survives a reopen.
+// TestLastUsedStoredWithHold: a hold notes its key's last use (a lookup does not); a key without
+// a budget is not written by the hold itself, and its last use is stored by the next flush of
+// last uses, and by Close, so that it survives a reopen.
 func TestLastUsedStoredWithHold(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -49,6 +50,12 @@ func TestLastUsedStoredWithHold(t *testing.T) {
 		t.Fatal("a lookup was recorded as a use")
 	}
 	if err := ledgertest.HoldOn(s, a.ID, k.ID, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored().LastUsed; !got.IsZero() {
+		t.Fatalf("the hold of a key without a budget wrote its record (last use %v)", got)
+	}
+	if err := s.flushLastUsed(true); err != nil {
 		t.Fatal(err)
 	}
 	if got := stored().LastUsed; !got.Equal(t0) {
