@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -35,4 +37,36 @@ func TestChatBodyRefusals(t *testing.T) {
 func chatInputOf(cr *chatRequest) *apiError {
 	_, e := chatInput(cr.Messages)
 	return e
+}
+
+// A completion that asks for fewer tokens than the tool's own answer ends at them ("length")
+// and is a whole answer, charged: not a model that ran out of its context (the real model).
+func TestChatMaxTokensRealOllama(t *testing.T) {
+	o := realOllama(t)
+	e := newEnv(t, envOptions{ollama: o.URL})
+	acct, key := e.account(2)
+	req, _ := http.NewRequest(http.MethodPost, baseURL+"/api/v1/chat/completions", strings.NewReader(
+		`{"model":"summarizer","messages":[{"role":"user","content":"Caddy is a web server."}],"max_tokens":8}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 ||
+		c.Choices[0].FinishReason != "length" || c.Usage.CompletionTokens != 8 {
+		t.Fatalf("max_tokens 8: %d %+v %v", resp.StatusCode, c, err)
+	}
+	if b := e.balance(acct.ID); b.Balance != 1 || b.Available != 1 {
+		t.Errorf("balance %+v, want 1 (charged once)", b)
+	}
 }

@@ -271,8 +271,8 @@ func (g *generation) contextCut(st backends.Stats) error {
 	mc.mu.Lock()
 	seen, known := mc.seen[key]
 	switch {
-	case st.DoneReason == "length" && st.OutputTokens < g.ask.tool.maxOutputTokens:
-		why = fmt.Sprintf("the model reached the end of its context after %d tokens of its answer (the tool allows %d)", st.OutputTokens, g.ask.tool.maxOutputTokens)
+	case st.DoneReason == "length" && st.OutputTokens < g.maxOutputTokens():
+		why = fmt.Sprintf("the model reached the end of its context after %d tokens of its answer (it may have %d)", st.OutputTokens, g.maxOutputTokens())
 	case prompt <= 0:
 		// the server did not report the prompt: nothing to check or learn
 	case prompt+st.OutputTokens > g.prompt.fit.numCtx:

@@ -180,14 +180,11 @@ func (g *generation) backendRequest(adm backends.Admission, s *streamer) backend
 	if h.LogPrompts {
 		h.logger.Debug("prompt", zap.String("request_id", g.id), zap.String("system", g.prompt.system), zap.String("input", g.ask.req.Input))
 	}
-	temperature, maxTokens := g.ask.tool.temperature, g.ask.tool.maxOutputTokens
+	temperature, maxTokens := g.ask.tool.temperature, g.maxOutputTokens()
 	var format *backends.Format
 	if c := g.ask.chat; c != nil {
 		if c.temperature != nil {
 			temperature = c.temperature
-		}
-		if c.maxTokens > 0 && (maxTokens <= 0 || c.maxTokens < maxTokens) {
-			maxTokens = c.maxTokens // within the tool's own
 		}
 		format = c.format
 	}
@@ -310,6 +307,16 @@ func (g *generation) finish(s *streamer, gerr error) {
 	case pipeline.EndFailed:
 		g.failStream(s, g.backendError(gerr))
 	}
+}
+
+// maxOutputTokens is the most tokens g's answer may have: the tool's, or less where a chat
+// completion asks for less (max_tokens, max_completion_tokens).
+func (g *generation) maxOutputTokens() int {
+	n := g.ask.tool.maxOutputTokens
+	if c := g.ask.chat; c != nil && c.maxTokens > 0 && (n <= 0 || c.maxTokens < n) {
+		n = c.maxTokens
+	}
+	return n
 }
 
 // ending is what the end of g's complete answer says: one credit used, the tokens, why it ended.
