@@ -11,10 +11,6 @@
 #                       into the test cache on first use)
 #   ./xcaddy.sh pay     in a second shell, after "Buy" on My Account: pays the latest Checkout
 #                       Session of dev mode, with a webhook signed as Stripe would sign it
-#   ./xcaddy.sh test [go test flags]
-#                       every test: the module's packages, and beside them the tests of deploy/
-#                       (a module of its own), whose output follows the module's; -short runs the
-#                       fast tier (docs/TESTING.md)
 #
 # Environment: CADDY_OUT (output binary, default ./caddy); TEXTGEN_PORT (dev's HTTP port,
 # default 8080) and CADDY_ADMIN (Caddy's admin address, default localhost:2019), which the
@@ -225,28 +221,10 @@ dev_cleanup() {
 	wait 2>/dev/null || true
 }
 
-# test runs the module's tests (two packages at a time, go test's default on 2 cores) and,
-# beside them, deploy/'s: its release build and booted install wait mostly on disks and a
-# container, so the two together take about as long as the module's alone. deploy/'s output is
-# kept in a file and shown after the module's; the exit status is 1 if either failed.
-test_all() {
-	local log
-	log=$(mktemp)
-	(cd deploy && exec go test -count=1 -timeout 45m "$@" ./... >"$log" 2>&1) &
-	local deploy_pid=$! rc=0 deploy_rc=0
-	go test -count=1 -timeout 60m "$@" ./... || rc=$?
-	wait "$deploy_pid" || deploy_rc=$?
-	echo "== deploy/ (the packages, the install on a booted Debian, the dashboard, the alerting rules, the compose file)"
-	cat "$log"
-	rm -f "$log"
-	[ "$rc" -eq 0 ] && [ "$deploy_rc" -eq 0 ]
-}
-
 case "${1:-build}" in
 build) build ;;
-test) shift; test_all "$@" ;;
 run) run ;;
 dev) shift; dev "$@" ;;
 pay) shift; pay "$@" ;;
-*) echo "usage: $0 [build|run|dev [--stripe]|pay|test [go test flags]]" >&2; exit 2 ;;
+*) echo "usage: $0 [build|run|dev [--stripe]|pay]" >&2; exit 2 ;;
 esac
