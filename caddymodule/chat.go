@@ -432,12 +432,12 @@ func (c *chatWhole) end(dst []byte, _ int, x ending) []byte {
 	return append(dst, "}\n"...)
 }
 
-// replayKeptChat answers a retried chat completion with the first one's kept text, whole or
+// replayKept answers a retried chat completion with the first one's kept text, whole or
 // streamed as the first (the same body) asked, once that generation has ended complete; it answers
 // nothing and returns false for one that ended otherwise (the caller goes on as without kept
 // text). Nothing is charged: X-Credits-Used 0, Idempotent-Replayed true, and the completion's
 // id is the first request's.
-func (g *generation) replayKeptChat(ctx context.Context, src keptSource, view keptView, rec ledger.IdempotencyRecord) bool {
+func (chatDoor) replayKept(g *generation, ctx context.Context, src keptSource, view keptView, rec ledger.IdempotencyRecord) bool {
 	for !view.ended() {
 		v, err := src.next(ctx, len(view.pieces))
 		if err != nil {
@@ -463,6 +463,19 @@ func (g *generation) replayKeptChat(ctx context.Context, src keptSource, view ke
 	}
 	g.writeReplay(http.StatusOK, enc.contentType(), enc.end(body, 0, x))
 	return true
+}
+
+// replay answers a retry whose first completion's text is not kept with an error: an SDK would
+// read a 200 without a completion as an empty one. The error names the first request;
+// X-Should-Retry: false keeps the SDKs from retrying it.
+func (chatDoor) replay(g *generation, rec ledger.IdempotencyRecord) {
+	g.w.Header().Set("X-Should-Retry", "false")
+	g.w.Header().Set("Idempotent-Replayed", "true")
+	e := newError(http.StatusConflict, "idempotent_replay", "Idempotency-Key",
+		"a request with this Idempotency-Key was already completed and charged as "+rec.RequestID+
+			"; its text is not kept on this server, so it cannot be sent again; nothing was charged now")
+	g.status = e.Status
+	g.door.writeError(g.w, g.id, e, g.remaining)
 }
 
 // appendUsage appends "usage": the prompt's and the answer's tokens as the model server counted

@@ -1,7 +1,10 @@
 package caddymodule
 
 import (
+	"context"
 	"net/http"
+
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // A door is one endpoint through which a generation is asked for: POST /api/v1/generate with
@@ -16,6 +19,11 @@ type door interface {
 	writeError(w http.ResponseWriter, reqID string, e *apiError, remaining int64)
 	// encoder is how g's text goes on the wire.
 	encoder(g *generation) encoder
+	// replayKept answers a retry (its Idempotency-Key used before) with the first request's kept
+	// text; false: it answered nothing (idempotency.go).
+	replayKept(g *generation, ctx context.Context, src keptSource, view keptView, rec ledger.IdempotencyRecord) bool
+	// replay answers a retry of a charged request whose text is not kept.
+	replay(g *generation, rec ledger.IdempotencyRecord)
 }
 
 // An encoder writes a generation's text in a door's shape (streaming.go writes it).
@@ -54,6 +62,12 @@ func (generateDoor) read(h *Handler, w http.ResponseWriter, r *http.Request, a *
 func (generateDoor) writeError(w http.ResponseWriter, reqID string, e *apiError, remaining int64) {
 	writeError(w, reqID, e, remaining)
 }
+
+func (generateDoor) replayKept(g *generation, ctx context.Context, src keptSource, view keptView, rec ledger.IdempotencyRecord) bool {
+	return replayKeptStream(g, ctx, src, view, rec)
+}
+
+func (generateDoor) replay(g *generation, rec ledger.IdempotencyRecord) { replayStatus(g, rec) }
 
 func (generateDoor) encoder(g *generation) encoder {
 	if g.ask.sse {

@@ -56,24 +56,17 @@ func (g *generation) beginIdempotent() bool {
 // way round) for the same key.
 func (g *generation) idemRecordKey() string { return string(g.caller.key.Mode) + ":" + g.ask.idem }
 
-// replay answers a retried request whose first attempt was charged: the first status, no text
-// (generated text is never stored) and no new charge.
+// replay answers a retried request whose first attempt was charged, without its text (not kept)
+// and without a new charge, in the door's shape.
 func (g *generation) replay(rec ledger.IdempotencyRecord) {
 	g.status = rec.Status
 	g.errKind = "idempotent_replay"
-	if g.ask.chat != nil {
-		// An SDK would read a 200 without a completion as an empty one: the text is not here,
-		// and the error says where the first request stands. x-should-retry: false keeps the
-		// SDKs from retrying it.
-		g.w.Header().Set("X-Should-Retry", "false")
-		g.w.Header().Set("Idempotent-Replayed", "true")
-		e := newError(http.StatusConflict, "idempotent_replay", "Idempotency-Key",
-			"a request with this Idempotency-Key was already completed and charged as "+rec.RequestID+
-				"; its text is not kept on this server, so it cannot be sent again; nothing was charged now")
-		g.status = e.Status
-		g.door.writeError(g.w, g.id, e, g.remaining)
-		return
-	}
+	g.door.replay(g, rec)
+}
+
+// replayStatus is generate's replay without text: the first status and a JSON body naming the
+// first request.
+func replayStatus(g *generation, rec ledger.IdempotencyRecord) {
 	body, _ := json.Marshal(map[string]any{
 		"idempotent_replay": true,
 		"request_id":        rec.RequestID,
@@ -115,9 +108,12 @@ func (g *generation) replayKept(rec ledger.IdempotencyRecord) bool {
 		}
 		return false
 	}
-	if g.ask.chat != nil {
-		return g.replayKeptChat(ctx, src, view, rec)
-	}
+	return g.door.replayKept(g, ctx, src, view, rec)
+}
+
+// replayKeptStream is generate's replay of kept text: streamed while the first generation runs,
+// plain or as SSE as the retry asks.
+func replayKeptStream(g *generation, ctx context.Context, src keptSource, view keptView, rec ledger.IdempotencyRecord) bool {
 	g.status = http.StatusOK
 	g.errKind = "idempotent_replay"
 	out := &keptWriter{h: g.h, w: g.w, r: g.r, ctx: ctx, reqID: g.id, remaining: g.remaining, src: src, view: view, replayOf: rec.RequestID}
