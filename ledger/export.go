@@ -102,6 +102,7 @@ type ExportHold struct {
 	Resolved             time.Time // zero while open
 	ResolveSeq           uint64    // the number of its settle or void entry; 0 while open
 	Reason               string
+	Credits              int64 // what it reserved (HeldCredits)
 }
 
 // ExportCredential is an account's password: its argon2id hash in PHC form (password.go).

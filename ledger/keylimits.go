@@ -138,48 +138,46 @@ func (u KeyUsage) at(t time.Time) KeyUsage {
 	return u
 }
 
-// Charge counts one more credit at t, or says which budget of l has no room (""); the
+// Charge counts n more credits at t, or says which budget of l has no room for them (""); the
 // budget the caller is told about is the one that resets last (total, then month, then day),
 // since that is when the key can spend again.
-func (u KeyUsage) Charge(l KeyLimits, t time.Time) (KeyUsage, string) {
+func (u KeyUsage) Charge(l KeyLimits, t time.Time, n int64) (KeyUsage, string) {
 	u = u.at(t)
 	switch {
-	case l.BudgetTotal > 0 && u.Total >= l.BudgetTotal:
+	case l.BudgetTotal > 0 && u.Total+n > l.BudgetTotal:
 		return u, BudgetTotal
-	case l.BudgetMonth > 0 && u.Month >= l.BudgetMonth:
+	case l.BudgetMonth > 0 && u.Month+n > l.BudgetMonth:
 		return u, BudgetMonth
-	case l.BudgetDay > 0 && u.Day >= l.BudgetDay:
+	case l.BudgetDay > 0 && u.Day+n > l.BudgetDay:
 		return u, BudgetDay
 	}
-	u.Total++
-	u.Day++
-	u.Month++
+	u.Total += n
+	u.Day += n
+	u.Month += n
 	return u, ""
 }
 
-// Release gives back the credit of a hold made at created (a void).
-func (u KeyUsage) Release(created time.Time) KeyUsage {
-	if u.Total > 0 {
-		u.Total--
+// Release gives back the n credits of a hold made at created (a void).
+func (u KeyUsage) Release(created time.Time, n int64) KeyUsage {
+	u.Total = max(u.Total-n, 0)
+	if u.DayStart.Equal(dayStart(created)) {
+		u.Day = max(u.Day-n, 0)
 	}
-	if u.Day > 0 && u.DayStart.Equal(dayStart(created)) {
-		u.Day--
-	}
-	if u.Month > 0 && u.MonthStart.Equal(monthStart(created)) {
-		u.Month--
+	if u.MonthStart.Equal(monthStart(created)) {
+		u.Month = max(u.Month-n, 0)
 	}
 	return u
 }
 
-// Retake counts again the credit of a hold made at created that release gave back (a hold
+// Retake counts again the n credits of a hold made at created that release gave back (a hold
 // settled after its expiry's void): the key's budget was checked when the hold was made.
-func (u KeyUsage) Retake(created time.Time) KeyUsage {
-	u.Total++
+func (u KeyUsage) Retake(created time.Time, n int64) KeyUsage {
+	u.Total += n
 	if u.DayStart.Equal(dayStart(created)) {
-		u.Day++
+		u.Day += n
 	}
 	if u.MonthStart.Equal(monthStart(created)) {
-		u.Month++
+		u.Month += n
 	}
 	return u
 }
@@ -188,17 +186,24 @@ func (u KeyUsage) Retake(created time.Time) KeyUsage {
 // that had none: its count then starts again (CountFrom).
 func BudgetStarts(old, new KeyLimits) bool { return !old.HasBudget() && new.HasBudget() }
 
-// CountFrom is the count, at t, of a key on which a budget is set at t while its holds made at
-// open are still open: each counts as if it had been counted when it was made.
-func CountFrom(open []time.Time, t time.Time) KeyUsage {
+// OpenHold is one hold still open, as CountFrom counts it: when it was made and its credits.
+type OpenHold struct {
+	Created time.Time
+	Credits int64
+}
+
+// CountFrom is the count, at t, of a key on which a budget is set at t while its holds open are
+// still open: each counts as if it had been counted when it was made.
+func CountFrom(open []OpenHold, t time.Time) KeyUsage {
 	u := KeyUsage{}.at(t)
-	for _, c := range open {
-		u.Total++
-		if dayStart(c).Equal(u.DayStart) {
-			u.Day++
+	for _, h := range open {
+		n := HeldCredits(h.Credits)
+		u.Total += n
+		if dayStart(h.Created).Equal(u.DayStart) {
+			u.Day += n
 		}
-		if monthStart(c).Equal(u.MonthStart) {
-			u.Month++
+		if monthStart(h.Created).Equal(u.MonthStart) {
+			u.Month += n
 		}
 	}
 	return u

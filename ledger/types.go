@@ -106,16 +106,34 @@ type Entry struct {
 	Reason         string    `json:"reason,omitempty"`    // adjustment or void reason
 	AmountCents    int64     `json:"amount_cents,omitempty"`
 	Currency       string    `json:"currency,omitempty"`
-	Time           time.Time `json:"time"`
+	// Credits is, on a hold and on the settle or void that resolves it, the credits the hold
+	// reserved (the tool's price when it was held); 0 on entries of a ledger written before
+	// prices existed, whose holds all reserved one (HoldCredits).
+	Credits int64     `json:"credits,omitempty"`
+	Time    time.Time `json:"time"`
 }
 
-// HoldRequest reserves one credit for one generation request.
+// HoldCredits is what a hold, settle or void entry's hold reserved: Credits, or one for an
+// entry written before tools had prices.
+func (e Entry) HoldCredits() int64 { return HeldCredits(e.Credits) }
+
+// HeldCredits is a hold's credits as stored: one where none are stored (a hold written before
+// tools had prices, or a HoldRequest that names none).
+func HeldCredits(c int64) int64 { return max(c, 1) }
+
+// MaxHoldCredits bounds one hold's price.
+const MaxHoldCredits = 1_000_000
+
+// HoldRequest reserves the credits of one generation request.
 type HoldRequest struct {
 	AccountID string
 	Mode      Mode
 	RequestID string // unique per request; a second Hold with the same id is a no-op
 	KeyID     string
 	Tool      string
+	// Credits is the request's price, what the hold reserves and a settle charges: 0 is one
+	// credit (HeldCredits), at most MaxHoldCredits.
+	Credits int64
 	// TTL is how long the hold may stay open before it expires; 0: Options.HoldTTL. Callers that
 	// share one store with different generation limits each pass their own.
 	TTL time.Duration
@@ -148,6 +166,8 @@ type HoldResult struct {
 	State     HoldState `json:"state"`
 	// Available is the account's available credits (for the hold's Mode) right after the call.
 	Available int64 `json:"available"`
+	// Credits is what the hold reserved (its price when it was made), what a settle charged.
+	Credits int64 `json:"credits"`
 	// Repeated is true when the call was a no-op because the request id had been handled already;
 	// State then reports the first outcome.
 	Repeated bool `json:"repeated,omitempty"`
@@ -161,9 +181,11 @@ type HoldInfo struct {
 	State     HoldState `json:"state"`
 	KeyID     string    `json:"key_id,omitempty"`
 	Tool      string    `json:"tool,omitempty"`
-	Created   time.Time `json:"created"`
-	Resolved  time.Time `json:"resolved,omitzero"`
-	Reason    string    `json:"reason,omitempty"`
+	// Credits is what the hold reserved, and what its settle charged.
+	Credits  int64     `json:"credits"`
+	Created  time.Time `json:"created"`
+	Resolved time.Time `json:"resolved,omitzero"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 // GrantRequest adds (or, for adjustments, adds or removes) credits.
@@ -229,8 +251,9 @@ type UsageRow struct {
 	Tool     string `json:"tool"`
 	Mode     Mode   `json:"mode"`
 	Requests int64  `json:"requests"` // holds opened
-	Settled  int64  `json:"settled"`  // credits settled
+	Settled  int64  `json:"settled"`  // holds settled (charged)
 	Voided   int64  `json:"voided"`
+	Credits  int64  `json:"credits"` // credits the settles charged
 }
 
 // UsageQuery selects a usage summary; AccountID empty means all accounts.

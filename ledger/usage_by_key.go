@@ -17,8 +17,9 @@ type KeyUsageRow struct {
 	Tool     string `json:"tool"`
 	Mode     Mode   `json:"mode"`
 	Requests int64  `json:"requests"` // holds opened
-	Settled  int64  `json:"settled"`  // credits settled
+	Settled  int64  `json:"settled"`  // holds settled (charged)
 	Voided   int64  `json:"voided"`
+	Credits  int64  `json:"credits"` // credits the settles charged
 }
 
 // KeyReports is the role of usage by key.

@@ -109,6 +109,9 @@ func CheckHoldRequest(req HoldRequest) error {
 	if req.TTL < 0 {
 		return fmt.Errorf("hold ttl %v is negative: %w", req.TTL, ErrInvalidArgument)
 	}
+	if req.Credits < 0 || req.Credits > MaxHoldCredits {
+		return fmt.Errorf("hold credits %d are not between 0 and %d: %w", req.Credits, MaxHoldCredits, ErrInvalidArgument)
+	}
 	return nil
 }
 

@@ -7,22 +7,22 @@ package ledger
 // the open holds, and the credits that refunds and disputes took and did not give back.
 type ModeSums struct{ Bal, Open, Reversed int64 }
 
-// Apply adds one entry: its amount to the balance; a hold opens one, a settle or void closes one
-// (a settle after the sweep's void, reason SettledLateReason, closes none: the void did); a
-// refund or dispute moves the reversed credits the other way.
-func (m *ModeSums) Apply(kind EntryKind, amount int64, reason string) {
-	m.Bal += amount
-	switch kind {
+// Apply adds one entry: its amount to the balance; a hold opens its credits, a settle or void
+// closes them (a settle after the sweep's void, reason SettledLateReason, closes none: the void
+// did); a refund or dispute moves the reversed credits the other way.
+func (m *ModeSums) Apply(e Entry) {
+	m.Bal += e.Amount
+	switch e.Kind {
 	case KindHold:
-		m.Open++
+		m.Open += e.HoldCredits()
 	case KindSettle:
-		if reason != SettledLateReason {
-			m.Open--
+		if e.Reason != SettledLateReason {
+			m.Open -= e.HoldCredits()
 		}
 	case KindVoid:
-		m.Open--
+		m.Open -= e.HoldCredits()
 	case KindRefund, KindDispute:
-		m.Reversed -= amount
+		m.Reversed -= e.Amount
 	}
 }
 

@@ -314,7 +314,7 @@ func (s *Badger) load() error {
 				return fmt.Errorf("hold %q of %q is indexed as open but is %s", rid, acct, rec.State)
 			}
 			a.putHold(rid, &holdMem{rec: rec})
-			a.add(rec.Mode, 0, 1)
+			a.add(rec.Mode, 0, ledger.HeldCredits(rec.Credits))
 			s.openHolds.Add(1)
 			return nil
 		})

@@ -91,7 +91,7 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				}
 				return sink.Hold(ledger.ExportHold{AccountID: h.AccountID, RequestID: h.RequestID, Mode: h.Mode, State: h.State,
 					KeyID: h.KeyID, Tool: h.Tool, Created: h.Created, Expires: h.Expires, HoldSeq: h.HoldSeq,
-					Resolved: h.Resolved, ResolveSeq: h.ResolveSeq, Reason: h.Reason})
+					Resolved: h.Resolved, ResolveSeq: h.ResolveSeq, Reason: h.Reason, Credits: ledger.HeldCredits(h.Credits)})
 			}},
 			{prefixEntry, func(k, v []byte) error {
 				var e ledger.Entry

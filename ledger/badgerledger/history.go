@@ -128,6 +128,7 @@ func (s *Badger) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usage
 				r.Requests++
 			case ledger.KindSettle:
 				r.Settled++
+				r.Credits -= e.Amount
 			case ledger.KindVoid:
 				r.Voided++
 			}

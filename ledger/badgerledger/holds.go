@@ -14,7 +14,8 @@ import (
 
 func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) ledger.HoldResult {
 	bal, held := a.figures(h.rec.Mode)
-	return ledger.HoldResult{RequestID: h.rec.RequestID, State: h.rec.State, Available: bal - held, Repeated: repeated}
+	return ledger.HoldResult{RequestID: h.rec.RequestID, State: h.rec.State, Available: bal - held,
+		Credits: ledger.HeldCredits(h.rec.Credits), Repeated: repeated}
 }
 
 // findHold returns the hold from memory or, once its resolution is visible in the committer's
@@ -48,8 +49,8 @@ func (s *Badger) repeated(a *account, h *holdMem) (ledger.HoldResult, error) {
 	return r, nil
 }
 
-// Hold reserves one credit of req.Mode for req.RequestID. It fails with ErrInsufficientCredits,
-// writing nothing, when no credit is available, and with ErrAccountDisabled for a disabled
+// Hold reserves req.Credits (the request's price) of req.Mode for req.RequestID. It fails with
+// ErrInsufficientCredits, writing nothing, when fewer credits are available, and with ErrAccountDisabled for a disabled
 // account. A request id is held at most once: a repeated Hold reports the hold's state with
 // Repeated set and changes nothing.
 func (s *Badger) Hold(ctx context.Context, req ledger.HoldRequest) (ledger.HoldResult, error) {
@@ -93,8 +94,9 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 		a.mu.Unlock()
 		return ledger.HoldResult{}, ledger.ErrAccountDisabled
 	}
+	price := ledger.HeldCredits(req.Credits)
 	bal, held := a.figures(req.Mode)
-	if bal-held <= 0 {
+	if bal-held < price {
 		a.mu.Unlock()
 		return ledger.HoldResult{}, ledger.ErrInsufficientCredits
 	}
@@ -107,12 +109,12 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	ke := s.holdKeyEntry(a, req.KeyID)
 	if ke != nil {
 		var over *ledger.KeyBudgetError
-		if charged, counted, over = s.keyCharged(ke, t); over != nil {
+		if charged, counted, over = s.keyCharged(ke, t, price); over != nil {
 			a.mu.Unlock()
 			return ledger.HoldResult{}, over
 		}
 	}
-	mws, err := s.memberHold(a, req.KeyID, req.Mode, t)
+	mws, err := s.memberHold(a, req.KeyID, req.Mode, t, price)
 	if err != nil {
 		a.mu.Unlock()
 		return ledger.HoldResult{}, err
@@ -124,7 +126,8 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	if counted {
 		kw = s.storeKeyLocked(ke, charged)
 	}
-	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool}, 0, 1, t)
+	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool,
+		Credits: price}, 0, price, t)
 	rec := holdRecord{
 		AccountID: a.id,
 		RequestID: req.RequestID,
@@ -135,6 +138,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 		Created:   t,
 		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
 		HoldSeq:   ent.Seq,
+		Credits:   price,
 	}
 	ws = append(append(ws, mws...),
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
@@ -155,15 +159,15 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	// A Reserve returns before the commit, except when the committer refused the write (it
 	// failed earlier): then no hold will ever reach the disk, and the generation must not run.
 	if !wait && op.id != 0 {
-		return ledger.HoldResult{RequestID: req.RequestID, State: ledger.HoldOpen, Available: ent.AvailableAfter}, nil
+		return ledger.HoldResult{RequestID: req.RequestID, State: ledger.HoldOpen, Available: ent.AvailableAfter, Credits: price}, nil
 	}
 	if err := op.wait(); err != nil {
 		return ledger.HoldResult{}, err
 	}
-	return ledger.HoldResult{RequestID: req.RequestID, State: ledger.HoldOpen, Available: ent.AvailableAfter}, nil
+	return ledger.HoldResult{RequestID: req.RequestID, State: ledger.HoldOpen, Available: ent.AvailableAfter, Credits: price}, nil
 }
 
-// Settle charges the held credit: balance -1, an entry of kind settle. A hold resolved already
+// Settle charges the held credits: the balance falls by the hold's price, an entry of kind settle. A hold resolved already
 // (settled or voided) reports its first outcome with Repeated set.
 func (s *Badger) Settle(ctx context.Context, accountID, requestID string) (ledger.HoldResult, error) {
 	return s.resolve(accountID, requestID, ledger.HoldSettled, "", time.Time{})
@@ -175,7 +179,7 @@ func (s *Badger) SettleDecided(ctx context.Context, accountID, requestID string,
 	return s.resolve(accountID, requestID, ledger.HoldSettled, "", decided)
 }
 
-// Void releases the held credit without charging it: an entry of kind void with the reason.
+// Void releases the held credits without charging them: an entry of kind void with the reason.
 // A hold resolved already reports its first outcome with Repeated set.
 func (s *Badger) Void(ctx context.Context, accountID, requestID, reason string) (ledger.HoldResult, error) {
 	return s.resolve(accountID, requestID, ledger.HoldVoided, reason, time.Time{})
@@ -209,7 +213,7 @@ func (s *Badger) resolve(accountID, requestID string, to ledger.HoldState, reaso
 		if to != ledger.HoldSettled || !ledger.LateSettleAllowed(h.rec.State, h.rec.Reason, h.rec.Expires, decided) {
 			return s.repeated(a, h)
 		}
-		if bal, held := a.figures(h.rec.Mode); bal-held < 1 {
+		if bal, held := a.figures(h.rec.Mode); bal-held < ledger.HeldCredits(h.rec.Credits) {
 			return s.repeated(a, h) // the credit given back is spent: it stays voided
 		}
 		op := s.settleLateLocked(a, h, s.now().UTC())
@@ -232,17 +236,19 @@ func (s *Badger) resolve(accountID, requestID string, to ledger.HoldState, reaso
 // resolveLocked settles or voids the open hold h. Called with a.mu held.
 func (s *Badger) resolveLocked(a *account, h *holdMem, to ledger.HoldState, reason string, t time.Time) *pendingOp {
 	m := h.rec.Mode
+	price := ledger.HeldCredits(h.rec.Credits)
 	amount := int64(0)
 	kind := ledger.KindVoid
 	if to == ledger.HoldSettled {
-		amount, kind, reason = -1, ledger.KindSettle, ""
+		amount, kind, reason = -price, ledger.KindSettle, ""
 	}
 	rec := h.rec
-	ent, ws := a.appendEntry(ledger.Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason}, amount, -1, t)
+	ent, ws := a.appendEntry(ledger.Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason,
+		Credits: rec.Credits}, amount, -price, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
 	if to == ledger.HoldVoided {
 		if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
-			ws = s.releaseKey(ws, ke, rec.Created)
+			ws = s.releaseKey(ws, ke, rec.Created, price)
 		}
 	}
 	s.openHolds.Add(-1) // before the enqueue: this settle needs no company of its own
@@ -256,16 +262,17 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to ledger.HoldState, reas
 }
 
 // settleLateLocked charges hold h, voided by the sweep as expired, whose charge was decided
-// before it expired: an entry of kind settle (balance -1, the open holds as they are, reason
+// before it expired: an entry of kind settle (the balance falls by its price, the open holds as they are, reason
 // SettledLateReason), and the key's and the member's counts that the void gave back are taken
 // again. Called with a.mu held, h voided and the credit available.
 func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingOp {
 	rec := h.rec
+	price := ledger.HeldCredits(rec.Credits)
 	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindSettle, Mode: rec.Mode, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool,
-		Reason: ledger.SettledLateReason}, -1, 0, t)
+		Reason: ledger.SettledLateReason, Credits: rec.Credits}, -price, 0, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = ledger.HoldSettled, t, ent.Seq, ledger.SettledLateReason
 	if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
-		ws = s.retakeKey(ws, ke, rec.Created)
+		ws = s.retakeKey(ws, ke, rec.Created, price)
 	}
 	ws = append(ws, s.memberRetake(a, &rec)...)
 	op := s.c.enqueue(append(ws, set(holdKey(a.id, rec.RequestID), holdRecordJSON(&rec))))
@@ -341,5 +348,5 @@ func (s *Badger) GetHold(ctx context.Context, accountID, requestID string) (ledg
 	}
 	r := h.rec
 	return ledger.HoldInfo{AccountID: r.AccountID, RequestID: r.RequestID, Mode: r.Mode, State: r.State, KeyID: r.KeyID,
-		Tool: r.Tool, Created: r.Created, Resolved: r.Resolved, Reason: r.Reason}, nil
+		Tool: r.Tool, Credits: ledger.HeldCredits(r.Credits), Created: r.Created, Resolved: r.Resolved, Reason: r.Reason}, nil
 }

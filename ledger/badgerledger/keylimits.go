@@ -28,15 +28,15 @@ func (s *Badger) holdKeyEntry(a *account, keyID string) *keyEntry {
 	return e
 }
 
-// keyCharged is key e with a hold at t counted, or the budget the hold would exceed; counted is
+// keyCharged is key e with a hold of n credits at t counted, or the budget the hold would exceed; counted is
 // false for a key without a budget, which is not counted. It changes nothing: the hold stores
 // the record (storeKeyLocked) once every other check has passed. Called with a.mu held.
-func (s *Badger) keyCharged(e *keyEntry, t time.Time) (k ledger.Key, counted bool, over *ledger.KeyBudgetError) {
+func (s *Badger) keyCharged(e *keyEntry, t time.Time, n int64) (k ledger.Key, counted bool, over *ledger.KeyBudgetError) {
 	k = *e.rec.Load()
 	if !k.HasBudget() {
 		return k, false, nil
 	}
-	u, b := k.Usage.Charge(k.KeyLimits, t)
+	u, b := k.Usage.Charge(k.KeyLimits, t, n)
 	if b != "" {
 		return ledger.Key{}, false, ledger.NewKeyBudgetError(k.KeyLimits, b, t)
 	}
@@ -44,34 +44,34 @@ func (s *Badger) keyCharged(e *keyEntry, t time.Time) (k ledger.Key, counted boo
 	return k, true, nil
 }
 
-// releaseKey gives back to key e the count of a hold made at created (a void), and retakeKey
+// releaseKey gives back to key e the n credits of a hold made at created (a void), and retakeKey
 // takes it again (a settle after that void); both append the key's write to ws, or leave ws as
 // it is for a key without a budget, which is not counted. Called with a.mu held.
-func (s *Badger) releaseKey(ws []write, e *keyEntry, created time.Time) []write {
+func (s *Badger) releaseKey(ws []write, e *keyEntry, created time.Time, n int64) []write {
 	k := *e.rec.Load()
 	if !k.HasBudget() {
 		return ws
 	}
-	k.Usage = k.Usage.Release(created)
+	k.Usage = k.Usage.Release(created, n)
 	return append(ws, s.storeKeyLocked(e, k))
 }
 
-func (s *Badger) retakeKey(ws []write, e *keyEntry, created time.Time) []write {
+func (s *Badger) retakeKey(ws []write, e *keyEntry, created time.Time, n int64) []write {
 	k := *e.rec.Load()
 	if !k.HasBudget() {
 		return ws
 	}
-	k.Usage = k.Usage.Retake(created)
+	k.Usage = k.Usage.Retake(created, n)
 	return append(ws, s.storeKeyLocked(e, k))
 }
 
-// openHoldTimes are when the account's open holds of key keyID were made. Called with a.mu
-// held: every open hold is in a.holds.
-func openHoldTimes(a *account, keyID string) []time.Time {
-	var out []time.Time
+// openHoldsOf are the account's open holds of key keyID. Called with a.mu held: every open
+// hold is in a.holds.
+func openHoldsOf(a *account, keyID string) []ledger.OpenHold {
+	var out []ledger.OpenHold
 	for _, h := range a.holds {
 		if h.rec.State == ledger.HoldOpen && h.rec.KeyID == keyID {
-			out = append(out, h.rec.Created)
+			out = append(out, ledger.OpenHold{Created: h.rec.Created, Credits: h.rec.Credits})
 		}
 	}
 	return out
@@ -126,7 +126,7 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set led
 	}
 	if ledger.BudgetStarts(k.KeyLimits, set.Limits) {
 		// Under a.mu, so no hold of the key is made or resolved meanwhile.
-		k.Usage = ledger.CountFrom(openHoldTimes(a, e.id), s.now())
+		k.Usage = ledger.CountFrom(openHoldsOf(a, e.id), s.now())
 	}
 	k.Name, k.Expires, k.KeyLimits = set.Name, set.Expires, set.Limits
 	op := s.c.enqueue([]write{s.storeKeyLocked(e, k)})

@@ -25,11 +25,11 @@ func (s *Badger) keyMemberOf(a *account, keyID string) string {
 	return ledger.KeyMember(*e.rec.Load())
 }
 
-// memberHold counts a hold of mode by key keyID at t against its member's month and returns the
+// memberHold counts a hold of c credits of mode by key keyID at t against its member's month and returns the
 // write of the new count, or ErrMemberCapReached (nothing changed) when the cap is used up. A
 // personal account, a test credit, a hold without a key or a key of no accepted member counts
 // nothing. Called with a.mu held, after every other check of the hold.
-func (s *Badger) memberHold(a *account, keyID string, mode ledger.Mode, t time.Time) ([]write, error) {
+func (s *Badger) memberHold(a *account, keyID string, mode ledger.Mode, t time.Time, c int64) ([]write, error) {
 	o := a.org
 	if o == nil || mode != ledger.Live || keyID == "" {
 		return nil, nil
@@ -41,10 +41,10 @@ func (s *Badger) memberHold(a *account, keyID string, mode ledger.Mode, t time.T
 	}
 	uk := usageKey{m, ledger.MonthOf(t)}
 	n := o.used[uk]
-	if rec.MonthlyCap > 0 && n >= rec.MonthlyCap {
+	if rec.MonthlyCap > 0 && n+c > rec.MonthlyCap {
 		return nil, ledger.ErrMemberCapReached
 	}
-	o.used[uk] = n + 1
+	o.used[uk] = n + c
 	return []write{o.usageWrite(a.id, uk)}, nil
 }
 
@@ -60,7 +60,7 @@ func (s *Badger) memberResolve(a *account, h *holdRecord) []write {
 	if !ok || n <= 0 {
 		return nil
 	}
-	o.used[uk] = n - 1
+	o.used[uk] = max(n-ledger.HeldCredits(h.Credits), 0)
 	return []write{o.usageWrite(a.id, uk)}
 }
 
@@ -75,7 +75,7 @@ func (s *Badger) memberRetake(a *account, h *holdRecord) []write {
 	if _, ok := o.used[uk]; !ok {
 		return nil // the hold counted nothing (no member, or a pending one)
 	}
-	o.used[uk]++
+	o.used[uk] += ledger.HeldCredits(h.Credits)
 	return []write{o.usageWrite(a.id, uk)}
 }
 

@@ -38,6 +38,9 @@ type holdRecord struct {
 	Resolved   time.Time        `json:"resolved,omitzero"`
 	ResolveSeq uint64           `json:"resolve_seq,omitempty"`
 	Reason     string           `json:"reason,omitempty"`
+	// Credits is what the hold reserved; absent from a hold written before tools had prices,
+	// which reserved one (ledger.HeldCredits).
+	Credits int64 `json:"credits,omitempty"`
 }
 
 func mustJSON(v any) []byte {

@@ -86,6 +86,10 @@ func appendEntryJSON(dst []byte, e *ledger.Entry) ([]byte, error) {
 		dst = strconv.AppendInt(dst, e.AmountCents, 10)
 	}
 	dst = appendOmitEmpty(dst, `,"currency":`, e.Currency)
+	if e.Credits != 0 {
+		dst = append(dst, `,"credits":`...)
+		dst = strconv.AppendInt(dst, e.Credits, 10)
+	}
 	dst = append(dst, `,"time":`...)
 	dst, err := appendJSONTime(dst, e.Time)
 	return append(dst, '}'), err
@@ -121,6 +125,10 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 		dst = strconv.AppendUint(dst, r.ResolveSeq, 10)
 	}
 	dst = appendOmitEmpty(dst, `,"reason":`, r.Reason)
+	if r.Credits != 0 {
+		dst = append(dst, `,"credits":`...)
+		dst = strconv.AppendInt(dst, r.Credits, 10)
+	}
 	return append(dst, '}'), err
 }
 

@@ -62,6 +62,7 @@ func (s *Badger) UsageByKey(ctx context.Context, q ledger.UsageQuery) ([]ledger.
 				r.Requests++
 			case ledger.KindSettle:
 				r.Settled++
+				r.Credits -= e.Amount
 			case ledger.KindVoid:
 				r.Voided++
 			}

@@ -241,7 +241,7 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 						add(id, "open_hold_mismatch", "hold %q is indexed as open but is %s", rid, rec.State)
 					}
 					if i, ok := modeIndex(rec.Mode); ok {
-						open[i]++
+						open[i] += ledger.HeldCredits(rec.Credits)
 					}
 					v, ok, err := getValue(txn, entryKey(id, rec.HoldSeq))
 					if err != nil {
@@ -261,7 +261,7 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 			}
 			for i, md := range []ledger.Mode{ledger.Live, ledger.Test} {
 				if open[i] != c.sums[i].Open {
-					add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", open[i], md, c.sums[i].Open)
+					add(id, "open_hold_mismatch", "the open %s holds hold %d credits, the entries leave %d held", md, open[i], c.sums[i].Open)
 				}
 			}
 
@@ -269,7 +269,7 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 			if m != nil {
 				live, test := c.cut[0], c.cut[1]
 				if m.bal != live.Bal || m.testBal != test.Bal || m.held != live.Open || m.testHeld != test.Open {
-					add(id, "memory_mismatch", "in memory balance %d, test %d, open holds %d, test %d; entries give %d, %d, %d, %d",
+					add(id, "memory_mismatch", "in memory balance %d, test %d, held %d, test %d; entries give %d, %d, %d, %d",
 						m.bal, m.testBal, m.held, m.testHeld, live.Bal, test.Bal, live.Open, test.Open)
 				}
 				if m.bal-m.held < -live.Reversed || m.testBal-m.testHeld < 0 {
@@ -310,7 +310,7 @@ func (c *acctCheck) entry(seq uint64, v []byte, m *memSnapshot, add func(acct, k
 		return
 	}
 	ms := &c.sums[i]
-	ms.Apply(e.Kind, e.Amount, e.Reason)
+	ms.Apply(e)
 	if m != nil && seq < m.nextSeq {
 		c.cut[i] = *ms
 	}

@@ -112,6 +112,10 @@ var conformanceTests = []struct {
 	{"LookupKeyBalance", testLookupKeyBalance},
 	// Keys with limits and rolls (keylimits.go).
 	{"KeyBudgets", testKeyBudgets},
+	// Holds with a price (prices.go).
+	{"HoldPrice", testHoldPrice},
+	{"HoldPriceRace", testHoldPriceRace},
+	{"HoldPriceBudgets", testHoldPriceBudgets},
 	{"KeyBudgetConcurrent", testKeyBudgetConcurrent},
 	{"KeyCountOnlyWithBudget", testKeyCountOnlyWithBudget},
 	{"KeyRoll", testKeyRoll},

@@ -77,7 +77,11 @@ func testUsage(t *testing.T, eng engine) {
 	do := func(acct string, m ledger.Mode, tool string, settle bool) {
 		n++
 		rid := fmt.Sprint("r", n)
-		if _, err := s.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: m, RequestID: rid, Tool: tool}); err != nil {
+		price := int64(1)
+		if tool == "translate" {
+			price = 3 // a tool with a price: Credits counts it, Settled counts the request
+		}
+		if _, err := s.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: m, RequestID: rid, Tool: tool, Credits: price}); err != nil {
 			t.Fatal(err)
 		}
 		var err error
@@ -105,29 +109,29 @@ func testUsage(t *testing.T, eng engine) {
 	}
 	// Day 2 adds a's settled request and b's still open hold (MustHold's tool is "summarize").
 	want := []ledger.UsageRow{
-		{Day: "2030-06-01", Tool: "summarize", Mode: ledger.Live, Requests: 3, Settled: 2, Voided: 1},
-		{Day: "2030-06-01", Tool: "summarize", Mode: ledger.Test, Requests: 1, Settled: 1},
-		{Day: "2030-06-01", Tool: "translate", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 2, Settled: 1},
+		{Day: "2030-06-01", Tool: "summarize", Mode: ledger.Live, Requests: 3, Settled: 2, Voided: 1, Credits: 2},
+		{Day: "2030-06-01", Tool: "summarize", Mode: ledger.Test, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-06-01", Tool: "translate", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 3},
+		{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 2, Settled: 1, Credits: 1},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Fatalf("usage\n got %+v\nwant %+v", rows, want)
 	}
 	rows, err = s.Usage(bg, ledger.UsageQuery{AccountID: b})
 	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{
-		{Day: "2030-06-01", Tool: "translate", Mode: ledger.Live, Requests: 1, Settled: 1},
+		{Day: "2030-06-01", Tool: "translate", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 3},
 		{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1},
 	}) {
 		t.Fatalf("usage of b: %+v %v", rows, err)
 	}
 	rows, err = s.Usage(bg, ledger.UsageQuery{AccountID: a, From: day1.Add(time.Hour), To: day1.Add(3 * time.Hour)})
-	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1, Settled: 1}}) {
+	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1}}) {
 		t.Fatalf("usage of a on day 2: %+v %v", rows, err)
 	}
 	// From alone (My Account's last 30 days): Badger reads a's entries newest first and stops
 	// before day 1's.
 	rows, err = s.Usage(bg, ledger.UsageQuery{AccountID: a, From: day1.Add(time.Hour)})
-	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1, Settled: 1}}) {
+	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1}}) {
 		t.Fatalf("usage of a from day 2: %+v %v", rows, err)
 	}
 	_, err = s.Usage(bg, ledger.UsageQuery{AccountID: "acct_missing"})

@@ -55,10 +55,10 @@ func testUsageByKey(t *testing.T, eng engine) {
 		t.Fatal(err)
 	}
 	want := []ledger.KeyUsageRow{
-		{KeyID: "key_app", Tool: "summarizer", Mode: ledger.Live, Requests: 2, Settled: 1, Voided: 1},
-		{KeyID: "key_app", Tool: "translator", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{KeyID: "key_team", Tool: "summarizer", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{KeyID: "key_test", Tool: "summarizer", Mode: ledger.Test, Requests: 1, Settled: 1},
+		{KeyID: "key_app", Tool: "summarizer", Mode: ledger.Live, Requests: 2, Settled: 1, Voided: 1, Credits: 1},
+		{KeyID: "key_app", Tool: "translator", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{KeyID: "key_team", Tool: "summarizer", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{KeyID: "key_test", Tool: "summarizer", Mode: ledger.Test, Requests: 1, Settled: 1, Credits: 1},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Fatalf("usage by key:\n got %+v\nwant %+v", rows, want)

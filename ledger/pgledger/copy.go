@@ -110,8 +110,8 @@ var pgImportTables = []struct {
 	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked",
 		"note", "budget_total", "budget_day", "budget_month", "allowed_tools", "allowed_cidrs", "rolled", "prev_digest", "prev_last4", "prev_until", "member_id"}},
 	{"api_key_usage", []string{"key_id", "total", "day", "day_start", "month", "month_start"}},
-	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason"}},
-	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at"}},
+	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason", "credits"}},
+	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at", "credits"}},
 	{"credentials", []string{"account_id", "hash", "updated"}},
 	{"sessions", []string{"digest", "account_id", "created", "expires", "csrf_token"}},
 	{"idempotency", []string{"account_id", "idem_key", "request_id", "fingerprint", "status", "created", "hold_ttl"}},
@@ -231,12 +231,13 @@ func (p *pgImport) Hold(h ledger.ExportHold) error {
 		resolveSeq = int64(h.ResolveSeq)
 	}
 	return p.add("holds", h.AccountID, h.RequestID, string(h.Mode), string(h.State), h.KeyID, h.Tool,
-		h.Created.UnixNano(), h.Expires.UnixNano(), int64(h.HoldSeq), pgNanos(h.Resolved), resolveSeq, h.Reason)
+		h.Created.UnixNano(), h.Expires.UnixNano(), int64(h.HoldSeq), pgNanos(h.Resolved), resolveSeq, h.Reason,
+		ledger.HeldCredits(h.Credits))
 }
 
 func (p *pgImport) Entry(e ledger.Entry) error {
 	return p.add("entries", e.AccountID, int64(e.Seq), string(e.Kind), string(e.Mode), e.Amount, e.BalanceAfter,
-		e.AvailableAfter, e.RequestID, e.KeyID, e.Tool, e.Reference, e.Reason, e.AmountCents, e.Currency, e.Time.UnixNano())
+		e.AvailableAfter, e.RequestID, e.KeyID, e.Tool, e.Reference, e.Reason, e.AmountCents, e.Currency, e.Time.UnixNano(), e.Credits)
 }
 
 func (p *pgImport) Credential(c ledger.ExportCredential) error {

@@ -565,8 +565,8 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	var h ledger.ExportHold
 	var created, expires int64
 	var resolved, resolveSeq *int64
-	each(`SELECT account_id, request_id, mode, state, key_id, tool, created, expires, hold_seq, resolved, resolve_seq, reason FROM holds`,
-		[]any{&h.AccountID, &h.RequestID, &h.Mode, &h.State, &h.KeyID, &h.Tool, &created, &expires, &h.HoldSeq, &resolved, &resolveSeq, &h.Reason},
+	each(`SELECT account_id, request_id, mode, state, key_id, tool, created, expires, hold_seq, resolved, resolve_seq, reason, credits FROM holds`,
+		[]any{&h.AccountID, &h.RequestID, &h.Mode, &h.State, &h.KeyID, &h.Tool, &created, &expires, &h.HoldSeq, &resolved, &resolveSeq, &h.Reason, &h.Credits},
 		func() {
 			c := h
 			c.Created, c.Expires, c.Resolved = pgTime(created), pgTime(expires), pgTimeOrZero(resolved)

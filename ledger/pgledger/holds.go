@@ -12,26 +12,26 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// Holds of the PostgreSQL engine: Hold (and Reserve) take one credit for a request, Settle and
+// Holds of the PostgreSQL engine: Hold (and Reserve) take a request's price, Settle and
 // Void resolve it exactly once, and the sweep voids holds left open past their expiry by any
 // instance. Each is one operation of the server-side function ledger_holds
 // (migrations), run by the group committer (commit.go) together with the
 // account's other operations of the same batch, or of ledger_hold when it is alone in its batch.
 
 const (
-	pgHoldsSQL = `SELECT o_outcome, o_state, o_available FROM ledger_holds($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	pgHoldsSQL = `SELECT o_outcome, o_state, o_available, o_credits FROM ledger_holds($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 	// pgHoldSQL is the same for one operation, with plain values instead of arrays: ledger_hold
 	// does in a few cached plans what ledger_holds does with arrays.
-	pgHoldSQL = `SELECT o_outcome, o_state, o_available FROM ledger_hold($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	pgHoldSQL = `SELECT o_outcome, o_state, o_available, o_credits FROM ledger_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 	// pgSweepPage is how many expired holds one sweep query fetches.
 	pgSweepPage = 1000
 )
 
-// pgHoldOp is one operation of ledger_holds: "hold", "settle", "void" or "expire" (the sweep's
-// void), at time at (unix nanoseconds), and its outcome once done.
+// pgHoldOp is one operation of ledger_holds: "hold" (of credits), "settle", "void" or "expire"
+// (the sweep's void), at time at (unix nanoseconds), and its outcome once done.
 type pgHoldOp struct {
 	op, rid, mode, key, tool, reason string
-	at, expires                      int64
+	at, expires, credits             int64
 	out                              holdOutcome
 }
 
@@ -42,18 +42,18 @@ func pgHoldsCall(calls []*pgCall) (string, []any) {
 	if len(calls) == 1 {
 		c := calls[0]
 		h := c.hold
-		return pgHoldSQL, []any{c.acct, h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason}
+		return pgHoldSQL, []any{c.acct, h.at, h.op, h.rid, h.mode, h.key, h.tool, h.expires, h.reason, ledger.HeldCredits(h.credits)}
 	}
 	n := len(calls)
-	ats, expires := make([]int64, n), make([]int64, n)
+	ats, expires, credits := make([]int64, n), make([]int64, n), make([]int64, n)
 	accts, ops, rids, modes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	keys, tools, reasons := make([]string, n), make([]string, n), make([]string, n)
 	for i, c := range calls {
 		h := c.hold
 		accts[i], ats[i], ops[i], rids[i], modes[i] = c.acct, h.at, h.op, h.rid, h.mode
-		keys[i], tools[i], expires[i], reasons[i] = h.key, h.tool, h.expires, h.reason
+		keys[i], tools[i], expires[i], reasons[i], credits[i] = h.key, h.tool, h.expires, h.reason, ledger.HeldCredits(h.credits)
 	}
-	return pgHoldsSQL, []any{accts, ats, ops, rids, modes, keys, tools, expires, reasons}
+	return pgHoldsSQL, []any{accts, ats, ops, rids, modes, keys, tools, expires, reasons, credits}
 }
 
 // readHolds reads the rows of a pgHoldsCall into its calls' outcomes.
@@ -83,11 +83,13 @@ func readHolds(br pgx.BatchResults, calls []*pgCall) error {
 
 // holdOutcome is a row of ledger_holds.
 type holdOutcome struct {
-	outcome, state string
-	available      int64
+	outcome, state     string
+	available, credits int64
 }
 
-func (o *holdOutcome) scan(r pgx.Row) error { return r.Scan(&o.outcome, &o.state, &o.available) }
+func (o *holdOutcome) scan(r pgx.Row) error {
+	return r.Scan(&o.outcome, &o.state, &o.available, &o.credits)
+}
 
 // enqueueHold queues hold operation h of account acct.
 func (s *Postgres) enqueueHold(acct string, h *pgHoldOp) *pgCall {
@@ -96,7 +98,7 @@ func (s *Postgres) enqueueHold(acct string, h *pgHoldOp) *pgCall {
 
 // result turns the row into the call's result or expected error.
 func (o *holdOutcome) result(acct, rid string) (ledger.HoldResult, error) {
-	r := ledger.HoldResult{RequestID: rid, State: ledger.HoldState(o.state), Available: o.available}
+	r := ledger.HoldResult{RequestID: rid, State: ledger.HoldState(o.state), Available: o.available, Credits: o.credits}
 	switch o.outcome {
 	case "ok":
 		return r, nil
@@ -117,7 +119,8 @@ func (o *holdOutcome) result(acct, rid string) (ledger.HoldResult, error) {
 	return ledger.HoldResult{}, fmt.Errorf("hold %q of account %q: unknown outcome %q", rid, acct, o.outcome)
 }
 
-// Hold reserves one credit of req.Mode for req.RequestID and returns once the hold is committed.
+// Hold reserves req.Credits (the request's price) of req.Mode for req.RequestID and returns once
+// the hold is committed.
 // Its Available is the account's available credit over all instances right after the hold. A
 // repeated request id reports the hold's current state with Repeated set.
 func (s *Postgres) Hold(ctx context.Context, req ledger.HoldRequest) (ledger.HoldResult, error) {
@@ -133,7 +136,7 @@ func (s *Postgres) Hold(ctx context.Context, req ledger.HoldRequest) (ledger.Hol
 	defer s.life.End()
 	t := s.now().UTC()
 	h := &pgHoldOp{op: "hold", rid: req.RequestID, mode: string(req.Mode), key: req.KeyID, tool: req.Tool,
-		at: t.UnixNano(), expires: t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)).UnixNano()}
+		credits: req.Credits, at: t.UnixNano(), expires: t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)).UnixNano()}
 	if err := s.enqueueHold(req.AccountID, h).wait(); err != nil {
 		return ledger.HoldResult{}, err
 	}
@@ -154,7 +157,7 @@ func (s *Postgres) Reserve(ctx context.Context, req ledger.HoldRequest) (ledger.
 	return s.Hold(ctx, req)
 }
 
-// Settle charges the held credit. A hold resolved already (by any instance, or the sweep)
+// Settle charges the held credits. A hold resolved already (by any instance, or the sweep)
 // reports its first outcome with Repeated set.
 func (s *Postgres) Settle(ctx context.Context, accountID, requestID string) (ledger.HoldResult, error) {
 	return s.resolve(accountID, requestID, "settle", "")
@@ -181,15 +184,16 @@ func (s *Postgres) settleLate(ctx context.Context, accountID, requestID string, 
 	qctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	var o holdOutcome
-	err := o.scan(s.pool.QueryRow(qctx, `SELECT o_outcome, o_state, o_available FROM ledger_settle_late($1, $2, $3, $4)`,
-		accountID, requestID, decided.UnixNano(), s.now().UTC().UnixNano()))
+	err := s.pool.QueryRow(qctx, `SELECT o_outcome, o_state, o_available, (SELECT credits FROM holds WHERE account_id = $1 AND request_id = $2)
+		FROM ledger_settle_late($1, $2, $3, $4)`,
+		accountID, requestID, decided.UnixNano(), s.now().UTC().UnixNano()).Scan(&o.outcome, &o.state, &o.available, &o.credits)
 	if err != nil {
 		return ledger.HoldResult{}, pgErr(ctx, "settling an expired hold", err)
 	}
 	return o.result(accountID, requestID)
 }
 
-// Void releases the held credit without charging it. A hold resolved already reports its first
+// Void releases the held credits without charging them. A hold resolved already reports its first
 // outcome with Repeated set.
 func (s *Postgres) Void(ctx context.Context, accountID, requestID, reason string) (ledger.HoldResult, error) {
 	return s.resolve(accountID, requestID, "void", reason)
@@ -301,9 +305,9 @@ func (s *Postgres) GetHold(ctx context.Context, accountID, requestID string) (le
 	var mode, state string
 	var created int64
 	var resolved *int64
-	err = s.pool.QueryRow(qctx, `SELECT account_id, request_id, mode, state, key_id, tool, created, resolved, reason
+	err = s.pool.QueryRow(qctx, `SELECT account_id, request_id, mode, state, key_id, tool, credits, created, resolved, reason
 		FROM holds WHERE account_id = $1 AND request_id = $2`, accountID, requestID).
-		Scan(&h.AccountID, &h.RequestID, &mode, &state, &h.KeyID, &h.Tool, &created, &resolved, &h.Reason)
+		Scan(&h.AccountID, &h.RequestID, &mode, &state, &h.KeyID, &h.Tool, &h.Credits, &created, &resolved, &h.Reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ledger.ErrNotFound)
 	}

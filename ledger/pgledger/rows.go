@@ -40,7 +40,7 @@ var pgEntryCols = []pgCol{
 	{"account_id", "''"}, {"seq", "0"}, {"kind", "''"}, {"mode", "''"}, {"amount", "0"},
 	{"balance_after", "0"}, {"available_after", "0"}, {"request_id", "''"}, {"key_id", "''"},
 	{"tool", "''"}, {"reference", "''"}, {"reason", "''"}, {"amount_cents", "0"}, {"currency", "''"},
-	{"at", "0"},
+	{"at", "0"}, {"credits", "0"},
 }
 
 // pgList is a select list of cols, each prefixed with prefix (a table alias or a composite
@@ -65,7 +65,7 @@ type entryRow struct {
 func (r *entryRow) dest() []any {
 	e := &r.e
 	return []any{&e.AccountID, &e.Seq, &e.Kind, &e.Mode, &e.Amount, &e.BalanceAfter, &e.AvailableAfter,
-		&e.RequestID, &e.KeyID, &e.Tool, &e.Reference, &e.Reason, &e.AmountCents, &e.Currency, &r.at}
+		&e.RequestID, &e.KeyID, &e.Tool, &e.Reference, &e.Reason, &e.AmountCents, &e.Currency, &r.at, &e.Credits}
 }
 
 func (r *entryRow) entry() ledger.Entry {

@@ -31,13 +31,14 @@ func (s *Postgres) UsageByKey(ctx context.Context, q ledger.UsageQuery) ([]ledge
 		to = q.To.UnixNano()
 	}
 	rows, _ := s.pool.Query(qctx, `SELECT key_id, tool, mode,
-			count(*) FILTER (WHERE kind = 'hold'), count(*) FILTER (WHERE kind = 'settle'), count(*) FILTER (WHERE kind = 'void')
+			count(*) FILTER (WHERE kind = 'hold'), count(*) FILTER (WHERE kind = 'settle'), count(*) FILTER (WHERE kind = 'void'),
+			coalesce(-sum(amount) FILTER (WHERE kind = 'settle'), 0)::bigint
 		FROM entries
 		WHERE kind IN ('hold', 'settle', 'void') AND account_id = $1 AND at >= $2 AND at < $3
 		GROUP BY 1, 2, 3`, q.AccountID, from, to)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.KeyUsageRow, error) {
 		var r ledger.KeyUsageRow
-		err := row.Scan(&r.KeyID, &r.Tool, &r.Mode, &r.Requests, &r.Settled, &r.Voided)
+		err := row.Scan(&r.KeyID, &r.Tool, &r.Mode, &r.Requests, &r.Settled, &r.Voided, &r.Credits)
 		return r, err
 	})
 	if err != nil {

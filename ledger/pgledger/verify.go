@@ -183,15 +183,15 @@ func verifyLoadAccounts(ctx context.Context, tx pgx.Tx, lo *string, n int) ([]st
 // hi (accts, the accounts of that range that exist) and returns how many there are.
 func verifyEntries(ctx context.Context, tx pgx.Tx, lo, hi *string, accts map[string]*pgVerifyAccount, add func(acct, kind, format string, args ...any)) (int, error) {
 	cond, args := verifyRange("account_id", lo, hi)
-	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason FROM entries
+	rows, _ := tx.Query(ctx, `SELECT account_id, seq, kind, mode, amount, balance_after, available_after, reason, credits FROM entries
 		WHERE `+cond+` ORDER BY account_id, seq`, args...)
 	var id string
-	var seq, amount, balAfter, availAfter int64
+	var seq, amount, balAfter, availAfter, credits int64
 	var kind ledger.EntryKind
 	var mode ledger.Mode
 	var reason string
 	n := 0
-	_, err := pgx.ForEachRow(rows, []any{&id, &seq, &kind, &mode, &amount, &balAfter, &availAfter, &reason}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &seq, &kind, &mode, &amount, &balAfter, &availAfter, &reason, &credits}, func() error {
 		n++
 		a := accts[id]
 		if a == nil {
@@ -213,7 +213,7 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, lo, hi *string, accts map[str
 			once("corrupt_record", "entry %d has mode %q", seq, mode)
 			return nil
 		}
-		ms.Apply(kind, amount, reason)
+		ms.Apply(ledger.Entry{Kind: kind, Amount: amount, Reason: reason, Credits: credits})
 		negBal, negAv := ms.Negative()
 		if negBal {
 			once("negative_balance", "%s balance is %d after entry %d", mode, ms.Bal, seq)
@@ -230,11 +230,11 @@ func verifyEntries(ctx context.Context, tx pgx.Tx, lo, hi *string, accts map[str
 	return n, err
 }
 
-// verifyOpenCounts counts the open holds per account and mode of the accounts after lo up to
-// hi.
+// verifyOpenCounts sums the credits of the open holds per account and mode of the accounts
+// after lo up to hi.
 func verifyOpenCounts(ctx context.Context, tx pgx.Tx, lo, hi *string) (map[string]map[ledger.Mode]int64, error) {
 	cond, args := verifyRange("account_id", lo, hi)
-	rows, _ := tx.Query(ctx, `SELECT account_id, mode, count(*) FROM holds WHERE state = 'open' AND `+cond+` GROUP BY 1, 2`, args...)
+	rows, _ := tx.Query(ctx, `SELECT account_id, mode, sum(credits)::bigint FROM holds WHERE state = 'open' AND `+cond+` GROUP BY 1, 2`, args...)
 	open := map[string]map[ledger.Mode]int64{}
 	var id string
 	var mode ledger.Mode
@@ -259,11 +259,11 @@ func verifyFigures(id string, a *pgVerifyAccount, open map[ledger.Mode]int64, ad
 		add(id, "balance_mismatch", "stored reversed credits %d, refunds and disputes in the entries took %d", a.reversed, live.Reversed)
 	}
 	if a.stored[1] != live.Open || a.stored[3] != test.Open {
-		add(id, "open_hold_mismatch", "stored open holds %d / test %d, the entries leave %d / %d open", a.stored[1], a.stored[3], live.Open, test.Open)
+		add(id, "open_hold_mismatch", "stored held credits %d / test %d, the entries leave %d / %d held", a.stored[1], a.stored[3], live.Open, test.Open)
 	}
 	for _, m := range []ledger.Mode{ledger.Live, ledger.Test} {
 		if got := open[m]; got != a.sums[m].Open {
-			add(id, "open_hold_mismatch", "%d open %s holds, the entries leave %d open", got, m, a.sums[m].Open)
+			add(id, "open_hold_mismatch", "the open %[2]s holds hold %[1]d credits, the entries leave %[3]d held", got, m, a.sums[m].Open)
 		}
 	}
 	if a.stored[0]-a.stored[1] < -live.Reversed || a.stored[2]-a.stored[3] < 0 {
