@@ -80,6 +80,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			max_input_chars   <n>
 //			max_output_tokens <n>
 //			temperature       <0..2>
+//			credits           <n>
 //			rate_limit        key|account <n>/<window> [burst <n>]
 //		}
 //	}
@@ -300,6 +301,12 @@ func (h *Handler) unmarshalTool(d *caddyfile.Dispenser, wires map[string]*wireDr
 			err = cfarg.Int(d, &tc.MaxOutputTokens)
 		case "temperature":
 			err = cfarg.Float(d, &tc.Temperature)
+		case "credits":
+			var n int
+			if err = cfarg.Int(d, &n); err == nil && n == 0 {
+				err = d.Errf("tool %s: credits: a tool costs at least 1 credit", slug)
+			}
+			tc.Credits = int64(n)
 		case "rate_limit":
 			if tc.RateLimit == nil {
 				tc.RateLimit = &RateLimits{}

@@ -301,16 +301,18 @@ type openAIErrorBody struct {
 
 // openAIErr is an error as OpenAI writes it, with this API's request_id and resets_at.
 type openAIErr struct {
-	Message   string  `json:"message"`
-	Type      string  `json:"type"`
-	Param     *string `json:"param"`
-	Code      string  `json:"code"`
-	ResetsAt  string  `json:"resets_at,omitempty"`
-	RequestID string  `json:"request_id"`
+	Message  string  `json:"message"`
+	Type     string  `json:"type"`
+	Param    *string `json:"param"`
+	Code     string  `json:"code"`
+	ResetsAt string  `json:"resets_at,omitempty"`
+	// CreditsRequired: the tool's price, with insufficient_credits.
+	CreditsRequired int64  `json:"credits_required,omitempty"`
+	RequestID       string `json:"request_id"`
 }
 
 func openAIError(e *apiError, reqID string) openAIErr {
-	oe := openAIErr{Message: e.Message, Type: openAIErrorType(e.Status), Code: e.Code, ResetsAt: e.ResetsAt, RequestID: reqID}
+	oe := openAIErr{Message: e.Message, Type: openAIErrorType(e.Status), Code: e.Code, ResetsAt: e.ResetsAt, CreditsRequired: e.CreditsRequired, RequestID: reqID}
 	if e.Param != "" {
 		p := e.Param
 		switch p { // a generate request's names for what the chat request calls otherwise

@@ -18,6 +18,8 @@ type apiError struct {
 	Param   string `json:"param,omitempty"`
 	// ResetsAt is when a spent budget of the key resets (key_budget_exhausted; RFC 3339, UTC).
 	ResetsAt string `json:"resets_at,omitempty"`
+	// CreditsRequired is the price of the tool that was asked for (insufficient_credits).
+	CreditsRequired int64 `json:"credits_required,omitempty"`
 	// RequestID is filled in, on a copy, when the error is written.
 	RequestID string `json:"request_id"`
 	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).

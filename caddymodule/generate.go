@@ -54,6 +54,7 @@ func (g *generation) run() {
 		kept = h.retain.newKept(g)
 	}
 	s := newStreamer(g.w, g.r, g.door.encoder(g), g.ask.sse, g.id, g.remaining, time.Duration(h.WriteTimeout), time.Now().Add(time.Duration(h.GenerationTimeout)), kept)
+	s.price = g.hold.Price
 	defer s.close()
 	// With retention on, the model call outlives the client once text was delivered (bounded by
 	// generation_timeout): its context is not the request's, and clientLeft cancels it only
@@ -104,8 +105,8 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	if g.caller.key.Mode == ledger.Test {
 		return backends.Sample{Pieces: catalog.SampleText(g.ask.tool.Slug, g.ask.lang)}, nil, true
 	}
-	if g.remaining == 0 {
-		// No credit: answer at once rather than after a wait in the admission queue.
+	if g.remaining < g.ask.tool.price {
+		// Not enough credit: answer at once rather than after a wait in the admission queue.
 		g.fail(g.insufficient())
 		return nil, nil, false
 	}
@@ -131,7 +132,7 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 	return g.backend, adm, true
 }
 
-// holdCredit is the hold stage: one credit reserved (pipeline.Reserve), answering the client
+// holdCredit is the hold stage: the tool's price reserved (pipeline.Reserve), answering the client
 // when it is refused (false). The reservation is made in memory, in commit order, without
 // waiting for the disk (ledger.Reserve): a hold lost to a crash charges nothing, and the settle
 // is durable only together with the hold before it. So the call to the model never waits for a
@@ -142,12 +143,12 @@ func (g *generation) holdCredit() bool {
 	t0 := time.Now()
 	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
 		AccountID: g.caller.acct.ID, Mode: g.caller.key.Mode, RequestID: g.id, KeyID: g.caller.key.ID, Tool: g.ask.tool.Slug,
-		TTL: time.Duration(g.h.HoldTTL),
+		Credits: g.ask.tool.price, TTL: time.Duration(g.h.HoldTTL),
 	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientCredits):
-		g.remaining = 0
+		g.remaining = min(g.remaining, g.ask.tool.price-1) // less than the price, whatever the key's lookup said
 		g.fail(g.insufficient())
 		return false
 	case errors.Is(err, ledger.ErrMemberCapReached):
@@ -319,9 +320,10 @@ func (g *generation) maxOutputTokens() int {
 	return n
 }
 
-// ending is what the end of g's complete answer says: one credit used, the tokens, why it ended.
+// ending is what the end of g's complete answer says: the hold's price used, the tokens, why it
+// ended.
 func (g *generation) ending() ending {
-	return ending{requestID: g.id, creditsUsed: 1, remaining: g.remaining, promptTokens: g.stats.PromptTokens,
+	return ending{requestID: g.id, creditsUsed: g.hold.Price, remaining: g.remaining, promptTokens: g.stats.PromptTokens,
 		outputTokens: g.stats.OutputTokens, finishReason: pipeline.FinishReason(g.stats.DoneReason)}
 }
 
@@ -331,7 +333,7 @@ func (g *generation) charge(d pipeline.Decision) {
 	bg := context.WithoutCancel(g.r.Context())
 	if d.Charge {
 		if g.hold.Settle(bg) {
-			g.credit = 1
+			g.credit = g.hold.Price
 		}
 	} else {
 		g.hold.Void(bg, d.VoidReason)
@@ -386,15 +388,19 @@ func (g *generation) insufficient() *apiError {
 		area := g.h.app.AccountArea(g.h.ledgerRef.Key())
 		where, packages, buying = area.Where, area.Packages, len(area.Packages) > 0
 	}
+	price := g.ask.tool.price
 	msg := "no credits left; "
+	if price > 1 && g.remaining > 0 {
+		msg = fmt.Sprintf("%s costs %d credits and %d are available; ", g.ask.tool.Slug, price, g.remaining)
+	}
 	if debt := g.debt(); debt > 0 {
 		msg = fmt.Sprintf("this account owes %d credits (a refund or dispute took back credits that were already spent) and can generate again once a purchase pays the debt; ", debt)
 	}
 	switch {
 	case g.caller.key.Mode == ledger.Test && where != "":
-		msg = "no test credits left; refill the test balance at " + where
+		msg = testShort(g.ask.tool.Slug, price, g.remaining) + "refill the test balance at " + where
 	case g.caller.key.Mode == ledger.Test:
-		msg = "no test credits left; ask the operator of this service to refill them"
+		msg = testShort(g.ask.tool.Slug, price, g.remaining) + "ask the operator of this service to refill them"
 	case buying && len(packages) > 0:
 		msg += "buy a credit package (" + strings.Join(packages, ", ") + ") at " + where
 	case buying:
@@ -405,7 +411,17 @@ func (g *generation) insufficient() *apiError {
 		msg += fmt.Sprintf("this service does not sell credits online: ask the operator of this service to add credits to account %s "+
 			"(the operator's command: caddy textgen credits grant --account %s --credits <n>)", g.caller.acct.ID, g.caller.acct.ID)
 	}
-	return newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
+	e := newError(http.StatusPaymentRequired, "insufficient_credits", "", msg)
+	e.CreditsRequired = price
+	return e
+}
+
+// testShort begins the 402 of a test key: no test credits left, or fewer than the tool's price.
+func testShort(tool string, price, available int64) string {
+	if price > 1 && available > 0 {
+		return fmt.Sprintf("%s costs %d test credits and %d are available; ", tool, price, available)
+	}
+	return "no test credits left; "
 }
 
 // debt is how many live credits the account owes (0: none): a negative balance, which only a

@@ -115,7 +115,7 @@ type generation struct {
 	ask    ask
 	prompt prompt
 	status int
-	credit int64 // credits charged (0 or 1)
+	credit int64 // credits charged (0 or the hold's price)
 	// remaining is the available credit reported to the client, -1 while the key is unknown.
 	remaining int64
 	stats     backends.Stats

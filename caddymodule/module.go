@@ -22,6 +22,7 @@ import (
 	"github.com/caddy-textgen/textgen/caddymodule/internal/inflight"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/caddymodule/wires"
+	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/badgerledger"
 )
 
@@ -213,6 +214,9 @@ type ToolConfig struct {
 	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 	// Temperature for this tool. Default: the handler's.
 	Temperature *float64 `json:"temperature,omitempty"`
+	// Credits is the tool's price: what one request holds and a complete answer charges.
+	// Default: 1.
+	Credits int64 `json:"credits,omitempty"`
 	// RateLimit adds limits per key and per account for the requests of this tool alone; the
 	// handler-wide limits still count them too. Default: none.
 	RateLimit *RateLimits `json:"rate_limit,omitempty"`
@@ -413,6 +417,9 @@ func (h *Handler) Validate() error {
 		}
 		if tc.MaxInputChars < 0 || tc.MaxOutputTokens < 0 {
 			return fmt.Errorf("textgen: tool %s: max_input_chars and max_output_tokens must not be negative", slug)
+		}
+		if tc.Credits < 0 || tc.Credits > ledger.MaxHoldCredits {
+			return fmt.Errorf("textgen: tool %s: credits %d is not between 1 and %d", slug, tc.Credits, ledger.MaxHoldCredits)
 		}
 	}
 	return nil

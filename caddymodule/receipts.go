@@ -167,7 +167,7 @@ func (h *Handler) serveSignedReceipt(w http.ResponseWriter, r *http.Request, req
 		return
 	}
 	signed, err := sg.Sign(ctx, receipts.Generation{Type: "generation", RequestID: rid, AccountID: acct, KeyID: hold.KeyID,
-		Tool: hold.Tool, Mode: string(hold.Mode), Credits: 1, Time: receipts.Time(hold.Resolved), TextSHA256: receipts.TextDigest(digest)})
+		Tool: hold.Tool, Mode: string(hold.Mode), Credits: hold.Credits, Time: receipts.Time(hold.Resolved), TextSHA256: receipts.TextDigest(digest)})
 	if err != nil {
 		h.receiptError(w, reqID, "signing a receipt", err, kc.available)
 		return

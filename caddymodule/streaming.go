@@ -89,6 +89,8 @@ type streamer struct {
 	enc       encoder
 	requestID string
 	remaining int64
+	// price is what a complete answer charges (the hold's price): its X-Credits-Used.
+	price int64
 
 	rc      *http.ResponseController
 	timeout time.Duration // per write (WriteTimeout)
@@ -357,7 +359,7 @@ func (s *streamer) writeHeader() {
 	}
 	hdr := s.w.Header()
 	hdr.Set("Content-Type", s.enc.contentType())
-	hdr.Set("X-Credits-Used", "1")
+	hdr.Set("X-Credits-Used", strconv.FormatInt(s.price, 10))
 	hdr.Set("X-Credits-Remaining", strconv.FormatInt(s.remaining, 10))
 	hdr.Set("X-Request-Id", s.requestID)
 	hdr.Set("Cache-Control", "no-store")

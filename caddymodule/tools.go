@@ -24,6 +24,8 @@ type toolRuntime struct {
 	maxInputChars   int
 	maxOutputTokens int
 	temperature     *float64
+	// price is what one request of the tool holds and a complete answer charges (credits).
+	price int64
 	// backendRef is the tool's own model servers (tool { ollama|openai ... }); nil: the
 	// handler's.
 	backendRef *textgenapp.ServersRef
@@ -76,6 +78,7 @@ func (h *Handler) loadTools(explicit toolDefaults) error {
 			maxInputChars:   firstPositive(explicit.maxInputChars, t.MaxInputChars, h.MaxInputChars),
 			maxOutputTokens: firstPositive(explicit.maxOutputTokens, t.MaxOutputTokens, h.MaxOutputTokens),
 			temperature:     t.Temperature,
+			price:           1,
 		}
 		if explicit.temperature != nil {
 			rt.temperature = explicit.temperature
@@ -88,6 +91,9 @@ func (h *Handler) loadTools(explicit toolDefaults) error {
 			rt.maxOutputTokens = firstPositive(tc.MaxOutputTokens, rt.maxOutputTokens)
 			if tc.Temperature != nil {
 				rt.temperature = tc.Temperature
+			}
+			if tc.Credits > 0 {
+				rt.price = tc.Credits
 			}
 		}
 		h.tools[t.Slug] = rt
@@ -207,6 +213,7 @@ type toolInfo struct {
 	Name          string `json:"name"`
 	Description   string `json:"description"`
 	MaxInputChars int    `json:"max_input_chars"`
+	Credits       int64  `json:"credits"`
 }
 
 type languageInfo struct {
@@ -215,10 +222,12 @@ type languageInfo struct {
 }
 
 type toolsDoc struct {
-	Tools          []toolInfo     `json:"tools"`
-	Tones          []string       `json:"tones"`
-	Languages      []languageInfo `json:"languages"`
-	CreditsPerCall int            `json:"credits_per_request"`
+	Tools     []toolInfo     `json:"tools"`
+	Tones     []string       `json:"tones"`
+	Languages []languageInfo `json:"languages"`
+	// CreditsPerCall is the price of a tool whose configuration names none; each tool's own
+	// is its Credits.
+	CreditsPerCall int `json:"credits_per_request"`
 }
 
 // buildToolsJSON is the catalog document, with each tool's input limit from limits.
@@ -226,7 +235,7 @@ func (h *Handler) buildToolsJSON(limits map[string]int) ([]byte, error) {
 	doc := toolsDoc{Tones: catalog.Tones, CreditsPerCall: 1}
 	for _, slug := range h.catalog.Slugs() {
 		t := h.tools[slug]
-		doc.Tools = append(doc.Tools, toolInfo{Slug: slug, Name: t.Name, Description: t.Description, MaxInputChars: limits[slug]})
+		doc.Tools = append(doc.Tools, toolInfo{Slug: slug, Name: t.Name, Description: t.Description, MaxInputChars: limits[slug], Credits: t.price})
 	}
 	for _, l := range h.languages.Languages() {
 		doc.Languages = append(doc.Languages, languageInfo{Tag: l.Tag, Name: l.Name})

@@ -39,9 +39,11 @@ type Hold struct {
 	open    bool
 	// Available is the account's available credit as the ledger last reported it.
 	Available int64
+	// Price is what the hold reserved, and what its settle charges.
+	Price int64
 }
 
-// Reserve holds one credit for req (ledger.Credits.Reserve: in memory, in commit order, without
+// Reserve holds req's price (req.Credits) for req (ledger.Credits.Reserve: in memory, in commit order, without
 // waiting for the disk, so the model never waits for a sync). Its errors are the ledger's:
 // ErrInsufficientCredits, ErrMemberCapReached, ErrAccountDisabled, ErrKeyBudgetExhausted,
 // ErrUnavailable, or another failure. log gets the resolutions' warnings and errors.
@@ -53,7 +55,7 @@ func Reserve(ctx context.Context, credits ledger.Credits, req ledger.HoldRequest
 		return Hold{}, err
 	}
 	obs.HoldsOpen(1)
-	return Hold{credits: credits, req: req, log: log, obs: obs, open: true, Available: res.Available}, nil
+	return Hold{credits: credits, req: req, log: log, obs: obs, open: true, Available: res.Available, Price: ledger.HeldCredits(res.Credits)}, nil
 }
 
 // Open reports whether the hold is reserved and not yet settled or voided.
