@@ -310,6 +310,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.setupLimits(h.ledgerRef.Key()); err != nil {
 		return fmt.Errorf("textgen: limits: %w", err)
 	}
+	app.SetToolPrices(h.ledgerRef.Key(), h.toolPrices()) // what My Account says a request costs
 	if h.serversRef, err = h.openServers(app, h.wire); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}

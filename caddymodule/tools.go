@@ -102,6 +102,15 @@ func (h *Handler) loadTools(explicit toolDefaults) error {
 	return nil
 }
 
+// toolPrices are the tools' prices by slug.
+func (h *Handler) toolPrices() map[string]int64 {
+	out := make(map[string]int64, len(h.tools))
+	for slug, rt := range h.tools {
+		out[slug] = rt.price
+	}
+	return out
+}
+
 func firstPositive(v ...int) int {
 	for _, x := range v {
 		if x > 0 {

@@ -238,6 +238,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		taxIDCollection:  h.TaxIDCollection,
 		operatorEmail:    h.OperatorEmail,
 		refuseDisputed:   h.RefuseDisputedPurchases,
+		prices:           func() []textgenapp.ToolPrice { return h.area.App.ToolPrices(h.area.Ledger.Key()) },
 	}
 	smtp, err := h.provisionSMTP(repl)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/webarea"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -48,6 +49,9 @@ type appConfig struct {
 	operatorEmail string
 	// refuseDisputed refuses Checkout to an account with an open or lost dispute (buy.go).
 	refuseDisputed bool
+	// prices are the tools of this ledger that do not cost 1 credit, as the textgen handlers
+	// of the config set them (read at each page: they are provisioned in no set order).
+	prices func() []textgenapp.ToolPrice
 }
 
 // app is the account area: its routes and everything they share. It is independent of Caddy's

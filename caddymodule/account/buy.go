@@ -10,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -18,10 +19,21 @@ import (
 // Stripe's payment page. Credits are added only by the webhook (webhook.go), never by the
 // return page: a browser can come back without paying, or pay and never come back.
 
+// toolPrices are the tools of this ledger that do not cost 1 credit a request; none where no
+// textgen handler of the config says so.
+func (a *app) toolPrices() []textgenapp.ToolPrice {
+	if a.prices == nil {
+		return nil
+	}
+	return a.prices()
+}
+
 type buyData struct {
 	Packages []Package
-	Enabled  bool
-	Refused  bool // refuse_disputed_purchases: the account has a dispute
+	// Prices are the tools that do not cost 1 credit a request.
+	Prices  []textgenapp.ToolPrice
+	Enabled bool
+	Refused bool // refuse_disputed_purchases: the account has a dispute
 	// AccountID names the account to its operator when buying is off (noBuying).
 	AccountID string
 }
@@ -61,7 +73,7 @@ func (a *app) disputedBy(ctx context.Context, acct string) (ledger.Reversal, boo
 
 func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	p := sc.page("Buy credits", "buy")
-	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID}
+	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID, Prices: a.toolPrices()}
 	status := http.StatusOK
 	if a.stripe != nil {
 		d, refused, err := a.disputedBy(r.Context(), sc.acct.ID)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
@@ -45,6 +46,8 @@ type dashboardData struct {
 	CanBuy     bool
 	// ByMember is an organisation's use this month by member (org_usage.go); nil elsewhere.
 	ByMember []ledger.Membership
+	// Prices are the tools that do not cost 1 credit a request.
+	Prices []textgenapp.ToolPrice
 }
 
 func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -96,7 +99,8 @@ func (a *app) dashboard(w http.ResponseWriter, r *http.Request, sc *sessionCtx) 
 	}
 	p.Data = dashboardData{Balance: bal, Requests: latestRequests(hist, recentRequests), Purchases: purchases,
 		Unpaid: unpaid, Reversals: reversals,
-		Usage: summarizeUsage(usage, first), ByKey: byKey, TestTarget: a.testCredits, CanBuy: a.stripe != nil, ByMember: byMember}
+		Usage: summarizeUsage(usage, first), ByKey: byKey, TestTarget: a.testCredits, CanBuy: a.stripe != nil, ByMember: byMember,
+		Prices: a.toolPrices()}
 	a.render(w, r, http.StatusOK, "dashboard", p)
 }
 

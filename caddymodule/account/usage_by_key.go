@@ -81,7 +81,7 @@ func (a *app) usageByKey(ctx context.Context, sc *sessionCtx, from time.Time) ([
 			byKey[id] = u
 		}
 		u.Requests += r.Requests
-		u.Credits += r.Settled
+		u.Credits += r.Credits
 		u.NotCharged += r.Voided
 		tools[id] = append(tools[id], perTool{r.Tool, r.Requests})
 	}
@@ -133,7 +133,7 @@ func (a *app) exportKeyUsageCSV(w http.ResponseWriter, r *http.Request, sc *sess
 		}
 		k := names[u.KeyID]
 		cw.Write([]string{u.KeyID, csvText(k.Name), k.Last4, string(u.Mode), u.Tool,
-			strconv.FormatInt(u.Requests, 10), strconv.FormatInt(u.Settled, 10), strconv.FormatInt(u.Voided, 10)})
+			strconv.FormatInt(u.Requests, 10), strconv.FormatInt(u.Credits, 10), strconv.FormatInt(u.Voided, 10)})
 	}
 	cw.Flush()
 }

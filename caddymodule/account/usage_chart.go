@@ -103,9 +103,9 @@ func summarizeUsage(rows []ledger.UsageRow, first time.Time) usageSummary {
 		t.Requests += r.Requests
 		t.NotCharged += r.Voided
 		if r.Mode == ledger.Test {
-			t.TestCredits += r.Settled
+			t.TestCredits += r.Credits
 		} else {
-			t.Credits += r.Settled
+			t.Credits += r.Credits
 		}
 	}
 	tools := make([]toolTotal, 0, len(totals))
@@ -145,7 +145,7 @@ func summarizeUsage(rows []ledger.UsageRow, first time.Time) usageSummary {
 		g := group[r.Tool]
 		requests[d][g] += r.Requests
 		if r.Mode == ledger.Live {
-			credits[d][g] += r.Settled
+			credits[d][g] += r.Credits
 		}
 	}
 	s := usageSummary{From: days[0], To: days[chartDays-1], Tools: tools}

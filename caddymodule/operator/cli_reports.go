@@ -109,19 +109,19 @@ func cmdUsage(c *cliContext) error {
 			return
 		}
 		tw := cliTable(w)
-		fmt.Fprintln(tw, "DAY\tTOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED")
+		fmt.Fprintln(tw, "DAY\tTOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED\tCREDITS")
 		for _, r := range rep.Rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", r.Day, r.Tool, r.Mode, r.Requests, r.Settled, r.Voided)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", r.Day, r.Tool, r.Mode, r.Requests, r.Settled, r.Voided, r.Credits)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
 		tw = cliTable(w)
-		fmt.Fprintln(tw, "TOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED")
+		fmt.Fprintln(tw, "TOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED\tCREDITS")
 		for _, s := range rep.ByTool {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", s.Tool, s.Mode, s.Requests, s.Settled, s.Voided)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", s.Tool, s.Mode, s.Requests, s.Settled, s.Voided, s.Credits)
 		}
 		for _, s := range rep.Total {
-			fmt.Fprintf(tw, "TOTAL\t%s\t%d\t%d\t%d\n", s.Mode, s.Requests, s.Settled, s.Voided)
+			fmt.Fprintf(tw, "TOTAL\t%s\t%d\t%d\t%d\t%d\n", s.Mode, s.Requests, s.Settled, s.Voided, s.Credits)
 		}
 		tw.Flush()
 	})

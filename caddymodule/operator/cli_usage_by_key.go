@@ -32,9 +32,9 @@ func cmdUsageByKey(c *cliContext) error {
 			return
 		}
 		tw := cliTable(w)
-		fmt.Fprintln(tw, "KEY ID\tNAME\tLAST 4\tTOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED")
+		fmt.Fprintln(tw, "KEY ID\tNAME\tLAST 4\tTOOL\tMODE\tREQUESTS\tSETTLED\tVOIDED\tCREDITS")
 		for _, k := range rep.Keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", k.KeyID, k.Name, k.Last4, k.Tool, k.Mode, k.Requests, k.Settled, k.Voided)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", k.KeyID, k.Name, k.Last4, k.Tool, k.Mode, k.Requests, k.Settled, k.Voided, k.Credits)
 		}
 		tw.Flush()
 	})

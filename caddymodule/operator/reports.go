@@ -99,6 +99,7 @@ func summarizeUsage(rows []ledger.UsageRow) usageReport {
 			}
 			s.Requests += row.Requests
 			s.Settled += row.Settled
+			s.Credits += row.Credits
 			s.Voided += row.Voided
 		}
 		out := make([]usageSum, 0, len(order))

@@ -116,6 +116,7 @@ type usageSum struct {
 	Requests int64       `json:"requests"`
 	Settled  int64       `json:"settled"`
 	Voided   int64       `json:"voided"`
+	Credits  int64       `json:"credits"` // what the settles charged
 }
 
 // usageReport is the usage summary: the ledger's rows (per day, tool and mode) and their sums

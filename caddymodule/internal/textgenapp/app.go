@@ -31,6 +31,7 @@ type App struct {
 	// openers open the resources asked for by this config's modules, in the order asked.
 	openers []func() error
 	areas   *accountAreas // account.go; made in Provision
+	prices  *toolPrices   // prices.go; made in Provision
 }
 
 // CaddyModule returns the Caddy module information.
@@ -45,6 +46,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.areas = &accountAreas{where: map[string]AccountArea{}}
+	a.prices = &toolPrices{}
 	return nil
 }
 
