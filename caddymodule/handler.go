@@ -34,7 +34,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case openAPIPath:
 		serveOpenAPI(w, r, reqID)
 		return nil
-	case "/api/v1/generate", chatCompletionsPath, modelsPath, "/api/v1/balance", "/api/v1/ready", receiptKeysPath:
+	case "/api/v1/generate", chatCompletionsPath, modelsPath, "/api/v1/balance", usagePath, "/api/v1/ready", receiptKeysPath:
 	default:
 		if !strings.HasPrefix(r.URL.Path, generationsPath) && !strings.HasPrefix(r.URL.Path, modelsPath+"/") {
 			doorOf(r).writeError(w, reqID, errNotFound, -1)
@@ -60,6 +60,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.serveGenerate(w, r, reqID, store, backend, chatDoor{})
 	case "/api/v1/balance":
 		h.serveBalance(w, r, reqID, store)
+	case usagePath:
+		h.serveUsage(w, r, reqID, store)
 	case "/api/v1/ready":
 		h.serveReady(w, r, reqID, store, backend)
 	case receiptKeysPath:

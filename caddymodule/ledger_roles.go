@@ -11,4 +11,5 @@ type handlerLedger interface {
 	ledger.Generations
 	ledger.Maintenance
 	ledger.Receipts
+	ledger.Reports // GET /api/v1/usage
 }

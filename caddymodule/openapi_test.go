@@ -497,6 +497,13 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.do(apiRequest("GET", "/api/v1/balance", "", ""))
 	c.do(apiRequest("GET", "/api/v1/balance", key, "", "Authorization", "Bearer "+otherKey))
 	c.do(apiRequest("GET", "/api/v1/balance", disabledKey, ""))
+	c.do(apiRequest("GET", "/api/v1/usage", key, ""))
+	c.do(apiRequest("GET", "/api/v1/usage?from=2026-01-01&to=2026-01-31", key, ""))
+	c.do(apiRequest("GET", "/api/v1/usage?from=January", key, ""))
+	c.do(apiRequest("GET", "/api/v1/usage", "", ""))
+	c.do(apiRequest("GET", "/api/v1/usage", key, "", "Authorization", "Bearer "+otherKey))
+	c.do(apiRequest("GET", "/api/v1/usage", disabledKey, ""))
+	c.do(apiRequest("POST", "/api/v1/usage", key, good))
 
 	// Generations, plain and as events, then every client error.
 	resp, _ := c.do(apiRequest("POST", gen, key, good))

@@ -191,7 +191,8 @@ func (h *Handler) liveDigest(r *http.Request, store handlerLedger, acct string, 
 	return textDigest(view.pieces), nil
 }
 
-// receiptError answers a failure of the ledger or the signer.
+// receiptError answers a failure of the ledger or the signer (and of the ledger's reports,
+// usage.go): 503 where the ledger cannot answer now, else 500, logged.
 func (h *Handler) receiptError(w http.ResponseWriter, reqID, what string, err error, available int64) {
 	if errors.Is(err, ledger.ErrUnavailable) {
 		writeError(w, reqID, errLedgerUnavailable, available)

@@ -247,9 +247,11 @@ type VerifyReport struct {
 
 // UsageRow is one line of a usage summary: settled requests of one tool on one day (UTC).
 type UsageRow struct {
-	Day      string `json:"day"` // YYYY-MM-DD
-	Tool     string `json:"tool"`
-	Mode     Mode   `json:"mode"`
+	Day  string `json:"day"` // YYYY-MM-DD
+	Tool string `json:"tool"`
+	Mode Mode   `json:"mode"`
+	// KeyID is the API key of the row's requests, with UsageQuery.ByKey; "" otherwise.
+	KeyID    string `json:"key_id,omitempty"`
 	Requests int64  `json:"requests"` // holds opened
 	Settled  int64  `json:"settled"`  // holds settled (charged)
 	Voided   int64  `json:"voided"`
@@ -260,6 +262,8 @@ type UsageRow struct {
 type UsageQuery struct {
 	AccountID string
 	From, To  time.Time // zero = unbounded
+	// ByKey splits each day's and tool's row by API key (UsageRow.KeyID).
+	ByKey bool
 }
 
 // MaxSessionTTL bounds CreateSession's ttl.

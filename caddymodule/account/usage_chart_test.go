@@ -51,16 +51,16 @@ func TestDashboardChartOfTheLast30Days(t *testing.T) {
 func TestSummarizeUsage(t *testing.T) {
 	first := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	rows := []ledger.UsageRow{
-		{Day: "2029-12-31", Tool: "early", Mode: ledger.Live, Requests: 50, Settled: 50}, // before the window
-		{Day: "2030-01-01", Tool: "a", Mode: ledger.Live, Requests: 3, Settled: 2, Voided: 1},
-		{Day: "2030-01-01", Tool: "a", Mode: ledger.Test, Requests: 2, Settled: 2},
-		{Day: "2030-01-30", Tool: "b", Mode: ledger.Live, Requests: 7, Settled: 7},
-		{Day: "2030-01-30", Tool: "c", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-01-30", Tool: "d", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-01-30", Tool: "e", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-01-30", Tool: "f", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-01-30", Tool: "g", Mode: ledger.Live, Requests: 1, Settled: 1},
-		{Day: "2030-01-31", Tool: "late", Mode: ledger.Live, Requests: 50, Settled: 50}, // after it
+		{Day: "2029-12-31", Tool: "early", Mode: ledger.Live, Requests: 50, Settled: 50, Credits: 50}, // before the window
+		{Day: "2030-01-01", Tool: "a", Mode: ledger.Live, Requests: 3, Settled: 2, Voided: 1, Credits: 2},
+		{Day: "2030-01-01", Tool: "a", Mode: ledger.Test, Requests: 2, Settled: 2, Credits: 2},
+		{Day: "2030-01-30", Tool: "b", Mode: ledger.Live, Requests: 7, Settled: 7, Credits: 7},
+		{Day: "2030-01-30", Tool: "c", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-01-30", Tool: "d", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-01-30", Tool: "e", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-01-30", Tool: "f", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-01-30", Tool: "g", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1},
+		{Day: "2030-01-31", Tool: "late", Mode: ledger.Live, Requests: 50, Settled: 50, Credits: 50}, // after it
 	}
 	s := summarizeUsage(rows, first)
 	if s.From != "2030-01-01" || s.To != "2030-01-30" {

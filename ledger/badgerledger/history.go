@@ -80,8 +80,8 @@ func (s *Badger) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usage
 		}
 	}
 	type rowKey struct {
-		day, tool string
-		mode      ledger.Mode
+		day, tool, key string
+		mode           ledger.Mode
 	}
 	rows := map[rowKey]*ledger.UsageRow{}
 	n := 0
@@ -117,10 +117,13 @@ func (s *Badger) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usage
 			if (!q.From.IsZero() && e.Time.Before(q.From)) || (!q.To.IsZero() && !e.Time.Before(q.To)) {
 				continue
 			}
-			rk := rowKey{e.Time.UTC().Format("2006-01-02"), e.Tool, e.Mode}
+			rk := rowKey{day: e.Time.UTC().Format("2006-01-02"), tool: e.Tool, mode: e.Mode}
+			if q.ByKey {
+				rk.key = e.KeyID
+			}
 			r := rows[rk]
 			if r == nil {
-				r = &ledger.UsageRow{Day: rk.day, Tool: rk.tool, Mode: rk.mode}
+				r = &ledger.UsageRow{Day: rk.day, Tool: rk.tool, Mode: rk.mode, KeyID: rk.key}
 				rows[rk] = r
 			}
 			switch e.Kind {
@@ -150,7 +153,10 @@ func (s *Badger) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usage
 		if a.Tool != b.Tool {
 			return a.Tool < b.Tool
 		}
-		return a.Mode < b.Mode
+		if a.Mode != b.Mode {
+			return a.Mode < b.Mode
+		}
+		return a.KeyID < b.KeyID
 	})
 	return out, nil
 }

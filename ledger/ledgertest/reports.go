@@ -124,6 +124,14 @@ func testUsage(t *testing.T, eng engine) {
 	}) {
 		t.Fatalf("usage of b: %+v %v", rows, err)
 	}
+	// By key: the same rows, each with the key of its requests (MustHold's is key_test).
+	rows, err = s.Usage(bg, ledger.UsageQuery{AccountID: b, ByKey: true})
+	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{
+		{Day: "2030-06-01", Tool: "translate", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 3},
+		{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, KeyID: "key_test", Requests: 1},
+	}) {
+		t.Fatalf("usage of b by key: %+v %v", rows, err)
+	}
 	rows, err = s.Usage(bg, ledger.UsageQuery{AccountID: a, From: day1.Add(time.Hour), To: day1.Add(3 * time.Hour)})
 	if err != nil || !reflect.DeepEqual(rows, []ledger.UsageRow{{Day: "2030-06-02", Tool: "summarize", Mode: ledger.Live, Requests: 1, Settled: 1, Credits: 1}}) {
 		t.Fatalf("usage of a on day 2: %+v %v", rows, err)

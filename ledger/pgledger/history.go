@@ -67,16 +67,16 @@ func (s *Postgres) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usa
 		to = q.To.UnixNano()
 	}
 	const day = int64(24 * time.Hour)
-	rows, _ := s.pool.Query(qctx, `SELECT floor(at::numeric / $4)::bigint AS day, tool, mode,
+	rows, _ := s.pool.Query(qctx, `SELECT floor(at::numeric / $4)::bigint AS day, tool, mode, CASE WHEN $5 THEN key_id ELSE '' END,
 			count(*) FILTER (WHERE kind = 'hold'), count(*) FILTER (WHERE kind = 'settle'), count(*) FILTER (WHERE kind = 'void'),
 			coalesce(-sum(amount) FILTER (WHERE kind = 'settle'), 0)::bigint
 		FROM entries
 		WHERE kind IN ('hold', 'settle', 'void') AND ($1 = '' OR account_id = $1) AND at >= $2 AND at < $3
-		GROUP BY 1, 2, 3`, q.AccountID, from, to, day)
+		GROUP BY 1, 2, 3, 4`, q.AccountID, from, to, day, q.ByKey)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.UsageRow, error) {
 		var r ledger.UsageRow
 		var d int64
-		err := row.Scan(&d, &r.Tool, &r.Mode, &r.Requests, &r.Settled, &r.Voided, &r.Credits)
+		err := row.Scan(&d, &r.Tool, &r.Mode, &r.KeyID, &r.Requests, &r.Settled, &r.Voided, &r.Credits)
 		r.Day = time.Unix(d*int64(24*time.Hour/time.Second), 0).UTC().Format("2006-01-02")
 		return r, err
 	})
@@ -85,7 +85,7 @@ func (s *Postgres) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usa
 	}
 	// Ordered here, byte-wise as Badger orders them, not by the database's collation.
 	slices.SortFunc(out, func(a, b ledger.UsageRow) int {
-		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Mode, b.Mode))
+		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Mode, b.Mode), cmp.Compare(a.KeyID, b.KeyID))
 	})
 	return out, nil
 }
