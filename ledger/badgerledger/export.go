@@ -29,7 +29,7 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 	}
 	t := s.now()
 	return s.db.View(func(txn *badger.Txn) error {
-		held := map[string]map[ledger.Mode]int64{} // open holds per account and mode
+		held := map[string]map[ledger.Mode]int64{} // credits of the open holds per account and mode
 		err := iterate(txn, []byte{prefixOpenHold}, func(k, _ []byte) error {
 			acct, rid := string(k[1:1+ledger.AccountIDLen]), string(k[1+ledger.AccountIDLen:])
 			rec, err := getHold(txn, acct, rid)
@@ -39,7 +39,7 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 			if held[acct] == nil {
 				held[acct] = map[ledger.Mode]int64{}
 			}
-			held[acct][rec.Mode]++
+			held[acct][rec.Mode] += ledger.HeldCredits(rec.Credits)
 			return nil
 		})
 		if err != nil {

@@ -76,7 +76,8 @@ func TestCopyLedger(t *testing.T) {
 	}
 	for i, m := range []ledger.Mode{ledger.Live, ledger.Live, ledger.Test, ledger.Live} {
 		rid := []string{"r1", "r2", "r3", "r4"}[i]
-		if _, err := from.Hold(bg, ledger.HoldRequest{AccountID: alice.ID, Mode: m, RequestID: rid, KeyID: lk.ID, Tool: "summarize"}); err != nil {
+		price := []int64{3, 1, 1, 2}[i] // r1 settles a price of 3; r4 stays open holding 2
+		if _, err := from.Hold(bg, ledger.HoldRequest{AccountID: alice.ID, Mode: m, RequestID: rid, KeyID: lk.ID, Tool: "summarize", Credits: price}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +261,8 @@ func TestCopyLedger(t *testing.T) {
 	if got, want := mustPurchases(t, to, alice.ID), mustPurchases(t, from, alice.ID); len(got) != 2 || !reflect.DeepEqual(got, want) {
 		t.Errorf("purchases %+v, Badger %+v", got, want)
 	}
-	if k := ledgertest.MustKeyOf(t, to, alice.ID, lk.ID); k.Usage.Total != 3 || k.Usage.Day != 3 || k.BudgetDay != 10 || k.PreviousLast4 == "" {
+	// The key counts r1's 3, r3's 1 and r4's 2.
+	if k := ledgertest.MustKeyOf(t, to, alice.ID, lk.ID); k.Usage.Total != 6 || k.Usage.Day != 6 || k.BudgetDay != 10 || k.PreviousLast4 == "" {
 		t.Errorf("the rolled key with limits after the copy: %+v", k)
 	}
 	for _, k := range []string{liveKey, rolledOld, testKey} {
@@ -332,7 +334,7 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Reverse(bg, ledger.ReversalRequest{ID: "re_1", Kind: ledger.ReversalRefund, Payment: "pi_1", AmountCents: 900, Status: ledger.RefundApplied}); err != nil || !r.Repeated {
 		t.Errorf("a refund applied on Badger applies again: %+v %v", r, err)
 	}
-	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-1-1-20 || b.Available != 20-1-1-20-1 { // r1 and bob's r5 settled
+	if b, _ := to.Balance(bg, alice.ID); b.Balance != 20-3-1-20 || b.Available != 20-3-1-20-2 { // r1 (3) and bob's r5 settled, r4 (2) open
 		t.Errorf("alice's debt after the copy: %+v", b)
 	}
 	rep := ledgertest.VerifyClean(t, to)
