@@ -485,4 +485,5 @@ type Store interface {
 	Operators
 	KeySearch
 	MoneyReports
+	Codes
 }
