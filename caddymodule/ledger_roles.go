@@ -1,6 +1,10 @@
 package caddymodule
 
-import "github.com/caddy-textgen/textgen/ledger"
+import (
+	"context"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
 
 // handlerLedger is what the generate handler asks of its ledger: the roles it uses, no more.
 // The textgen app hands every module the whole ledger.Store, which satisfies it.
@@ -11,4 +15,5 @@ type handlerLedger interface {
 	ledger.Generations
 	ledger.Maintenance
 	ledger.Receipts
+	Redeem(ctx context.Context, accountID, code string) (ledger.Redemption, error) // ledger.Codes
 }
