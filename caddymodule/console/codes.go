@@ -122,7 +122,7 @@ func (a *app) createCode(w http.ResponseWriter, r *http.Request, sc *sessionCtx,
 		return
 	}
 	_, _ = a.store.AppendAudit(r.Context(), ledger.AuditRecord{OperatorID: sc.op.ID, OperatorEmail: sc.op.Email,
-		Action: string(act) + ".done", Detail: c.ID + ": " + detail, Note: note})
+		Action: "code.created", Detail: c.ID + ": " + detail, Note: note})
 	cr := codeRowOf(c)
 	a.renderCodes(w, r, sc, http.StatusOK, codesData{Created: code, CreatedCode: &cr})
 }

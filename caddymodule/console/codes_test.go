@@ -72,7 +72,7 @@ func TestConsoleCodes(t *testing.T) {
 			for _, rec := range recs {
 				actions = append(actions, rec.Action+" "+rec.OperatorEmail)
 			}
-			want := []string{"code.disable sam@example.com", "code.create.done olga@example.com", "code.create olga@example.com"}
+			want := []string{"code.disable sam@example.com", "code.created olga@example.com", "code.create olga@example.com"}
 			if strings.Join(actions, ",") != strings.Join(want, ",") {
 				t.Fatalf("audit: %v, want %v", actions, want)
 			}
