@@ -109,7 +109,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, reqID string, status int,
 var (
 	errMethodNotAllowedPOST = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only POST", Allow: "POST"}
 	errMethodNotAllowedGET  = &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "this endpoint accepts only GET and HEAD", Allow: "GET, HEAD"}
-	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, POST /api/v1/chat/completions, GET /api/v1/models, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/usage, GET /api/v1/ready and GET /api/v1/openapi.json (its description)"}
+	errNotFound             = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint; the API has POST /api/v1/generate, POST /api/v1/chat/completions, GET /api/v1/models, GET /api/v1/generations/{request_id}, GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/usage, POST /api/v1/credits/redeem, GET /api/v1/ready and GET /api/v1/openapi.json (its description)"}
 	errMissingKey           = &apiError{Status: http.StatusUnauthorized, Code: "missing_api_key", Message: "send your API key in the X-API-Key header or as Authorization: Bearer <key>"}
 	errConflictingKeys      = &apiError{Status: http.StatusBadRequest, Code: "conflicting_api_keys", Message: "the X-API-Key and Authorization: Bearer headers name different keys; send one"}
 	errInvalidKey           = &apiError{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "the API key is not valid"}

@@ -34,7 +34,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case openAPIPath:
 		serveOpenAPI(w, r, reqID)
 		return nil
-	case "/api/v1/generate", chatCompletionsPath, modelsPath, "/api/v1/balance", usagePath, "/api/v1/ready", receiptKeysPath:
+	case "/api/v1/generate", chatCompletionsPath, modelsPath, "/api/v1/balance", usagePath, "/api/v1/ready", receiptKeysPath, redeemPath:
 	default:
 		if !strings.HasPrefix(r.URL.Path, generationsPath) && !strings.HasPrefix(r.URL.Path, modelsPath+"/") {
 			doorOf(r).writeError(w, reqID, errNotFound, -1)
@@ -66,6 +66,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.serveReady(w, r, reqID, store, backend)
 	case receiptKeysPath:
 		h.serveReceiptKeys(w, r, reqID, store)
+	case redeemPath:
+		h.serveRedeem(w, r, reqID, store)
 	default:
 		if strings.HasPrefix(r.URL.Path, modelsPath) {
 			h.serveModels(w, r, reqID, store)

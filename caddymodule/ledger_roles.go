@@ -1,6 +1,10 @@
 package caddymodule
 
-import "github.com/caddy-textgen/textgen/ledger"
+import (
+	"context"
+
+	"github.com/caddy-textgen/textgen/ledger"
+)
 
 // handlerLedger is what the generate handler asks of its ledger: the roles it uses, no more.
 // The textgen app hands every module the whole ledger.Store, which satisfies it.
@@ -11,5 +15,8 @@ type handlerLedger interface {
 	ledger.Generations
 	ledger.Maintenance
 	ledger.Receipts
-	ledger.Reports // GET /api/v1/usage
+	// Reports: GET /api/v1/usage.
+	ledger.Reports
+	// Redeem of ledger.Codes: POST /api/v1/credits/redeem.
+	Redeem(ctx context.Context, accountID, code string) (ledger.Redemption, error)
 }

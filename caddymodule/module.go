@@ -1,6 +1,7 @@
 // Package caddymodule adapts the ledger and the model backends to Caddy: the HTTP handler
 // http.handlers.textgen (POST /api/v1/generate, GET /api/v1/generations/{request_id},
-// GET /api/v1/tools, GET /api/v1/balance, GET /api/v1/ready) and its Caddyfile directive textgen. My Account is in caddymodule/account,
+// GET /api/v1/tools, GET /api/v1/balance, POST /api/v1/credits/redeem, GET /api/v1/ready) and
+// its Caddyfile directive textgen. My Account is in caddymodule/account,
 // the admin API and the caddy textgen commands in caddymodule/operator, the resources they share
 // in caddymodule/internal/textgenapp.
 package caddymodule

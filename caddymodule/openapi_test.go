@@ -739,6 +739,40 @@ func TestOpenAPIConformance(t *testing.T) {
 		c.do(r)
 	}
 
+	// Redeeming a code (redeem.go): credited, again (409), a code that cannot be redeemed (one
+	// failed authentication of this address: the lockout below has room for it), a test key,
+	// then the body's refusals.
+	code, _, err := e.store.CreateCode(ctx, ledger.NewCode{Credits: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redeemAcct, redeemKey := e.account(0)
+	redeemTestKey, _, err := e.store.CreateKey(ctx, redeemAcct.ID, ledger.Test, "test", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const redeem = "/api/v1/credits/redeem"
+	if resp, body := c.do(apiRequest("POST", redeem, redeemKey, `{"code":"`+code+`"}`)); resp.StatusCode != http.StatusOK ||
+		!bytes.Contains(body, []byte(`"credits":5`)) || resp.Header.Get("X-Credits-Remaining") != "5" {
+		t.Errorf("redeem: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	for _, r := range []*http.Request{
+		apiRequest("POST", redeem, redeemKey, `{"code":"`+strings.ToLower(code)+`"}`),
+		apiRequest("POST", redeem, redeemKey, `{"code":"`+ledger.MakeCode()+`"}`),
+		apiRequest("POST", redeem, redeemTestKey, `{"code":"`+code+`"}`),
+		apiRequest("POST", redeem, disabledKey, `{"code":"`+code+`"}`),
+		apiRequest("GET", redeem, redeemKey, ""),
+		apiRequest("POST", redeem, "", `{"code":"`+code+`"}`),
+		apiRequest("POST", redeem, redeemKey, `{"code":"`+code+`","credits":9}`),
+		apiRequest("POST", redeem, redeemKey, `{"code":7}`),
+		apiRequest("POST", redeem, redeemKey, `{}`),
+		apiRequest("POST", redeem, redeemKey, `[`),
+		apiRequest("POST", redeem, redeemKey, `{"code":"`+strings.Repeat("x", 2000)+`"}`),
+		apiRequest("POST", redeem, redeemKey, `{"code":"x"}`, "Content-Type", "text/plain"),
+	} {
+		c.do(r)
+	}
+
 	// Last, as it locks this address out: failed authentications past auth_failure_limit.
 	for _, p := range []string{"/api/v1/balance", g, "/api/v1/balance", g, "/api/v1/balance", g} {
 		c.do(apiRequest("GET", p, "tg_live_nonsense", ""))
@@ -747,6 +781,9 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.do(apiRequest("POST", cc, "tg_live_nonsense", goodChat))
 	c.do(apiRequest("GET", models, "tg_live_nonsense", ""))
 	c.do(apiRequest("GET", models+"/summarizer", "tg_live_nonsense", ""))
+	if resp, _ := c.do(apiRequest("POST", redeem, redeemKey, `{"code":"`+code+`"}`)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("redeem from a locked-out address: %d, want 429", resp.StatusCode)
+	}
 
 	// A model server that is down; a test key with retention off, whose retry gets the JSON
 	// replay. (The config is replaced: the old one's connections go.)

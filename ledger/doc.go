@@ -20,6 +20,7 @@
 //	             tokens, address state, low-balance alert (LowBalanceChanges)
 //	Payments     RecordUnmatchedPayment, UnmatchedPayments, ResolveUnmatchedPayment
 //	Reversals    RecordPayment, GetPayment, PaymentOf, AccountPayments, Reverse, ListReversals
+//	Codes        CreateCode, ListCodes, GetCode, DisableCode, CodeRedemptions, Redeem
 //
 // # Invariants
 //

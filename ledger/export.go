@@ -56,6 +56,17 @@ type ExportSink interface {
 	Operator(ExportOperator) error
 	// Audit is one record of the audit log, as it was appended.
 	Audit(AuditRecord) error
+	// Code is a redemption code as stored (its digest, never the code), with its uses; every
+	// code comes before its redemptions. CodeRedemption is one account's redemption of it
+	// (Email unset); its entry is among the account's.
+	Code(ExportCode) error
+	CodeRedemption(CodeRedemption) error
+}
+
+// ExportCode is a redemption code with the digest it is found by.
+type ExportCode struct {
+	RedemptionCode
+	Digest [32]byte
 }
 
 // ExportMemberUsage is what one member's keys took of organisation OrgID in one UTC month.

@@ -17,15 +17,15 @@ import (
 //
 // Calls that start new work (CreateAccount, CreateAccountWithPassword, SetPassword,
 // CreateSession, CreateKey, CreateKeyCapped, Hold, Reserve, Grant, RefillTestCredits,
-// BeginIdempotent) may also return ErrUnavailable while the store cannot take new work (see
-// Maintenance.Health); nothing was written then, and the caller may retry later. Calls that
-// finish work already begun (Settle, Void, FinishIdempotent) or protect an account (RevokeKey,
-// RemoveMember, SetAccountStatus, DeleteSession) go on while they can.
+// BeginIdempotent, CreateCode, Redeem) may also return ErrUnavailable while the store cannot take
+// new work (see Maintenance.Health); nothing was written then, and the caller may retry later.
+// Calls that finish work already begun (Settle, Void, FinishIdempotent) or protect an account
+// (RevokeKey, RemoveMember, SetAccountStatus, DeleteSession, DisableCode) go on while they can.
 //
-// Calls that change credits (Hold, Reserve, Settle, Void, Grant, RefillTestCredits) do not give
-// up when ctx is canceled: a handler voids a hold after its client went away, with a context
-// that is already done. Long reads (History, Usage, Purchases, Verify) do honour ctx and may
-// return its error.
+// Calls that change credits (Hold, Reserve, Settle, Void, Grant, RefillTestCredits, Redeem) do
+// not give up when ctx is canceled: a handler voids a hold after its client went away, with a
+// context that is already done. Long reads (History, Usage, Purchases, Verify) do honour ctx
+// and may return its error.
 
 // Accounts are the service's customers, created by the operator or by sign-up
 // (Credentials.CreateAccountWithPassword).
@@ -485,4 +485,5 @@ type Store interface {
 	Operators
 	KeySearch
 	MoneyReports
+	Codes
 }

@@ -66,6 +66,8 @@ type app struct {
 	// Log-in throttles (loginLimit..., below): failed attempts per account and client address,
 	// per client address, and per account from anywhere; sign-ups per client address.
 	failByAccountAddr, failByIP, failByAccount, signupByIP *ratelimit.Buckets
+	// Codes that cannot be redeemed, per account and per client address (redeem.go).
+	redeemByAccount, redeemByIP *ratelimit.Buckets
 	// slowLocks serialise the log-ins of an account whose failures from anywhere are over
 	// loginLimitPerAccount (by a hash of its email): one slowed-down guess at a time.
 	slowLocks [64]sync.Mutex
@@ -132,6 +134,8 @@ func newApp(c appConfig) (*app, error) {
 		failByIP:          ratelimit.NewShared(c.limits, c.limitsName+"|login-address", loginLimitPerAddress, throttleEntries),
 		failByAccount:     ratelimit.NewShared(c.limits, c.limitsName+"|login-account", loginLimitPerAccount, throttleEntries),
 		signupByIP:        ratelimit.NewShared(c.limits, c.limitsName+"|signup-address", signupLimitPerAddress, throttleEntries),
+		redeemByAccount:   ratelimit.NewShared(c.limits, c.limitsName+"|redeem-account", redeemLimitPerAccount, throttleEntries),
+		redeemByIP:        ratelimit.NewShared(c.limits, c.limitsName+"|redeem-address", redeemLimitPerAddress, throttleEntries),
 		hashSlots:         make(chan struct{}, hashSlots),
 	}
 	for _, p := range c.packages {
@@ -189,6 +193,7 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/receipts/{reference}/signed", a.authed(a.needs(ledger.RoleOwner, a.signedReceipt)))
 	m.HandleFunc("GET "+p+"/buy", a.authed(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.buyPage))))
 	m.HandleFunc("POST "+p+"/buy", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.buy))))
+	m.HandleFunc("POST "+p+"/redeem", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.redeem)))) // redeem.go
 	m.HandleFunc("GET "+p+"/buy/success", a.authed(a.needs(ledger.RoleOwner, a.buySuccess)))
 	m.HandleFunc("GET "+p+"/buy/cancel", a.authed(a.needs(ledger.RoleOwner, a.buyCancel)))
 	m.HandleFunc("POST "+p+"/stripe/webhook", a.webhook)

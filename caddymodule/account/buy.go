@@ -71,9 +71,19 @@ func (a *app) disputedBy(ctx context.Context, acct string) (ledger.Reversal, boo
 	return ledger.Reversal{}, false, nil
 }
 
-func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+// buyPageData is the buy page as it is without a dispute: its packages, and the form that
+// redeems a code (redeem.go).
+func (a *app) buyPageData(sc *sessionCtx) page {
 	p := sc.page("Buy credits", "buy")
 	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID, Prices: a.toolPrices()}
+	return p
+}
+
+func (a *app) buyPage(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
+	p := a.buyPageData(sc)
+	if n, err := strconv.ParseInt(r.URL.Query().Get("redeemed"), 10, 64); err == nil && n > 0 {
+		p.Flash = fmt.Sprintf("Code redeemed: %d live credits were added to your account.", n)
+	}
 	status := http.StatusOK
 	if a.stripe != nil {
 		d, refused, err := a.disputedBy(r.Context(), sc.acct.ID)

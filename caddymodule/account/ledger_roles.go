@@ -15,4 +15,5 @@ type accountLedger interface {
 	ledger.Reversals
 	ledger.KeyReports
 	ledger.Members
+	ledger.Codes
 }

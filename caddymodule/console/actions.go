@@ -33,6 +33,9 @@ const (
 	actRefund  action = "refund"
 	actDrop    action = "drop"   // an e-mail of the outbox (mail.go)
 	actSearch  action = "search" // the Accounts page's search, sent as a form (pages.go)
+	// Redemption codes (codes.go).
+	actCodeCreate  action = "code.create"
+	actCodeDisable action = "code.disable"
 )
 
 // actionRoles is the least role that may take each action.
@@ -46,12 +49,15 @@ var actionRoles = map[action]ledger.OperatorRole{
 	actRefund:  ledger.OperatorOwner,
 	actDrop:    ledger.OperatorSupport,
 	actSearch:  ledger.OperatorViewer,
+	// A code makes credits for as many accounts as it has uses: an owner's decision.
+	actCodeCreate:  ledger.OperatorOwner,
+	actCodeDisable: ledger.OperatorSupport,
 }
 
 var actionNames = map[action]string{
 	actLogout: "log out", actNote: "write notes", actGrant: "grant credits", actAdjust: "adjust credits",
 	actDisable: "disable accounts", actEnable: "enable accounts", actRefund: "refund purchases", actDrop: "drop e-mail",
-	actSearch: "search accounts",
+	actSearch: "search accounts", actCodeCreate: "make codes", actCodeDisable: "disable codes",
 }
 
 var roleRank = map[ledger.OperatorRole]int{ledger.OperatorViewer: 1, ledger.OperatorSupport: 2, ledger.OperatorOwner: 3}

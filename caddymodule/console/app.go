@@ -84,7 +84,7 @@ func newApp(c appConfig) *app {
 		pages:           map[string]*template.Template{},
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, p := range []string{"login", "overview", "accounts", "account", "audit", "payments", "mail", "error"} {
+	for _, p := range []string{"login", "overview", "accounts", "account", "audit", "payments", "mail", "codes", "code", "error"} {
 		a.pages[p] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+p+".html"))
 	}
 	a.routes()
@@ -108,6 +108,10 @@ func (a *app) routes() {
 	m.HandleFunc("GET "+p+"/exports/{file}", a.authed(a.export))
 	m.HandleFunc("GET "+p+"/mail", a.authed(a.mail))
 	m.HandleFunc("POST "+p+"/mail/{id}/drop", a.authedPost(actDrop, a.dropMail))
+	m.HandleFunc("GET "+p+"/codes", a.authed(a.codes)) // codes.go
+	m.HandleFunc("GET "+p+"/codes/{id}", a.authed(a.code))
+	m.HandleFunc("POST "+p+"/codes", a.authedPost(actCodeCreate, a.createCode))
+	m.HandleFunc("POST "+p+"/codes/{id}/disable", a.authedPost(actCodeDisable, a.disableCode))
 	for action := range actionRoles {
 		if action == actLogout || action == actDrop || action == actSearch {
 			continue

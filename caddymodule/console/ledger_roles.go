@@ -18,4 +18,5 @@ type consoleLedger interface {
 	ledger.KeySearch
 	ledger.MoneyReports
 	ledger.Operators
+	ledger.Codes
 }

@@ -31,7 +31,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "textgen",
-		Usage: "<account|key|member|credits|balance|history|usage|ledger|payments|mail|receipts|operator|backup|restore|stripe> [flags]",
+		Usage: "<account|key|member|credits|code|balance|history|usage|ledger|payments|mail|receipts|operator|backup|restore|stripe> [flags]",
 		Short: "Manages caddy-textgen accounts, API keys, credits and the ledger",
 		Long: `
 Manages the caddy-textgen service through the running server's admin API:
@@ -84,6 +84,7 @@ type cliFunc func(c *cliContext) error
 // cliContext is what a leaf command gets: its flags, the output, and a lazily made API client.
 type cliContext struct {
 	fl     caddycmd.Flags
+	args   []string // positional arguments of a command that takes them (cliLeafArg)
 	json   bool
 	out    io.Writer
 	client *adminClient
@@ -102,9 +103,9 @@ func (c *cliContext) api() (*adminClient, error) {
 
 // cliRun runs a leaf command and ends it with its exit code.
 func cliRun(f cliFunc) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
+	return func(cmd *cobra.Command, args []string) error {
 		fl := caddycmd.Flags{FlagSet: cmd.Flags()}
-		c := &cliContext{fl: fl, json: fl.Bool("json"), out: os.Stdout}
+		c := &cliContext{fl: fl, args: args, json: fl.Bool("json"), out: os.Stdout}
 		err := f(c)
 		var ue usageError
 		switch {
@@ -157,6 +158,19 @@ func cliLeaf(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Co
 	cmd := &cobra.Command{Use: use, Short: short, Args: cliNoArgs, RunE: cliRun(f)}
 	if flags != nil {
 		flags(cmd)
+	}
+	return cmd
+}
+
+// cliLeafArg is cliLeaf for a command that may name what it acts on as one positional argument
+// (caddy textgen code disable ID) instead of a flag.
+func cliLeafArg(use, short string, f cliFunc, flags func(*cobra.Command)) *cobra.Command {
+	cmd := cliLeaf(use, short, f, flags)
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if err := cobra.MaximumNArgs(1)(cmd, args); err != nil {
+			return cliFail(cmd, exitUsage, err, false)
+		}
+		return nil
 	}
 	return cmd
 }
@@ -300,6 +314,25 @@ func buildTextgenCommand(cmd *cobra.Command) {
 				c.Flags().String("reference", "", "The purchase's reference: its Checkout Session id (required; see 'caddy textgen history')")
 				c.Flags().Int64("amount", 0, "Cents to refund (default: all that is left)")
 				c.Flags().String("reason", "", "Stripe's reason: duplicate, fraudulent or requested_by_customer")
+			}),
+		),
+		cliGroup("code", "Redemption codes worth credits: create (the code is printed once), list, disable, redemptions",
+			cliLeaf("create", "Creates a code worth live credits for one or more accounts, and prints it once", cmdCodeCreate, func(c *cobra.Command) {
+				c.Flags().Int64("credits", 0, "Live credits the code gives each account that redeems it (required, 1 to 1000000)")
+				c.Flags().Int64("uses", 1, "How many accounts may redeem it (each once)")
+				c.Flags().String("expires", "", "When it stops working: a time from now (90d, 36h) or an RFC 3339 time (default: never)")
+				c.Flags().String("note", "", "What the code is for (a campaign, a customer); shown in lists and the audit log")
+			}),
+			cliLeaf("list", "Lists codes, newest first, with their uses and state (never the codes themselves)", cmdCodeList, func(c *cobra.Command) {
+				c.Flags().Int("limit", 50, "Number of codes (at most 1000)")
+			}),
+			cliLeafArg("disable ID", "Stops a code at once; the credits it gave stay", cmdCodeDisable, func(c *cobra.Command) {
+				c.Flags().String("id", "", "The code's id, code_... (or give it as the argument; see 'caddy textgen code list')")
+				c.Flags().String("note", "", "Why, for the audit log")
+			}),
+			cliLeafArg("redemptions ID", "Shows who redeemed a code, and when", cmdCodeRedemptions, func(c *cobra.Command) {
+				c.Flags().String("id", "", "The code's id, code_... (or give it as the argument)")
+				c.Flags().Int("limit", 1000, "Number of redemptions (at most 1000)")
 			}),
 		),
 		cliGroup("mail", "E-mail outbox: list, drop",

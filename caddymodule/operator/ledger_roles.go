@@ -17,4 +17,5 @@ type operatorLedger interface {
 	ledger.KeyReports
 	ledger.Members
 	ledger.Operators
+	ledger.Codes
 }

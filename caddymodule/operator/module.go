@@ -141,6 +141,10 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("GET /textgen/operators", a.listOperators)
 	handle("POST /textgen/operators", a.createOperator)
 	handle("POST /textgen/operators/{id}/remove", a.removeOperator)
+	handle("POST /textgen/codes", a.createCode) // codes.go
+	handle("GET /textgen/codes", a.listCodes)
+	handle("POST /textgen/codes/{id}/disable", a.disableCode)
+	handle("GET /textgen/codes/{id}/redemptions", a.codeRedemptions)
 	handle("GET /textgen/ledger/verify", a.verify)
 	handle("GET /textgen/backup", a.backup)
 	handle("GET /textgen/receipts/keys", a.receiptKeys)

@@ -59,6 +59,7 @@ type Badger struct {
 	rcptMu   sync.Mutex // serialises adding receipt keys (receipts.go)
 	opMu     sync.Mutex // serialises the operators' records and console sessions (operators.go)
 	revMu    sync.Mutex // serialises recording payments and applying reversals (reversals.go)
+	codeMu   sync.Mutex // serialises changes of redemption codes and redemptions (codes.go)
 
 	acctMu   sync.RWMutex
 	accounts map[string]*account

@@ -191,6 +191,20 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				}
 				return sink.Audit(r)
 			}},
+			{prefixCode, func(k, v []byte) error {
+				r, err := readJSON[codeRecord](v, fmt.Sprintf("code %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.Code(ledger.ExportCode{RedemptionCode: r.RedemptionCode, Digest: r.Digest})
+			}},
+			{prefixCodeRedeem, func(k, v []byte) error {
+				r, err := readJSON[ledger.CodeRedemption](v, fmt.Sprintf("redemption %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.CodeRedemption(r)
+			}},
 		}
 		cnt := &exportCounter{}
 		if ps, ok := sink.(ledger.ExportProgressSink); ok {

@@ -52,6 +52,10 @@ const (
 	prefixOperator     byte = 0x22 // operator id -> operatorRecord (JSON)
 	prefixOperatorSess byte = 0x23 // SHA-256 digest of a console session token -> opSessionRecord (JSON), Badger TTL = expiry
 	prefixAudit        byte = 0x24 // time (unix ns, uint64 BE) + audit id -> AuditRecord (JSON), kept for good
+	// Redemption codes (codes.go), kept for good.
+	prefixCode       byte = 0x26 // code id -> codeRecord (JSON): the code's SHA-256 digest, never the code
+	prefixCodeHash   byte = 0x27 // SHA-256 digest of a normalised code (32 bytes) -> code id
+	prefixCodeRedeem byte = 0x28 // code id + acct id -> CodeRedemption (JSON)
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

@@ -281,6 +281,9 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 	if err != nil {
 		return ledger.VerifyReport{}, fmt.Errorf("verifying ledger: %w", err)
 	}
+	if err := s.db.View(func(txn *badger.Txn) error { return verifyCodes(ctx, txn, add) }); err != nil {
+		return ledger.VerifyReport{}, fmt.Errorf("verifying codes: %w", err)
+	}
 	progress(done, total)
 	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].AccountID < rep.Problems[j].AccountID })
 	rep.OK = len(rep.Problems) == 0
@@ -403,3 +406,46 @@ func (c *verifyCursor) next() error {
 
 // Interface guards
 var _ ledger.ProgressVerifier = (*Badger)(nil)
+
+// verifyCodes checks every redemption code (codes.go) against its redemptions, which one commit
+// writes with the use and the account's grant entry: the uses are the redemptions counted and
+// never more than allowed, each redemption's account has its grant reference, and the digest
+// index finds the code.
+func verifyCodes(ctx context.Context, txn *badger.Txn, add func(acct, kind, format string, args ...any)) error {
+	return iterate(txn, []byte{prefixCode}, func(k, v []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var c codeRecord
+		if err := json.Unmarshal(v, &c); err != nil {
+			add("", "corrupt_record", "code %q: %v", k[1:], err)
+			return nil
+		}
+		if id, ok, err := getValue(txn, codeHashKey(c.Digest)); err != nil {
+			return err
+		} else if !ok || string(id) != c.ID {
+			add("", "code_index", "code %s is not found by its digest", c.ID)
+		}
+		var n int64
+		if err := iterate(txn, key1(prefixCodeRedeem, c.ID), func(_, rv []byte) error {
+			n++
+			var r ledger.CodeRedemption
+			if err := json.Unmarshal(rv, &r); err != nil {
+				add("", "corrupt_record", "a redemption of code %s: %v", c.ID, err)
+				return nil
+			}
+			if _, ok, err := getValue(txn, grantRefKey(r.AccountID, ledger.CodeReference(c.ID))); err != nil {
+				return err
+			} else if !ok {
+				add(r.AccountID, "code_redemption", "redeemed code %s without its grant entry", c.ID)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if n != c.Uses || c.Uses > c.MaxUses {
+			add("", "code_uses", "code %s counts %d uses of %d; %d accounts redeemed it", c.ID, c.Uses, c.MaxUses, n)
+		}
+		return nil
+	})
+}

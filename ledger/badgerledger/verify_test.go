@@ -1,6 +1,7 @@
 package badgerledger
 
 import (
+	"encoding/json"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -173,5 +174,45 @@ func TestVerifyMemory(t *testing.T) {
 	t.Logf("the heap grew by %.1f MiB while verifying %d accounts", float64(grew)/(1<<20), r.Accounts)
 	if grew > 24<<20 {
 		t.Fatalf("the heap grew by %d MiB while verifying %d accounts", grew>>20, r.Accounts)
+	}
+}
+
+// TestVerifyCodes: a code whose uses do not match its redemptions, and a redemption without its
+// grant entry, are reported.
+func TestVerifyCodes(t *testing.T) {
+	s := newMem(t)
+	a := ledgertest.MustAccount(t, s, "code@example.com").ID
+	code, c := ledgertest.MustCode(t, s, ledger.NewCode{Credits: 2, MaxUses: 3})
+	if _, err := s.Redeem(bg, a, code); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.VerifyClean(t, s)
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		v, _, err := getValue(txn, codeKey(c.ID))
+		if err != nil {
+			return err
+		}
+		var rec codeRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return err
+		}
+		rec.Uses = 0
+		if err := txn.Set(codeKey(c.ID), mustJSON(rec)); err != nil {
+			return err
+		}
+		return txn.Delete(grantRefKey(a, ledger.CodeReference(c.ID)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range r.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	if r.OK || !slices.Contains(kinds, "code_uses") || !slices.Contains(kinds, "code_redemption") {
+		t.Fatalf("verify of a damaged code: %+v", r)
 	}
 }

@@ -195,6 +195,11 @@ var conformanceTests = []struct {
 	{"OperatorSessions", testOperatorSessions},
 	{"Audit", testAudit},
 	{"OperatorsInvalid", testOperatorsInvalid},
+	// Redemption codes (codes.go).
+	{"Codes", testCodes},
+	{"CodeExpiry", testCodeExpiry},
+	{"RedeemOnceConcurrent", testRedeemOnceConcurrent},
+	{"RedeemUsesConcurrent", testRedeemUsesConcurrent},
 	// Several roles under concurrent load (concurrency.go).
 	{"ConcurrentHolds", testConcurrentHolds},
 	{"ConcurrentAccounts", testConcurrentAccounts},

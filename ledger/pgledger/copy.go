@@ -127,6 +127,8 @@ var pgImportTables = []struct {
 	{"member_usage", []string{"org_id", "member_id", "month", "used"}},
 	{"operators", []string{"id", "email", "role", "created", "hash", "totp_sealed", "totp_last_step", "recovery"}},
 	{"operator_audit", strings.Split(pgAuditCols, ", ")},
+	{"redemption_codes", []string{"id", "digest", "last4", "credits", "max_uses", "uses", "expires", "note", "created", "disabled"}},
+	{"code_redemptions", []string{"code_id", "account_id", "credits", "seq", "at"}},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -285,6 +287,17 @@ func (p *pgImport) Operator(o ledger.ExportOperator) error {
 // Audit stores one record of the audit log.
 func (p *pgImport) Audit(r ledger.AuditRecord) error {
 	return p.add("operator_audit", r.ID, r.Time.UnixNano(), r.OperatorID, r.OperatorEmail, r.Action, r.AccountID, r.Detail, r.Note)
+}
+
+// Code stores a redemption code with its digest and uses.
+func (p *pgImport) Code(c ledger.ExportCode) error {
+	return p.add("redemption_codes", c.ID, c.Digest[:], c.Last4, c.Credits, c.MaxUses, c.Uses, pgNanos(c.Expires), c.Note,
+		c.Created.UnixNano(), pgNanos(c.Disabled))
+}
+
+// CodeRedemption stores one account's redemption of a code.
+func (p *pgImport) CodeRedemption(r ledger.CodeRedemption) error {
+	return p.add("code_redemptions", r.CodeID, r.AccountID, r.Credits, int64(r.Seq), r.Time.UnixNano())
 }
 
 // Interface guards

@@ -202,6 +202,16 @@ func TestCopyLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledgertest.PutDigest(t, from, alice.ID, "req_copied", t0)
+	// Redemption codes: one redeemed by bob, one disabled; the copy keeps the uses, who redeemed,
+	// and the digests that find them.
+	code, rc := ledgertest.MustCode(t, from, ledger.NewCode{Credits: 4, MaxUses: 2, Expires: t0.Add(24 * time.Hour), Note: "copied"})
+	if _, err := from.Redeem(bg, bob.ID, code); err != nil {
+		t.Fatal(err)
+	}
+	_, dc := ledgertest.MustCode(t, from, ledger.NewCode{Credits: 1})
+	if _, err := from.DisableCode(bg, dc.ID); err != nil {
+		t.Fatal(err)
+	}
 	ledgertest.VerifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -220,6 +230,9 @@ func TestCopyLedger(t *testing.T) {
 	}
 	if got := pgExported(t, to); !reflect.DeepEqual(got.sorted(), want.sorted()) {
 		t.Errorf("stored records after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	if len(want.codes) != 2 || len(want.redemptions) != 1 {
+		t.Errorf("exported codes %+v and redemptions %+v; want 2 and 1", want.codes, want.redemptions)
 	}
 	// Of the tokens only the live one is exported (and so stored): not the used one, nor the
 	// expired one, which Badger still holds (it drops it by the wall clock, a minute on).
@@ -349,6 +362,12 @@ func TestCopyLedger(t *testing.T) {
 	if r, err := to.Settle(bg, alice.ID, "r4"); err != nil || r.Repeated || r.State != ledger.HoldSettled {
 		t.Errorf("settle of the open hold after the copy: %+v %v", r, err)
 	}
+	// A copied code: bob redeemed it, carol may, once.
+	_, err = to.Redeem(bg, bob.ID, code)
+	ledgertest.WantErr(t, err, ledger.ErrAlreadyRedeemed)
+	if r, err := to.Redeem(bg, carol.ID, code); err != nil || r.Code.Uses != 2 || r.Code.ID != rc.ID {
+		t.Fatalf("redeeming the copied code: %+v %v", r, err)
+	}
 	ledgertest.VerifyClean(t, to)
 
 	// Links sent before the move work on PostgreSQL, once, for their purpose only; a used or
@@ -462,6 +481,8 @@ type exported struct {
 	usage       []ledger.ExportMemberUsage
 	operators   []ledger.ExportOperator
 	audit       []ledger.AuditRecord
+	codes       []ledger.ExportCode
+	redemptions []ledger.CodeRedemption
 }
 
 func (x *exported) Membership(m ledger.Membership) error {
@@ -513,6 +534,11 @@ func (x *exported) Operator(o ledger.ExportOperator) error {
 	return nil
 }
 func (x *exported) Audit(r ledger.AuditRecord) error { x.audit = append(x.audit, r); return nil }
+func (x *exported) Code(c ledger.ExportCode) error   { x.codes = append(x.codes, c); return nil }
+func (x *exported) CodeRedemption(r ledger.CodeRedemption) error {
+	x.redemptions = append(x.redemptions, r)
+	return nil
+}
 
 // sorted is x with every list in one order (by its printed form), whatever order the engine
 // gave or stored them in.
@@ -534,6 +560,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.digests, func(a, b ledger.ReceiptDigestRecord) int { return by(a, b) })
 	slices.SortFunc(x.members, func(a, b ledger.Membership) int { return by(a, b) })
 	slices.SortFunc(x.usage, func(a, b ledger.ExportMemberUsage) int { return by(a, b) })
+	slices.SortFunc(x.codes, func(a, b ledger.ExportCode) int { return by(a, b) })
+	slices.SortFunc(x.redemptions, func(a, b ledger.CodeRedemption) int { return by(a, b) })
 	return x
 }
 
@@ -636,6 +664,26 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	var u ledger.ExportMemberUsage
 	each(`SELECT org_id, member_id, month, used FROM member_usage`, []any{&u.OrgID, &u.MemberID, &u.Month, &u.Credits},
 		func() { x.usage = append(x.usage, u) })
+	rows, _ = s.pool.Query(bg, `SELECT digest, `+pgCodeCols+` FROM redemption_codes`)
+	codes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.ExportCode, error) {
+		var c ledger.ExportCode
+		var created int64
+		var exp, dis *int64
+		err := row.Scan(&digest, &c.ID, &c.Last4, &c.Credits, &c.MaxUses, &c.Uses, &exp, &c.Note, &created, &dis)
+		c.Digest, c.Created, c.Expires, c.Disabled = [32]byte(digest), pgTime(created), pgTimeOrZero(exp), pgTimeOrZero(dis)
+		return c, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.codes = codes
+	var cr ledger.CodeRedemption
+	var seq int64
+	each(`SELECT code_id, account_id, credits, seq, at FROM code_redemptions`, []any{&cr.CodeID, &cr.AccountID, &cr.Credits, &seq, &created},
+		func() {
+			cr.Seq, cr.Time = uint64(seq), pgTime(created)
+			x.redemptions = append(x.redemptions, cr)
+		})
 	return x
 }
 

@@ -130,7 +130,10 @@ func (s *Postgres) VerifyProgress(ctx context.Context, progress ledger.ProgressF
 			}
 			lo = hi
 		}
-		return verifyHolds(qctx, tx, cutoff, add)
+		if err := verifyHolds(qctx, tx, cutoff, add); err != nil {
+			return err
+		}
+		return verifyCodes(qctx, tx, add)
 	})
 	if err != nil {
 		return ledger.VerifyReport{}, pgErr(ctx, "verifying ledger", err)
@@ -329,3 +332,27 @@ func (s *Postgres) Backup(ctx context.Context, w io.Writer) error {
 
 // Interface guards
 var _ ledger.ProgressVerifier = (*Postgres)(nil)
+
+// verifyCodes checks every redemption code (codes.go) against its redemptions, which one
+// transaction writes with the use and the account's grant entry: the uses are the redemptions
+// counted, and each redemption's account has its grant entry.
+func verifyCodes(ctx context.Context, tx pgx.Tx, add func(acct, kind, format string, args ...any)) error {
+	rows, _ := tx.Query(ctx, `SELECT c.id, c.uses, c.max_uses, count(r.account_id) FROM redemption_codes c
+		LEFT JOIN code_redemptions r ON r.code_id = c.id GROUP BY c.id HAVING c.uses <> count(r.account_id) OR c.uses > c.max_uses`)
+	var id string
+	var uses, maxUses, n int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &uses, &maxUses, &n}, func() error {
+		add("", "code_uses", "code %s counts %d uses of %d; %d accounts redeemed it", id, uses, maxUses, n)
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, _ = tx.Query(ctx, `SELECT r.code_id, r.account_id FROM code_redemptions r WHERE NOT EXISTS (SELECT FROM entries e
+		WHERE e.account_id = r.account_id AND e.reference = 'code:' || r.code_id AND e.reference <> '')`)
+	var acct string
+	_, err := pgx.ForEachRow(rows, []any{&id, &acct}, func() error {
+		add(acct, "code_redemption", "redeemed code %s without its grant entry", id)
+		return nil
+	})
+	return err
+}

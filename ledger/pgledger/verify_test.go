@@ -60,3 +60,32 @@ func TestPostgresBackupPointsToPostgresTools(t *testing.T) {
 		t.Fatalf("Backup: %v (%d bytes written)", err, buf.Len())
 	}
 }
+
+// TestPostgresVerifyCodes: a code whose uses do not match its redemptions, and a redemption
+// without its grant entry, are reported.
+func TestPostgresVerifyCodes(t *testing.T) {
+	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
+	a := ledgertest.MustAccount(t, s, "code@example.com").ID
+	code, c := ledgertest.MustCode(t, s, ledger.NewCode{Credits: 2, MaxUses: 3})
+	if _, err := s.Redeem(bg, a, code); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.VerifyClean(t, s)
+	if _, err := s.pool.Exec(bg, `UPDATE redemption_codes SET uses = 0 WHERE id = $1`, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(bg, `UPDATE entries SET reference = 'other' WHERE account_id = $1`, a); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range rep.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	if rep.OK || !slices.Contains(kinds, "code_uses") || !slices.Contains(kinds, "code_redemption") {
+		t.Fatalf("verify of a damaged code: %+v", rep)
+	}
+}
