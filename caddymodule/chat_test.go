@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // The chat door's refusals of bodies the SDKs do not send, named as a generate request's are.
@@ -66,6 +68,8 @@ func TestChatMaxTokensRealOllama(t *testing.T) {
 		c.Choices[0].FinishReason != "length" || c.Usage.CompletionTokens != 8 {
 		t.Fatalf("max_tokens 8: %d %+v %v", resp.StatusCode, c, err)
 	}
+	// The charge settles just after the answer's last byte is written.
+	waitFor(t, "the charge", func() bool { return e.count(acct.ID, ledger.KindSettle) == 1 })
 	if b := e.balance(acct.ID); b.Balance != 1 || b.Available != 1 {
 		t.Errorf("balance %+v, want 1 (charged once)", b)
 	}
