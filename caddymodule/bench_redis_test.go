@@ -88,3 +88,14 @@ func BenchmarkRedisLimits(b *testing.B) {
 		b.Fatalf("%v limit checks fell back to memory: the figures are not Redis's", v)
 	}
 }
+
+// metric is the value of one caddy_textgen_ series of s's metrics.
+func metric(t testing.TB, s *caddyproc.Server, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return parseMetrics(t, resp)[series]
+}

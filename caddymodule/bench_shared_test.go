@@ -180,3 +180,9 @@ func genRate(b *testing.B, n, conc int64, one func(i int64) error) float64 {
 	}
 	return float64(n) / time.Since(start).Seconds()
 }
+
+// pgSite is a site block whose textgen handler keeps its ledger in the database at url, with
+// the limits out of reach (this benchmark loads the ledger, not the limits).
+func pgSite(url, model, extra string) string {
+	return fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel tiny\n\t\trate_limit key off\n\t\trate_limit account off\n\t\tauth_failure_limit off\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\tqueue_size 1000\n%s\t}", url, model, extra)
+}

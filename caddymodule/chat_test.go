@@ -68,8 +68,8 @@ func TestChatMaxTokensRealOllama(t *testing.T) {
 		c.Choices[0].FinishReason != "length" || c.Usage.CompletionTokens != 8 {
 		t.Fatalf("max_tokens 8: %d %+v %v", resp.StatusCode, c, err)
 	}
-	// The charge follows the answer's last write: the client may read it before the settle.
-	waitCount(t, "the settle", func() bool { return e.count(acct.ID, ledger.KindSettle) == 1 })
+	// The charge settles just after the answer's last byte is written.
+	waitFor(t, "the charge", func() bool { return e.count(acct.ID, ledger.KindSettle) == 1 })
 	if b := e.balance(acct.ID); b.Balance != 1 || b.Available != 1 {
 		t.Errorf("balance %+v, want 1 (charged once)", b)
 	}

@@ -492,7 +492,11 @@ func TestGenerateDisconnectRealOllama(t *testing.T) {
 	}
 	t.Cleanup(relay.Close)
 	// Retention off: with it on, the generation would run on (TestRetentionCutStreamRealOllama).
-	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 6000\n\t\tretention off"})
+	// 1,000 tokens run on long past the 200 bytes read below (a token is at least a byte) and
+	// leave every tool's instructions, by their bytes, room in the tiny model's window: an answer
+	// so long that they do not (6,000) makes the handler ask the model server for the tokens of
+	// every tool's instructions as it starts, one at a time, and this request waits behind them.
+	e := newEnv(t, envOptions{ollama: relay.URL, extra: "max_output_tokens 1000\n\t\tretention off"})
 	acct, key := e.account(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := e.post(ctx, key, genBody("summarizer", "x", "en", ""))

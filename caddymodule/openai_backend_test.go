@@ -235,3 +235,8 @@ func TestToolBackendNotOpenYet(t *testing.T) {
 		t.Fatalf("a tool without servers of its own: %v", e)
 	}
 }
+
+func readAll(r io.Reader) string {
+	b, _ := io.ReadAll(r)
+	return string(b)
+}

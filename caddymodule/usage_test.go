@@ -83,7 +83,7 @@ func TestUsageAPI(t *testing.T) {
 	gen(own, "summarizer")
 	gen(own, "keyword-generator")
 	gen(memberKey, "summarizer")
-	waitCount(t, "the settles", func() bool { return e.count(org.ID, ledger.KindSettle) == 4 })
+	waitFor(t, "the settles", func() bool { return e.count(org.ID, ledger.KindSettle) == 4 })
 
 	get := func(key, query string) usageBody {
 		t.Helper()

@@ -60,6 +60,10 @@ func Binary(t testing.TB) string {
 		}
 		final := filepath.Join(dir, "caddy-clitest")
 		tmp := fmt.Sprintf("%s.%d", final, os.Getpid())
+		// The binary an earlier test binary built, copied to tmp: go build keeps an output whose
+		// build ID is what it would link, so an unchanged caddy is not linked again (seconds
+		// instead of the link's quarter of a minute). A stale or partial copy is linked over.
+		_ = copyFile(final, tmp)
 		cmd := exec.Command("./xcaddy.sh", "build")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CADDY_OUT="+tmp)
@@ -79,6 +83,24 @@ func Binary(t testing.TB) string {
 		t.Fatalf("building caddy: %v", buildErr)
 	}
 	return binPath
+}
+
+// copyFile copies the file src to dst, executable.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // repoRoot is the module's root: the folder of `go env GOMOD`, else the nearest folder above the

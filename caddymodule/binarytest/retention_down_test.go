@@ -1,4 +1,4 @@
-package caddymodule
+package binarytest
 
 // Kept text and idempotency records while the database restarts: paid text is never lost within
 // the retention window, and a charged request's key is never left "still running".

@@ -1,4 +1,4 @@
-package caddymodule
+package binarytest
 
 // Several Caddy instances on one PostgreSQL ledger: real caddy processes, a real PostgreSQL
 // server (ledger/pgtest), the fault server as the model (instant answers, so that the ledger is

@@ -1,4 +1,4 @@
-package caddymodule
+package binarytest
 
 // The OpenAI-compatible door (chat.go, models.go) as customers meet it: the official Go SDK,
 // github.com/openai/openai-go, against the built caddy binary, with the fault server as the model

@@ -1,4 +1,4 @@
-package caddymodule
+package binarytest
 
 // Limits shared by several Caddy instances through Redis: real caddy processes, a real
 // PostgreSQL ledger they share (ledger/pgtest), a real redis-server (internal/redistest), the
