@@ -104,15 +104,18 @@ type streamer struct {
 	// mu orders the model's side (emit, flush), the writer, the keep-alives and clientLeft.
 	mu sync.Mutex
 	// moved is signalled when the writer has written a batch or stopped.
-	moved    sync.Cond
-	queue    []string // pieces emitted, not yet taken by the writer
-	spare    []string // the writer's last batch, for the next queue
-	queued   int      // bytes of the pieces emitted and not yet written
-	limit    int      // the bound of queued
-	writing  bool     // a writer goroutine runs
-	sent     int      // pieces the writer took: the SSE id of the last one
-	texted   bool     // a piece of text was handed to the writer (started may be true before: keep-alives)
-	writeErr error
+	moved   sync.Cond
+	queue   []string // pieces emitted, not yet taken by the writer
+	spare   []string // the writer's last batch, for the next queue
+	queued  int      // bytes of the pieces emitted and not yet written
+	limit   int      // the bound of queued
+	writing bool     // a writer goroutine runs
+	sent    int      // pieces the writer took: the SSE id of the last one
+	texted  bool     // a piece of text was handed to the writer (started may be true before: keep-alives)
+	// flushedOnce: the writer flushed text once; it is the writer's alone (one runs at a time,
+	// started and ended under mu).
+	flushedOnce bool
+	writeErr    error
 	// delivered: a piece reached the client's connection (a write and its flush succeeded);
 	// only then may a client that leaves be charged.
 	delivered bool
@@ -249,13 +252,17 @@ func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
 		if err := s.write(p, id); err != nil {
 			return n, err
 		}
-		if unflushed < streamFlushBytes && i < len(pieces)-1 {
+		// The first piece goes out alone: the first byte is not kept waiting for the pieces
+		// behind it, and a client that then stops reading has certainly got it (a first
+		// flush of many pieces could block on the client's window and never be delivered).
+		if unflushed < streamFlushBytes && i < len(pieces)-1 && s.flushedOnce {
 			continue
 		}
 		unflushed = 0
 		if err := s.flushed(); err != nil {
 			return n, err
 		}
+		s.flushedOnce = true
 	}
 	return n, nil
 }
