@@ -168,11 +168,12 @@ func TestVerifyMemory(t *testing.T) {
 	if err != nil || !r.OK || r.Accounts != 20_000 {
 		t.Fatalf("verify: %v, ok %v, %d accounts: %v", err, r.OK, r.Accounts, r.Problems)
 	}
-	// Badger's block cache (16 MiB) fills as Verify reads; the per-account maps Verify kept
-	// before took the heap 34 MiB up here.
+	// Badger's block cache (16 MiB) fills as Verify reads, and the sampled peak moves with the
+	// collector's timing (22 to 25 MiB on a busy 2-core machine); the per-account maps Verify
+	// kept before took the heap 34 MiB up here. The bound lies between the two.
 	grew := int64(peak.Load()) - int64(before)
 	t.Logf("the heap grew by %.1f MiB while verifying %d accounts", float64(grew)/(1<<20), r.Accounts)
-	if grew > 24<<20 {
+	if grew > 29<<20 {
 		t.Fatalf("the heap grew by %d MiB while verifying %d accounts", grew>>20, r.Accounts)
 	}
 }
