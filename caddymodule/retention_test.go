@@ -129,7 +129,9 @@ func TestRetentionCutStreamRealOllama(t *testing.T) {
 	}
 
 	closedBefore := relay.ClientClosed()
-	first, rid := e.cutAfter(key, body, 1, "Idempotency-Key", "drop-1")
+	// 20 bytes: past the first piece (a token), so past the documented instant of the first
+	// flush, which a client leaving within the first piece may hit and go uncharged (unkept).
+	first, rid := e.cutAfter(key, body, 20, "Idempotency-Key", "drop-1")
 	// The generation runs on without its client: its whole text is there by request id,
 	// streamed while it runs.
 	r, text := e.getText(key, "/api/v1/generations/"+rid, "Accept", "text/plain")
@@ -527,10 +529,10 @@ func TestRetentionAcrossReload(t *testing.T) {
 	extra := "retention_key " + testRetentionKey
 	e := newEnv(t, envOptions{ollama: fsrv.URL, extra: extra})
 	acct, key := e.account(2)
-	first, rid := e.cutAfter(key, genBody("summarizer", "x", "en", ""), 3)
+	first, rid := e.cutAfter(key, genBody("summarizer", "x", "en", ""), len("Osprey0 Osprey1 ")) // past the first piece
 	// Reload: the same ledger, a config that differs (so that Caddy replaces the handler).
 	e2 := newEnv(t, envOptions{ollama: fsrv.URL, dir: e.dir, extra: extra + "\n\t\tbuy_url https://example.com/buy"})
-	r, rest := e2.getText(key, "/api/v1/generations/"+rid, "Accept", "text/plain", "Range", "bytes=3-")
+	r, rest := e2.getText(key, "/api/v1/generations/"+rid, "Accept", "text/plain", "Range", fmt.Sprintf("bytes=%d-", len(first)))
 	if r.StatusCode != http.StatusPartialContent || first+rest != numbered("Osprey", pieces) {
 		t.Fatalf("after the reload: %d %q %q", r.StatusCode, first, rest)
 	}
