@@ -90,6 +90,8 @@ type ExportAccount struct {
 	Account
 	Balance, Held, TestBalance, TestHeld int64
 	NextSeq                              uint64
+	// Lots are the account's credits that expire (expiry.go), sorted by SortLots.
+	Lots []Lot
 }
 
 // ExportKey is a key's stored part with the SHA-256 digest of the full key, which LookupKey
@@ -114,6 +116,8 @@ type ExportHold struct {
 	ResolveSeq           uint64    // the number of its settle or void entry; 0 while open
 	Reason               string
 	Credits              int64 // what it reserved (HeldCredits)
+	// Lots is what the hold took of the account's expiring credits, while it is open.
+	Lots []LotTake
 }
 
 // ExportCredential is an account's password: its argon2id hash in PHC form (password.go).

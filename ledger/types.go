@@ -72,6 +72,9 @@ type Balance struct {
 	// TestBalance / TestAvailable are the same for the test credits used by test keys.
 	TestBalance   int64 `json:"test_balance"`
 	TestAvailable int64 `json:"test_available"`
+	// Expiring is what of the live balance expires, and when, soonest first (expiry.go); empty
+	// when no credits expire.
+	Expiring []ExpiringCredits `json:"expiring,omitempty"`
 }
 
 // EntryKind names what a ledger entry records.
@@ -200,6 +203,9 @@ type GrantRequest struct {
 	Reason      string
 	AmountCents int64
 	Currency    string
+	// Expires is when what is left of the credits expires (expiry.go): live grants and
+	// purchases only, after the store's clock. Zero: never.
+	Expires time.Time
 }
 
 // GrantResult reports a grant. Repeated is true when Reference had been used already;

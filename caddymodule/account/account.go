@@ -143,6 +143,9 @@ type Package struct {
 	Credits int64 `json:"credits,omitempty"`
 	// PriceCents is the price in euro cents; required, at least 50 (Stripe's minimum charge).
 	PriceCents int64 `json:"price_cents,omitempty"`
+	// Expires is how long the credits bought last (e.g. 365d): what is left of them then
+	// expires, and they are spent before credits that expire later or never. Default: 0, never.
+	Expires caddy.Duration `json:"expires,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -294,6 +297,9 @@ func (h *Handler) Validate() error {
 		}
 		if p.PriceCents < 50 || p.PriceCents > 99_999_999 {
 			return fmt.Errorf("textgen_account: package %q: the price must be between 50 and 99999999 cents", p.ID)
+		}
+		if p.Expires < 0 || (p.Expires > 0 && time.Duration(p.Expires) < time.Hour) {
+			return fmt.Errorf("textgen_account: package %q: expires must be at least an hour, or 0 for never", p.ID)
 		}
 	}
 	if h.PublicURL != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
@@ -148,6 +149,10 @@ func (a *app) buy(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 			"price_cents": strconv.FormatInt(pkg.PriceCents, 10),
 			"account_id":  sc.acct.ID,
 		},
+	}
+	if pkg.Expires > 0 {
+		// What this customer was offered, whatever the package becomes before the payment.
+		params.Metadata["expires_seconds"] = strconv.FormatInt(int64(time.Duration(pkg.Expires)/time.Second), 10)
 	}
 	if a.invoiceCreation {
 		params.InvoiceCreation = &stripe.CheckoutSessionCreateInvoiceCreationParams{Enabled: stripe.Bool(true)}

@@ -3,6 +3,7 @@ package account
 import (
 	"strconv"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-textgen/textgen/caddymodule/internal/cfarg"
@@ -25,7 +26,7 @@ func init() { webarea.RegisterDirective[Handler]("textgen_account") }
 //		stripe_webhook_secret <secret>   # e.g. {env.STRIPE_WEBHOOK_SECRET}
 //		stripe_api_url        <url>
 //		webhook_tolerance     <duration>
-//		package               <id> <credits> <price_cents>
+//		package               <id> <credits> <price_cents> [expires <duration>]
 //		public_url            <url>
 //		test_credits          <n>
 //		signup_credits        <n>        # live credits a new account gets once its address is confirmed
@@ -94,11 +95,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	})
 }
 
-// parsePackage reads `package <id> <credits> <price_cents>`.
+// parsePackage reads `package <id> <credits> <price_cents> [expires <duration>]`.
 func (h *Handler) parsePackage(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
-	if len(args) != 3 {
-		return d.Errf("package: want <id> <credits> <price_cents>, got %d arguments", len(args))
+	if len(args) != 3 && (len(args) != 5 || args[3] != "expires") {
+		return d.Errf("package: want <id> <credits> <price_cents> [expires <duration>], got %q", args)
 	}
 	p := Package{ID: args[0]}
 	var err error
@@ -107,6 +108,13 @@ func (h *Handler) parsePackage(d *caddyfile.Dispenser) error {
 	}
 	if p.PriceCents, err = strconv.ParseInt(args[2], 10, 64); err != nil {
 		return d.Errf("package %s: price %q is not a whole number of cents", args[0], args[2])
+	}
+	if len(args) == 5 {
+		dur, err := caddy.ParseDuration(args[4])
+		if err != nil || dur <= 0 {
+			return d.Errf("package %s: expires %q is not a duration such as 365d or 720h", args[0], args[4])
+		}
+		p.Expires = caddy.Duration(dur)
 	}
 	h.Packages = append(h.Packages, p)
 	return nil

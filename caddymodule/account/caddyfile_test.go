@@ -26,7 +26,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		stripe_api_url http://127.0.0.1:12111
 		webhook_tolerance 10m
 		package small 10 200
-		package big 100 1500
+		package big 100 1500 expires 365d
 		public_url https://api.example.com
 		test_credits 20
 		signup_credits 25
@@ -45,7 +45,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		Ledger: "/var/lib/textgen", PathPrefix: "/me", SessionLifetime: caddy.Duration(2 * time.Hour),
 		CookieName: "my_session", StripeSecretKey: "{env.STRIPE_SECRET_KEY}", StripeWebhookSecret: "{env.STRIPE_WEBHOOK_SECRET}",
 		StripeAPIURL: "http://127.0.0.1:12111", WebhookTolerance: caddy.Duration(10 * time.Minute),
-		Packages:  []Package{{ID: "small", Credits: 10, PriceCents: 200}, {ID: "big", Credits: 100, PriceCents: 1500}},
+		Packages:  []Package{{ID: "small", Credits: 10, PriceCents: 200}, {ID: "big", Credits: 100, PriceCents: 1500, Expires: caddy.Duration(365 * 24 * time.Hour)}},
 		PublicURL: "https://api.example.com", TestCredits: 20, SignupCredits: 25, SiteName: "Example API", MaxKeys: 5,
 		InvoiceCreation: true, TaxIDCollection: true, RefuseDisputedPurchases: true, OperatorEmail: "Billing <billing@example.com>",
 	}
@@ -67,6 +67,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		`textgen_account { package p10 10 }`,
 		`textgen_account { package p10 ten 200 }`,
 		`textgen_account { package p10 10 2.00 }`,
+		`textgen_account { package p10 10 200 expires }`,
+		`textgen_account { package p10 10 200 expires never }`,
+		`textgen_account { package p10 10 200 lasts 30d }`,
 		`textgen_account { test_credits many }`,
 		`textgen_account { signup_credits many }`,
 		"textgen_account {\n signup_credits\n}",
@@ -97,6 +100,7 @@ func TestValidate(t *testing.T) {
 		"package twice":       {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 100}, {ID: "a", Credits: 2, PriceCents: 200}}},
 		"package credits":     {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 0, PriceCents: 100}}},
 		"package price":       {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 10}}},
+		"package expires":     {Ledger: "/x", Packages: []Package{{ID: "a", Credits: 1, PriceCents: 100, Expires: caddy.Duration(time.Minute)}}},
 		"public_url":          {Ledger: "/x", PublicURL: "api.example.com"},
 		"public_url path":     {Ledger: "/x", PublicURL: "https://api.example.com/account"},
 		"stripe_api_url":      {Ledger: "/x", StripeAPIURL: "ftp://x"},

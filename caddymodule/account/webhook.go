@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/stripe/stripe-go/v82/webhook"
 	"go.uber.org/zap"
 
@@ -132,6 +134,7 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		Reason:      checkoutReason + pkg.ID,
 		AmountCents: cs.AmountTotal,
 		Currency:    strings.ToUpper(cs.Currency),
+		Expires:     pkg.expiresFrom(now()),
 	})
 	if errors.Is(err, ledger.ErrNotFound) {
 		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownAccount, "no account has this id"
@@ -257,7 +260,11 @@ func (a *app) sessionPackage(cs checkoutSession) (Package, bool) {
 	credits, cerr := strconv.ParseInt(cs.Metadata["credits"], 10, 64)
 	price, perr := strconv.ParseInt(cs.Metadata["price_cents"], 10, 64)
 	if cerr == nil && perr == nil && credits > 0 && price > 0 && cs.Metadata["package"] != "" {
-		return Package{ID: cs.Metadata["package"], Credits: credits, PriceCents: price}, true
+		p := Package{ID: cs.Metadata["package"], Credits: credits, PriceCents: price}
+		if secs, err := strconv.ParseInt(cs.Metadata["expires_seconds"], 10, 64); err == nil && secs > 0 {
+			p.Expires = caddy.Duration(time.Duration(secs) * time.Second)
+		}
+		return p, true
 	}
 	return pkg, ok
 }
@@ -266,4 +273,12 @@ func webhookReply(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]string{"status": msg})
+}
+
+// expiresFrom is when the credits of the package bought at t expire; zero: never.
+func (p Package) expiresFrom(t time.Time) time.Time {
+	if p.Expires <= 0 {
+		return time.Time{}
+	}
+	return t.Add(time.Duration(p.Expires)).UTC()
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -140,7 +141,7 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 		detail = fmt.Sprintf("%+d %s credits", credits, mode)
 		do = func() error {
 			ref := "console:" + cmpOr(formID, recID)
-			_, res, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, ref, note)
+			_, res, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, ref, note, time.Time{})
 			if err == nil && res.Repeated {
 				return errRepeated
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -25,9 +26,10 @@ type CreditLedger interface {
 }
 
 // Credit grants (kind KindGrant: credits from 1) or adjusts (KindAdjustment: credits not 0,
-// reason required) an account's credits of mode ("live" or "test"; "" is live). A reference
-// already used by the account credits nothing: the result has Repeated set.
-func Credit(ctx context.Context, store CreditLedger, id string, kind ledger.EntryKind, mode string, credits int64, reference, reason string) (ledger.Mode, ledger.GrantResult, error) {
+// reason required) an account's credits of mode ("live" or "test"; "" is live). A grant of live
+// credits may expire (expires; zero: never): what is left of it then leaves the balance. A
+// reference already used by the account credits nothing: the result has Repeated set.
+func Credit(ctx context.Context, store CreditLedger, id string, kind ledger.EntryKind, mode string, credits int64, reference, reason string, expires time.Time) (ledger.Mode, ledger.GrantResult, error) {
 	switch kind {
 	case ledger.KindGrant:
 		if credits <= 0 || credits > maxCreditsPerCall {
@@ -47,10 +49,16 @@ func Credit(ctx context.Context, store CreditLedger, id string, kind ledger.Entr
 	if err != nil {
 		return "", ledger.GrantResult{}, err
 	}
+	if !expires.IsZero() && (kind != ledger.KindGrant || m != ledger.Live) {
+		return "", ledger.GrantResult{}, badRequest("expires: only a grant of live credits may expire")
+	}
 	res, err := store.Grant(ctx, ledger.GrantRequest{
 		AccountID: id, Mode: m, Kind: kind, Credits: credits,
-		Reference: strings.TrimSpace(reference), Reason: strings.TrimSpace(reason),
+		Reference: strings.TrimSpace(reference), Reason: strings.TrimSpace(reason), Expires: expires,
 	})
+	if errors.Is(err, ledger.ErrInvalidArgument) && !expires.IsZero() {
+		return m, ledger.GrantResult{}, badRequest("expires: %s is not in the future", expires.UTC().Format(time.RFC3339))
+	}
 	if err != nil {
 		if errors.Is(err, ledger.ErrInsufficientCredits) {
 			msg := fmt.Sprintf("refused: removing %d %s credits would take account %s below zero", -credits, m, id)

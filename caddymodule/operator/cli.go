@@ -264,6 +264,7 @@ func buildTextgenCommand(cmd *cobra.Command) {
 				c.Flags().Int64("credits", 0, "Number of credits to grant (required, > 0)")
 				c.Flags().String("reference", "", "Unique reference (e.g. an invoice number): the same reference never credits twice")
 				c.Flags().Bool("test", false, "Grant test credits (used by test keys) instead of live credits")
+				c.Flags().String("expires", "", "When what is left of the credits expires: a time from now (90d, 36h) or an RFC 3339 time (default: never; live credits only)")
 			}),
 			cliLeaf("adjust", "Adds or removes credits with a reason (a correction)", cmdCreditsAdjust, func(c *cobra.Command) {
 				accountFlag(c)

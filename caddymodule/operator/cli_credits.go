@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -35,6 +36,16 @@ func cmdCreditsGrant(c *cliContext) error {
 	id, req, err := creditsFlags(c, true)
 	if err != nil {
 		return err
+	}
+	if s := strings.TrimSpace(c.fl.String("expires")); s != "" {
+		if req.Mode == string(ledger.Test) {
+			return usagef("--expires: test credits do not expire")
+		}
+		t, err := parseExpires(s, time.Now())
+		if err != nil {
+			return err
+		}
+		req.Expires = t.UTC().Format(time.RFC3339)
 	}
 	return c.credit(id, "credits", req)
 }
@@ -75,6 +86,9 @@ func (c *cliContext) credit(id, route string, req grantRequest) error {
 				verb = "Adjusted by"
 			}
 			fmt.Fprintf(w, "%s %+d %s credits on account %s.\n", verb, res.Credited, res.Mode, res.AccountID)
+			if req.Expires != "" {
+				fmt.Fprintf(w, "What is left of them expires %s.\n", req.Expires)
+			}
 		}
 		fmt.Fprintf(w, "%s credits now: balance %d, available %d.\n", res.Mode, res.Balance, res.Available)
 	})

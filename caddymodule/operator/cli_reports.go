@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -34,6 +35,9 @@ func printBalance(w io.Writer, b ledger.Balance) {
 	fmt.Fprintf(tw, "live\t%d\t%d\n", b.Balance, b.Available)
 	fmt.Fprintf(tw, "test\t%d\t%d\n", b.TestBalance, b.TestAvailable)
 	tw.Flush()
+	for _, x := range b.Expiring {
+		fmt.Fprintf(w, "%d live credits expire %s.\n", x.Credits, x.Expires.UTC().Format(time.RFC3339))
+	}
 }
 
 func cmdHistory(c *cliContext) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -25,14 +26,25 @@ func (adminAPI) credit(w http.ResponseWriter, r *http.Request, store operatorLed
 		return err
 	}
 	id := r.PathValue("id")
+	var expires time.Time
+	if s := strings.TrimSpace(req.Expires); s != "" {
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return badRequest("expires: %q is not an RFC 3339 time (2026-12-31T23:59:59Z)", s)
+		}
+		expires = t
+	}
 	var mode ledger.Mode
 	var res ledger.GrantResult
 	detail := fmt.Sprintf("%+d %s credits", req.Credits, cmp.Or(req.Mode, string(ledger.Live)))
 	if ref := strings.TrimSpace(req.Reference); ref != "" {
 		detail += ", reference " + ref
 	}
+	if !expires.IsZero() {
+		detail += ", expiring " + expires.UTC().Format(time.RFC3339)
+	}
 	err := audited(r.Context(), store, string(kind), id, detail, strings.TrimSpace(req.Reason), func() (err error) {
-		mode, res, err = Credit(r.Context(), store, id, kind, req.Mode, req.Credits, req.Reference, req.Reason)
+		mode, res, err = Credit(r.Context(), store, id, kind, req.Mode, req.Credits, req.Reference, req.Reason, expires)
 		return err
 	})
 	if err != nil {

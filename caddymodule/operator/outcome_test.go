@@ -52,7 +52,7 @@ func TestCreditOutcomeUnknown(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		_, _, err = Credit(ctx, store, acct.ID, ledger.KindGrant, "live", 10, "ticket-7", "")
+		_, _, err = Credit(ctx, store, acct.ID, ledger.KindGrant, "live", 10, "ticket-7", "", time.Time{})
 		var ae caddy.APIError
 		if !errors.As(err, &ae) || ae.HTTPStatus != http.StatusServiceUnavailable ||
 			ae.Error() != "the outcome is unknown: the grant may have been applied; retrying with the same --reference is safe (it is applied once)" {
@@ -78,7 +78,7 @@ func TestCreditOutcomeUnknown(t *testing.T) {
 			t.Fatal(err)
 		}
 		store = open()
-		_, res, err := Credit(context.Background(), store, acct.ID, ledger.KindGrant, "live", 10, "ticket-7", "")
+		_, res, err := Credit(context.Background(), store, acct.ID, ledger.KindGrant, "live", 10, "ticket-7", "", time.Time{})
 		if err != nil || !res.Repeated || res.Balance.Balance != 10 {
 			t.Fatalf("the retry with the same reference: %+v %v", res, err)
 		}

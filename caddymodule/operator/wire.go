@@ -82,6 +82,8 @@ type grantRequest struct {
 	Reference string `json:"reference"`
 	Mode      string `json:"mode"`
 	Reason    string `json:"reason"`
+	// Expires is when what is left of a grant's live credits expires, RFC 3339; "": never.
+	Expires string `json:"expires,omitempty"`
 }
 
 // creditsResult answers a grant or an adjustment.

@@ -325,6 +325,9 @@ func (s *Badger) load() error {
 		if err := s.loadMembers(txn); err != nil {
 			return err
 		}
+		if err := s.loadLots(func(prefix []byte, f func(k, v []byte) error) error { return iterate(txn, prefix, f) }); err != nil {
+			return err
+		}
 		return iterate(txn, []byte{prefixKey}, func(k, v []byte) error {
 			var rec keyRecord
 			if err := json.Unmarshal(v, &rec); err != nil {

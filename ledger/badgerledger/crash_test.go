@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,7 +287,7 @@ func crashCheck(t *testing.T, round int, dir string, acked, kept map[string]bool
 		}
 	}
 	b := ledgertest.MustBalance(t, s, a.ID)
-	if b != before {
+	if !reflect.DeepEqual(b, before) {
 		t.Fatalf("round %d: replaying references changed the balance from %+v to %+v", round, before, b)
 	}
 	if open := b.Balance - b.Available; open != 0 {

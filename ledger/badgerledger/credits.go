@@ -22,6 +22,9 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 	if err := ledger.CheckGrantRequest(req); err != nil {
 		return ledger.GrantResult{}, err
 	}
+	if err := ledger.CheckLotGrant(req, s.now()); err != nil {
+		return ledger.GrantResult{}, err
+	}
 	if err := s.beginWrite(); err != nil {
 		return ledger.GrantResult{}, err
 	}
@@ -34,7 +37,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 	if req.Reference != "" {
 		first, op, found, err := s.findGrant(a, req.Reference)
 		if err != nil || found {
-			b := a.balance()
+			b := a.liveBalance(s.now())
 			a.mu.Unlock()
 			if err != nil {
 				return ledger.GrantResult{}, err
@@ -45,15 +48,27 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 			return ledger.GrantResult{Entry: first, Balance: b, Repeated: true}, nil
 		}
 	}
+	t := s.now().UTC()
+	var ws []write
+	if req.Mode == ledger.Live && a.lotsDue(t) {
+		ws = a.expireDue(ws, t)
+	}
 	// Only what takes credits away needs them available: a purchase or grant to an account in
 	// debt (ledger/reversals.go) credits, however small against the debt.
 	bal, held := a.figures(req.Mode)
 	if req.Credits < 0 && bal+req.Credits-held < 0 {
+		if len(ws) > 0 {
+			s.c.enqueue(ws)
+		}
 		a.mu.Unlock()
 		return ledger.GrantResult{}, fmt.Errorf("adjustment of %d with %d available: %w", req.Credits, bal-held, ledger.ErrInsufficientCredits)
 	}
-	ent, ws := a.appendEntry(ledger.Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
-		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, s.now().UTC())
+	ent, ews := a.appendEntry(ledger.Entry{Kind: req.Kind, Mode: req.Mode, Reference: req.Reference, Reason: req.Reason,
+		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, t)
+	ws = append(ws, ews...)
+	if !req.Expires.IsZero() {
+		ws = append(ws, a.addLot(ledger.Lot{Seq: ent.Seq, Amount: req.Credits, Remaining: req.Credits, Expires: req.Expires.UTC()}))
+	}
 	if req.Reference != "" {
 		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))
 	}
@@ -62,7 +77,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 		a.putRef(req.Reference, &refMem{entry: ent, op: op.id})
 		a.recent = append(a.recent, recentItem{kind: 'r', key: req.Reference, op: op.id})
 	}
-	b := a.balance()
+	b := a.liveBalance(t)
 	a.mu.Unlock()
 	// A caller that stops waiting (an operator's command that timed out while the commit
 	// waits for disk space) learns that the grant may still be made: ErrOutcomeUnknown.
@@ -112,7 +127,23 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (ledger.Balance,
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.balance(), nil
+	return s.balanceNow(a)
+}
+
+// balanceNow is the account's balance after the credits that expired by now have left (a
+// change, so it waits for it to be durable). Called with a.mu held.
+func (s *Badger) balanceNow(a *account) (ledger.Balance, error) {
+	t := s.now().UTC()
+	if a.lotsDue(t) && s.beginChange() == nil {
+		defer s.life.End()
+		op := s.c.enqueue(a.expireDue(nil, t))
+		b := a.liveBalance(t)
+		a.mu.Unlock()
+		err := op.wait()
+		a.mu.Lock()
+		return b, err
+	}
+	return a.liveBalance(t), nil
 }
 
 // Purchases lists the account's purchase entries, newest first. It reads the grant-reference

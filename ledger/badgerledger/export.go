@@ -45,6 +45,19 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 		if err != nil {
 			return err
 		}
+		lots := map[string][]ledger.Lot{} // the credits that expire, per account (expiry.go)
+		err = iterate(txn, []byte{prefixLot}, func(k, v []byte) error {
+			var l ledger.Lot
+			if err := json.Unmarshal(v, &l); err != nil {
+				return fmt.Errorf("lot %x: %w", k, err)
+			}
+			acct := string(k[1 : 1+ledger.AccountIDLen])
+			lots[acct] = append(lots[acct], l)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		steps := []struct {
 			prefix byte
 			each   func(k, v []byte) error
@@ -63,7 +76,7 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 					return fmt.Errorf("balance of %q: %w", a.ID, err)
 				}
 				return sink.Account(ledger.ExportAccount{Account: a, Balance: b.Balance, Held: held[a.ID][ledger.Live],
-					TestBalance: b.TestBalance, TestHeld: held[a.ID][ledger.Test], NextSeq: b.NextSeq})
+					TestBalance: b.TestBalance, TestHeld: held[a.ID][ledger.Test], NextSeq: b.NextSeq, Lots: sortedLots(lots[a.ID])})
 			}},
 			{prefixKey, func(k, v []byte) error {
 				var rec keyRecord
@@ -91,7 +104,8 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				}
 				return sink.Hold(ledger.ExportHold{AccountID: h.AccountID, RequestID: h.RequestID, Mode: h.Mode, State: h.State,
 					KeyID: h.KeyID, Tool: h.Tool, Created: h.Created, Expires: h.Expires, HoldSeq: h.HoldSeq,
-					Resolved: h.Resolved, ResolveSeq: h.ResolveSeq, Reason: h.Reason, Credits: ledger.HeldCredits(h.Credits)})
+					Resolved: h.Resolved, ResolveSeq: h.ResolveSeq, Reason: h.Reason, Credits: ledger.HeldCredits(h.Credits),
+					Lots: openTakes(h)})
 			}},
 			{prefixEntry, func(k, v []byte) error {
 				var e ledger.Entry
@@ -282,3 +296,17 @@ func (c *exportCounter) end() {
 
 // Interface guards
 var _ ledger.Exporter = (*Badger)(nil)
+
+func sortedLots(l []ledger.Lot) []ledger.Lot {
+	ledger.SortLots(l)
+	return l
+}
+
+// openTakes is what an open hold took of the account's lots; a resolved hold's takes are spent
+// or given back, and are not exported.
+func openTakes(h holdRecord) []ledger.LotTake {
+	if h.State != ledger.HoldOpen {
+		return nil
+	}
+	return h.Lots
+}

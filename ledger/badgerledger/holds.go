@@ -95,12 +95,17 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 		return ledger.HoldResult{}, ledger.ErrAccountDisabled
 	}
 	price := ledger.HeldCredits(req.Credits)
+	t := s.now().UTC()
+	if req.Mode == ledger.Live && a.lotsDue(t) {
+		// Credits that expired leave before the hold counts what is available; their writes
+		// commit before the hold's (queue order), whether or not it is made.
+		s.c.enqueue(a.expireDue(nil, t))
+	}
 	bal, held := a.figures(req.Mode)
 	if bal-held < price {
 		a.mu.Unlock()
 		return ledger.HoldResult{}, ledger.ErrInsufficientCredits
 	}
-	t := s.now().UTC()
 	// The key's budget is counted first and stored last, so that a refusal by the member's cap
 	// leaves the key's count as it was (both change only in memory, under a.mu, until the commit).
 	// A key without a budget is not counted and not written.
@@ -128,6 +133,10 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	}
 	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindHold, Mode: req.Mode, RequestID: req.RequestID, KeyID: req.KeyID, Tool: req.Tool,
 		Credits: price}, 0, price, t)
+	var takes []ledger.LotTake
+	if req.Mode == ledger.Live {
+		takes, ws = a.takeLots(ws, price, t)
+	}
 	rec := holdRecord{
 		AccountID: a.id,
 		RequestID: req.RequestID,
@@ -139,6 +148,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 		Expires:   t.Add(cmp.Or(req.TTL, s.opts.HoldTTL)),
 		HoldSeq:   ent.Seq,
 		Credits:   price,
+		Lots:      takes,
 	}
 	ws = append(append(ws, mws...),
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
@@ -213,6 +223,9 @@ func (s *Badger) resolve(accountID, requestID string, to ledger.HoldState, reaso
 		if to != ledger.HoldSettled || !ledger.LateSettleAllowed(h.rec.State, h.rec.Reason, h.rec.Expires, decided) {
 			return s.repeated(a, h)
 		}
+		if t := s.now().UTC(); h.rec.Mode == ledger.Live && a.lotsDue(t) {
+			s.c.enqueue(a.expireDue(nil, t))
+		}
 		if bal, held := a.figures(h.rec.Mode); bal-held < ledger.HeldCredits(h.rec.Credits) {
 			return s.repeated(a, h) // the credit given back is spent: it stays voided
 		}
@@ -246,6 +259,12 @@ func (s *Badger) resolveLocked(a *account, h *holdMem, to ledger.HoldState, reas
 	ent, ws := a.appendEntry(ledger.Entry{Kind: kind, Mode: m, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool, Reason: reason,
 		Credits: rec.Credits}, amount, -price, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = to, t, ent.Seq, reason
+	if len(rec.Lots) > 0 {
+		ws = a.releaseLots(ws, rec.Lots, to == ledger.HoldSettled)
+		if to == ledger.HoldVoided {
+			ws = a.expireDue(ws, t) // what it gives back of a lot that expired leaves at once
+		}
+	}
 	if to == ledger.HoldVoided {
 		if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
 			ws = s.releaseKey(ws, ke, rec.Created, price)
@@ -271,6 +290,13 @@ func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingO
 	ent, ws := a.appendEntry(ledger.Entry{Kind: ledger.KindSettle, Mode: rec.Mode, RequestID: rec.RequestID, KeyID: rec.KeyID, Tool: rec.Tool,
 		Reason: ledger.SettledLateReason, Credits: rec.Credits}, -price, 0, t)
 	rec.State, rec.Resolved, rec.ResolveSeq, rec.Reason = ledger.HoldSettled, t, ent.Seq, ledger.SettledLateReason
+	if rec.Mode == ledger.Live && len(a.lots) > 0 {
+		// The void gave back what the hold took; the late charge takes afresh and spends at once.
+		rec.Lots, ws = a.takeLots(ws, price, t)
+		ws = a.releaseLots(ws, rec.Lots, true)
+	} else {
+		rec.Lots = nil
+	}
 	if ke := s.holdKeyEntry(a, rec.KeyID); ke != nil {
 		ws = s.retakeKey(ws, ke, rec.Created, price)
 	}
@@ -285,7 +311,34 @@ func (s *Badger) settleLateLocked(a *account, h *holdMem, t time.Time) *pendingO
 // sweep voids every open hold past its expiry and returns how many it voided.
 func (s *Badger) sweep() (int, error) {
 	t := s.now().UTC()
-	return s.voidWhere("expired", t, func(h *holdMem) bool { return !t.Before(h.rec.Expires) })
+	n, err := s.voidWhere("expired", t, func(h *holdMem) bool { return !t.Before(h.rec.Expires) })
+	if err != nil {
+		return n, err
+	}
+	return n, s.expireLots(t)
+}
+
+// expireLots expires, at t, the credits of every account whose lots are due (expiry.go).
+func (s *Badger) expireLots(t time.Time) error {
+	if err := s.beginChange(); err != nil {
+		return err
+	}
+	defer s.life.End()
+	var ops []*pendingOp
+	for _, a := range s.allAccounts() {
+		a.mu.Lock()
+		if a.lotsDue(t) {
+			ops = append(ops, s.c.enqueue(a.expireDue(nil, t)))
+		}
+		a.mu.Unlock()
+	}
+	var first error
+	for _, op := range ops {
+		if err := op.wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // voidLeftOver voids, at Open, every hold that is open on disk: the process that made it is

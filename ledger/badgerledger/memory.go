@@ -37,6 +37,9 @@ type account struct {
 	idem   map[string]*idemMem // idempotency records not yet known durable
 	recent []recentItem        // resolutions/refs/idem writes in op order, for prune
 	keys   []*keyEntry
+	// lots are the account's live credits that expire (expiry.go), sorted by ledger.SortLots;
+	// nil when none do.
+	lots []ledger.Lot
 	// orgMu serialises the changes of an organisation's members with each other and with its
 	// members' key creation (members.go); it is held across their disk sync, so it is
 	// not mu. org is the organisation's members and their months (guarded by mu; nil for a

@@ -56,6 +56,8 @@ const (
 	prefixCode       byte = 0x26 // code id -> codeRecord (JSON): the code's SHA-256 digest, never the code
 	prefixCodeHash   byte = 0x27 // SHA-256 digest of a normalised code (32 bytes) -> code id
 	prefixCodeRedeem byte = 0x28 // code id + acct id -> CodeRedemption (JSON)
+	// Credits that expire (expiry.go), dropped once spent or expired.
+	prefixLot byte = 0x29 // acct id + grant entry seq (uint64 BE) -> ledger.Lot (JSON)
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

@@ -41,6 +41,8 @@ type holdRecord struct {
 	// Credits is what the hold reserved; absent from a hold written before tools had prices,
 	// which reserved one (ledger.HeldCredits).
 	Credits int64 `json:"credits,omitempty"`
+	// Lots is what the hold took of the account's credits that expire (expiry.go).
+	Lots []ledger.LotTake `json:"lots,omitempty"`
 }
 
 func mustJSON(v any) []byte {

@@ -44,7 +44,7 @@ func entryJSON(e *ledger.Entry) []byte {
 // holdRecordJSON is mustJSON(r), faster.
 func holdRecordJSON(r *holdRecord) []byte {
 	// 155 bytes of names and punctuation, 2 numbers of at most 20 digits, 3 times of at most 35.
-	n := 300 + len(r.AccountID) + len(r.RequestID) + len(r.Mode) + len(r.State) + len(r.KeyID) +
+	n := 300 + 40*len(r.Lots) + len(r.AccountID) + len(r.RequestID) + len(r.Mode) + len(r.State) + len(r.KeyID) +
 		len(r.Tool) + len(r.Reason)
 	b, err := appendHoldRecordJSON(make([]byte, 0, n), r)
 	if err != nil {
@@ -128,6 +128,20 @@ func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	if r.Credits != 0 {
 		dst = append(dst, `,"credits":`...)
 		dst = strconv.AppendInt(dst, r.Credits, 10)
+	}
+	if len(r.Lots) > 0 {
+		dst = append(dst, `,"lots":[`...)
+		for i, t := range r.Lots {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"seq":`...)
+			dst = strconv.AppendUint(dst, t.Seq, 10)
+			dst = append(dst, `,"credits":`...)
+			dst = strconv.AppendInt(dst, t.Credits, 10)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}'), err
 }

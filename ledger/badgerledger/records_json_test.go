@@ -202,6 +202,16 @@ func fillRecord(t testing.TB, src recordSource, p any, allSet bool) {
 				x = 7
 			}
 			f.SetUint(x)
+		case sf.Type.Kind() == reflect.Slice && sf.Type.Elem().Kind() == reflect.Struct:
+			n := int(genUint64(src) % 4)
+			if allSet && n == 0 {
+				n = 2
+			}
+			sl := reflect.MakeSlice(sf.Type, n, n)
+			for j := range n {
+				fillRecord(t, src, sl.Index(j).Addr().Interface(), allSet)
+			}
+			f.Set(sl)
 		default:
 			t.Fatalf("%s.%s is a %s: teach fillRecord (records_json_test.go) and the encoder (records_json.go) about it",
 				v.Type(), sf.Name, sf.Type)

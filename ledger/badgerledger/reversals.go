@@ -202,13 +202,27 @@ func (s *Badger) Reverse(ctx context.Context, req ledger.ReversalRequest) (ledge
 	var op *pendingOp
 	if st.Entry {
 		a.mu.Lock()
+		var lws []write
+		if st.Delta < 0 && len(a.lots) > 0 {
+			// What the refunded purchase gave, if still there, is what goes first.
+			first, _, found, err := s.findGrant(a, p.Reference)
+			if err != nil {
+				a.mu.Unlock()
+				return ledger.ReversalResult{}, err
+			}
+			if l := a.lot(first.Seq); found && l != nil {
+				l.Remaining -= min(-st.Delta, l.Remaining-l.Held)
+				lws = a.lotWrites(nil, first.Seq)
+			}
+		}
 		ent, ews := a.appendEntry(st.EntryOf(), st.Delta, 0, st.Reversal.Updated)
+		ews = append(ews, lws...)
 		// The entry's reference is indexed like a grant's, as PostgreSQL's unique index does.
 		ws = append(append(ews, set(grantRefKey(a.id, ent.Reference), seqBytes(ent.Seq))), ws...)
 		op = s.c.enqueue(ws)
 		a.putRef(ent.Reference, &refMem{entry: ent, op: op.id})
 		a.recent = append(a.recent, recentItem{kind: 'r', key: ent.Reference, op: op.id})
-		res.Entry, res.Balance = ent, a.balance()
+		res.Entry, res.Balance = ent, a.liveBalance(s.now())
 		a.mu.Unlock()
 	} else {
 		op = s.c.enqueue(ws)

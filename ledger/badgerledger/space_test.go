@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestDiskFull(t *testing.T) {
 		ledgertest.WantErr(t, err, ledger.ErrUnavailable)
 		_, _, err = s.RecordUnmatchedPayment(bg, ledger.UnmatchedPayment{Reference: "cs_during", Currency: "eur", Problem: ledger.ProblemUnknownPackage})
 		ledgertest.WantErr(t, err, ledger.ErrUnavailable)
-		if b := ledgertest.MustBalance(t, s, a); b != before {
+		if b := ledgertest.MustBalance(t, s, a); !reflect.DeepEqual(b, before) {
 			t.Fatalf("balance changed by refused work: %+v, was %+v", b, before)
 		}
 		// Reads go on.

@@ -23,6 +23,9 @@ type acctCheck struct {
 	negAv   bool
 	badLine bool
 	gap     bool
+	// granted is what each live grant or purchase gave, expired what expire entries took of
+	// each lot (by the grant's entry), for ledger.LotProblems.
+	granted, expired map[uint64]int64
 }
 
 // modeIndex is a mode's place in acctCheck's arrays; ok is false for an unknown mode.
@@ -124,14 +127,16 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 		defer entriesC.close()
 		openC := newVerifyCursor(txn, prefixOpenHold, perAccount(1))
 		defer openC.close()
+		lotsC := newVerifyCursor(txn, prefixLot, perAccount(8))
+		defer lotsC.close()
 		mi := 0
 		n := 0
 		for {
 			// The next account any record type (or memory) names.
 			id, any := "", false
-			for _, c := range []*verifyCursor{accountsC, balancesC, entriesC, openC} {
+			for _, c := range []*verifyCursor{accountsC, balancesC, entriesC, openC, lotsC} {
 				if err := c.skipMalformed(func(k []byte) {
-					what := map[byte]string{prefixEntry: "entry", prefixOpenHold: "open-hold"}[k[0]]
+					what := map[byte]string{prefixEntry: "entry", prefixOpenHold: "open-hold", prefixLot: "lot"}[k[0]]
 					if k[0] == prefixEntry {
 						rep.Entries++
 					}
@@ -231,6 +236,7 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 			// Its open holds: each must be open, have its hold entry, be counted by the entries,
 			// and not be long past its expiry.
 			var open [2]int64
+			lotHeld := map[uint64]int64{}
 			for openC.at(id) {
 				rid := string(openC.key()[1+ledger.AccountIDLen:])
 				rec, err := getHold(txn, id, rid)
@@ -242,6 +248,9 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 					}
 					if i, ok := modeIndex(rec.Mode); ok {
 						open[i] += ledger.HeldCredits(rec.Credits)
+					}
+					for _, tk := range rec.Lots {
+						lotHeld[tk.Seq] += tk.Credits
 					}
 					v, ok, err := getValue(txn, entryKey(id, rec.HoldSeq))
 					if err != nil {
@@ -262,6 +271,25 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 			for i, md := range []ledger.Mode{ledger.Live, ledger.Test} {
 				if open[i] != c.sums[i].Open {
 					add(id, "open_hold_mismatch", "the open %s holds hold %d credits, the entries leave %d held", md, open[i], c.sums[i].Open)
+				}
+			}
+
+			// Its lots (expiry.go), against its open holds' takes and its expire entries.
+			var lots []ledger.Lot
+			for lotsC.at(id) {
+				var l ledger.Lot
+				if err := json.Unmarshal(lotsC.value(), &l); err != nil {
+					add(id, "corrupt_record", "lot %x: %v", lotsC.key(), err)
+				} else {
+					lots = append(lots, l)
+				}
+				if err := lotsC.next(); err != nil {
+					return err
+				}
+			}
+			if len(lots) > 0 || len(lotHeld) > 0 || len(c.expired) > 0 {
+				for _, p := range ledger.LotProblems(id, lots, lotHeld, c.expired, c.granted) {
+					add(p.AccountID, p.Kind, "%s", p.Detail)
 				}
 			}
 
@@ -314,6 +342,22 @@ func (c *acctCheck) entry(seq uint64, v []byte, m *memSnapshot, add func(acct, k
 	}
 	ms := &c.sums[i]
 	ms.Apply(e)
+	switch {
+	case e.Mode == ledger.Live && (e.Kind == ledger.KindGrant || e.Kind == ledger.KindPurchase):
+		if c.granted == nil {
+			c.granted = map[uint64]int64{}
+		}
+		c.granted[seq] = e.Amount
+	case e.Kind == ledger.KindExpire:
+		if lot, ok := ledger.ExpiredLot(e); ok {
+			if c.expired == nil {
+				c.expired = map[uint64]int64{}
+			}
+			c.expired[lot] -= e.Amount
+		} else {
+			add(id, "corrupt_record", "expire entry %d names no lot: %q", seq, e.Reason)
+		}
+	}
 	if m != nil && seq < m.nextSeq {
 		c.cut[i] = *ms
 	}

@@ -217,3 +217,38 @@ func TestVerifyCodes(t *testing.T) {
 		t.Fatalf("verify of a damaged code: %+v", r)
 	}
 }
+
+// TestVerifyLots: a lot whose held credits no open hold took, and an expire entry that took
+// more than its grant gave, are reported.
+func TestVerifyLots(t *testing.T) {
+	s := newMem(t)
+	a := ledgertest.MustAccount(t, s, "lots@example.com").ID
+	g, err := s.Grant(bg, ledger.GrantRequest{AccountID: a, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 4,
+		Expires: s.now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.VerifyClean(t, s)
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		l := ledger.Lot{Seq: g.Entry.Seq, Amount: 4, Remaining: 4, Held: 2, Expires: s.now().Add(time.Hour)}
+		if err := txn.Set(lotKey(a, l.Seq), mustJSON(l)); err != nil {
+			return err
+		}
+		e := ledger.Entry{Seq: 2, AccountID: a, Kind: ledger.KindExpire, Mode: ledger.Live, Amount: -5, BalanceAfter: -1,
+			AvailableAfter: -1, Reason: ledger.ExpireReason(g.Entry.Seq), Time: s.now()}
+		return txn.Set(entryKey(a, 2), entryJSON(&e))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range r.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	if r.OK || !slices.Contains(kinds, "lot_held_mismatch") || !slices.Contains(kinds, "expired_too_much") {
+		t.Fatalf("verify of damaged lots: %+v", r)
+	}
+}

@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func testAccounts(t *testing.T, eng engine) {
 		!strings.HasPrefix(a.ID, "acct_") || len(a.ID) != ledger.AccountIDLen {
 		t.Fatalf("account %+v", a)
 	}
-	if b := MustBalance(t, s, a.ID); b != (ledger.Balance{AccountID: a.ID}) {
+	if b := MustBalance(t, s, a.ID); !reflect.DeepEqual(b, ledger.Balance{AccountID: a.ID}) {
 		t.Fatalf("new account balance %+v", b)
 	}
 	_, err = s.CreateAccount(bg, "ALICE@example.com")

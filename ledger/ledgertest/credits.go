@@ -152,7 +152,7 @@ func testTestModeIsSeparate(t *testing.T, eng engine) {
 	if _, err := s.Settle(bg, a, "t1"); err != nil {
 		t.Fatal(err)
 	}
-	if b := MustBalance(t, s, a); b != (ledger.Balance{AccountID: a, Balance: 5, Available: 5}) {
+	if b := MustBalance(t, s, a); !reflect.DeepEqual(b, ledger.Balance{AccountID: a, Balance: 5, Available: 5}) {
 		t.Fatalf("balance %+v", b)
 	}
 	VerifyClean(t, s)

@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -179,7 +180,7 @@ func testLookupKeyBalance(t *testing.T, eng engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := MustBalance(t, s, a); gk.ID != k.ID || ga.ID != a || gb != want {
+	if want := MustBalance(t, s, a); gk.ID != k.ID || ga.ID != a || !reflect.DeepEqual(gb, want) {
 		t.Fatalf("LookupKeyBalance: key %s account %s balance %+v; want %s %s %+v", gk.ID, ga.ID, gb, k.ID, a, want)
 	}
 	if gb.Available != 2 || gb.Balance != 3 || gb.TestAvailable != 2 {

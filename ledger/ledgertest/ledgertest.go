@@ -178,6 +178,13 @@ var conformanceTests = []struct {
 	{"ReversalsInvalid", testReversalsInvalid},
 	{"ReversalOrders", testReversalOrders}, // reversal_orders.go
 	{"ReversalOfPendingPayment", testReversalOfPendingPayment},
+	// Credits that expire (expiry.go).
+	{"ExpirySpendsSoonestFirst", testExpirySpendsSoonestFirst},
+	{"ExpiryWithOpenHoldSettled", testExpiryWithOpenHold(true)},
+	{"ExpiryWithOpenHoldVoided", testExpiryWithOpenHold(false)},
+	{"ExpiryTwoLots", testExpiryTwoLots},
+	{"ExpiryRefundTakesOwnLotFirst", testExpiryRefund},
+	{"ExpiryInvalid", testExpiryInvalid},
 	// Receipts (receipts.go).
 	{"ReceiptKeys", testReceiptKeys},
 	{"ReceiptKeysConcurrent", testReceiptKeysConcurrent},

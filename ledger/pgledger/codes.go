@@ -218,7 +218,7 @@ func (s *Postgres) Redeem(ctx context.Context, accountID, code string) (ledger.R
 		var e entryRow
 		var b balanceRow
 		err = tx.QueryRow(wctx, pgGrantSQL, accountID, string(ledger.Live), string(ledger.KindGrant), c.Credits,
-			ledger.CodeReference(c.ID), ledger.RedeemReason, int64(0), "", t.UnixNano()).
+			ledger.CodeReference(c.ID), ledger.RedeemReason, int64(0), "", t.UnixNano(), int64(0)).
 			Scan(append(append([]any{&outcome}, e.dest()...), b.dest()...)...)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,11 +82,15 @@ type pgCommitter struct {
 	stopped chan struct{}
 	// batches and calls count what was sent, for benchmarks (calls per batch).
 	batches, calls atomic.Int64
+	// now is the ledger's clock: each batch tells it to the database (textgen.now), so that
+	// ledger_lock expires the credits due by it (migrations/00018).
+	now func() time.Time
 }
 
-func newPgCommitter(pool *pgxpool.Pool, timeout time.Duration, log *zap.Logger) *pgCommitter {
+func newPgCommitter(pool *pgxpool.Pool, timeout time.Duration, log *zap.Logger, now func() time.Time) *pgCommitter {
 	c := &pgCommitter{
 		pool:    pool,
+		now:     now,
 		timeout: timeout,
 		log:     log,
 		wake:    make(chan struct{}, 1),
@@ -227,6 +232,7 @@ func (c *pgCommitter) send(batch []*pgCall) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('textgen.now', $1, true)`, strconv.FormatInt(c.now().UTC().UnixNano(), 10))
 	var stmts [][]*pgCall // the calls of each queued statement
 	for i := 0; i < len(batch); {
 		j := i + 1
@@ -248,6 +254,10 @@ func (c *pgCommitter) send(batch []*pgCall) error {
 	}
 	defer conn.Release()
 	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
+	}
 	for _, calls := range stmts {
 		if calls[0].hold == nil {
 			calls[0].err = calls[0].scan(br.QueryRow())

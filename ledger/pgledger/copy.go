@@ -69,6 +69,9 @@ func CopyLedger(ctx context.Context, from ledger.Store, to *Postgres, opts CopyO
 		if err := imp.countDisputed(); err != nil {
 			return err
 		}
+		if err := imp.markLots(); err != nil {
+			return err
+		}
 		return imp.markOrganisations()
 	})
 	return pgErr(ctx, "copying ledger", err)
@@ -110,7 +113,9 @@ var pgImportTables = []struct {
 	{"api_keys", []string{"id", "account_id", "digest", "mode", "name", "prefix", "last4", "created", "last_used", "expires", "revoked",
 		"note", "budget_total", "budget_day", "budget_month", "allowed_tools", "allowed_cidrs", "rolled", "prev_digest", "prev_last4", "prev_until", "member_id"}},
 	{"api_key_usage", []string{"key_id", "total", "day", "day_start", "month", "month_start"}},
+	{"lots", []string{"account_id", "seq", "amount", "remaining", "held", "expires"}},
 	{"holds", []string{"account_id", "request_id", "mode", "state", "key_id", "tool", "created", "expires", "hold_seq", "resolved", "resolve_seq", "reason", "credits"}},
+	{"hold_lots", []string{"account_id", "request_id", "seq", "credits"}},
 	{"entries", []string{"account_id", "seq", "kind", "mode", "amount", "balance_after", "available_after", "request_id", "key_id", "tool", "reference", "reason", "amount_cents", "currency", "at", "credits"}},
 	{"credentials", []string{"account_id", "hash", "updated"}},
 	{"sessions", []string{"digest", "account_id", "created", "expires", "csrf_token"}},
@@ -159,10 +164,29 @@ func (p *pgImport) flush() error {
 // Account stores an account. Its reversed credits (what refunds and disputes took, the floor of
 // a debt) are not an exported figure: they start at what the row's check needs and are counted
 // from the copied entries at the end (countReversed).
+//
+// Its lots (the credits that expire) are copied as they are; the account is marked as having
+// lots only at the end (markLots), so that the copied open holds do not take from them again
+// (migrations/00018's trigger) but keep the takes copied with them.
 func (p *pgImport) Account(a ledger.ExportAccount) error {
-	return p.add("accounts", a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Balance, a.Held,
+	err := p.add("accounts", a.ID, a.Email, string(a.Status), a.Created.UnixNano(), a.Balance, a.Held,
 		a.TestBalance, a.TestHeld, int64(a.NextSeq), a.Unverified, a.LowBalanceAlert, a.LowBalanceNotified,
 		max(a.Held-a.Balance, 0))
+	for _, l := range a.Lots {
+		if err != nil {
+			break
+		}
+		err = p.add("lots", a.ID, int64(l.Seq), l.Amount, l.Remaining, l.Held, l.Expires.UnixNano())
+	}
+	return err
+}
+
+// markLots marks the accounts with lots, once their holds are copied.
+func (p *pgImport) markLots() error {
+	if _, err := p.tx.Exec(p.ctx, `UPDATE accounts SET has_lots = true WHERE id IN (SELECT account_id FROM lots)`); err != nil {
+		return fmt.Errorf("marking the accounts with credits that expire: %w", err)
+	}
+	return nil
 }
 
 // countReversed sets every account's reversed credits from its refund and dispute entries, as
@@ -232,9 +256,19 @@ func (p *pgImport) Hold(h ledger.ExportHold) error {
 	if h.ResolveSeq != 0 {
 		resolveSeq = int64(h.ResolveSeq)
 	}
-	return p.add("holds", h.AccountID, h.RequestID, string(h.Mode), string(h.State), h.KeyID, h.Tool,
+	err := p.add("holds", h.AccountID, h.RequestID, string(h.Mode), string(h.State), h.KeyID, h.Tool,
 		h.Created.UnixNano(), h.Expires.UnixNano(), int64(h.HoldSeq), pgNanos(h.Resolved), resolveSeq, h.Reason,
 		ledger.HeldCredits(h.Credits))
+	if h.State != ledger.HoldOpen {
+		return err // what a resolved hold took is spent or given back
+	}
+	for _, t := range h.Lots {
+		if err != nil {
+			break
+		}
+		err = p.add("hold_lots", h.AccountID, h.RequestID, int64(t.Seq), t.Credits)
+	}
+	return err
 }
 
 func (p *pgImport) Entry(e ledger.Entry) error {

@@ -212,6 +212,19 @@ func TestCopyLedger(t *testing.T) {
 	if _, err := from.DisableCode(bg, dc.ID); err != nil {
 		t.Fatal(err)
 	}
+	// bob has 8 credits that expire in two days, 3 of them held by an open hold: the copy keeps
+	// the lot and the hold's take.
+	bobExpires := t0.Add(48 * time.Hour)
+	if _, err := from.Grant(bg, ledger.GrantRequest{AccountID: bob.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 8,
+		Expires: bobExpires}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Hold(bg, ledger.HoldRequest{AccountID: bob.ID, Mode: ledger.Live, RequestID: "rb", Credits: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if b := ledgertest.MustBalance(t, from, bob.ID); len(b.Expiring) != 1 || b.Expiring[0].Credits != 5 {
+		t.Fatalf("bob's expiring credits before the copy: %+v", b)
+	}
 	ledgertest.VerifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -256,7 +269,7 @@ func TestCopyLedger(t *testing.T) {
 	}
 
 	for _, a := range []ledger.Account{alice, bob} {
-		if got, want := ledgertest.MustBalance(t, to, a.ID), ledgertest.MustBalance(t, from, a.ID); got != want {
+		if got, want := ledgertest.MustBalance(t, to, a.ID), ledgertest.MustBalance(t, from, a.ID); !reflect.DeepEqual(got, want) {
 			t.Errorf("balance of %s: %+v, Badger %+v", a.Email, got, want)
 		}
 		if got, want := ledgertest.AllHistory(t, to, a.ID), ledgertest.AllHistory(t, from, a.ID); !reflect.DeepEqual(got, want) {
@@ -270,6 +283,11 @@ func TestCopyLedger(t *testing.T) {
 		if got, _ := to.GetAccount(bg, a.ID); got != a {
 			t.Errorf("account %+v, want %+v", got, a)
 		}
+	}
+	var lots, takes int64
+	if err := to.pool.QueryRow(bg, `SELECT (SELECT count(*) FROM lots WHERE account_id = $1 AND held = 3 AND remaining = 8),
+		(SELECT count(*) FROM hold_lots WHERE account_id = $1 AND request_id = 'rb' AND credits = 3)`, bob.ID).Scan(&lots, &takes); err != nil || lots != 1 || takes != 1 {
+		t.Errorf("bob's lot and the open hold's take after the copy: %d %d %v", lots, takes, err)
 	}
 	if got, want := mustPurchases(t, to, alice.ID), mustPurchases(t, from, alice.ID); len(got) != 2 || !reflect.DeepEqual(got, want) {
 		t.Errorf("purchases %+v, Badger %+v", got, want)
@@ -604,6 +622,26 @@ func pgExported(t *testing.T, s *Postgres) exported {
 				c.ResolveSeq = uint64(*resolveSeq)
 			}
 			x.holds = append(x.holds, c)
+		})
+	// The lots of each account and the takes of each open hold (migrations/00018).
+	for i := range x.accounts {
+		lots, err := s.lotsOf(bg, s.pool, x.accounts[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lots) > 0 {
+			x.accounts[i].Lots = lots
+		}
+	}
+	var take ledger.LotTake
+	var takeAcct, takeRid string
+	each(`SELECT account_id, request_id, seq, credits FROM hold_lots ORDER BY account_id, request_id, seq`,
+		[]any{&takeAcct, &takeRid, &take.Seq, &take.Credits}, func() {
+			for i := range x.holds {
+				if x.holds[i].AccountID == takeAcct && x.holds[i].RequestID == takeRid {
+					x.holds[i].Lots = append(x.holds[i].Lots, take)
+				}
+			}
 		})
 	var er entryRow
 	each(`SELECT `+pgList("", pgEntryCols, false)+` FROM entries`, er.dest(), func() { x.entries = append(x.entries, er.entry()) })

@@ -17,7 +17,7 @@ import (
 var (
 	pgGrantSQL = `SELECT r.o_outcome, ` + pgList("(r.o_entry).", pgEntryCols, true) + `, ` +
 		pgList("(r.o_account).", pgBalanceCols, true) +
-		` FROM ledger_grant($1, $2, $3, $4, $5, $6, $7, $8, $9) r`
+		` FROM ledger_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) r`
 	pgRefillSQL = `SELECT r.o_outcome, coalesce(r.o_credits, 0), ` + pgList("(r.o_account).", pgBalanceCols, true) +
 		` FROM ledger_refill($1, $2, $3) r`
 )
@@ -29,8 +29,15 @@ func (s *Postgres) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.G
 	if err := ledger.CheckGrantRequest(req); err != nil {
 		return ledger.GrantResult{}, err
 	}
+	if err := ledger.CheckLotGrant(req, s.now()); err != nil {
+		return ledger.GrantResult{}, err
+	}
 	if err := pgStorable("grant", req.Reference, req.Reason, req.Currency); err != nil {
 		return ledger.GrantResult{}, err
+	}
+	var expires int64 // 0: never
+	if !req.Expires.IsZero() {
+		expires = req.Expires.UTC().UnixNano()
 	}
 	if err := s.life.Begin(); err != nil {
 		return ledger.GrantResult{}, err
@@ -42,7 +49,7 @@ func (s *Postgres) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.G
 	scan := func(r pgx.Row) error { return r.Scan(append(append([]any{&outcome}, e.dest()...), b.dest()...)...) }
 	err := s.c.enqueue(&pgCall{acct: req.AccountID, sql: pgGrantSQL, scan: scan, outcomeUnknown: true,
 		args: []any{req.AccountID, string(req.Mode), string(req.Kind), req.Credits,
-			req.Reference, req.Reason, req.AmountCents, req.Currency, s.now().UTC().UnixNano()}}).wait()
+			req.Reference, req.Reason, req.AmountCents, req.Currency, s.now().UTC().UnixNano(), expires}}).wait()
 	if err != nil {
 		return ledger.GrantResult{}, err
 	}
@@ -68,15 +75,53 @@ func (s *Postgres) Balance(ctx context.Context, accountID string) (ledger.Balanc
 		return ledger.Balance{}, err
 	}
 	defer done()
+	t := s.now().UTC()
 	var b balanceRow
-	err = s.pool.QueryRow(qctx, `SELECT `+pgList("", pgBalanceCols, false)+` FROM accounts WHERE id = $1`, accountID).Scan(b.dest()...)
+	var hasLots, due bool
+	read := func() error {
+		return s.pool.QueryRow(qctx, `SELECT `+pgList("", pgBalanceCols, false)+`, has_lots,
+			has_lots AND EXISTS (SELECT FROM lots WHERE account_id = $1 AND expires <= $2 AND remaining > held)
+			FROM accounts WHERE id = $1`, accountID, t.UnixNano()).Scan(append(b.dest(), &hasLots, &due)...)
+	}
+	err = read()
+	if err == nil && due {
+		// Credits that expired by now leave first, in a transaction of their own (a rare write:
+		// once per lot, unless the sweep came first).
+		if _, err = s.pool.Exec(qctx, `SELECT ledger_expire_account($1, $2)`, accountID, t.UnixNano()); err == nil {
+			err = read()
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.Balance{}, fmt.Errorf("account %q: %w", accountID, ledger.ErrNotFound)
 	}
 	if err != nil {
 		return ledger.Balance{}, pgErr(ctx, "reading balance", err)
 	}
-	return b.balance(accountID), nil
+	bal := b.balance(accountID)
+	if hasLots {
+		lots, err := s.lotsOf(qctx, s.pool, accountID)
+		if err != nil {
+			return ledger.Balance{}, pgErr(ctx, "reading expiring credits", err)
+		}
+		bal.Expiring = ledger.ExpiringOf(lots, t)
+	}
+	return bal, nil
+}
+
+// lotsOf returns the account's lots (migrations/00018), sorted by ledger.SortLots.
+func (s *Postgres) lotsOf(ctx context.Context, q pgQuerier, accountID string) ([]ledger.Lot, error) {
+	rows, err := q.Query(ctx, `SELECT seq, amount, remaining, held, expires FROM lots WHERE account_id = $1
+		ORDER BY expires, seq`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Lot, error) {
+		var l ledger.Lot
+		var exp int64
+		err := r.Scan(&l.Seq, &l.Amount, &l.Remaining, &l.Held, &exp)
+		l.Expires = pgTime(exp)
+		return l, err
+	})
 }
 
 // Purchases lists the account's purchase entries, newest first.

@@ -260,7 +260,40 @@ func (s *Postgres) sweep(ctx context.Context) (int, error) {
 			break
 		}
 	}
+	if err := s.expireLots(ctx, t); err != nil {
+		return voided, err
+	}
 	return voided, s.purge(ctx, t)
+}
+
+// expireLots expires, at t, the credits of every account whose lots are due (migrations/00018),
+// one account per transaction. Several instances may do it at once: each account's expiry runs
+// under its row lock and finds nothing left to do the second time.
+func (s *Postgres) expireLots(ctx context.Context, t time.Time) error {
+	for {
+		qctx, cancel := s.bound(ctx)
+		rows, err := s.pool.Query(qctx, `SELECT DISTINCT account_id FROM lots WHERE expires <= $1 AND remaining > held LIMIT $2`,
+			t.UnixNano(), pgSweepPage)
+		var due []string
+		if err == nil {
+			due, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		cancel()
+		if err != nil {
+			return pgErr(ctx, "listing expired credits", err)
+		}
+		for _, acct := range due {
+			qctx, cancel := s.bound(ctx)
+			_, err := s.pool.Exec(qctx, `SELECT ledger_expire_account($1, $2)`, acct, t.UnixNano())
+			cancel()
+			if err != nil {
+				return pgErr(ctx, "expiring credits", err)
+			}
+		}
+		if len(due) < pgSweepPage {
+			return nil
+		}
+	}
 }
 
 // expiredHolds lists up to pgSweepPage open holds past their expiry at t, as (account, request).

@@ -227,7 +227,7 @@ const (
 	// A key is found by its secret or, after a roll, by the previous one (each a unique index).
 	pgLookupKeyFrom       = pgKeyFrom + ` JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1 OR k.prev_digest = $1`
 	pgLookupKeySQL        = pgLookupKeySelect + pgLookupKeyFrom
-	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held` + pgLookupKeyFrom
+	pgLookupKeyBalanceSQL = pgLookupKeySelect + `, a.balance, a.held, a.test_balance, a.test_held, a.has_lots` + pgLookupKeyFrom
 )
 
 func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance bool) (ledger.Key, ledger.Account, ledger.Balance, error) {
@@ -244,10 +244,10 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	var r keyRow
 	var a accountRow
 	var b balanceRow
-	var current bool
+	var current, hasLots bool
 	q, dest := pgLookupKeySQL, append(append(r.dest(), &current), a.dest()...)
 	if withBalance {
-		q, dest = pgLookupKeyBalanceSQL, append(dest, b.dest()...)
+		q, dest = pgLookupKeyBalanceSQL, append(append(dest, b.dest()...), &hasLots)
 	}
 	err = s.pool.QueryRow(qctx, q, d[:]).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -269,6 +269,11 @@ func (s *Postgres) lookupKey(ctx context.Context, presented string, withBalance 
 	}
 	k = s.used.merge(k)
 	acct := a.account()
+	if hasLots {
+		// An account with credits that expire: what expired by now leaves, and Expiring is read.
+		bal, err := s.Balance(ctx, acct.ID)
+		return k, acct, bal, err
+	}
 	return k, acct, b.balance(acct.ID), nil
 }
 

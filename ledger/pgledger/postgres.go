@@ -129,7 +129,7 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		pool: pool,
 		opts: opts,
 		log:  opts.Logger,
-		c:    newPgCommitter(pool, opts.QueryTimeout, opts.Logger),
+		c:    newPgCommitter(pool, opts.QueryTimeout, opts.Logger, opts.Now),
 	}
 	s.life.StartLifecycle()
 	// Kept generations whose window ended while no instance ran go at once.

@@ -251,6 +251,14 @@ func (s *Postgres) Reverse(ctx context.Context, req ledger.ReversalRequest) (led
 				next_seq = next_seq + 1 WHERE id = $1`, acct, st.Delta); err != nil {
 				return err
 			}
+			if st.Delta < 0 {
+				// What the refunded purchase gave, if still there, is what goes first.
+				if _, err := tx.Exec(wctx, `UPDATE lots SET remaining = remaining - least($3, remaining - held)
+					WHERE account_id = $1 AND seq = (SELECT seq FROM entries WHERE account_id = $1 AND reference = $2
+						AND reference <> '' AND kind = 'purchase')`, acct, p.Reference, -st.Delta); err != nil {
+					return err
+				}
+			}
 			b.bal += st.Delta
 			res.Entry, res.Balance = e, b.balance(acct)
 		}

@@ -133,7 +133,10 @@ func (s *Postgres) VerifyProgress(ctx context.Context, progress ledger.ProgressF
 		if err := verifyHolds(qctx, tx, cutoff, add); err != nil {
 			return err
 		}
-		return verifyCodes(qctx, tx, add)
+		if err := verifyCodes(qctx, tx, add); err != nil {
+			return err
+		}
+		return verifyLots(qctx, tx, add)
 	})
 	if err != nil {
 		return ledger.VerifyReport{}, pgErr(ctx, "verifying ledger", err)
@@ -355,4 +358,74 @@ func verifyCodes(ctx context.Context, tx pgx.Tx, add func(acct, kind, format str
 		return nil
 	})
 	return err
+}
+
+// verifyLots checks the credits that expire (migrations/00018) with ledger.LotProblems: each
+// lot against the takes of its open holds, and what expire entries took of each lot against
+// what its grant gave. A take of a hold that is not open is a problem of its own.
+func verifyLots(ctx context.Context, tx pgx.Tx, add func(acct, kind, format string, args ...any)) error {
+	type acctLots struct {
+		lots                   []ledger.Lot
+		held, expired, granted map[uint64]int64
+	}
+	all := map[string]*acctLots{}
+	of := func(id string) *acctLots {
+		a := all[id]
+		if a == nil {
+			a = &acctLots{held: map[uint64]int64{}, expired: map[uint64]int64{}, granted: map[uint64]int64{}}
+			all[id] = a
+		}
+		return a
+	}
+	var id string
+	var l ledger.Lot
+	var exp int64
+	rows, _ := tx.Query(ctx, `SELECT account_id, seq, amount, remaining, held, expires FROM lots ORDER BY account_id, expires, seq`)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &l.Seq, &l.Amount, &l.Remaining, &l.Held, &exp}, func() error {
+		l.Expires = pgTime(exp)
+		a := of(id)
+		a.lots = append(a.lots, l)
+		return nil
+	}); err != nil {
+		return err
+	}
+	var seq uint64
+	var n, granted int64
+	var state *string
+	var rid string
+	rows, _ = tx.Query(ctx, `SELECT hl.account_id, hl.request_id, hl.seq, hl.credits, h.state FROM hold_lots hl
+		LEFT JOIN holds h ON h.account_id = hl.account_id AND h.request_id = hl.request_id`)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &rid, &seq, &n, &state}, func() error {
+		if state == nil || *state != string(ledger.HoldOpen) {
+			add(id, "lot_held_mismatch", "hold %q, which is not open, still holds %d credits of the lot of entry %d", rid, n, seq)
+			return nil
+		}
+		of(id).held[seq] += n
+		return nil
+	}); err != nil {
+		return err
+	}
+	var lot *int64
+	rows, _ = tx.Query(ctx, `SELECT x.account_id, x.lot, x.expired, coalesce(g.amount, 0) FROM (
+			SELECT account_id, substring(reason from '^credits of entry ([0-9]+) expired$')::bigint AS lot, -sum(amount) AS expired
+			FROM entries WHERE kind = 'expire' GROUP BY 1, 2) x
+		LEFT JOIN entries g ON g.account_id = x.account_id AND g.seq = x.lot AND g.mode = 'live' AND g.kind IN ('grant', 'purchase')`)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &lot, &n, &granted}, func() error {
+		if lot == nil {
+			add(id, "corrupt_record", "expire entries of %d credits name no lot", n)
+			return nil
+		}
+		a := of(id)
+		a.expired[uint64(*lot)] += n
+		a.granted[uint64(*lot)] = granted
+		return nil
+	}); err != nil {
+		return err
+	}
+	for id, a := range all {
+		for _, p := range ledger.LotProblems(id, a.lots, a.held, a.expired, a.granted) {
+			add(p.AccountID, p.Kind, "%s", p.Detail)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/ledgertest"
@@ -87,5 +88,36 @@ func TestPostgresVerifyCodes(t *testing.T) {
 	}
 	if rep.OK || !slices.Contains(kinds, "code_uses") || !slices.Contains(kinds, "code_redemption") {
 		t.Fatalf("verify of a damaged code: %+v", rep)
+	}
+}
+
+// TestPostgresVerifyLots: a lot whose held credits no open hold took, and an expire entry that
+// took more than its grant gave, are reported.
+func TestPostgresVerifyLots(t *testing.T) {
+	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
+	a := ledgertest.MustAccount(t, s, "lots@example.com").ID
+	g, err := s.Grant(bg, ledger.GrantRequest{AccountID: a, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 4,
+		Expires: s.now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.VerifyClean(t, s)
+	if _, err := s.pool.Exec(bg, `UPDATE lots SET held = 2 WHERE account_id = $1`, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(bg, `INSERT INTO entries (account_id, seq, kind, mode, amount, balance_after, available_after, reason, at)
+		VALUES ($1, 2, 'expire', 'live', -5, -1, -1, $2, 0)`, a, ledger.ExpireReason(g.Entry.Seq)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Verify(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range rep.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	if rep.OK || !slices.Contains(kinds, "lot_held_mismatch") || !slices.Contains(kinds, "expired_too_much") {
+		t.Fatalf("verify of damaged lots: %+v", rep)
 	}
 }
