@@ -29,6 +29,16 @@ func (a *app) toolPrices() []textgenapp.ToolPrice {
 	return a.prices()
 }
 
+// AnyExpires reports whether a package's credits expire.
+func (d buyData) AnyExpires() bool {
+	for _, p := range d.Packages {
+		if p.Expires > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 type buyData struct {
 	Packages []Package
 	// Prices are the tools that do not cost 1 credit a request.

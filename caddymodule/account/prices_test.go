@@ -10,7 +10,7 @@ import (
 
 // My Account says what a request costs: 1 credit, and the tools the textgen handler of the same
 // ledger prices otherwise (a tool block's credits), on the dashboard and the page that sells
-// credits.
+// credits; and how long each package's credits last.
 func TestMyAccountStatesToolPrices(t *testing.T) {
 	stripeMock := realStripeMock(t)
 	t.Setenv("TEXTGEN_TEST_STRIPE_KEY", "sk_test_prices")
@@ -46,6 +46,7 @@ http://127.0.0.1:%d {
 		stripe_webhook_secret {env.TEXTGEN_TEST_WEBHOOK_SECRET}
 		stripe_api_url %s
 		package small 10 200
+		package year 100 1500 expires 365d
 	}
 	respond "not found" 404
 }
@@ -65,5 +66,7 @@ http://127.0.0.1:%d {
 	mustNotContain(t, "dashboard", dash.body, "summarizer (1 credits)")
 	buy := b.get("/account/buy")
 	expectStatus(t, "buy page", buy, http.StatusOK)
-	mustContain(t, "buy page", buy.body, append(want, "One credit pays for one request, except the tools that cost more")...)
+	mustContain(t, "buy page", buy.body, append(want, "One credit pays for one request, except the tools that cost more",
+		"they never expire", "they expire 365 days after the purchase", "Credits that expire are spent first")...)
+	mustNotContain(t, "buy page", buy.body, "Credits do not expire.")
 }

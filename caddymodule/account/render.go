@@ -10,9 +10,11 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-textgen/textgen/ledger"
@@ -46,6 +48,24 @@ var funcs = template.FuncMap{
 	},
 	"customerStatus": customerStatus,
 	"budgetLeft":     budgetLeft,
+	"lasts":          lasts,
+}
+
+// lasts says how long a package's credits last: whole days, else hours.
+func lasts(d caddy.Duration) string {
+	t := time.Duration(d)
+	if t%(24*time.Hour) == 0 {
+		return units(int64(t/(24*time.Hour)), "day")
+	}
+	return units(int64((t+time.Hour-1)/time.Hour), "hour")
+}
+
+// units is n units, in words: "1 day", "365 days".
+func units(n int64, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.FormatInt(n, 10) + " " + unit + "s"
 }
 
 // customerStatus says where a refund or dispute stands, in the customer's words (a dispute the
