@@ -20,6 +20,9 @@ type keyCheck struct {
 	// balance and available are the credits of the key's mode; available is -1 until the key
 	// is known to be valid (then X-Credits-Remaining is left out of an error answer).
 	balance, available int64
+	// expiring is what of the live credits expires when (ledger.Balance.Expiring); none for a
+	// test key.
+	expiring []ledger.ExpiringCredits
 	// addr is the client address the limit on failed authentications counts ("" when off).
 	addr string
 }
@@ -71,9 +74,9 @@ func (h *Handler) checkKey(store handlerLedger, w http.ResponseWriter, r *http.R
 	// period has last 4 characters of its own (public, like the prefix).
 	key.Last4 = presented[len(presented)-4:]
 	kc.key, kc.acct = key, acct
-	kc.balance, kc.available = b.Balance, b.Available
+	kc.balance, kc.available, kc.expiring = b.Balance, b.Available, b.Expiring
 	if key.Mode == ledger.Test {
-		kc.balance, kc.available = b.TestBalance, b.TestAvailable
+		kc.balance, kc.available, kc.expiring = b.TestBalance, b.TestAvailable, nil
 	}
 	// An account in debt (a refund or dispute took back credits already spent) has a negative
 	// available figure in the ledger; the API says it has none left (the balance shows the debt).

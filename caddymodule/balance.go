@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/caddy-textgen/textgen/ledger"
 )
 
 type balanceDoc struct {
@@ -14,7 +16,9 @@ type balanceDoc struct {
 	// key that has one.
 	KeyID     string        `json:"key_id"`
 	KeyBudget *keyBudgetDoc `json:"key_budget,omitempty"`
-	RequestID string        `json:"request_id"`
+	// Expiring is what of the live credits expires when, soonest first; absent when none do.
+	Expiring  []ledger.ExpiringCredits `json:"expiring,omitempty"`
+	RequestID string                   `json:"request_id"`
 }
 
 // serveBalance answers GET /api/v1/balance for the account of the X-API-Key: the credits of the
@@ -30,7 +34,7 @@ func (h *Handler) serveBalance(w http.ResponseWriter, r *http.Request, reqID str
 		return
 	}
 	doc := balanceDoc{AccountID: kc.acct.ID, Mode: string(kc.key.Mode), Available: kc.available, Balance: kc.balance,
-		KeyID: kc.key.ID, KeyBudget: newKeyBudgetDoc(kc.key, now()), RequestID: reqID}
+		KeyID: kc.key.ID, KeyBudget: newKeyBudgetDoc(kc.key, now()), Expiring: kc.expiring, RequestID: reqID}
 	w.Header().Set("X-Credits-Used", "0")
 	w.Header().Set("X-Credits-Remaining", strconv.FormatInt(doc.Available, 10))
 	writeJSON(w, r, reqID, http.StatusOK, doc)

@@ -497,6 +497,15 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.do(apiRequest("GET", "/api/v1/balance", "", ""))
 	c.do(apiRequest("GET", "/api/v1/balance", key, "", "Authorization", "Bearer "+otherKey))
 	c.do(apiRequest("GET", "/api/v1/balance", disabledKey, ""))
+	// An account with credits that expire: the balance says when.
+	expAcct, expiringKey := e.account(1)
+	if _, err := e.store.Grant(ctx, ledger.GrantRequest{AccountID: expAcct.ID, Mode: ledger.Live, Kind: ledger.KindGrant,
+		Credits: 5, Expires: time.Now().Add(90 * 24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := c.do(apiRequest("GET", "/api/v1/balance", expiringKey, "")); !bytes.Contains(body, []byte(`"expiring":[{"credits":5,"expires":"`)) {
+		t.Errorf("balance of expiring credits: %s", body)
+	}
 	c.do(apiRequest("GET", "/api/v1/usage", key, ""))
 	c.do(apiRequest("GET", "/api/v1/usage?from=2026-01-01&to=2026-01-31", key, ""))
 	c.do(apiRequest("GET", "/api/v1/usage?from=January", key, ""))
