@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -246,5 +247,38 @@ func TestConsoleRoles(t *testing.T) {
 			r = viewer.get(page)
 			mustContain(t, "the account page's notes", r.body, "goodwill for the outage", "disabled")
 		})
+	}
+}
+
+// TestConsoleGrantExpires: a grant of the console may carry an expiry in whole days, for live
+// credits only; the ledger then says what expires when, and the audit record says it too.
+func TestConsoleGrantExpires(t *testing.T) {
+	e := newEnv(t, engines[0].open(t))
+	acct, err := e.store.CreateAccount(bg, "expiring@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	en := e.enroll("owen@example.com", ledger.OperatorOwner)
+	c := e.client()
+	expectStatus(t, "the owner logs in", c.login("owen@example.com", en.Password, en.RecoveryCodes[0]), http.StatusSeeOther)
+	page := "/console/accounts/" + acct.ID
+	get := c.get(page)
+	mustContain(t, "the account page", get.body, `name="expires_days"`)
+	csrf := c.csrf(page)
+	for _, bad := range [][]string{{"expires_days", "0"}, {"expires_days", "3651"}, {"expires_days", "soon"}, {"expires_days", "30", "mode", "test"}} {
+		r := c.post(page+"/grant", append([]string{"csrf_token", csrf, "credits", "5", "note", "refused"}, bad...)...)
+		expectStatus(t, fmt.Sprint("a grant with ", bad), r, http.StatusBadRequest)
+	}
+	before := time.Now().UTC()
+	r := c.post(page+"/grant", "csrf_token", csrf, "credits", "10", "note", "trial month", "expires_days", "30")
+	expectStatus(t, "a grant that expires in 30 days", r, http.StatusSeeOther)
+	b, err := e.store.Balance(bg, acct.ID)
+	if err != nil || b.Balance != 10 || len(b.Expiring) != 1 || b.Expiring[0].Credits != 10 ||
+		b.Expiring[0].Expires.Before(before.AddDate(0, 0, 30)) || b.Expiring[0].Expires.After(time.Now().UTC().AddDate(0, 0, 30)) {
+		t.Fatalf("balance after the grant: %+v %v", b, err)
+	}
+	recs, _, err := e.store.ListAudit(bg, ledger.AuditQuery{})
+	if err != nil || len(recs) != 1 || !strings.Contains(recs[0].Detail, "expiring") {
+		t.Fatalf("audit: %+v %v", recs, err)
 	}
 }

@@ -69,6 +69,9 @@ func allowed(role ledger.OperatorRole, act action) bool {
 	return ok && roleRank[role] > 0 && roleRank[role] >= roleRank[need]
 }
 
+// maxExpiryDays bounds the expiry a grant of the console may carry (ten years).
+const maxExpiryDays = 3650
+
 // errRepeated is a grant whose form was sent before: the ledger credited it once.
 var errRepeated = errors.New("this form was sent already")
 
@@ -139,9 +142,20 @@ func (a *app) act(w http.ResponseWriter, r *http.Request, sc *sessionCtx, act ac
 			kind = ledger.KindAdjustment
 		}
 		detail = fmt.Sprintf("%+d %s credits", credits, mode)
+		// A grant of live credits may expire some whole days after it is made.
+		var expires time.Time
+		if s := strings.TrimSpace(r.PostFormValue("expires_days")); s != "" && act == actGrant {
+			days, err := strconv.Atoi(s)
+			if err != nil || days < 1 || days > maxExpiryDays || mode != string(ledger.Live) {
+				bad(fmt.Sprintf("Expires after is a whole number of days from 1 to %d, for live credits only; leave it empty for credits that never expire. Nothing was changed.", maxExpiryDays))
+				return
+			}
+			expires = time.Now().UTC().AddDate(0, 0, days)
+			detail += ", expiring " + expires.Format(time.RFC3339)
+		}
 		do = func() error {
 			ref := "console:" + cmpOr(formID, recID)
-			_, res, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, ref, note, time.Time{})
+			_, res, err := operator.Credit(r.Context(), a.store, id, kind, mode, credits, ref, note, expires)
 			if err == nil && res.Repeated {
 				return errRepeated
 			}
