@@ -124,7 +124,7 @@ func (h *Handler) serveReceiptKeys(w http.ResponseWriter, r *http.Request, reqID
 	}
 	set, err := sg.PublicKeys(r.Context())
 	if err != nil {
-		h.receiptError(w, reqID, "listing the receipt keys", err, -1)
+		h.ledgerError(w, reqID, "listing the receipt keys", err, -1)
 		return
 	}
 	writeJSON(w, r, reqID, http.StatusOK, set)
@@ -149,7 +149,7 @@ func (h *Handler) serveSignedReceipt(w http.ResponseWriter, r *http.Request, req
 		return
 	}
 	if err != nil {
-		h.receiptError(w, reqID, "reading the hold of a receipt", err, kc.available)
+		h.ledgerError(w, reqID, "reading the hold of a receipt", err, kc.available)
 		return
 	}
 	digest, err := store.ReceiptDigest(ctx, acct, rid)
@@ -163,13 +163,13 @@ func (h *Handler) serveSignedReceipt(w http.ResponseWriter, r *http.Request, req
 		return
 	}
 	if err != nil {
-		h.receiptError(w, reqID, "reading the text digest of a receipt", err, kc.available)
+		h.ledgerError(w, reqID, "reading the text digest of a receipt", err, kc.available)
 		return
 	}
 	signed, err := sg.Sign(ctx, receipts.Generation{Type: "generation", RequestID: rid, AccountID: acct, KeyID: hold.KeyID,
 		Tool: hold.Tool, Mode: string(hold.Mode), Credits: hold.Credits, Time: receipts.Time(hold.Resolved), TextSHA256: receipts.TextDigest(digest)})
 	if err != nil {
-		h.receiptError(w, reqID, "signing a receipt", err, kc.available)
+		h.ledgerError(w, reqID, "signing a receipt", err, kc.available)
 		return
 	}
 	hdr := w.Header()
@@ -191,9 +191,9 @@ func (h *Handler) liveDigest(r *http.Request, store handlerLedger, acct string, 
 	return textDigest(view.pieces), nil
 }
 
-// receiptError answers a failure of the ledger or the signer (and of the ledger's reports,
-// usage.go): 503 where the ledger cannot answer now, else 500, logged.
-func (h *Handler) receiptError(w http.ResponseWriter, reqID, what string, err error, available int64) {
+// ledgerError answers a failure of the ledger (receipts, usage.go's reports) or the receipt
+// signer: 503 where the ledger cannot answer now, else 500, logged.
+func (h *Handler) ledgerError(w http.ResponseWriter, reqID, what string, err error, available int64) {
 	if errors.Is(err, ledger.ErrUnavailable) {
 		writeError(w, reqID, errLedgerUnavailable, available)
 		return

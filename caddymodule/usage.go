@@ -96,7 +96,7 @@ func (h *Handler) serveUsage(w http.ResponseWriter, r *http.Request, reqID strin
 			return
 		}
 	}
-	h.receiptError(w, reqID, "reading usage", err, kc.available) // a ledger that cannot answer now: 503
+	h.ledgerError(w, reqID, "reading usage", err, kc.available)
 }
 
 // usagePeriod reads from and to: UTC days, both included, from not after to, at most
