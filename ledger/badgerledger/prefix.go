@@ -58,6 +58,10 @@ const (
 	prefixCodeRedeem byte = 0x28 // code id + acct id -> CodeRedemption (JSON)
 	// Credits that expire (expiry.go), dropped once spent or expired.
 	prefixLot byte = 0x29 // acct id + grant entry seq (uint64 BE) -> ledger.Lot (JSON)
+	// Automatic top-ups (topups.go), kept for good.
+	prefixTopUpRule byte = 0x2A // acct id -> ledger.TopUpRule (JSON)
+	prefixTopUp     byte = 0x2B // acct id + top-up id -> ledger.TopUp (JSON)
+	prefixTopUpID   byte = 0x2C // top-up id -> acct id
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty
