@@ -105,10 +105,12 @@ func TestPostgresVerifyBatches(t *testing.T) {
 // TestPostgresVerifyMemory: what Verify keeps is one batch of accounts, not every account's
 // figures: verifying tens of thousands of accounts in one batch (as Verify once did for all of
 // them) takes several times the heap that batches of verifyBatch take. The heap is sampled,
-// after a collection, while it runs.
+// after a collection, while it runs; on a busy machine a sample also holds what the collection
+// running beside Verify could not free yet, so the bounds leave room for it: the batches stay
+// under 12 MiB, and one batch of every account takes at least twice what the batches take.
 func TestPostgresVerifyMemory(t *testing.T) {
 	s := openPostgres(t, pgtest.NewDatabase(t), pgQuiet)
-	const n = 30_000
+	const n = 60_000
 	if _, err := s.pool.Exec(bg, `INSERT INTO accounts (id, email, status, created)
 		SELECT 'acct_' || lpad(i::text, 20, '0'), 'mem' || i || '@example.com', 'active', 0 FROM generate_series(1, $1) i`, n); err != nil {
 		t.Fatal(err)
@@ -152,7 +154,7 @@ func TestPostgresVerifyMemory(t *testing.T) {
 	whole := grew()
 	t.Logf("the heap grew by %.1f MiB verifying %d accounts in batches of 1000, by %.1f MiB in one batch",
 		float64(batched)/(1<<20), n, float64(whole)/(1<<20))
-	if batched > 8<<20 || batched*3 > whole {
+	if batched > 12<<20 || batched*2 > whole {
 		t.Fatalf("the heap grew by %d KiB in batches, %d KiB in one: Verify keeps more than a batch", batched>>10, whole>>10)
 	}
 }
