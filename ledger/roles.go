@@ -486,4 +486,5 @@ type Store interface {
 	KeySearch
 	MoneyReports
 	Codes
+	Alerts
 }

@@ -58,6 +58,10 @@ const (
 	prefixCodeRedeem byte = 0x28 // code id + acct id -> CodeRedemption (JSON)
 	// Credits that expire (expiry.go), dropped once spent or expired.
 	prefixLot byte = 0x29 // acct id + grant entry seq (uint64 BE) -> ledger.Lot (JSON)
+	// Alerts to the account's own endpoints (alerts.go); ended deliveries kept for ledger.AlertKeep.
+	prefixAlertEndpoint byte = 0x2A // acct id + endpoint id -> ledger.AlertEndpoint (JSON), its secret sealed by the caller
+	prefixAlertDelivery byte = 0x2B // acct id + delivery id -> ledger.AlertDelivery (JSON)
+	prefixAlertDue      byte = 0x2C // delivery id -> acct id: present while the delivery is pending
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

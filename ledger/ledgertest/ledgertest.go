@@ -204,6 +204,10 @@ var conformanceTests = []struct {
 	{"OperatorsInvalid", testOperatorsInvalid},
 	// Redemption codes (codes.go).
 	{"Codes", testCodes},
+	// Alerts to the account's endpoints (alerts.go).
+	{"AlertEndpoints", testAlertEndpoints},
+	{"AlertDeliveries", testAlertDeliveries},
+	{"AlertConcurrentClaims", testAlertConcurrentClaims},
 	{"CodeExpiry", testCodeExpiry},
 	{"RedeemOnceConcurrent", testRedeemOnceConcurrent},
 	{"RedeemUsesConcurrent", testRedeemUsesConcurrent},
