@@ -117,10 +117,10 @@ var AlertKinds = []string{AlertBalanceLow, AlertKeyBudget80, AlertKeyBudget100, 
 
 // Bounds of alerts.
 const (
-	MaxAlertEndpoints = 10        // per account
-	MaxAlertURL       = 2048      // bytes of an endpoint's URL
-	MaxAlertSecret    = 1024      // bytes of a sealed secret
-	MaxAlertPayload   = 64 << 10  // bytes of one event's JSON
+	MaxAlertEndpoints = 10       // per account
+	MaxAlertURL       = 2048     // bytes of an endpoint's URL
+	MaxAlertSecret    = 1024     // bytes of a sealed secret
+	MaxAlertPayload   = 64 << 10 // bytes of one event's JSON
 	AlertKeep         = 7 * 24 * time.Hour
 )
 
@@ -147,7 +147,9 @@ type AlertEndpoint struct {
 }
 
 // Wants reports whether the endpoint receives events of kind.
-func (e AlertEndpoint) Wants(kind string) bool { return len(e.Kinds) == 0 || slices.Contains(e.Kinds, kind) }
+func (e AlertEndpoint) Wants(kind string) bool {
+	return len(e.Kinds) == 0 || slices.Contains(e.Kinds, kind)
+}
 
 // AlertEvent is one event to deliver to an account's endpoints.
 type AlertEvent struct {
