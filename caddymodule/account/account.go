@@ -128,6 +128,11 @@ type Handler struct {
 	// account may buy again; the credits of the disputed purchase are taken off either way).
 	RefuseDisputedPurchases bool `json:"refuse_disputed_purchases,omitempty"`
 
+	// Alerts configures the alerts an account sends to its own HTTPS endpoints (alerts.go):
+	// off, or on private addresses too. Default: on, public addresses only. The endpoints'
+	// signing secrets are sealed with mail_key (or its key file).
+	Alerts *Alerts `json:"alerts,omitempty"`
+
 	logger *zap.Logger
 	// area is the running area: its shares of the ledger and limits store, its pages once the
 	// textgen app has started (internal/webarea).
@@ -255,6 +260,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 				return nil, nil, err
 			}
 			cfg.mail = mail
+		}
+		if h.Alerts == nil || !h.Alerts.Off {
+			al, err := h.startAlerter()
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.alerts = al
 		}
 		a, err := newApp(cfg)
 		if err != nil {

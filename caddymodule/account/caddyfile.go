@@ -47,6 +47,10 @@ func init() { webarea.RegisterDirective[Handler]("textgen_account") }
 //		mail_key              <base64>   # e.g. {env.TEXTGEN_MAIL_KEY}
 //		operator_email        <address>  # gets an e-mail about every new dispute (needs smtp)
 //		refuse_disputed_purchases        # no Checkout for an account with an open or lost dispute
+//		alerts off                       # no alerts to the accounts' own endpoints
+//		alerts {                         # alerts (alerts.go); on by default
+//			allow_private_endpoints      # endpoints on private and loopback addresses too
+//		}
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return webarea.ParseBlock(d, h.settings(), []string{"package"}, func(name string) (bool, error) {
@@ -86,6 +90,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.String(d, &h.OperatorEmail)
 		case "refuse_disputed_purchases":
 			err = flag(d, name, &h.RefuseDisputedPurchases)
+		case "alerts":
+			h.Alerts = new(Alerts)
+			err = h.Alerts.unmarshalCaddyfile(d)
 		case "package":
 			err = h.parsePackage(d)
 		default:

@@ -16,4 +16,5 @@ type accountLedger interface {
 	ledger.KeyReports
 	ledger.Members
 	ledger.Codes
+	ledger.Alerts
 }
