@@ -274,12 +274,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		// The admin API's invitations (invite.go) and refunds (refund.go) of this ledger.
 		unregisterInviter := textgenapp.RegisterInviter(store, a)
+		unregisterAlerts := func() {}
+		if a.alerts != nil {
+			unregisterAlerts = textgenapp.RegisterAlertEndpoints(store, a)
+		}
 		unregisterRefunder := func() {}
 		if a.stripe != nil {
 			unregisterRefunder = textgenapp.RegisterRefunder(store, a)
 		}
 		return a, func() {
 			unregisterInviter()
+			unregisterAlerts()
 			unregisterRefunder()
 			a.close()
 		}, nil

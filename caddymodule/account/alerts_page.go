@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -147,23 +148,21 @@ func (a *app) addAlertEndpoint(w http.ResponseWriter, r *http.Request, sc *sessi
 		p.Error = msg
 		a.renderAlerts(w, r, sc, p, status, alertsData{URL: raw, Kinds: opts})
 	}
-	if a.alerts == nil {
+	e, secret, err := a.AddAlertEndpoint(r.Context(), sc.acct.ID, raw, kinds)
+	switch {
+	case errors.Is(err, errAlertsOff):
 		refuse(http.StatusForbidden, "This service sends no alerts.")
 		return
-	}
-	if msg := endpointProblem(r.Context(), raw, a.alerts.allowPrivate); msg != "" {
-		refuse(http.StatusBadRequest, msg)
-		return
-	}
-	secret := newAlertSecret()
-	e, err := a.store.CreateAlertEndpoint(r.Context(), ledger.AlertEndpoint{AccountID: sc.acct.ID, URL: raw, Kinds: kinds,
-		SealedSecret: a.alerts.sealer.Seal([]byte(secret), alertSecretAD(sc.acct.ID))})
-	switch {
 	case errors.Is(err, ledger.ErrTooManyAlertEndpoints):
 		refuse(http.StatusConflict, fmt.Sprintf("You have %d endpoints, the most allowed. Delete one first.", ledger.MaxAlertEndpoints))
 		return
 	case errors.Is(err, ledger.ErrInvalidArgument):
-		refuse(http.StatusBadRequest, "Enter a URL such as https://example.com/textgen-events.")
+		var rf *endpointRefused
+		if errors.As(err, &rf) {
+			refuse(http.StatusBadRequest, rf.msg)
+		} else {
+			refuse(http.StatusBadRequest, "Enter a URL such as https://example.com/textgen-events.")
+		}
 		return
 	case err != nil:
 		a.internalError(w, r, sc, "adding an alert endpoint", err)
@@ -173,6 +172,35 @@ func (a *app) addAlertEndpoint(w http.ResponseWriter, r *http.Request, sc *sessi
 	p.Flash = "The endpoint is added. Copy its signing secret now: it is not shown again."
 	w.Header().Set("Cache-Control", "no-store")
 	a.renderAlerts(w, r, sc, p, http.StatusOK, alertsData{NewSecret: secret, NewURL: e.URL})
+}
+
+// errAlertsOff: the operator turned alerts off.
+var errAlertsOff = errors.New("alerts are off (alerts off in textgen_account)")
+
+// endpointRefused is a URL the alerts settings refuse, with why in a sentence.
+type endpointRefused struct{ msg string }
+
+func (e *endpointRefused) Error() string { return e.msg }
+func (e *endpointRefused) Is(target error) bool { return target == ledger.ErrInvalidArgument }
+
+// AddAlertEndpoint checks url (https, and public unless private endpoints are allowed), makes
+// a signing secret, seals it and registers the endpoint; the page and the admin API
+// (textgenapp.AlertEndpoints) both add endpoints through it.
+func (a *app) AddAlertEndpoint(ctx context.Context, accountID, url string, kinds []string) (ledger.AlertEndpoint, string, error) {
+	if a.alerts == nil {
+		return ledger.AlertEndpoint{}, "", errAlertsOff
+	}
+	url = strings.TrimSpace(url)
+	if msg := endpointProblem(ctx, url, a.alerts.allowPrivate); msg != "" {
+		return ledger.AlertEndpoint{}, "", &endpointRefused{msg}
+	}
+	secret := newAlertSecret()
+	e, err := a.store.CreateAlertEndpoint(ctx, ledger.AlertEndpoint{AccountID: accountID, URL: url, Kinds: kinds,
+		SealedSecret: a.alerts.sealer.Seal([]byte(secret), alertSecretAD(accountID))})
+	if err != nil {
+		return e, "", err
+	}
+	return e, secret, nil
 }
 
 // deleteAlertEndpoint deletes one of the account's endpoints.
