@@ -180,7 +180,7 @@ var errAlertsOff = errors.New("alerts are off (alerts off in textgen_account)")
 // endpointRefused is a URL the alerts settings refuse, with why in a sentence.
 type endpointRefused struct{ msg string }
 
-func (e *endpointRefused) Error() string { return e.msg }
+func (e *endpointRefused) Error() string        { return e.msg }
 func (e *endpointRefused) Is(target error) bool { return target == ledger.ErrInvalidArgument }
 
 // AddAlertEndpoint checks url (https, and public unless private endpoints are allowed), makes
