@@ -94,6 +94,33 @@ type Alerts interface {
 	//   - ErrInvalidArgument: limit is negative.
 	//   - ErrClosed; ctx's error.
 	ListAlertDeliveries(ctx context.Context, accountID string, limit int) ([]AlertDelivery, error)
+
+	// AlertAccounts returns the accounts with an endpoint subscribed to any of kinds, in
+	// account id order, at most limit (0: 50, at most 1000) after the account id after: what a
+	// periodic check of those kinds reads, instead of every account.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: limit is negative.
+	//   - ErrClosed; ctx's error.
+	AlertAccounts(ctx context.Context, kinds []string, after string, limit int) ([]string, error)
+
+	// NoteAlert marks the occurrence key (at most 200 bytes) of the account as raised, until
+	// until (zero: for good), and reports whether it was not marked before. Of callers racing
+	// to note one occurrence, across instances, exactly one sees changed: the one that raises
+	// the alert. Marks past their until are forgotten.
+	//
+	// Expected errors:
+	//   - ErrInvalidArgument: an empty or over-200-byte key.
+	//   - ErrClosed; ErrUnavailable.
+	NoteAlert(ctx context.Context, accountID, key string, until time.Time) (changed bool, err error)
+}
+
+// CheckAlertNote checks NoteAlert's key.
+func CheckAlertNote(key string) error {
+	if key == "" || len(key) > 200 || !utf8.ValidString(key) {
+		return fmt.Errorf("alert note key: %w", ErrInvalidArgument)
+	}
+	return nil
 }
 
 // The kinds of alert events.

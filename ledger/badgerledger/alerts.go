@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -334,4 +335,68 @@ func (s *Badger) ListAlertDeliveries(ctx context.Context, accountID string, limi
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// AlertAccounts lists the accounts with an endpoint subscribed to one of kinds, reading the
+// endpoints only (few: only accounts with alerts have any).
+func (s *Badger) AlertAccounts(ctx context.Context, kinds []string, after string, limit int) ([]string, error) {
+	limit, err := ledger.CheckListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	err = scanJSON(ctx, s, prefixAlertEndpoint, "alert endpoint", func(e ledger.AlertEndpoint) bool {
+		if e.AccountID <= after || (len(out) > 0 && out[len(out)-1] == e.AccountID) {
+			return false
+		}
+		for _, k := range kinds {
+			if e.Wants(k) {
+				out = append(out, e.AccountID)
+				break
+			}
+		}
+		return len(out) == limit
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NoteAlert marks an occurrence as raised; Badger forgets the mark at until.
+func (s *Badger) NoteAlert(ctx context.Context, accountID, key string, until time.Time) (bool, error) {
+	if err := ledger.CheckAlertNote(key); err != nil {
+		return false, err
+	}
+	if err := s.beginWrite(); err != nil {
+		return false, err
+	}
+	defer s.life.End()
+	s.alertMu.Lock()
+	defer s.alertMu.Unlock()
+	k := key2(prefixAlertNote, accountID, "\x00"+key)
+	t := s.now()
+	v, ok, err := s.get(k)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && (n == 0 || t.UnixNano() < n) {
+			return false, nil
+		}
+	}
+	w := set(k, []byte("0"))
+	if !until.IsZero() {
+		w = set(k, []byte(strconv.FormatInt(until.UnixNano(), 10)))
+		// Badger's TTL runs on the wall clock: the mark's time left by the ledger clock, from now
+		// (as tokens do); the stored until is what NoteAlert compares.
+		w.expiresAt = uint64(time.Now().Add(until.Sub(t)).Unix()) + 1
+		if until.Sub(t) <= 0 {
+			w.expiresAt = 0
+		}
+	}
+	if err := s.c.enqueue([]write{w}).wait(); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -62,6 +62,7 @@ const (
 	prefixAlertEndpoint byte = 0x2A // acct id + endpoint id -> ledger.AlertEndpoint (JSON), its secret sealed by the caller
 	prefixAlertDelivery byte = 0x2B // acct id + delivery id -> ledger.AlertDelivery (JSON)
 	prefixAlertDue      byte = 0x2C // delivery id -> acct id: present while the delivery is pending
+	prefixAlertNote     byte = 0x2D // acct id + occurrence key -> until (unix ns, decimal; 0: for good), Badger TTL = until
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

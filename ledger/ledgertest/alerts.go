@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,5 +259,73 @@ func testAlertConcurrentClaims(t *testing.T, eng engine) {
 		if c != 1 {
 			t.Fatalf("delivery %s claimed %d times", id, c)
 		}
+	}
+}
+
+// testAlertAccountsAndNotes: the accounts a periodic check reads are those with an endpoint
+// subscribed to its kinds; a note is taken once until its time has passed, and racing callers
+// see one change.
+func testAlertAccountsAndNotes(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	eng.setNow(t, &clock)
+	a := MustAccount(t, s, "notes-a@example.com")
+	b := MustAccount(t, s, "notes-b@example.com")
+	c := MustAccount(t, s, "notes-c@example.com")
+	MustAlertEndpoint(t, s, a.ID, "https://example.com/a", ledger.AlertKeyBudget80)
+	MustAlertEndpoint(t, s, a.ID, "https://example.com/a2")
+	MustAlertEndpoint(t, s, b.ID, "https://example.com/b", ledger.AlertPurchaseCompleted)
+	MustAlertEndpoint(t, s, c.ID, "https://example.com/c")
+	want := []string{a.ID, c.ID}
+	slices.Sort(want)
+	got, err := s.AlertAccounts(bg, []string{ledger.AlertKeyBudget80, ledger.AlertKeyBudget100}, "", 0)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("accounts with key budget alerts: %v, %v; want %v", got, err, want)
+	}
+	if got, err := s.AlertAccounts(bg, []string{ledger.AlertKeyBudget80}, want[0], 0); err != nil || !slices.Equal(got, want[1:]) {
+		t.Fatalf("after %s: %v, %v", want[0], got, err)
+	}
+	if got, err := s.AlertAccounts(bg, []string{ledger.AlertKeyBudget80}, "", 1); err != nil || len(got) != 1 {
+		t.Fatalf("limit 1: %v, %v", got, err)
+	}
+	if _, err := s.NoteAlert(bg, a.ID, "", time.Time{}); !errors.Is(err, ledger.ErrInvalidArgument) {
+		t.Fatalf("empty note: %v", err)
+	}
+	until := clock.Add(time.Hour)
+	if ok, err := s.NoteAlert(bg, a.ID, "key_1 day 2026-03-01", until); err != nil || !ok {
+		t.Fatalf("first note: %v, %v", ok, err)
+	}
+	if ok, err := s.NoteAlert(bg, a.ID, "key_1 day 2026-03-01", until); err != nil || ok {
+		t.Fatalf("second note: %v, %v", ok, err)
+	}
+	if ok, err := s.NoteAlert(bg, b.ID, "key_1 day 2026-03-01", until); err != nil || !ok {
+		t.Fatalf("another account's note: %v, %v", ok, err)
+	}
+	if ok, err := s.NoteAlert(bg, a.ID, "key_1 total", time.Time{}); err != nil || !ok {
+		t.Fatalf("note for good: %v, %v", ok, err)
+	}
+	clock = clock.Add(2 * time.Hour)
+	if ok, err := s.NoteAlert(bg, a.ID, "key_1 day 2026-03-01", clock.Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("note past its time: %v, %v; want taken again", ok, err)
+	}
+	if ok, err := s.NoteAlert(bg, a.ID, "key_1 total", time.Time{}); err != nil || ok {
+		t.Fatalf("note for good, again: %v, %v", ok, err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ok, err := s.NoteAlert(bg, c.ID, "race", time.Time{})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d callers noted one occurrence", wins.Load())
 	}
 }

@@ -208,6 +208,7 @@ var conformanceTests = []struct {
 	{"AlertEndpoints", testAlertEndpoints},
 	{"AlertDeliveries", testAlertDeliveries},
 	{"AlertConcurrentClaims", testAlertConcurrentClaims},
+	{"AlertAccountsAndNotes", testAlertAccountsAndNotes},
 	{"CodeExpiry", testCodeExpiry},
 	{"RedeemOnceConcurrent", testRedeemOnceConcurrent},
 	{"RedeemUsesConcurrent", testRedeemUsesConcurrent},

@@ -276,3 +276,52 @@ func (s *Postgres) ListAlertDeliveries(ctx context.Context, accountID string, li
 	}
 	return out, nil
 }
+
+// AlertAccounts lists the accounts with an endpoint subscribed to one of kinds.
+func (s *Postgres) AlertAccounts(ctx context.Context, kinds []string, after string, limit int) ([]string, error) {
+	limit, err := ledger.CheckListLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	qctx, done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, _ := s.pool.Query(qctx, `SELECT DISTINCT account_id FROM alert_endpoints
+		WHERE account_id > $1 AND (kinds = '{}' OR kinds && $2::text[]) ORDER BY account_id LIMIT $3`, after, kinds, limit)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, pgErr(ctx, "listing accounts with alerts", err)
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// NoteAlert marks an occurrence as raised: one upsert that takes over only a mark past its until.
+func (s *Postgres) NoteAlert(ctx context.Context, accountID, key string, until time.Time) (bool, error) {
+	if err := ledger.CheckAlertNote(key); err != nil {
+		return false, err
+	}
+	wctx, done, err := s.write(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	var u int64
+	if !until.IsZero() {
+		u = until.UnixNano()
+	}
+	tag, err := s.pool.Exec(wctx, `INSERT INTO alert_notes (account_id, key, until) VALUES ($1, $2, $3)
+		ON CONFLICT (account_id, key) DO UPDATE SET until = EXCLUDED.until
+		WHERE alert_notes.until <> 0 AND alert_notes.until <= $4`, accountID, key, u, s.now().UnixNano())
+	if err != nil {
+		return false, pgErr(ctx, "noting an alert", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -36,6 +36,16 @@ CREATE INDEX alert_deliveries_due ON alert_deliveries (next_attempt) WHERE state
 CREATE INDEX alert_deliveries_account ON alert_deliveries (account_id, created);
 CREATE INDEX alert_deliveries_endpoint ON alert_deliveries (endpoint_id);
 
+-- What the periodic checks raised once (a key's budget crossed in a period, a member's cap in a
+-- month): one row per occurrence, until it can no longer repeat (0: for good).
+CREATE TABLE alert_notes (
+    account_id text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    until      bigint NOT NULL,
+    PRIMARY KEY (account_id, key)
+);
+
 -- +goose Down
+DROP TABLE alert_notes;
 DROP TABLE alert_deliveries;
 DROP TABLE alert_endpoints;
