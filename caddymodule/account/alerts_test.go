@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -384,5 +385,72 @@ func TestAlertsOff(t *testing.T) {
 	}
 	if ds, _ := e.store.ListAlertDeliveries(bg, acct.ID, 0); len(ds) != 0 {
 		t.Fatalf("queued %+v with alerts off", ds)
+	}
+}
+
+// TestAlertsKeyBudgetCrossings: the periodic check raises key.budget_80 once the key has spent
+// 80% of its daily budget and key.budget_100 once it has spent it, each once however often the
+// check runs, and again the next day only when it is crossed again.
+func TestAlertsKeyBudgetCrossings(t *testing.T) {
+	rc := newReceiver(t, 0)
+	e, at := alertClockEnv(t, withAlerts(t, true, rc.roots()))
+	b := e.browser()
+	acct := b.signup(uniqueEmail("budget"))
+	rc.mu.Lock()
+	rc.secret = addEndpoint(t, b, rc.srv.URL+"/hook", ledger.AlertKeyBudget80, ledger.AlertKeyBudget100)
+	rc.mu.Unlock()
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: acct.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 100, Reference: "budget-grant"})
+	_, k, err := e.store.CreateKey(bg, acct.ID, ledger.Live, "ci", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.UpdateKey(bg, acct.ID, k.ID, ledger.KeySettings{Name: "ci", Limits: ledger.KeyLimits{BudgetDay: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	spend := func(n int, day string) {
+		for i := range n {
+			rid := fmt.Sprintf("req-%s-%d-%d", day, n, i)
+			if _, err := e.store.Hold(bg, ledger.HoldRequest{AccountID: acct.ID, Mode: ledger.Live, RequestID: rid, KeyID: k.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Settle(bg, acct.ID, rid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	types := func() map[string]int {
+		e.app.checkAlertCrossings(bg)
+		e.app.checkAlertCrossings(bg) // a second run raises nothing more
+		deliverNow(e)
+		deliveries(t, e, acct.ID)
+		_, bad, repeats, evs := rc.snapshot()
+		if bad != 0 || repeats != 0 {
+			t.Fatalf("%d bad signatures, %d repeats", bad, repeats)
+		}
+		out := map[string]int{}
+		for _, ev := range evs {
+			out[ev.Type]++
+		}
+		return out
+	}
+	spend(7, "d1")
+	if got := types(); len(got) != 0 {
+		t.Fatalf("at 70%%: %v", got)
+	}
+	spend(1, "d1")
+	if got := types(); got[ledger.AlertKeyBudget80] != 1 || len(got) != 1 {
+		t.Fatalf("at 80%%: %v", got)
+	}
+	spend(2, "d1")
+	if got := types(); got[ledger.AlertKeyBudget80] != 1 || got[ledger.AlertKeyBudget100] != 1 {
+		t.Fatalf("at 100%%: %v", got)
+	}
+	advance(at, 24*time.Hour) // a new day: nothing spent yet
+	if got := types(); got[ledger.AlertKeyBudget80] != 1 || got[ledger.AlertKeyBudget100] != 1 {
+		t.Fatalf("the next day, before spending: %v", got)
+	}
+	spend(8, "d2")
+	if got := types(); got[ledger.AlertKeyBudget80] != 2 {
+		t.Fatalf("the next day at 80%%: %v", got)
 	}
 }
