@@ -454,3 +454,49 @@ func TestAlertsKeyBudgetCrossings(t *testing.T) {
 		t.Fatalf("the next day at 80%%: %v", got)
 	}
 }
+
+// TestAlertsFromStripeWebhooks: a purchase credited through the Stripe webhook (delivered twice),
+// a dispute opened and won, and a refund raise purchase.completed, dispute.created,
+// dispute.closed and refund.created, each once, with what the account holder needs in data.
+func TestAlertsFromStripeWebhooks(t *testing.T) {
+	rc := newReceiver(t, 0)
+	e := newTestEnv(t, withStripe("http://127.0.0.1:1", testWebhookSecret), withAlerts(t, true, rc.roots()))
+	b := e.browser()
+	acct := b.signup(uniqueEmail("stripe-alerts"))
+	rc.mu.Lock()
+	rc.secret = addEndpoint(t, b, rc.srv.URL+"/hook")
+	rc.mu.Unlock()
+	buyThrough(t, e, acct.ID, "cs_test_alert1")
+	hook(t, e, checkoutEvent("checkout.session.completed", "cs_test_alert1", acct.ID, "paid", "10", 200), 200, "duplicate")
+	buyThrough(t, e, acct.ID, "cs_test_alert2")
+	pi1, pi2 := paymentIntentOf("cs_test_alert1"), paymentIntentOf("cs_test_alert2")
+	hook(t, e, disputeEvent("charge.dispute.created", "du_test_alert", pi1, 200, "needs_response"), 200, "dispute open")
+	hook(t, e, disputeEvent("charge.dispute.closed", "du_test_alert", pi1, 200, "won"), 200, "dispute won")
+	hook(t, e, refundEvent("refund.created", "re_test_alert", pi2, 200, "succeeded"), 200, "refund applied")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		deliverNow(e)
+		if _, _, _, evs := rc.snapshot(); len(evs) >= 5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, bad, repeats, evs := rc.snapshot()
+	got := map[string]int{}
+	for _, ev := range evs {
+		got[ev.Type]++
+		data, _ := ev.Data.(map[string]any)
+		if ev.Type == ledger.AlertPurchaseCompleted && (data["credits"] != 10.0 || data["amount_cents"] != 200.0) {
+			t.Fatalf("purchase event %+v", ev)
+		}
+	}
+	want := map[string]int{ledger.AlertPurchaseCompleted: 2, ledger.AlertDisputeCreated: 1, ledger.AlertDisputeClosed: 1, ledger.AlertRefundCreated: 1}
+	if bad != 0 || repeats != 0 || len(got) != len(want) {
+		t.Fatalf("events %v (%d bad signatures, %d repeats); want %v", got, bad, repeats, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Fatalf("events %v; want %v", got, want)
+		}
+	}
+}
