@@ -500,3 +500,57 @@ func TestAlertsFromStripeWebhooks(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertsMemberCap: an organisation's member who uses their monthly cap raises
+// member.cap_reached once that month, however often the check runs.
+func TestAlertsMemberCap(t *testing.T) {
+	rc := newReceiver(t, 0)
+	e, _ := alertClockEnv(t, withAlerts(t, true, rc.roots()))
+	b := e.browser()
+	org := b.signup(uniqueEmail("capped-org"))
+	rc.mu.Lock()
+	rc.secret = addEndpoint(t, b, rc.srv.URL+"/hook", ledger.AlertMemberCapReached)
+	rc.mu.Unlock()
+	mustGrant(t, e.store, ledger.GrantRequest{AccountID: org.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 10, Reference: "cap-grant"})
+	member, err := e.store.CreateAccount(bg, uniqueEmail("capped-member"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.MakeOrganisation(bg, org.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.AddMember(bg, org.ID, member.ID, ledger.RoleMember, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.SetMemberCap(bg, org.ID, member.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, k, err := e.store.CreateMemberKey(bg, org.ID, member.ID, ledger.Live, "member's", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		e.app.checkAlertCrossings(bg)
+		rid := fmt.Sprintf("cap-%d", i)
+		if _, err := e.store.Hold(bg, ledger.HoldRequest{AccountID: org.ID, Mode: ledger.Live, RequestID: rid, KeyID: k.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Settle(bg, org.ID, rid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.app.checkAlertCrossings(bg)
+	e.app.checkAlertCrossings(bg)
+	deliverNow(e)
+	deliveries(t, e, org.ID)
+	_, bad, repeats, evs := rc.snapshot()
+	if bad != 0 || repeats != 0 || len(evs) != 1 {
+		t.Fatalf("%d events (%d bad signatures, %d repeats): %+v", len(evs), bad, repeats, evs)
+	}
+	for _, ev := range evs {
+		data, _ := ev.Data.(map[string]any)
+		if ev.Type != ledger.AlertMemberCapReached || data["member_id"] != member.ID || data["used"] != 2.0 {
+			t.Fatalf("event %+v", ev)
+		}
+	}
+}
