@@ -113,7 +113,9 @@ func (a *app) deliverAlerts(ctx context.Context, client *http.Client) {
 	for ctx.Err() == nil {
 		batch, err := a.store.ClaimAlertDeliveries(ctx, lease, alertBatch)
 		if err != nil {
-			a.logger.Warn("reading the alert outbox", zap.Error(err))
+			if ctx.Err() == nil {
+				a.logger.Warn("reading the alert outbox", zap.Error(err))
+			}
 			return
 		}
 		if len(batch) == 0 {
