@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,7 +93,7 @@ func (adminAPI) createAlertEndpoint(w http.ResponseWriter, r *http.Request, stor
 		return badRequest("url is required: the https:// address that receives the events")
 	}
 	for _, k := range req.Kinds {
-		if !isAlertKind(k) {
+		if !slices.Contains(ledger.AlertKinds, k) {
 			return badRequest("kinds: %q is not an event type; the types are %s", k, strings.Join(ledger.AlertKinds, ", "))
 		}
 	}
@@ -136,13 +137,4 @@ func (adminAPI) deleteAlertEndpoint(w http.ResponseWriter, r *http.Request, stor
 		return ledgerError(err, "deleting alert endpoint %s of account %s", eid, id)
 	}
 	return writeAdminJSON(w, http.StatusOK, map[string]any{"deleted": eid})
-}
-
-func isAlertKind(k string) bool {
-	for _, x := range ledger.AlertKinds {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
