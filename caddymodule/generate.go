@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-textgen/textgen/backends"
 	"github.com/caddy-textgen/textgen/caddymodule/catalog"
 	"github.com/caddy-textgen/textgen/caddymodule/internal/ratelimit"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/textgenapp"
 	"github.com/caddy-textgen/textgen/caddymodule/pipeline"
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -169,6 +170,10 @@ func (g *generation) holdCredit() bool {
 	}
 	g.hold = hold
 	g.remaining = hold.Available
+	if g.caller.key.Mode == ledger.Live {
+		// An automatic top-up due after this hold starts in the background (My Account's).
+		textgenapp.HeldLive(g.store, g.caller.acct.ID, hold.Available)
+	}
 	return true
 }
 

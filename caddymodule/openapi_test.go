@@ -38,7 +38,7 @@ import (
 // server, with where they are covered instead.
 var notProvoked = map[string]string{
 	"500 internal_error": "a bug by definition: no request causes it on purpose",
-	"503 ledger_unavailable": "needs a full disk under the ledger: TestServerOnFullDisk provokes it in a Caddy " +
+	"503 ledger_unavailable": "needs a full disk under the ledger: binarytest's TestServerOnFullDisk provokes it in a Caddy " +
 		"process of its own and checks it against the document",
 }
 

@@ -60,8 +60,15 @@ func TestRedeemCode(t *testing.T) {
 	if _, err := e.store.DisableCode(ctx, dc.ID); err != nil {
 		t.Fatal(err)
 	}
-	expiring, _, _ := e.store.CreateCode(ctx, ledger.NewCode{Credits: 1, MaxUses: 5, Expires: time.Now().Add(time.Second)})
-	time.Sleep(1100 * time.Millisecond) // the ledger's clock is the wall clock here
+	// The ledger's clock is the wall clock here: the code expires a moment after it is made.
+	expires := time.Now().Add(50 * time.Millisecond)
+	expiring, _, err := e.store.CreateCode(ctx, ledger.NewCode{Credits: 1, MaxUses: 5, Expires: expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !time.Now().After(expires) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	var first string
 	for _, bad := range []string{code, disabled, expiring, ledger.MakeCode(), "TG-NOT-A-CODE"} {
 		r := e.redeemPost(keyC, bad)

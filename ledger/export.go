@@ -61,6 +61,10 @@ type ExportSink interface {
 	// (Email unset); its entry is among the account's.
 	Code(ExportCode) error
 	CodeRedemption(CodeRedemption) error
+	// TopUpRule is an account's saved card and automatic top-up rule, and TopUp one automatic
+	// purchase with its status (TopUps); both come after every account.
+	TopUpRule(TopUpRule) error
+	TopUp(TopUp) error
 }
 
 // ExportCode is a redemption code with the digest it is found by.

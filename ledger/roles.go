@@ -486,5 +486,6 @@ type Store interface {
 	KeySearch
 	MoneyReports
 	Codes
+	TopUps
 	Alerts
 }

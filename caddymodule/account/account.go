@@ -128,6 +128,15 @@ type Handler struct {
 	// account may buy again; the credits of the disputed purchase are taken off either way).
 	RefuseDisputedPurchases bool `json:"refuse_disputed_purchases,omitempty"`
 
+	// TopUp turns automatic top-up on ("on") or off ("off", the default): an account's owner
+	// saves a card and a rule, and a package is bought with the card when the account's credits
+	// fall under the rule's threshold (topup.go). Needs Stripe, and the webhook endpoint's
+	// payment_intent.succeeded, payment_intent.payment_failed and
+	// payment_intent.requires_action events. Off by default because a top-up is credited only
+	// by payment_intent.succeeded: an endpoint registered for purchases alone would charge cards
+	// and credit nothing.
+	TopUp string `json:"top_up,omitempty"`
+
 	// Alerts configures the alerts an account sends to its own HTTPS endpoints (alerts.go):
 	// off, or on private addresses too. Default: on, public addresses only. The endpoints'
 	// signing secrets are sealed with mail_key (or its key file).
@@ -246,6 +255,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		taxIDCollection:  h.TaxIDCollection,
 		operatorEmail:    h.OperatorEmail,
 		refuseDisputed:   h.RefuseDisputedPurchases,
+		topUp:            h.TopUp == "on",
 		prices:           func() []textgenapp.ToolPrice { return h.area.App.ToolPrices(h.area.Ledger.Key()) },
 	}
 	smtp, err := h.provisionSMTP(repl)
@@ -278,11 +288,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if a.alerts != nil {
 			unregisterAlerts = textgenapp.RegisterAlertEndpoints(store, a)
 		}
-		unregisterRefunder := func() {}
+		unregisterRefunder, unregisterWatcher := func() {}, func() {}
 		if a.stripe != nil {
 			unregisterRefunder = textgenapp.RegisterRefunder(store, a)
 		}
+		if a.topUps != nil {
+			// The textgen handler of this ledger tells it of live holds (topup.go).
+			unregisterWatcher = textgenapp.RegisterTopUpWatcher(store, a)
+		}
 		return a, func() {
+			unregisterWatcher()
 			unregisterInviter()
 			unregisterAlerts()
 			unregisterRefunder()
@@ -296,6 +311,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) Validate() error {
 	if err := h.settings().Validate(); err != nil {
 		return err
+	}
+	if h.TopUp != "" && h.TopUp != "on" && h.TopUp != "off" {
+		return fmt.Errorf("textgen_account: top_up must be on or off, not %q", h.TopUp)
 	}
 	if h.WebhookTolerance < 0 {
 		return fmt.Errorf("textgen_account: webhook_tolerance must not be negative")

@@ -554,3 +554,41 @@ func TestAlertsMemberCap(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertsTopUpFailed: a declined automatic top-up raises topup.failed, once, though Stripe's
+// late payment_intent.payment_failed reports it again.
+func TestAlertsTopUpFailed(t *testing.T) {
+	sm := realStripeMock(t)
+	rec := newIntentRecorder(t, sm.URL)
+	rc := newReceiver(t, 0)
+	e := newTestEnv(t, withTopUp(rec), withAlerts(t, true, rc.roots()))
+	b := e.browser()
+	acct := b.signup(uniqueEmail("topup-alert"))
+	rc.mu.Lock()
+	rc.secret = addEndpoint(t, b, rc.srv.URL+"/hook", ledger.AlertTopupFailed, ledger.AlertTopupSucceeded)
+	rc.mu.Unlock()
+	if _, err := e.store.SaveTopUpCard(bg, acct.ID, ledger.TopUpCard{CustomerID: "cus_1", PaymentMethodID: "pm_card_chargeDeclined"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.SetTopUpRule(bg, acct.ID, ledger.TopUpSettings{Threshold: 5, Package: "10", MonthlyCap: 3, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec.decline.Store(true)
+	e.app.topUp(bg, acct.ID)
+	tu := waitTopUp(t, e.store, acct.ID)
+	if status, body := deliver(t, e.srv.URL+"/account/stripe/webhook", intentEvent("payment_intent.payment_failed", "pi_declined", tu, "10", 200), testWebhookSecret, time.Now()); status != 200 {
+		t.Fatalf("failed webhook: %d %s", status, body)
+	}
+	deliverNow(e)
+	deliveries(t, e, acct.ID)
+	_, bad, repeats, evs := rc.snapshot()
+	if bad != 0 || repeats != 0 || len(evs) != 1 {
+		t.Fatalf("%d events (%d bad signatures, %d repeats): %+v", len(evs), bad, repeats, evs)
+	}
+	for _, ev := range evs {
+		data, _ := ev.Data.(map[string]any)
+		if ev.Type != ledger.AlertTopupFailed || data["id"] != tu.ID || data["package"] != "10" {
+			t.Fatalf("event %+v", ev)
+		}
+	}
+}

@@ -54,6 +54,8 @@ type appConfig struct {
 	// prices are the tools of this ledger that do not cost 1 credit, as the textgen handlers
 	// of the config set them (read at each page: they are provisioned in no set order).
 	prices func() []textgenapp.ToolPrice
+	// topUp turns automatic top-up on (top_up on; it also needs Stripe): topup.go.
+	topUp bool
 }
 
 // app is the account area: its routes and everything they share. It is independent of Caddy's
@@ -77,8 +79,10 @@ type app struct {
 	hashSlots chan struct{}
 	// The throttles of the e-mail flows (flows.go).
 	mailLimits
-	// background is work a request leaves behind (reset.go); close waits for it.
+	// background is work a request leaves behind (reset.go, topup.go); close waits for it.
 	background sync.WaitGroup
+	// topUps is automatic top-up's state (topup.go); nil when it is off.
+	topUps *topUpState
 }
 
 // The throttles of log-ins and sign-ups, token buckets as the API's rate limits are. Every
@@ -159,6 +163,9 @@ func newApp(c appConfig) (*app, error) {
 	if a.mail != nil {
 		a.startMail()
 	}
+	if a.stripe != nil && c.topUp {
+		a.startTopUps()
+	}
 	if a.alerts != nil {
 		a.startAlerts()
 	}
@@ -167,6 +174,7 @@ func newApp(c appConfig) (*app, error) {
 
 // close stops what the app runs in the background (the e-mail and alert senders).
 func (a *app) close() {
+	a.stopTopUps()
 	a.background.Wait()
 	a.stopMail()
 	a.stopAlerts()
@@ -202,6 +210,9 @@ func (a *app) routes() {
 	m.HandleFunc("POST "+p+"/redeem", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.redeem)))) // redeem.go
 	m.HandleFunc("GET "+p+"/buy/success", a.authed(a.needs(ledger.RoleOwner, a.buySuccess)))
 	m.HandleFunc("GET "+p+"/buy/cancel", a.authed(a.needs(ledger.RoleOwner, a.buyCancel)))
+	m.HandleFunc("GET "+p+"/topup", a.authed(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.topUpPage)))) // topup_page.go
+	m.HandleFunc("POST "+p+"/topup", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.saveTopUpRule))))
+	m.HandleFunc("POST "+p+"/topup/card", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.saveCard))))
 	m.HandleFunc("POST "+p+"/stripe/webhook", a.webhook)
 	a.mailRoutes(m)
 	a.alertRoutes(m) // alerts_page.go

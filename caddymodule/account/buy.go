@@ -47,6 +47,8 @@ type buyData struct {
 	Refused bool // refuse_disputed_purchases: the account has a dispute
 	// AccountID names the account to its operator when buying is off (noBuying).
 	AccountID string
+	// TopUp: automatic top-up is on (topup.go); the page links to it.
+	TopUp bool
 }
 
 // noBuying says what to do where this service sells no credits: ask its operator, naming the
@@ -86,7 +88,7 @@ func (a *app) disputedBy(ctx context.Context, acct string) (ledger.Reversal, boo
 // redeems a code (redeem.go).
 func (a *app) buyPageData(sc *sessionCtx) page {
 	p := sc.page("Buy credits", "buy")
-	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID, Prices: a.toolPrices()}
+	p.Data = buyData{Packages: a.packages, Enabled: a.stripe != nil, AccountID: sc.acct.ID, Prices: a.toolPrices(), TopUp: a.topUps != nil}
 	return p
 }
 

@@ -47,6 +47,7 @@ func init() { webarea.RegisterDirective[Handler]("textgen_account") }
 //		mail_key              <base64>   # e.g. {env.TEXTGEN_MAIL_KEY}
 //		operator_email        <address>  # gets an e-mail about every new dispute (needs smtp)
 //		refuse_disputed_purchases        # no Checkout for an account with an open or lost dispute
+//		top_up                on|off     # automatic top-up with a saved card (default off)
 //		alerts off                       # no alerts to the accounts' own endpoints
 //		alerts {                         # alerts (alerts.go); on by default
 //			allow_private_endpoints      # endpoints on private and loopback addresses too
@@ -90,6 +91,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = cfarg.String(d, &h.OperatorEmail)
 		case "refuse_disputed_purchases":
 			err = flag(d, name, &h.RefuseDisputedPurchases)
+		case "top_up":
+			if err = cfarg.String(d, &h.TopUp); err == nil && h.TopUp != "on" && h.TopUp != "off" {
+				err = d.Errf("top_up: want on or off, got %q", h.TopUp)
+			}
 		case "alerts":
 			h.Alerts = new(Alerts)
 			err = h.Alerts.unmarshalCaddyfile(d)

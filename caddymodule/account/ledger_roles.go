@@ -16,5 +16,6 @@ type accountLedger interface {
 	ledger.KeyReports
 	ledger.Members
 	ledger.Codes
+	ledger.TopUps
 	ledger.Alerts
 }

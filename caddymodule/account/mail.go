@@ -95,7 +95,7 @@ var mailTemplateFS embed.FS
 // mailKinds are the messages the account area sends; each has <kind>.txt (a "Subject:" line,
 // an empty line and the plain-text body, text/template) and <kind>.html (the HTML body,
 // html/template).
-var mailKinds = []string{"verify", "reset", "invite", "low_balance", "refund", "dispute", "org_invite"}
+var mailKinds = []string{"verify", "reset", "invite", "low_balance", "refund", "dispute", "org_invite", "topup_failed"}
 
 // mailTemplates are the parsed templates of every kind.
 type mailTemplates struct {

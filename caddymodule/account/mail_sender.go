@@ -117,7 +117,7 @@ func mailUsefulFor(kind string) time.Duration {
 		return resetTTL
 	case "invite":
 		return inviteTTL
-	case "refund", "dispute":
+	case "refund", "dispute", "topup_failed":
 		// About money, and still true a week later: a dispute must be answered within days.
 		return mailUsefulMoney
 	}

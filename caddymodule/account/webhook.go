@@ -84,6 +84,9 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	if ev.Data != nil && a.webhookReversal(w, r, log, ev) {
 		return
 	}
+	if ev.Data != nil && a.webhookTopUp(w, r, log, ev) { // webhook_topup.go
+		return
+	}
 	switch ev.Type {
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded", "checkout.session.async_payment_failed":
 	default:

@@ -19,4 +19,5 @@ type consoleLedger interface {
 	ledger.MoneyReports
 	ledger.Operators
 	ledger.Codes
+	ledger.TopUps
 }

@@ -30,6 +30,20 @@ func TestConsoleMailAndPayments(t *testing.T) {
 				AmountCents: 700, Currency: "eur", Problem: ledger.ProblemAmountMismatch, Detail: "the price is 900"}); err != nil {
 				t.Fatal(err)
 			}
+			// An automatic top-up that was declined.
+			if _, err := e.store.SaveTopUpCard(bg, acct.ID, ledger.TopUpCard{CustomerID: "cus_1", PaymentMethodID: "pm_1"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.SetTopUpRule(bg, acct.ID, ledger.TopUpSettings{Threshold: 5, Package: "starter", MonthlyCap: 2, Enabled: true}); err != nil {
+				t.Fatal(err)
+			}
+			tu, err := e.store.BeginTopUp(bg, acct.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := e.store.FinishTopUp(bg, tu.ID, ledger.TopUpFailed, "Your card was declined."); err != nil {
+				t.Fatal(err)
+			}
 			logIn := func(email string, role ledger.OperatorRole) *client {
 				en := e.enroll(email, role)
 				c := e.client()
@@ -62,7 +76,8 @@ func TestConsoleMailAndPayments(t *testing.T) {
 
 			r = viewer.get("/console/payments")
 			expectStatus(t, "the payments page", r, http.StatusOK)
-			mustContain(t, "the payments page", r.body, "cs_unmatched", "7.00 EUR", "the price is 900", "No refunds.")
+			mustContain(t, "the payments page", r.body, "cs_unmatched", "7.00 EUR", "the price is 900", "No refunds.",
+				tu.ID, "failed", "Your card was declined.")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 type paymentsData struct {
 	Refunds, Disputes []ledger.Reversal
 	Unmatched         []ledger.UnmatchedPayment
+	TopUps            []ledger.TopUp
 }
 
 // paymentsListed is how many of each kind the page shows, newest first.
@@ -23,7 +24,9 @@ func (a *app) payments(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
 	var err error
 	if d.Refunds, err = a.store.ListReversals(ctx, "", ledger.ReversalRefund, paymentsListed); err == nil {
 		if d.Disputes, err = a.store.ListReversals(ctx, "", ledger.ReversalDispute, paymentsListed); err == nil {
-			d.Unmatched, err = a.store.UnmatchedPayments(ctx, false, paymentsListed)
+			if d.Unmatched, err = a.store.UnmatchedPayments(ctx, false, paymentsListed); err == nil {
+				d.TopUps, err = a.store.ListTopUps(ctx, "", paymentsListed)
+			}
 		}
 	}
 	if err != nil {

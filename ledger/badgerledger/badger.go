@@ -61,6 +61,7 @@ type Badger struct {
 	opMu     sync.Mutex // serialises the operators' records and console sessions (operators.go)
 	revMu    sync.Mutex // serialises recording payments and applying reversals (reversals.go)
 	codeMu   sync.Mutex // serialises changes of redemption codes and redemptions (codes.go)
+	topUpMu  sync.Mutex // serialises changes of top-up rules and top-ups (topups.go)
 
 	acctMu   sync.RWMutex
 	accounts map[string]*account

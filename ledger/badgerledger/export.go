@@ -219,6 +219,20 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				}
 				return sink.CodeRedemption(r)
 			}},
+			{prefixTopUpRule, func(k, v []byte) error {
+				r, err := readJSON[ledger.TopUpRule](v, fmt.Sprintf("top-up rule %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.TopUpRule(r)
+			}},
+			{prefixTopUp, func(k, v []byte) error {
+				r, err := readJSON[ledger.TopUp](v, fmt.Sprintf("top-up %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.TopUp(r)
+			}},
 		}
 		cnt := &exportCounter{}
 		if ps, ok := sink.(ledger.ExportProgressSink); ok {

@@ -166,6 +166,10 @@ var conformanceTests = []struct {
 	{"ResolveUnmatchedPayment", testResolveUnmatchedPayment},
 	{"ResolveUnmatchedPaymentConcurrent", testResolveUnmatchedPaymentConcurrent},
 	{"UnmatchedPaymentsInvalid", testUnmatchedPaymentsInvalid},
+	// Automatic top-ups (topups.go).
+	{"TopUpRules", testTopUpRules},
+	{"TopUpLifecycle", testTopUpLifecycle},
+	{"TopUpRace", testTopUpRace},
 	// Reversals (reversals.go).
 	{"RefundIntoDebt", testRefundIntoDebt},
 	{"RefundSmallPurchaseAgainstDebt", testRefundSmallPurchaseAgainstDebt},

@@ -134,6 +134,8 @@ var pgImportTables = []struct {
 	{"operator_audit", strings.Split(pgAuditCols, ", ")},
 	{"redemption_codes", []string{"id", "digest", "last4", "credits", "max_uses", "uses", "expires", "note", "created", "disabled"}},
 	{"code_redemptions", []string{"code_id", "account_id", "credits", "seq", "at"}},
+	{"topup_rules", strings.Split(pgRuleCols, ", ")},
+	{"topups", strings.Split(pgTopUpCols, ", ")},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -339,6 +341,16 @@ var (
 	_ ledger.ExportSink         = (*pgImport)(nil)
 	_ ledger.ExportProgressSink = pgImportProgress{}
 )
+
+func (p *pgImport) TopUpRule(r ledger.TopUpRule) error {
+	return p.add("topup_rules", r.AccountID, r.Card.CustomerID, r.Card.PaymentMethodID, r.Card.Brand, r.Card.Last4,
+		r.Threshold, r.Package, r.MonthlyCap, r.Enabled, r.Paused, r.PausedWhy, pgNanosOrZero(r.Updated))
+}
+
+func (p *pgImport) TopUp(t ledger.TopUp) error {
+	return p.add("topups", t.ID, t.AccountID, t.Month, t.Status, t.Package, t.PaymentIntent, t.Detail,
+		pgNanosOrZero(t.Created), pgNanosOrZero(t.Updated))
+}
 
 func (p *pgImport) Membership(m ledger.Membership) error {
 	return p.add("memberships", m.OrgID, m.MemberID, string(m.Role), m.MonthlyCap, m.Pending, m.Created.UnixNano())

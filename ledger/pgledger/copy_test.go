@@ -225,6 +225,21 @@ func TestCopyLedger(t *testing.T) {
 	if b := ledgertest.MustBalance(t, from, bob.ID); len(b.Expiring) != 1 || b.Expiring[0].Credits != 5 {
 		t.Fatalf("bob's expiring credits before the copy: %+v", b)
 	}
+	// bob tops up automatically: his rule and card, one top-up that succeeded and one in flight.
+	ledgertest.MustTopUpRule(t, from, bob.ID, 5, 3)
+	done, err := from.BeginTopUp(bg, bob.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.SetTopUpPaymentIntent(bg, done.ID, "pi_copied"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := from.FinishTopUp(bg, done.ID, ledger.TopUpSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.BeginTopUp(bg, bob.ID); err != nil {
+		t.Fatal(err)
+	}
 	ledgertest.VerifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -243,6 +258,9 @@ func TestCopyLedger(t *testing.T) {
 	}
 	if got := pgExported(t, to); !reflect.DeepEqual(got.sorted(), want.sorted()) {
 		t.Errorf("stored records after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	if len(want.topUpRules) != 1 || len(want.topUps) != 2 {
+		t.Errorf("exported top-up rules %+v and top-ups %+v; want 1 and 2", want.topUpRules, want.topUps)
 	}
 	if len(want.codes) != 2 || len(want.redemptions) != 1 {
 		t.Errorf("exported codes %+v and redemptions %+v; want 2 and 1", want.codes, want.redemptions)
@@ -501,7 +519,15 @@ type exported struct {
 	audit       []ledger.AuditRecord
 	codes       []ledger.ExportCode
 	redemptions []ledger.CodeRedemption
+	topUpRules  []ledger.TopUpRule
+	topUps      []ledger.TopUp
 }
+
+func (x *exported) TopUpRule(r ledger.TopUpRule) error {
+	x.topUpRules = append(x.topUpRules, r)
+	return nil
+}
+func (x *exported) TopUp(t ledger.TopUp) error { x.topUps = append(x.topUps, t); return nil }
 
 func (x *exported) Membership(m ledger.Membership) error {
 	x.members = append(x.members, m)
@@ -579,6 +605,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.members, func(a, b ledger.Membership) int { return by(a, b) })
 	slices.SortFunc(x.usage, func(a, b ledger.ExportMemberUsage) int { return by(a, b) })
 	slices.SortFunc(x.codes, func(a, b ledger.ExportCode) int { return by(a, b) })
+	slices.SortFunc(x.topUpRules, func(a, b ledger.TopUpRule) int { return by(a, b) })
+	slices.SortFunc(x.topUps, func(a, b ledger.TopUp) int { return by(a, b) })
 	slices.SortFunc(x.redemptions, func(a, b ledger.CodeRedemption) int { return by(a, b) })
 	return x
 }
@@ -722,6 +750,14 @@ func pgExported(t *testing.T, s *Postgres) exported {
 			cr.Seq, cr.Time = uint64(seq), pgTime(created)
 			x.redemptions = append(x.redemptions, cr)
 		})
+	rows, _ = s.pool.Query(bg, `SELECT `+pgRuleCols+` FROM topup_rules`)
+	if x.topUpRules, err = pgx.CollectRows(rows, scanRule); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = s.pool.Query(bg, `SELECT `+pgTopUpCols+` FROM topups`)
+	if x.topUps, err = pgx.CollectRows(rows, scanTopUp); err != nil {
+		t.Fatal(err)
+	}
 	return x
 }
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package caddymodule
+package binarytest
 
 import (
 	"encoding/json"
@@ -131,7 +131,7 @@ func checkRefused(t *testing.T, srv *caddyproc.Server, key string, want int64) {
 	if err != nil {
 		t.Fatalf("generate on a full disk: %v (did the server die?)", err)
 	}
-	newConformance(t, http.DefaultClient).check(req, resp) // the answer docs/openapi.json documents
+	documented(t, req, resp) // the answer docs/openapi.json documents
 	b := decodeErr(t, resp)
 	if resp.StatusCode != http.StatusServiceUnavailable || b.Error.Code != "ledger_unavailable" ||
 		resp.Header.Get("X-Credits-Used") != "0" || resp.Header.Get("Retry-After") == "" {
@@ -143,7 +143,9 @@ func checkRefused(t *testing.T, srv *caddyproc.Server, key string, want int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bal balanceDoc
+	var bal struct {
+		Available int64 `json:"available"`
+	}
 	json.NewDecoder(resp.Body).Decode(&bal)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || bal.Available != want {
@@ -170,7 +172,10 @@ func waitReady(t *testing.T, srv *caddyproc.Server, ready bool, reason string) {
 		if err != nil {
 			t.Fatalf("readiness: %v (did the server die?)", err)
 		}
-		var doc readyDoc
+		var doc struct {
+			Ready  bool   `json:"ready"`
+			Reason string `json:"reason"`
+		}
 		json.NewDecoder(resp.Body).Decode(&doc)
 		resp.Body.Close()
 		last = fmt.Sprintf("%d %+v", resp.StatusCode, doc)
