@@ -54,11 +54,16 @@ func (a *app) startTopUps() {
 	go a.runTopUps()
 }
 
+// stopTopUps stops the top-up loop and waits for it; it is safe to call more than once.
 func (a *app) stopTopUps() {
 	if a.topUps == nil {
 		return
 	}
-	close(a.topUps.stop)
+	select {
+	case <-a.topUps.stop:
+	default:
+		close(a.topUps.stop)
+	}
 	<-a.topUps.done
 }
 
