@@ -273,10 +273,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		if h.Alerts == nil || !h.Alerts.Off {
 			al, err := h.startAlerter()
-			if err != nil {
+			switch {
+			case err != nil && h.Alerts == nil:
+				// On by default: a site that never asked for alerts starts without them rather
+				// than not at all.
+				h.logger.Error("alerts to the accounts' own endpoints are off: their key cannot be loaded", zap.Error(err))
+			case err != nil:
 				return nil, nil, err
+			default:
+				cfg.alerts = al
 			}
-			cfg.alerts = al
 		}
 		a, err := newApp(cfg)
 		if err != nil {
