@@ -487,4 +487,5 @@ type Store interface {
 	MoneyReports
 	Codes
 	TopUps
+	Alerts
 }

@@ -137,6 +137,11 @@ type Handler struct {
 	// and credit nothing.
 	TopUp string `json:"top_up,omitempty"`
 
+	// Alerts configures the alerts an account sends to its own HTTPS endpoints (alerts.go):
+	// off, or on private addresses too. Default: on, public addresses only. The endpoints'
+	// signing secrets are sealed with mail_key (or its key file).
+	Alerts *Alerts `json:"alerts,omitempty"`
+
 	logger *zap.Logger
 	// area is the running area: its shares of the ledger and limits store, its pages once the
 	// textgen app has started (internal/webarea).
@@ -266,12 +271,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			}
 			cfg.mail = mail
 		}
+		if h.Alerts == nil || !h.Alerts.Off {
+			al, err := h.startAlerter()
+			switch {
+			case err != nil && h.Alerts == nil:
+				// On by default: a site that never asked for alerts starts without them rather
+				// than not at all.
+				h.logger.Error("alerts to the accounts' own endpoints are off: their key cannot be loaded", zap.Error(err))
+			case err != nil:
+				return nil, nil, err
+			default:
+				cfg.alerts = al
+			}
+		}
 		a, err := newApp(cfg)
 		if err != nil {
 			return nil, nil, err
 		}
 		// The admin API's invitations (invite.go) and refunds (refund.go) of this ledger.
 		unregisterInviter := textgenapp.RegisterInviter(store, a)
+		unregisterAlerts := func() {}
+		if a.alerts != nil {
+			unregisterAlerts = textgenapp.RegisterAlertEndpoints(store, a)
+		}
 		unregisterRefunder, unregisterWatcher := func() {}, func() {}
 		if a.stripe != nil {
 			unregisterRefunder = textgenapp.RegisterRefunder(store, a)
@@ -283,6 +305,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return a, func() {
 			unregisterWatcher()
 			unregisterInviter()
+			unregisterAlerts()
 			unregisterRefunder()
 			a.close()
 		}, nil

@@ -45,6 +45,8 @@ type appConfig struct {
 	httpClient *http.Client
 	// mail sends e-mail (mail.go); nil: no smtp, no e-mail.
 	mail *mailer
+	// alerts sends the account's alerts to its endpoints (alerts.go); nil: alerts are off.
+	alerts *alerter
 	// operatorEmail gets the notice of a new dispute ("": none is sent).
 	operatorEmail string
 	// refuseDisputed refuses Checkout to an account with an open or lost dispute (buy.go).
@@ -164,14 +166,18 @@ func newApp(c appConfig) (*app, error) {
 	if a.stripe != nil && c.topUp {
 		a.startTopUps()
 	}
+	if a.alerts != nil {
+		a.startAlerts()
+	}
 	return a, nil
 }
 
-// close stops what the app runs in the background (the e-mail sender).
+// close stops what the app runs in the background (the e-mail and alert senders).
 func (a *app) close() {
 	a.stopTopUps()
 	a.background.Wait()
 	a.stopMail()
+	a.stopAlerts()
 }
 
 func (a *app) routes() {
@@ -209,6 +215,7 @@ func (a *app) routes() {
 	m.HandleFunc("POST "+p+"/topup/card", a.authedPost(a.needs(ledger.RoleOwner, a.verifiedFor(always, a.saveCard))))
 	m.HandleFunc("POST "+p+"/stripe/webhook", a.webhook)
 	a.mailRoutes(m)
+	a.alertRoutes(m) // alerts_page.go
 	a.orgRoutes(m)
 	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		a.errorPage(w, r, nil, http.StatusNotFound, "Page not found", "There is no page at this address.")

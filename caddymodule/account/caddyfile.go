@@ -48,6 +48,10 @@ func init() { webarea.RegisterDirective[Handler]("textgen_account") }
 //		operator_email        <address>  # gets an e-mail about every new dispute (needs smtp)
 //		refuse_disputed_purchases        # no Checkout for an account with an open or lost dispute
 //		top_up                on|off     # automatic top-up with a saved card (default off)
+//		alerts off                       # no alerts to the accounts' own endpoints
+//		alerts {                         # alerts (alerts.go); on by default
+//			allow_private_endpoints      # endpoints on private and loopback addresses too
+//		}
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return webarea.ParseBlock(d, h.settings(), []string{"package"}, func(name string) (bool, error) {
@@ -91,6 +95,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err = cfarg.String(d, &h.TopUp); err == nil && h.TopUp != "on" && h.TopUp != "off" {
 				err = d.Errf("top_up: want on or off, got %q", h.TopUp)
 			}
+		case "alerts":
+			h.Alerts = new(Alerts)
+			err = h.Alerts.unmarshalCaddyfile(d)
 		case "package":
 			err = h.parsePackage(d)
 		default:

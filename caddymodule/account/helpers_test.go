@@ -67,6 +67,7 @@ func newTestEnvOn(t *testing.T, store ledger.Store, opts ...envOpt) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(a.close) // the senders stop before the store closes
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 	return &testEnv{t: t, store: store, app: a, srv: srv}

@@ -17,4 +17,5 @@ type accountLedger interface {
 	ledger.Members
 	ledger.Codes
 	ledger.TopUps
+	ledger.Alerts
 }

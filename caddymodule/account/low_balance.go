@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -71,6 +72,13 @@ func (a *app) checkLowBalance(ctx context.Context, c ledger.LowBalanceChange) er
 		return fmt.Errorf("account %s: %w", c.Account.ID, err)
 	}
 	if !changed || !below {
+		return nil
+	}
+	// The event's id is the account's and the time of the note: one per crossing, raised only by
+	// the instance whose note changed the flag.
+	_ = a.raiseAlert(ctx, c.Account.ID, ledger.AlertBalanceLow, c.Account.ID+"\x00"+now().UTC().Format(time.RFC3339Nano),
+		map[string]any{"available": c.Available, "threshold": c.Account.LowBalanceAlert})
+	if a.mail == nil {
 		return nil
 	}
 	if err := a.queueMail(ctx, c.Account, "low_balance", mailData{

@@ -16,7 +16,9 @@ import (
 
 type settingsData struct {
 	Unverified, MailOn bool
-	LowBalanceAlert    int64
+	// AlertsOn: the low-balance alert also raises balance.low for the account's endpoints.
+	AlertsOn        bool
+	LowBalanceAlert int64
 }
 
 func (a *app) settings(w http.ResponseWriter, r *http.Request, sc *sessionCtx) {
@@ -35,7 +37,7 @@ func (a *app) settingsPage(w http.ResponseWriter, r *http.Request, sc *sessionCt
 		p.Flash = "We sent you a new link. It works for 48 hours."
 	}
 	p.Error = errMsg
-	p.Data = settingsData{Unverified: sc.login.Unverified, MailOn: a.mail != nil, LowBalanceAlert: sc.acct.LowBalanceAlert}
+	p.Data = settingsData{Unverified: sc.login.Unverified, MailOn: a.mail != nil, AlertsOn: a.alerts != nil, LowBalanceAlert: sc.acct.LowBalanceAlert}
 	a.render(w, r, status, "settings", p)
 }
 

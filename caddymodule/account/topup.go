@@ -54,11 +54,16 @@ func (a *app) startTopUps() {
 	go a.runTopUps()
 }
 
+// stopTopUps stops the top-up loop and waits for it; it is safe to call more than once.
 func (a *app) stopTopUps() {
 	if a.topUps == nil {
 		return
 	}
-	close(a.topUps.stop)
+	select {
+	case <-a.topUps.stop:
+	default:
+		close(a.topUps.stop)
+	}
 	<-a.topUps.done
 }
 
@@ -321,9 +326,17 @@ func (a *app) mailTopUpFailed(ctx context.Context, log *zap.Logger, acctID, why 
 	}
 }
 
-// topUpEvent reports a top-up that succeeded ("topup.succeeded") or failed ("topup.failed").
-// The alerts to the customer's systems call it; for now it logs.
+// topUpEvent reports a top-up that succeeded ("topup.succeeded") or failed ("topup.failed") to
+// the account's alert endpoints (alerts.go); the event's id is the top-up's and the kind's.
 func (a *app) topUpEvent(ctx context.Context, accountID, kind string, t ledger.TopUp) {
 	a.logger.Info("top-up event", zap.String("kind", kind), zap.String("account", accountID), zap.String("topup", t.ID),
 		zap.String("status", t.Status), zap.String("package", t.Package), zap.String("payment_intent", t.PaymentIntent))
+	data := map[string]any{"id": t.ID, "package": t.Package, "status": t.Status, "payment_intent": t.PaymentIntent}
+	if p, ok := a.packageBy[t.Package]; ok {
+		data["credits"], data["amount_cents"], data["currency"] = p.Credits, p.PriceCents, "EUR"
+	}
+	if t.Detail != "" {
+		data["reason"] = t.Detail
+	}
+	_ = a.raiseAlert(ctx, accountID, kind, t.ID+"\x00"+kind, data)
 }

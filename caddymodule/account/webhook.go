@@ -155,6 +155,11 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	if !a.recordPayment(w, r, log, payment) {
 		return
 	}
+	// Raised on a repeat too (the first delivery may have failed before it got here): the
+	// event's id is the session's, so an endpoint gets it once.
+	_ = a.raiseAlert(r.Context(), cs.ClientReferenceID, ledger.AlertPurchaseCompleted, cs.ID, map[string]any{
+		"reference": cs.ID, "package": pkg.ID, "credits": pkg.Credits, "amount_cents": cs.AmountTotal,
+		"currency": strings.ToUpper(cs.Currency)})
 	if res.Repeated {
 		log.Info("checkout session was credited before; nothing credited again")
 		webhookReply(w, http.StatusOK, "duplicate: credited before")

@@ -206,6 +206,7 @@ func disputeReversal(d *stripe.Dispute, created bool) (reversal, bool) {
 // is queued: a ledger that fails in between loses the e-mail (logged), never money.
 func (a *app) reversalApplied(ctx context.Context, log *zap.Logger, res ledger.ReversalResult) {
 	rv, p := res.Reversal, res.Payment
+	a.reversalAlert(ctx, rv)
 	d := mailData{ID: rv.ID, Amount: money(rv.AmountCents, rv.Currency), Total: money(p.AmountCents, p.Currency),
 		Reference: rv.Reference, Payment: rv.Payment, AccountID: rv.AccountID, Credits: rv.Credits,
 		Reason: cmp.Or(rv.Reason, "none given"), Status: rv.Status, Date: rv.Created.UTC().Format("2006-01-02 15:04")}
@@ -244,6 +245,28 @@ func (a *app) reversalApplied(ctx context.Context, log *zap.Logger, res ledger.R
 			log.Error("the dispute is applied, but its e-mail to the operator is not sent", zap.Error(err))
 		}
 	}
+}
+
+// reversalAlert raises the account's alert of a refund applied, a new dispute or a dispute
+// decided. The event's id is the reversal's and its status: one per change.
+func (a *app) reversalAlert(ctx context.Context, rv ledger.Reversal) {
+	if rv.AccountID == "" {
+		return
+	}
+	var kind string
+	switch {
+	case rv.Kind == ledger.ReversalRefund && rv.Status == ledger.RefundApplied:
+		kind = ledger.AlertRefundCreated
+	case rv.Kind == ledger.ReversalDispute && rv.Created.Equal(rv.Updated):
+		kind = ledger.AlertDisputeCreated
+	case rv.Kind == ledger.ReversalDispute && rv.Status != ledger.DisputeOpen:
+		kind = ledger.AlertDisputeClosed
+	default:
+		return
+	}
+	_ = a.raiseAlert(ctx, rv.AccountID, kind, rv.ID+"\x00"+rv.Status, map[string]any{
+		"id": rv.ID, "reference": rv.Reference, "amount_cents": rv.AmountCents, "currency": strings.ToUpper(rv.Currency),
+		"credits": rv.Credits, "status": rv.Status, "reason": rv.Reason})
 }
 
 // money writes cents of currency: euros as the pages do (€2.00), others as 2.00 USD.

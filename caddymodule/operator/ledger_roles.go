@@ -18,4 +18,5 @@ type operatorLedger interface {
 	ledger.Members
 	ledger.Operators
 	ledger.Codes
+	ledger.Alerts
 }

@@ -131,6 +131,9 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	handle("POST /textgen/accounts/{id}/members/{mid}/remove", a.removeMember)
 	handle("POST /textgen/accounts/{id}/members/{mid}/role", a.setMemberRole)
 	handle("POST /textgen/accounts/{id}/members/{mid}/cap", a.setMemberCap)
+	handle("GET /textgen/accounts/{id}/alerts", a.listAlerts) // alerts.go
+	handle("POST /textgen/accounts/{id}/alerts", a.createAlertEndpoint)
+	handle("POST /textgen/accounts/{id}/alerts/{eid}/delete", a.deleteAlertEndpoint)
 	handle("GET /textgen/usage", a.usage)
 	handle("GET /textgen/accounts/{id}/usage/keys", a.usageByKey)
 	handle("GET /textgen/payments", a.listPayments)

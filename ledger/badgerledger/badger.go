@@ -54,6 +54,7 @@ type Badger struct {
 	life ledger.Lifecycle
 
 	createMu sync.Mutex // serialises CreateAccount (email uniqueness)
+	alertMu  sync.Mutex // serialises the alert outbox's changes (alerts.go)
 	mailMu   sync.Mutex // serialises the outbox's claims and the tokens' consumption (outbox.go, tokens.go)
 	payMu    sync.Mutex // serialises recording and resolving unmatched payments (payments.go)
 	rcptMu   sync.Mutex // serialises adding receipt keys (receipts.go)

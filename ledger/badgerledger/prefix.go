@@ -62,6 +62,11 @@ const (
 	prefixTopUpRule byte = 0x2A // acct id -> ledger.TopUpRule (JSON)
 	prefixTopUp     byte = 0x2B // acct id + top-up id -> ledger.TopUp (JSON)
 	prefixTopUpID   byte = 0x2C // top-up id -> acct id
+	// Alerts to the account's own endpoints (alerts.go); ended deliveries kept for ledger.AlertKeep.
+	prefixAlertEndpoint byte = 0x2D // acct id + endpoint id -> ledger.AlertEndpoint (JSON), its secret sealed by the caller
+	prefixAlertDelivery byte = 0x2E // acct id + delivery id -> ledger.AlertDelivery (JSON)
+	prefixAlertDue      byte = 0x2F // delivery id -> acct id: present while the delivery is pending
+	prefixAlertNote     byte = 0x30 // acct id + occurrence key -> until (unix ns, decimal; 0: for good), Badger TTL = until
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
 	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty

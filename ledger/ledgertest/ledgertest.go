@@ -208,6 +208,11 @@ var conformanceTests = []struct {
 	{"OperatorsInvalid", testOperatorsInvalid},
 	// Redemption codes (codes.go).
 	{"Codes", testCodes},
+	// Alerts to the account's endpoints (alerts.go).
+	{"AlertEndpoints", testAlertEndpoints},
+	{"AlertDeliveries", testAlertDeliveries},
+	{"AlertConcurrentClaims", testAlertConcurrentClaims},
+	{"AlertAccountsAndNotes", testAlertAccountsAndNotes},
 	{"CodeExpiry", testCodeExpiry},
 	{"RedeemOnceConcurrent", testRedeemOnceConcurrent},
 	{"RedeemUsesConcurrent", testRedeemUsesConcurrent},
