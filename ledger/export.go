@@ -65,6 +65,11 @@ type ExportSink interface {
 	// purchase with its status (TopUps); both come after every account.
 	TopUpRule(TopUpRule) error
 	TopUp(TopUp) error
+	// AlertEndpoint is an account's alert endpoint, its secret sealed as it was (the instances
+	// on the copy need the same key); AlertDelivery one delivery to it, pending or kept after it
+	// ended. Every endpoint comes before the deliveries, and both after every account.
+	AlertEndpoint(AlertEndpoint) error
+	AlertDelivery(AlertDelivery) error
 }
 
 // ExportCode is a redemption code with the digest it is found by.

@@ -233,6 +233,20 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				}
 				return sink.TopUp(r)
 			}},
+			{prefixAlertEndpoint, func(k, v []byte) error {
+				r, err := readJSON[ledger.AlertEndpoint](v, fmt.Sprintf("alert endpoint %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.AlertEndpoint(r)
+			}},
+			{prefixAlertDelivery, func(k, v []byte) error {
+				r, err := readJSON[ledger.AlertDelivery](v, fmt.Sprintf("alert delivery %q", k[1:]))
+				if err != nil {
+					return err
+				}
+				return sink.AlertDelivery(r)
+			}},
 		}
 		cnt := &exportCounter{}
 		if ps, ok := sink.(ledger.ExportProgressSink); ok {

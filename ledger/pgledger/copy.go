@@ -136,6 +136,8 @@ var pgImportTables = []struct {
 	{"code_redemptions", []string{"code_id", "account_id", "credits", "seq", "at"}},
 	{"topup_rules", strings.Split(pgRuleCols, ", ")},
 	{"topups", strings.Split(pgTopUpCols, ", ")},
+	{"alert_endpoints", []string{"id", "account_id", "url", "kinds", "sealed_secret", "created"}},
+	{"alert_deliveries", strings.Split(strings.ReplaceAll(pgAlertCols, "d.", ""), ", ")},
 }
 
 // pgImportBuffer is how many rows are buffered before they are written.
@@ -350,6 +352,20 @@ func (p *pgImport) TopUpRule(r ledger.TopUpRule) error {
 func (p *pgImport) TopUp(t ledger.TopUp) error {
 	return p.add("topups", t.ID, t.AccountID, t.Month, t.Status, t.Package, t.PaymentIntent, t.Detail,
 		pgNanosOrZero(t.Created), pgNanosOrZero(t.Updated))
+}
+
+func (p *pgImport) AlertEndpoint(e ledger.AlertEndpoint) error {
+	kinds := e.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return p.add("alert_endpoints", e.ID, e.AccountID, e.URL, kinds, e.SealedSecret, pgNanosOrZero(e.Created))
+}
+
+func (p *pgImport) AlertDelivery(d ledger.AlertDelivery) error {
+	return p.add("alert_deliveries", d.ID, d.AccountID, d.EndpointID, d.EventID, d.Kind, d.Payload, pgNanosOrZero(d.Created),
+		d.State, d.Attempts, pgNanosOrZero(d.NextAttempt), pgNanosOrZero(d.LeaseUntil), d.Claim, d.LastStatus, d.LastError,
+		pgNanosOrZero(d.Finished))
 }
 
 func (p *pgImport) Membership(m ledger.Membership) error {

@@ -240,6 +240,17 @@ func TestCopyLedger(t *testing.T) {
 	if _, err := from.BeginTopUp(bg, bob.ID); err != nil {
 		t.Fatal(err)
 	}
+	// alice has an alert endpoint (its secret sealed as the caller gave it) and a delivery to
+	// it, pending.
+	ep, err := from.CreateAlertEndpoint(bg, ledger.AlertEndpoint{AccountID: alice.ID, URL: "https://hooks.example.com/textgen",
+		Kinds: []string{ledger.AlertBalanceLow}, SealedSecret: []byte("sealed secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.EnqueueAlertEvent(bg, ledger.AlertEvent{AccountID: alice.ID, Kind: ledger.AlertBalanceLow, ID: "evt_copied",
+		Payload: []byte(`{"id":"evt_copied"}`)}); err != nil {
+		t.Fatal(err)
+	}
 	ledgertest.VerifyClean(t, from)
 
 	url := pgtest.NewDatabase(t)
@@ -258,6 +269,9 @@ func TestCopyLedger(t *testing.T) {
 	}
 	if got := pgExported(t, to); !reflect.DeepEqual(got.sorted(), want.sorted()) {
 		t.Errorf("stored records after the copy:\n got %+v\nwant %+v", got, want)
+	}
+	if len(want.alertEndpoints) != 1 || want.alertEndpoints[0].ID != ep.ID || len(want.alertDeliveries) != 1 {
+		t.Errorf("exported alert endpoints %+v and deliveries %+v; want alice's one of each", want.alertEndpoints, want.alertDeliveries)
 	}
 	if len(want.topUpRules) != 1 || len(want.topUps) != 2 {
 		t.Errorf("exported top-up rules %+v and top-ups %+v; want 1 and 2", want.topUpRules, want.topUps)
@@ -499,28 +513,39 @@ func mustPurchases(t *testing.T, s ledger.Store, acct string) []ledger.Entry {
 
 // exported is every record of a ledger, as Export gives them (an ExportSink that keeps them).
 type exported struct {
-	accounts    []ledger.ExportAccount
-	keys        []ledger.ExportKey
-	holds       []ledger.ExportHold
-	entries     []ledger.Entry
-	credentials []ledger.ExportCredential
-	sessions    []ledger.ExportSession
-	idempotency []ledger.IdempotencyRecord
-	payments    []ledger.UnmatchedPayment
-	paid        []ledger.Payment
-	reversals   []ledger.Reversal
-	mail        []ledger.MailMessage
-	tokens      []ledger.ExportToken
-	rkeys       []ledger.ReceiptKey
-	digests     []ledger.ReceiptDigestRecord
-	members     []ledger.Membership
-	usage       []ledger.ExportMemberUsage
-	operators   []ledger.ExportOperator
-	audit       []ledger.AuditRecord
-	codes       []ledger.ExportCode
-	redemptions []ledger.CodeRedemption
-	topUpRules  []ledger.TopUpRule
-	topUps      []ledger.TopUp
+	accounts        []ledger.ExportAccount
+	keys            []ledger.ExportKey
+	holds           []ledger.ExportHold
+	entries         []ledger.Entry
+	credentials     []ledger.ExportCredential
+	sessions        []ledger.ExportSession
+	idempotency     []ledger.IdempotencyRecord
+	payments        []ledger.UnmatchedPayment
+	paid            []ledger.Payment
+	reversals       []ledger.Reversal
+	mail            []ledger.MailMessage
+	tokens          []ledger.ExportToken
+	rkeys           []ledger.ReceiptKey
+	digests         []ledger.ReceiptDigestRecord
+	members         []ledger.Membership
+	usage           []ledger.ExportMemberUsage
+	operators       []ledger.ExportOperator
+	audit           []ledger.AuditRecord
+	codes           []ledger.ExportCode
+	redemptions     []ledger.CodeRedemption
+	topUpRules      []ledger.TopUpRule
+	topUps          []ledger.TopUp
+	alertEndpoints  []ledger.AlertEndpoint
+	alertDeliveries []ledger.AlertDelivery
+}
+
+func (x *exported) AlertEndpoint(e ledger.AlertEndpoint) error {
+	x.alertEndpoints = append(x.alertEndpoints, e)
+	return nil
+}
+func (x *exported) AlertDelivery(d ledger.AlertDelivery) error {
+	x.alertDeliveries = append(x.alertDeliveries, d)
+	return nil
 }
 
 func (x *exported) TopUpRule(r ledger.TopUpRule) error {
@@ -607,6 +632,8 @@ func (x exported) sorted() exported {
 	slices.SortFunc(x.codes, func(a, b ledger.ExportCode) int { return by(a, b) })
 	slices.SortFunc(x.topUpRules, func(a, b ledger.TopUpRule) int { return by(a, b) })
 	slices.SortFunc(x.topUps, func(a, b ledger.TopUp) int { return by(a, b) })
+	slices.SortFunc(x.alertEndpoints, func(a, b ledger.AlertEndpoint) int { return by(a, b) })
+	slices.SortFunc(x.alertDeliveries, func(a, b ledger.AlertDelivery) int { return by(a, b) })
 	slices.SortFunc(x.redemptions, func(a, b ledger.CodeRedemption) int { return by(a, b) })
 	return x
 }
@@ -756,6 +783,18 @@ func pgExported(t *testing.T, s *Postgres) exported {
 	}
 	rows, _ = s.pool.Query(bg, `SELECT `+pgTopUpCols+` FROM topups`)
 	if x.topUps, err = pgx.CollectRows(rows, scanTopUp); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = s.pool.Query(bg, `SELECT id, account_id, url, kinds, sealed_secret, created FROM alert_endpoints`)
+	if x.alertEndpoints, err = pgx.CollectRows(rows, scanAlertEndpoint); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = s.pool.Query(bg, `SELECT `+pgAlertCols+` FROM alert_deliveries d`)
+	if x.alertDeliveries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.AlertDelivery, error) {
+		var r alertRow
+		err := row.Scan(r.dest()...)
+		return r.delivery(), err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return x
