@@ -99,21 +99,8 @@ func (s *Postgres) CreateAlertEndpoint(ctx context.Context, e ledger.AlertEndpoi
 
 // ListAlertEndpoints lists the account's endpoints, oldest first.
 func (s *Postgres) ListAlertEndpoints(ctx context.Context, accountID string) ([]ledger.AlertEndpoint, error) {
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT id, account_id, url, kinds, sealed_secret, created FROM alert_endpoints
+	return readList(s, ctx, "listing alert endpoints", scanAlertEndpoint, `SELECT id, account_id, url, kinds, sealed_secret, created FROM alert_endpoints
 		WHERE account_id = $1 ORDER BY id`, accountID)
-	out, err := pgx.CollectRows(rows, scanAlertEndpoint)
-	if err != nil {
-		return nil, pgErr(ctx, "listing alert endpoints", err)
-	}
-	if out == nil {
-		out = []ledger.AlertEndpoint{}
-	}
-	return out, nil
 }
 
 // DeleteAlertEndpoint deletes an endpoint; its deliveries go with it (ON DELETE CASCADE).

@@ -67,20 +67,7 @@ func (s *Postgres) ListCodes(ctx context.Context, limit int) ([]ledger.Redemptio
 	if err != nil {
 		return nil, err
 	}
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgCodeCols+` FROM redemption_codes ORDER BY created DESC, id LIMIT $1`, limit)
-	out, err := pgx.CollectRows(rows, scanCode)
-	if err != nil {
-		return nil, pgErr(ctx, "listing codes", err)
-	}
-	if out == nil {
-		out = []ledger.RedemptionCode{}
-	}
-	return out, nil
+	return readList(s, ctx, "listing codes", scanCode, `SELECT `+pgCodeCols+` FROM redemption_codes ORDER BY created DESC, id LIMIT $1`, limit)
 }
 
 // GetCode returns the code with id.

@@ -60,20 +60,7 @@ func (s *Postgres) CreateOperator(ctx context.Context, n ledger.NewOperator) (le
 
 // ListOperators returns every operator, by email.
 func (s *Postgres) ListOperators(ctx context.Context) ([]ledger.Operator, error) {
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgOperatorCols+` FROM operators ORDER BY email COLLATE "C"`)
-	out, err := pgx.CollectRows(rows, scanOperator)
-	if err != nil {
-		return nil, pgErr(ctx, "listing operators", err)
-	}
-	if out == nil {
-		out = []ledger.Operator{}
-	}
-	return out, nil
+	return readList(s, ctx, "listing operators", scanOperator, `SELECT `+pgOperatorCols+` FROM operators ORDER BY email COLLATE "C"`)
 }
 
 // RemoveOperator deletes the operator; its sessions go with it (ON DELETE CASCADE).

@@ -130,21 +130,8 @@ func (s *Postgres) TopUpRule(ctx context.Context, accountID string) (ledger.TopU
 
 // ActiveTopUpRules lists the rules that may top up.
 func (s *Postgres) ActiveTopUpRules(ctx context.Context) ([]ledger.TopUpRule, error) {
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgRuleCols+` FROM topup_rules
+	return readList(s, ctx, "listing top-up rules", scanRule, `SELECT `+pgRuleCols+` FROM topup_rules
 		WHERE enabled AND NOT paused AND payment_method_id <> '' AND threshold > 0 AND package <> ''`)
-	out, err := pgx.CollectRows(rows, scanRule)
-	if err != nil {
-		return nil, pgErr(ctx, "listing top-up rules", err)
-	}
-	if out == nil {
-		out = []ledger.TopUpRule{}
-	}
-	return out, nil
 }
 
 // BeginTopUp makes a pending top-up where the rule allows one.
@@ -312,20 +299,7 @@ func (s *Postgres) ListTopUps(ctx context.Context, accountID string, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	qctx, done, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	// Newest first, by id among those of one time: Badger's order (compareTopUps).
-	rows, _ := s.pool.Query(qctx, `SELECT `+pgTopUpCols+` FROM topups
+	return readList(s, ctx, "listing top-ups", scanTopUp, `SELECT `+pgTopUpCols+` FROM topups
 		WHERE $1 = '' OR account_id = $1 ORDER BY created DESC, id LIMIT $2`, accountID, limit)
-	out, err := pgx.CollectRows(rows, scanTopUp)
-	if err != nil {
-		return nil, pgErr(ctx, "listing top-ups", err)
-	}
-	if out == nil {
-		out = []ledger.TopUp{}
-	}
-	return out, nil
 }
