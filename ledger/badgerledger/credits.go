@@ -33,6 +33,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 	if err != nil {
 		return ledger.GrantResult{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	if req.Reference != "" {
 		first, op, found, err := s.findGrant(a, req.Reference)
@@ -125,6 +126,7 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (ledger.Balance,
 	if err != nil {
 		return ledger.Balance{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return s.balanceNow(a)
@@ -157,7 +159,7 @@ func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]
 		return nil, err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return nil, err
 	}
 	out := []ledger.Entry{}
@@ -207,7 +209,7 @@ func (s *Badger) Purchase(ctx context.Context, accountID, reference string) (led
 	if err := ctx.Err(); err != nil {
 		return ledger.Entry{}, err
 	}
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return ledger.Entry{}, err
 	}
 	notFound := fmt.Errorf("purchase %q of account %q: %w", reference, accountID, ledger.ErrNotFound)
@@ -258,6 +260,7 @@ func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo i
 	if err != nil {
 		return 0, ledger.Balance{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	if a.rec.Load().Status == ledger.StatusDisabled {
 		a.mu.Unlock()

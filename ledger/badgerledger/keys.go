@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -123,6 +124,7 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	if err != nil {
 		return "", ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	if maxActive > 0 {
 		// Held until the new key is in a.keys, so the next creator counts it.
 		a.keyCreateMu.Lock()
@@ -143,11 +145,16 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	e := &keyEntry{acct: a}
 	digest := sha256.Sum256([]byte(full))
 	e.sec.Store(&keySecrets{cur: digest})
-	s.keyMu.RLock()
-	for e.id == "" || s.keyIDs[e.id] != nil {
+	// 12 Base62 characters: a collision is as likely as guessing a key; the account's own keys
+	// are checked all the same.
+	for e.id == "" {
 		e.id = ledger.NewKeyID()
+		a.mu.Lock()
+		if _, err := findKeyLocked(a, e.id); err == nil {
+			e.id = ""
+		}
+		a.mu.Unlock()
 	}
-	s.keyMu.RUnlock()
 	k := ledger.Key{
 		ID:        e.id,
 		AccountID: a.id,
@@ -169,10 +176,9 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	a.mu.Lock()
 	a.keys = append(a.keys, e)
 	a.mu.Unlock()
-	s.keyMu.Lock()
-	s.byDigest[digest] = e
-	s.keyIDs[e.id] = e
-	s.keyMu.Unlock()
+	s.cacheMu.Lock()
+	s.byDigest[digest] = e // a is pinned: it is cached
+	s.cacheMu.Unlock()
 	return full, k, nil
 }
 
@@ -185,6 +191,7 @@ func (s *Badger) ListKeys(ctx context.Context, accountID string) ([]ledger.Key, 
 	if err != nil {
 		return nil, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	out := make([]ledger.Key, 0, len(a.keys))
 	for _, e := range a.keys {
@@ -220,6 +227,7 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (ledger
 	if err != nil {
 		return ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	var e *keyEntry
 	for _, k := range a.keys {
@@ -254,7 +262,8 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (ledger
 // concurrent requests on one key do not fight over its cache line.
 const lastUsedGranularity = int64(time.Second)
 
-// LookupKey finds the key by its digest in memory. Malformed, unknown and revoked keys, and a
+// LookupKey finds the key by its digest among the cached accounts' keys or, failing that, in
+// the key-hash index on disk, which reads the key's account into the cache. Malformed, unknown and revoked keys, and a
 // rolled key's previous secret past its grace period, all give ErrInvalidKey, with no hint
 // which; an expired key gives ErrKeyExpired.
 func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, ledger.Account, error) {
@@ -266,11 +275,26 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
-	s.keyMu.RLock()
-	e := s.byDigest[d]
-	s.keyMu.RUnlock()
+	e := s.keyByDigest(d)
 	if e == nil {
-		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
+		acct, err := s.keyAccount(d)
+		if err != nil {
+			return ledger.Key{}, ledger.Account{}, err
+		}
+		if acct == "" {
+			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
+		}
+		a, err := s.account(acct) // its keys are cached with it
+		if errors.Is(err, ledger.ErrNotFound) {
+			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
+		}
+		if err != nil {
+			return ledger.Key{}, ledger.Account{}, err
+		}
+		defer s.unpin(a)
+		if e = s.keyByDigest(d); e == nil {
+			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey // a secret being replaced
+		}
 	}
 	sec := e.sec.Load()
 	k := *e.rec.Load()
@@ -315,8 +339,15 @@ func (s *Badger) flushLastUsed(admit bool) error {
 		}
 		defer s.life.End()
 	}
+	// Only cached accounts have last-use times not yet written (an account with one is kept).
 	var ops []*pendingOp
-	for _, a := range s.allAccounts() {
+	accts := s.cachedAccounts()
+	defer func() {
+		for _, a := range accts {
+			s.unpin(a)
+		}
+	}()
+	for _, a := range accts {
 		a.mu.Lock()
 		var ws []write
 		for _, e := range a.keys {

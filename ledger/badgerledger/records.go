@@ -73,6 +73,17 @@ func iterate(txn *badger.Txn, prefix []byte, f func(k, v []byte) error) error {
 	return nil
 }
 
+// countKeys counts the keys under prefix, reading no value.
+func countKeys(txn *badger.Txn, prefix []byte) (int64, error) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	n := int64(0)
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
+	}
+	return n, nil
+}
+
 // scanJSON reads, under the engine's guard and in one snapshot, every JSON record under prefix in
 // key order, decoded as T (what names one in errors), and hands it to keep until keep says the
 // listing is full; ctx ends it early. The listings of records few enough to read whole use it.

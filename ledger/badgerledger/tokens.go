@@ -35,7 +35,7 @@ func (s *Badger) CreateToken(ctx context.Context, accountID string, purpose ledg
 		return "", err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return "", err
 	}
 	token := ledger.RandomBase62(ledger.SessionTokenLen)
@@ -90,6 +90,7 @@ func (s *Badger) useToken(purpose ledger.TokenPurpose, token string, consume boo
 	if err != nil {
 		return ledger.Account{}, err
 	}
+	defer s.unpin(a)
 	if consume {
 		if err := s.c.enqueue([]write{del(tokenKey(d))}).wait(); err != nil {
 			return ledger.Account{}, err
@@ -144,9 +145,11 @@ func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below boo
 	return changed, err
 }
 
-// LowBalanceChanges reads the accounts and balances kept in memory, not the disk: it skips the
-// accounts without an alert with no lock, and reads the record and the figures of the others
-// together under the account's mutex. Like Balance, it may see a change still in flight.
+// LowBalanceChanges walks the account records on disk, in id order, one at a time: those without
+// an alert are skipped before they are decoded. An alerted account that is cached is read as
+// memory has it (record and figures together, under its mutex; like Balance, it may see a
+// change still in flight); one that is not has no open hold, and its balance record is its
+// figures. No account is read into the cache.
 func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.LowBalanceChange, error) {
 	limit, err := ledger.CheckListLimit(limit)
 	if err != nil {
@@ -156,30 +159,49 @@ func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.Low
 		return nil, err
 	}
 	defer s.life.End()
-	// The accounts with an alert, in id order, gathered under acctMu alone: no account's mutex
-	// is taken while acctMu is held.
-	var alerted []*account
-	s.acctMu.RLock()
-	for _, id := range s.acctIDs {
-		if a := s.accounts[id]; a.rec.Load().LowBalanceAlert > 0 {
-			alerted = append(alerted, a)
-		}
-	}
-	s.acctMu.RUnlock()
 	out := []ledger.LowBalanceChange{}
-	for _, a := range alerted {
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	n := 0
+	err = iterate(snap.txn, []byte{prefixAccount}, func(k, v []byte) error {
 		if len(out) == limit {
-			break
+			return errListFull
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
-		a.mu.Lock()
-		c := ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
-		a.mu.Unlock()
+		if !hasField(v, "low_balance_alert") {
+			return nil
+		}
+		var c ledger.LowBalanceChange
+		if a := s.pinCached(string(k[1:])); a != nil {
+			a.mu.Lock()
+			c = ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
+			a.mu.Unlock()
+			s.unpin(a)
+		} else {
+			if err := json.Unmarshal(v, &c.Account); err != nil {
+				return fmt.Errorf("account %q: %w", k[1:], err)
+			}
+			bv, ok, err := snap.get(balanceKey(c.Account.ID))
+			if err != nil || !ok {
+				return err
+			}
+			var b balanceRecord
+			if err := json.Unmarshal(bv, &b); err != nil {
+				return fmt.Errorf("balance of %q: %w", c.Account.ID, err)
+			}
+			c.Available = b.Balance
+		}
 		if c.Account.Status == ledger.StatusActive && c.Account.LowBalanceAlert > 0 && c.Below() != c.Account.LowBalanceNotified {
 			out = append(out, c)
 		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errListFull) {
+		return nil, err
 	}
 	return out, nil
 }
@@ -194,6 +216,7 @@ func (s *Badger) updateAccount(id string, f func(*ledger.Account)) (ledger.Accou
 	if err != nil {
 		return ledger.Account{}, false, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	old := *a.rec.Load()
 	rec := old
