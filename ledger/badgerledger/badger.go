@@ -68,6 +68,8 @@ type Badger struct {
 	evicting  atomic.Bool
 	loads     atomic.Uint64
 	evictions atomic.Uint64
+	// diskHolds: the previous process's open holds may still be on disk (until voidPrevious).
+	diskHolds atomic.Bool
 }
 
 // Open opens (or creates) the ledger in dir, voids holds that expired
@@ -133,6 +135,7 @@ func Open(dir string, opts Options) (*Badger, error) {
 		cached:   map[string]*account{},
 		byDigest: map[[32]byte]*keyEntry{},
 	}
+	s.diskHolds.Store(true)
 	s.life.StartLifecycle()
 	s.c = newCommitter(db, opts.Logger, space)
 	s.c.siblings = s.openHolds.Load
@@ -261,6 +264,7 @@ func (s *Badger) voidPrevious() error {
 		return fmt.Errorf("voiding the holds of the previous process: %w", err)
 	}
 	s.voidPending.Store(false)
+	s.diskHolds.Store(false)
 	if n > 0 {
 		s.log.Info("voided the holds the previous process left open", zap.Int("holds", n))
 	}

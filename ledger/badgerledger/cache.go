@@ -211,23 +211,46 @@ func (s *Badger) readAccount(txn *badger.Txn, id string) (*account, error) {
 		return nil, fmt.Errorf("balance of %q: %w", id, err)
 	}
 	a.bal, a.testBal, a.nextSeq = bal.Balance, bal.TestBalance, bal.NextSeq
-	err = iterate(txn, key1(prefixOpenHold, id), func(k, _ []byte) error {
-		rid := string(k[1+ledger.AccountIDLen:])
-		rec, err := getHold(txn, id, rid)
-		if err != nil {
-			return fmt.Errorf("open hold %q of %q: %w", rid, id, err)
+	// One iterator for the account's ranges, without prefetching: most are empty or short, and
+	// making an iterator is most of what a read of them costs.
+	it := txn.NewIterator(badger.IteratorOptions{})
+	defer it.Close()
+	each := func(prefix byte, f func(k, v []byte) error) error {
+		p := key1(prefix, id)
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := f(item.KeyCopy(nil), v); err != nil {
+				return err
+			}
 		}
-		if rec.State != ledger.HoldOpen {
-			return fmt.Errorf("hold %q of %q is indexed as open but is %s", rid, id, rec.State)
-		}
-		a.putHold(rid, &holdMem{rec: rec})
-		a.add(rec.Mode, 0, ledger.HeldCredits(rec.Credits))
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	err = iterate(txn, key1(prefixLot, id), func(k, v []byte) error {
+	if s.diskHolds.Load() {
+		// Until the previous process's holds are voided (Open), an account that is not cached
+		// may have open holds on disk; after that, only a cached account makes one, and it stays
+		// cached until the hold is resolved.
+		err = each(prefixOpenHold, func(k, _ []byte) error {
+			rid := string(k[1+ledger.AccountIDLen:])
+			rec, err := getHold(txn, id, rid)
+			if err != nil {
+				return fmt.Errorf("open hold %q of %q: %w", rid, id, err)
+			}
+			if rec.State != ledger.HoldOpen {
+				return fmt.Errorf("hold %q of %q is indexed as open but is %s", rid, id, rec.State)
+			}
+			a.putHold(rid, &holdMem{rec: rec})
+			a.add(rec.Mode, 0, ledger.HeldCredits(rec.Credits))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	err = each(prefixLot, func(k, v []byte) error {
 		var l ledger.Lot
 		if err := json.Unmarshal(v, &l); err != nil {
 			return fmt.Errorf("lot %q: %w", k, err)
@@ -241,10 +264,10 @@ func (s *Badger) readAccount(txn *badger.Txn, id string) (*account, error) {
 	if len(a.lots) > 0 {
 		ledger.SortLots(a.lots)
 	}
-	if err := s.readMembers(txn, a); err != nil {
+	if err := s.readMembers(each, a); err != nil {
 		return nil, err
 	}
-	err = iterate(txn, key1(prefixKey, id), func(k, v []byte) error {
+	err = each(prefixKey, func(k, v []byte) error {
 		var rec keyRecord
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("key %q: %w", k[1:], err)

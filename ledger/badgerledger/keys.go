@@ -320,7 +320,7 @@ func (e *keyEntry) noteUse(t time.Time) {
 	}
 }
 
-// LookupKeyBalance is LookupKey and Balance (ledger/roles.go); both are in memory here.
+// LookupKeyBalance is LookupKey and Balance (ledger/roles.go); both read the cached account.
 func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (ledger.Key, ledger.Account, ledger.Balance, error) {
 	k, a, err := s.LookupKey(ctx, presented)
 	if err != nil {

@@ -46,8 +46,9 @@ func memberUsageKey(org, member, month string) []byte {
 }
 
 // readMembers reads organisation a's members and months, if it is one (readAccount).
-func (s *Badger) readMembers(txn *badger.Txn, a *account) error {
-	err := iterate(txn, key1(prefixMember, a.id), func(k, v []byte) error {
+// each calls f with every record of a.id under a prefix.
+func (s *Badger) readMembers(each func(prefix byte, f func(k, v []byte) error) error, a *account) error {
+	err := each(prefixMember, func(k, v []byte) error {
 		if len(k) != 1+2*ledger.AccountIDLen {
 			return fmt.Errorf("malformed membership key %q", k)
 		}
@@ -65,7 +66,7 @@ func (s *Badger) readMembers(txn *badger.Txn, a *account) error {
 	if err != nil {
 		return err
 	}
-	return iterate(txn, key1(prefixMemberUsage, a.id), func(k, v []byte) error {
+	return each(prefixMemberUsage, func(k, v []byte) error {
 		if len(k) != 1+2*ledger.AccountIDLen+7 {
 			return fmt.Errorf("malformed member usage key %q", k)
 		}

@@ -210,6 +210,28 @@ func measureLarge(b *testing.B, root, dir string) {
 		rssBytes()>>20, anonBytes()>>20, ms.HeapInuse>>20)
 	sc.all = nil
 
+	// What reads every record of a kind on disk now that nothing is loaded at open.
+	var found []ledger.Key
+	c0 = cpuTime()
+	took := timeIt(func() { found, err = s.FindKeys(ctx, "Zq9x", 50) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	say("key search by its last 4 characters: %d found in %s (CPU %s)", len(found), took.Round(time.Millisecond), (cpuTime() - c0).Round(time.Millisecond))
+	var low []ledger.LowBalanceChange
+	c0 = cpuTime()
+	took = timeIt(func() { low, err = s.LowBalanceChanges(ctx, 1000) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	say("low-balance changes: %d in %s (CPU %s)", len(low), took.Round(time.Millisecond), (cpuTime() - c0).Round(time.Millisecond))
+	var page []ledger.Account
+	took = timeIt(func() { page, _, err = s.ListAccounts(ctx, ledger.Page{Limit: 50}) })
+	if err != nil || len(page) != 50 {
+		b.Fatalf("list accounts: %v (%d)", err, len(page))
+	}
+	say("account list, first page of 50: %s", took.Round(time.Microsecond))
+
 	// The generate path, large against empty, interleaved.
 	empty, err := Open(filepath.Join(root, "empty-badger"), Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
 	if err != nil {
@@ -246,7 +268,7 @@ func measureLarge(b *testing.B, root, dir string) {
 
 	// One big account's history and usage.
 	var es []ledger.Entry
-	took := timeIt(func() { es, _, err = s.History(ctx, big, ledger.Page{Limit: 50}) })
+	took = timeIt(func() { es, _, err = s.History(ctx, big, ledger.Page{Limit: 50}) })
 	if err != nil || len(es) != 50 {
 		b.Fatalf("history: %v (%d)", err, len(es))
 	}
