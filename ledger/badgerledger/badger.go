@@ -68,6 +68,9 @@ type Badger struct {
 	evicting  atomic.Bool
 	loads     atomic.Uint64
 	evictions atomic.Uint64
+	// alerted is the accounts with a low-balance alert (alerts.go); nil until first needed.
+	alertMu sync.Mutex
+	alerted map[string]struct{}
 	// diskHolds: the previous process's open holds may still be on disk (until voidPrevious).
 	diskHolds atomic.Bool
 }

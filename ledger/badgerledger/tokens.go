@@ -145,11 +145,10 @@ func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below boo
 	return changed, err
 }
 
-// LowBalanceChanges walks the account records on disk, in id order, one at a time: those without
-// an alert are skipped before they are decoded. An alerted account that is cached is read as
-// memory has it (record and figures together, under its mutex; like Balance, it may see a
-// change still in flight); one that is not has no open hold, and its balance record is its
-// figures. No account is read into the cache.
+// LowBalanceChanges reads the accounts that have an alert, in id order, from a small index in
+// memory (alerts.go). An account that is cached is read as memory has it (record and figures
+// together, under its mutex; like Balance, it may see a change still in flight); one that is not
+// has no open hold, and its records on disk are its figures. No account is read into the cache.
 func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.LowBalanceChange, error) {
 	limit, err := ledger.CheckListLimit(limit)
 	if err != nil {
@@ -159,49 +158,44 @@ func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.Low
 		return nil, err
 	}
 	defer s.life.End()
+	ids, err := s.alertedIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := []ledger.LowBalanceChange{}
 	snap := s.c.acquire()
 	defer s.c.release(snap)
-	n := 0
-	err = iterate(snap.txn, []byte{prefixAccount}, func(k, v []byte) error {
+	for _, id := range ids {
 		if len(out) == limit {
-			return errListFull
+			break
 		}
-		if n++; n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if !hasField(v, "low_balance_alert") {
-			return nil
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		var c ledger.LowBalanceChange
-		if a := s.pinCached(string(k[1:])); a != nil {
+		if a := s.pinCached(id); a != nil {
 			a.mu.Lock()
 			c = ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
 			a.mu.Unlock()
 			s.unpin(a)
 		} else {
-			if err := json.Unmarshal(v, &c.Account); err != nil {
-				return fmt.Errorf("account %q: %w", k[1:], err)
-			}
-			bv, ok, err := snap.get(balanceKey(c.Account.ID))
+			rec, ok, err := s.accountRecord(snap.txn, id)
 			if err != nil || !ok {
-				return err
+				return nil, err
+			}
+			bv, ok, err := snap.get(balanceKey(id))
+			if err != nil || !ok {
+				return nil, err
 			}
 			var b balanceRecord
 			if err := json.Unmarshal(bv, &b); err != nil {
-				return fmt.Errorf("balance of %q: %w", c.Account.ID, err)
+				return nil, fmt.Errorf("balance of %q: %w", id, err)
 			}
-			c.Available = b.Balance
+			c = ledger.LowBalanceChange{Account: rec, Available: b.Balance}
 		}
 		if c.Account.Status == ledger.StatusActive && c.Account.LowBalanceAlert > 0 && c.Below() != c.Account.LowBalanceNotified {
 			out = append(out, c)
 		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errListFull) {
-		return nil, err
 	}
 	return out, nil
 }
@@ -230,6 +224,9 @@ func (s *Badger) updateAccount(id string, f func(*ledger.Account)) (ledger.Accou
 	a.mu.Unlock()
 	if err := op.wait(); err != nil {
 		return ledger.Account{}, false, err
+	}
+	if rec.LowBalanceAlert > 0 {
+		s.noteAlert(id) // once durable: a first index's scan that missed it has ended
 	}
 	return rec, true, nil
 }
