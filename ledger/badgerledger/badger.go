@@ -71,6 +71,9 @@ type Badger struct {
 	// alerted is the accounts with a low-balance alert (alerts.go); nil until first needed.
 	alertMu sync.Mutex
 	alerted map[string]struct{}
+	// someLots and someOrgs: the ledger may hold a lot, an organisation's member (set at Open
+	// from what is on disk, and before the first is written); while false a load does not look.
+	someLots, someOrgs atomic.Bool
 	// diskHolds: the previous process's open holds may still be on disk (until voidPrevious).
 	diskHolds atomic.Bool
 }
@@ -151,6 +154,21 @@ func Open(dir string, opts Options) (*Badger, error) {
 		return nil, err
 	}
 	if err := s.checkSchema(readOnly); err != nil {
+		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
+	}
+	if err := db.View(func(txn *badger.Txn) error {
+		for _, f := range []struct {
+			prefix byte
+			flag   *atomic.Bool
+		}{{prefixLot, &s.someLots}, {prefixMember, &s.someOrgs}} {
+			n, err := countKeysUpTo(txn, []byte{f.prefix}, 1)
+			if err != nil {
+				return err
+			}
+			f.flag.Store(n > 0)
+		}
+		return nil
+	}); err != nil {
 		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
 	}
 	s.opened = s.now().UTC()

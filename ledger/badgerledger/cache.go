@@ -250,22 +250,26 @@ func (s *Badger) readAccount(txn *badger.Txn, id string) (*account, error) {
 			return nil, err
 		}
 	}
-	err = each(prefixLot, func(k, v []byte) error {
-		var l ledger.Lot
-		if err := json.Unmarshal(v, &l); err != nil {
-			return fmt.Errorf("lot %q: %w", k, err)
+	if s.someLots.Load() {
+		err = each(prefixLot, func(k, v []byte) error {
+			var l ledger.Lot
+			if err := json.Unmarshal(v, &l); err != nil {
+				return fmt.Errorf("lot %q: %w", k, err)
+			}
+			a.lots = append(a.lots, l)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		a.lots = append(a.lots, l)
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		if len(a.lots) > 0 {
+			ledger.SortLots(a.lots)
+		}
 	}
-	if len(a.lots) > 0 {
-		ledger.SortLots(a.lots)
-	}
-	if err := s.readMembers(each, a); err != nil {
-		return nil, err
+	if s.someOrgs.Load() {
+		if err := s.readMembers(each, a); err != nil {
+			return nil, err
+		}
 	}
 	err = each(prefixKey, func(k, v []byte) error {
 		var rec keyRecord

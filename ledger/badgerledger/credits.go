@@ -68,6 +68,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, t)
 	ws = append(ws, ews...)
 	if !req.Expires.IsZero() {
+		s.someLots.Store(true) // before the lot's write: a load may read it from then on
 		ws = append(ws, a.addLot(ledger.Lot{Seq: ent.Seq, Amount: req.Credits, Remaining: req.Credits, Expires: req.Expires.UTC()}))
 	}
 	if req.Reference != "" {

@@ -1,6 +1,7 @@
 package badgerledger
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -277,23 +278,9 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 	d := sha256.Sum256(buf[:])
 	e := s.keyByDigest(d)
 	if e == nil {
-		acct, err := s.keyAccount(d)
-		if err != nil {
-			return ledger.Key{}, ledger.Account{}, err
-		}
-		if acct == "" {
-			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
-		}
-		a, err := s.account(acct) // its keys are cached with it
-		if errors.Is(err, ledger.ErrNotFound) {
-			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
-		}
-		if err != nil {
-			return ledger.Key{}, ledger.Account{}, err
-		}
-		defer s.unpin(a)
-		if e = s.keyByDigest(d); e == nil {
-			return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey // a secret being replaced
+		var err error
+		if e, err = s.keyFromDisk(d); err != nil || e == nil {
+			return ledger.Key{}, ledger.Account{}, cmp.Or(err, ledger.ErrInvalidKey)
 		}
 	}
 	sec := e.sec.Load()
@@ -309,6 +296,25 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 		return ledger.Key{}, ledger.Account{}, ledger.ErrKeyExpired
 	}
 	return e.keyWith(e.used.Load()), *e.acct.rec.Load(), nil
+}
+
+// keyFromDisk finds the key of digest d through the key-hash index on disk and reads its
+// account, with its keys, into the cache; nil when no key has that digest (or it is a secret
+// being replaced). Like a cached entry, the entry it returns is read without a pin.
+func (s *Badger) keyFromDisk(d [32]byte) (*keyEntry, error) {
+	acct, err := s.keyAccount(d)
+	if err != nil || acct == "" {
+		return nil, err
+	}
+	a, err := s.account(acct)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.unpin(a)
+	return s.keyByDigest(d), nil
 }
 
 // noteUse records a use of the key at t (a hold made with it): its last-use time, written with

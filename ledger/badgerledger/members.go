@@ -160,6 +160,7 @@ func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (ledger
 		}
 		rec := memberRecord{Role: ledger.RoleOwner, Created: s.now().UTC()}
 		out = s.membership(a, a.id, rec)
+		s.someOrgs.Store(true) // before the membership's write: a load may read it from then on
 		return []write{set(memberKey(a.id, a.id), mustJSON(rec)), set(memberOfKey(a.id, a.id), nil)}, func() {
 			if a.org == nil {
 				a.org = newOrgState()

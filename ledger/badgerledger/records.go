@@ -74,11 +74,14 @@ func iterate(txn *badger.Txn, prefix []byte, f func(k, v []byte) error) error {
 }
 
 // countKeys counts the keys under prefix, reading no value.
-func countKeys(txn *badger.Txn, prefix []byte) (int64, error) {
+func countKeys(txn *badger.Txn, prefix []byte) (int64, error) { return countKeysUpTo(txn, prefix, -1) }
+
+// countKeysUpTo is countKeys that stops at most (negative: no limit).
+func countKeysUpTo(txn *badger.Txn, prefix []byte, most int64) (int64, error) {
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	n := int64(0)
-	for it.Rewind(); it.Valid(); it.Next() {
+	for it.Rewind(); it.Valid() && n != most; it.Next() {
 		n++
 	}
 	return n, nil
