@@ -64,8 +64,8 @@ type Options struct {
 	// CacheAccounts is how many accounts the store keeps in memory once their calls are done:
 	// an account's record, balances, open holds and keys are read from disk on first use and
 	// kept while used; past this many, those least recently used are let go (an account with an
-	// open hold is always kept). Each costs about 2 KB with two keys. Default: 50,000 (about
-	// 100 MB). The store holds every account in use whatever the size.
+	// open hold is always kept). Each costs about 5 KB of heap with two keys. Default: 50,000
+	// (about 250 MB). The store holds every account in use whatever the size.
 	CacheAccounts int `json:"cache_accounts,omitempty"`
 
 	// InMemory keeps everything in memory and nothing on disk (dir must be ""). For unit tests
