@@ -13,8 +13,9 @@ import (
 
 // The account cache. An account's working state (its record, balances, open holds, lots,
 // organisation and keys) is read from Badger the first time a call needs it and kept in memory
-// while it is used; the cache holds at most Options.CacheAccounts accounts that are not in use,
-// and lets go of the least recently used of them. Badger is the source of truth: an account
+// while it is used. Once the cache holds more than Options.CacheAccounts accounts, it lets go of
+// those not used lately (a second chance, as the CLOCK algorithm gives) down to nine in ten of
+// that size, of those that may go. Badger is the source of truth: an account
 // leaves the cache only when everything it changed is in the committer's snapshot, so that the
 // next load reads exactly what memory held, and an account in use is never let go.
 //
@@ -22,7 +23,9 @@ import (
 // ends (defer s.unpin(a)). Pins are taken under cacheMu's read lock and eviction holds its
 // write lock, so an account with no pin cannot gain one while it is being let go. Besides, an
 // account with an open hold (which must stay in memory until resolved, findHold), with key
-// last-use times not yet written, or whose mutex is held is kept. A key lives with its account:
+// last-use times not yet written (until the next flush, LastUsedFlushInterval), or whose mutex
+// is held is kept: under a burst of requests from many accounts the cache may exceed its size
+// by the accounts used since the last flush. A key lives with its account:
 // byDigest finds the keys of the cached accounts, and a digest not there is looked up in the
 // key-hash index on disk, which loads the key's account.
 
