@@ -23,9 +23,8 @@ import (
 // ends (defer s.unpin(a)). Pins are taken under cacheMu's read lock and eviction holds its
 // write lock, so an account with no pin cannot gain one while it is being let go. Besides, an
 // account with an open hold (which must stay in memory until resolved, findHold), with key
-// last-use times not yet written (until the next flush, LastUsedFlushInterval), or whose mutex
-// is held is kept: under a burst of requests from many accounts the cache may exceed its size
-// by the accounts used since the last flush. A key lives with its account:
+// last-use times not yet written, or whose mutex is held is kept; an eviction pass writes the
+// last-use times of the accounts it would let go, which may go in a later pass. A key lives with its account:
 // byDigest finds the keys of the cached accounts, and a digest not there is looked up in the
 // key-hash index on disk, which loads the key's account.
 
@@ -97,14 +96,18 @@ func (s *Badger) account(id string) (*account, error) {
 // unpin releases a pin of account(). It notes the committer's last queued operation: every
 // change the caller queued for the account is at or before it.
 func (s *Badger) unpin(a *account) {
-	q := s.c.queued.Load()
+	noteSeen(a, s.c.queued.Load())
+	a.pins.Add(-1)
+}
+
+// noteSeen raises a.seen to q.
+func noteSeen(a *account, q uint64) {
 	for {
 		old := a.seen.Load()
 		if old >= q || a.seen.CompareAndSwap(old, q) {
-			break
+			return
 		}
 	}
-	a.pins.Add(-1)
 }
 
 // exists reports whether the account exists: nil or ErrNotFound.
@@ -142,6 +145,15 @@ func (s *Badger) evict() {
 			if a.pins.Load() != 0 || a.seen.Load() > upTo || !a.mu.TryLock() {
 				continue
 			}
+			if !a.holdsOpen() && a.lastUsedDirty() {
+				// Its keys' last uses are written now, and it may go in a later pass once that
+				// is in the snapshot (seen), rather than at the next flush.
+				if op := s.c.enqueue(a.lastUsedWrites()); op.id != 0 {
+					noteSeen(a, op.id)
+				}
+				a.mu.Unlock()
+				continue
+			}
 			if a.evictable() {
 				delete(s.cached, id)
 				for _, e := range a.keys {
@@ -161,18 +173,26 @@ func (s *Badger) evict() {
 // evictable reports whether memory holds nothing of the account that its records on disk do
 // not: no open hold, and every key's last use written. Called with a.mu held, the account
 // unpinned and its changes in the committer's snapshot.
-func (a *account) evictable() bool {
+func (a *account) evictable() bool { return !a.holdsOpen() && !a.lastUsedDirty() }
+
+// holdsOpen reports whether the account has an open hold. Called with a.mu held.
+func (a *account) holdsOpen() bool {
 	for _, h := range a.holds {
 		if h.rec.State == ledger.HoldOpen {
-			return false
+			return true
 		}
 	}
+	return false
+}
+
+// lastUsedDirty reports whether a key's last use is not yet written. Called with a.mu held.
+func (a *account) lastUsedDirty() bool {
 	for _, e := range a.keys {
 		if e.used.Load() > e.flushed {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // cachedAccounts returns the cached accounts, pinned (unpin each).

@@ -336,6 +336,19 @@ func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (ledger
 	return k, a, b, err
 }
 
+// lastUsedWrites returns the writes of the account's keys whose last use changed since it was
+// last written, and counts them written. Called with a.mu held.
+func (a *account) lastUsedWrites() []write {
+	var ws []write
+	for _, e := range a.keys {
+		if u := e.used.Load(); u > e.flushed {
+			ws = append(ws, e.recordWrite(e.keyWith(u)))
+			e.flushed = u
+		}
+	}
+	return ws
+}
+
 // flushLastUsed writes the last-use times that changed since the last flush. admit is false when
 // called from Close, which already excludes other calls.
 func (s *Badger) flushLastUsed(admit bool) error {
@@ -355,14 +368,7 @@ func (s *Badger) flushLastUsed(admit bool) error {
 	}()
 	for _, a := range accts {
 		a.mu.Lock()
-		var ws []write
-		for _, e := range a.keys {
-			if u := e.used.Load(); u > e.flushed {
-				ws = append(ws, e.recordWrite(e.keyWith(u)))
-				e.flushed = u
-			}
-		}
-		if len(ws) > 0 {
+		if ws := a.lastUsedWrites(); len(ws) > 0 {
 			ops = append(ops, s.c.enqueue(ws))
 		}
 		a.mu.Unlock()
