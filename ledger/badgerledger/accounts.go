@@ -2,11 +2,11 @@ package badgerledger
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
-	"strings"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -32,15 +32,23 @@ func (s *Badger) createAccount(e string, unverified bool, extra func(id string, 
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 
-	s.acctMu.RLock()
-	_, dup := s.byEmail[e]
-	id := ""
-	for id == "" || s.accounts[id] != nil {
-		id = ledger.NewAccountID()
+	// Every account created is durable, and so in the committer's snapshot, before createMu is
+	// released: the snapshot decides.
+	dup, err := s.accountIDByEmail(e)
+	if err != nil {
+		return ledger.Account{}, err
 	}
-	s.acctMu.RUnlock()
-	if dup {
+	if dup != "" {
 		return ledger.Account{}, fmt.Errorf("email %q: %w", e, ledger.ErrDuplicateEmail)
+	}
+	id := ""
+	for id == "" {
+		id = ledger.NewAccountID()
+		if _, taken, err := s.snapGet(accountKey(id)); err != nil {
+			return ledger.Account{}, err
+		} else if taken {
+			id = ""
+		}
 	}
 	rec := ledger.Account{ID: id, Email: e, Status: ledger.StatusActive, Created: s.now().UTC(), Unverified: unverified}
 	a := newAccount(rec)
@@ -52,17 +60,10 @@ func (s *Badger) createAccount(e string, unverified bool, extra func(id string, 
 	if extra != nil {
 		ws = append(ws, extra(id, rec.Created)...)
 	}
+	// The account is read into the cache on first use, once durable.
 	if err := s.c.enqueue(ws).wait(); err != nil {
 		return ledger.Account{}, err
 	}
-	s.acctMu.Lock()
-	s.accounts[id] = a
-	s.byEmail[e] = a
-	i := sort.SearchStrings(s.acctIDs, id)
-	s.acctIDs = append(s.acctIDs, "")
-	copy(s.acctIDs[i+1:], s.acctIDs[i:])
-	s.acctIDs[i] = id
-	s.acctMu.Unlock()
 	return rec, nil
 }
 
@@ -75,6 +76,7 @@ func (s *Badger) GetAccount(ctx context.Context, id string) (ledger.Account, err
 	if err != nil {
 		return ledger.Account{}, err
 	}
+	defer s.unpin(a)
 	return *a.rec.Load(), nil
 }
 
@@ -84,17 +86,62 @@ func (s *Badger) GetAccountByEmail(ctx context.Context, email string) (ledger.Ac
 		return ledger.Account{}, ledger.ErrClosed
 	}
 	e := ledger.FoldEmail(email)
-	s.acctMu.RLock()
-	a := s.byEmail[e]
-	s.acctMu.RUnlock()
-	if a == nil {
+	id, err := s.accountIDByEmail(e)
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	if id == "" {
 		return ledger.Account{}, fmt.Errorf("account with email %q: %w", e, ledger.ErrNotFound)
 	}
-	return *a.rec.Load(), nil
+	return s.GetAccount(ctx, id)
 }
 
-// ListAccounts lists accounts in e-mail order, one page at a time. The accounts are in memory;
-// each page sorts them all (a few milliseconds for 100,000 accounts).
+// accountIDByEmail is the id of the account with the normalised email e, from the e-mail index
+// in the committer's snapshot, or "".
+func (s *Badger) accountIDByEmail(e string) (string, error) {
+	v, ok, err := s.snapGet(emailKey(e))
+	if err != nil || !ok {
+		return "", err
+	}
+	return string(v), nil
+}
+
+// accountEmail is account id's e-mail address, or "" when it cannot be read.
+func (s *Badger) accountEmail(id string) string {
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	rec, _, _ := s.accountRecord(snap.txn, id)
+	return rec.Email
+}
+
+// snapGet reads one value from the committer's snapshot; ok is false when the key does not
+// exist.
+func (s *Badger) snapGet(k []byte) ([]byte, bool, error) {
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	return snap.get(k)
+}
+
+// accountRecord is account id's record: the cached one, or the one on disk, without reading
+// the account into the cache (listings go over many accounts once).
+func (s *Badger) accountRecord(txn *badger.Txn, id string) (ledger.Account, bool, error) {
+	if a := s.pinCached(id); a != nil {
+		defer s.unpin(a)
+		return *a.rec.Load(), true, nil
+	}
+	v, ok, err := getValue(txn, accountKey(id))
+	if err != nil || !ok {
+		return ledger.Account{}, false, err
+	}
+	var rec ledger.Account
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return ledger.Account{}, false, fmt.Errorf("account %q: %w", id, err)
+	}
+	return rec, true, nil
+}
+
+// ListAccounts lists accounts in e-mail order, one page at a time, walking the e-mail index
+// from the cursor: a page reads its own accounts and no others.
 func (s *Badger) ListAccounts(ctx context.Context, p ledger.Page) ([]ledger.Account, string, error) {
 	if s.life.Closed.Load() {
 		return nil, "", ledger.ErrClosed
@@ -103,18 +150,35 @@ func (s *Badger) ListAccounts(ctx context.Context, p ledger.Page) ([]ledger.Acco
 	if err != nil {
 		return nil, "", err
 	}
-	s.acctMu.RLock()
-	all := make([]ledger.Account, 0, len(s.acctIDs))
-	for _, id := range s.acctIDs {
-		if a := *s.accounts[id].rec.Load(); a.Email > after {
-			all = append(all, a)
+	out := []ledger.Account{}
+	more := false
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	it := snap.txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixEmail}, PrefetchValues: true, PrefetchSize: min(limit+1, 100)})
+	defer it.Close()
+	for it.Seek(emailKey(after)); it.Valid(); it.Next() {
+		item := it.Item()
+		if string(item.Key()[1:]) <= after {
+			continue
+		}
+		if len(out) == limit {
+			more = true
+			break
+		}
+		id, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, "", err
+		}
+		a, ok, err := s.accountRecord(snap.txn, string(id))
+		if err != nil {
+			return nil, "", err
+		}
+		if ok {
+			out = append(out, a)
 		}
 	}
-	s.acctMu.RUnlock()
-	slices.SortFunc(all, func(a, b ledger.Account) int { return strings.Compare(a.Email, b.Email) })
-	out := all[:min(limit, len(all))]
 	next := ""
-	if len(all) > limit {
+	if more {
 		next = ledger.AccountCursor(out[len(out)-1].Email)
 	}
 	return out, next, nil
@@ -134,6 +198,7 @@ func (s *Badger) SetAccountStatus(ctx context.Context, id string, status ledger.
 	if err != nil {
 		return ledger.Account{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	rec := *a.rec.Load()
 	if rec.Status == status {

@@ -32,9 +32,11 @@ func (s *Badger) CreateAlertEndpoint(ctx context.Context, e ledger.AlertEndpoint
 		return e, err
 	}
 	defer s.life.End()
-	if _, err := s.account(e.AccountID); err != nil {
+	a, err := s.account(e.AccountID)
+	if err != nil {
 		return e, err
 	}
+	s.unpin(a) // only that the account exists
 	s.alertMu.Lock()
 	defer s.alertMu.Unlock()
 	have, err := s.alertEndpoints(e.AccountID)

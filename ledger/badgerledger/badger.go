@@ -2,12 +2,10 @@ package badgerledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,9 +19,10 @@ import (
 
 // Badger is the Store kept in a Badger v4 directory. Create it with Open.
 //
-// The authoritative working state (accounts, keys, balances, open holds, next entry numbers)
-// is kept in memory, loaded at Open; every change is applied there under the account's mutex
-// and made durable through the group committer before the call returns (see commit.go).
+// The working state of the accounts in use (their keys, balances, open holds, next entry
+// numbers) is kept in memory, read from disk on first use into a bounded cache (cache.go);
+// every change is applied there under the account's mutex and made durable through the group
+// committer before the call returns (see commit.go).
 type Badger struct {
 	db    *badger.DB
 	dir   string // the directory Open was given, made absolute; "" in memory
@@ -63,17 +62,26 @@ type Badger struct {
 	codeMu   sync.Mutex // serialises changes of redemption codes and redemptions (codes.go)
 	topUpMu  sync.Mutex // serialises changes of top-up rules and top-ups (topups.go)
 
-	acctMu   sync.RWMutex
-	accounts map[string]*account
-	byEmail  map[string]*account
-	acctIDs  []string // sorted, for ListAccounts
-
-	keyMu    sync.RWMutex
-	byDigest map[[32]byte]*keyEntry
-	keyIDs   map[string]*keyEntry
+	// The account cache (cache.go): the accounts in memory, and their keys by digest.
+	cacheMu   sync.RWMutex
+	cached    map[string]*account
+	byDigest  map[[32]byte]*keyEntry
+	loadMu    [loadShards]sync.Mutex
+	evicting  atomic.Bool
+	loads     atomic.Uint64
+	evictions atomic.Uint64
+	// lowAlerted is the accounts with a low-balance alert (low_balance_set.go); nil until first
+	// needed.
+	lowAlertMu sync.Mutex
+	lowAlerted map[string]struct{}
+	// someLots and someOrgs: the ledger may hold a lot, an organisation's member (set at Open
+	// from what is on disk, and before the first is written); while false a load does not look.
+	someLots, someOrgs atomic.Bool
+	// diskHolds: the previous process's open holds may still be on disk (until voidPrevious).
+	diskHolds atomic.Bool
 }
 
-// Open opens (or creates) the ledger in dir, loads its working state, voids holds that expired
+// Open opens (or creates) the ledger in dir, voids holds that expired
 // while it was closed, and starts the background sweep, value-log GC and last-use flush. Badger
 // locks the directory: one process, one Open at a time.
 func Open(dir string, opts Options) (*Badger, error) {
@@ -133,11 +141,10 @@ func Open(dir string, opts Options) (*Badger, error) {
 		opened:   opts.Now().UTC(),
 		opts:     opts,
 		log:      opts.Logger,
-		accounts: map[string]*account{},
-		byEmail:  map[string]*account{},
+		cached:   map[string]*account{},
 		byDigest: map[[32]byte]*keyEntry{},
-		keyIDs:   map[string]*keyEntry{},
 	}
+	s.diskHolds.Store(true)
 	s.life.StartLifecycle()
 	s.c = newCommitter(db, opts.Logger, space)
 	s.c.siblings = s.openHolds.Load
@@ -152,8 +159,20 @@ func Open(dir string, opts Options) (*Badger, error) {
 	if err := s.checkSchema(readOnly); err != nil {
 		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
 	}
-	if err := s.load(); err != nil {
-		return fail(fmt.Errorf("loading ledger %q: %w", dir, err))
+	if err := db.View(func(txn *badger.Txn) error {
+		for _, f := range []struct {
+			prefix byte
+			flag   *atomic.Bool
+		}{{prefixLot, &s.someLots}, {prefixMember, &s.someOrgs}} {
+			n, err := countKeysUpTo(txn, []byte{f.prefix}, 1)
+			if err != nil {
+				return err
+			}
+			f.flag.Store(n > 0)
+		}
+		return nil
+	}); err != nil {
+		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
 	}
 	s.opened = s.now().UTC()
 	if err := s.space.err(); err != nil {
@@ -262,97 +281,6 @@ func (s *Badger) runGC() {
 	}
 }
 
-// load reads the working state into memory.
-func (s *Badger) load() error {
-	return s.db.View(func(txn *badger.Txn) error {
-		err := iterate(txn, []byte{prefixAccount}, func(k, v []byte) error {
-			var rec ledger.Account
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("account %q: %w", k[1:], err)
-			}
-			a := newAccount(rec)
-			s.accounts[rec.ID] = a
-			s.byEmail[rec.Email] = a
-			s.acctIDs = append(s.acctIDs, rec.ID)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		sort.Strings(s.acctIDs)
-		err = iterate(txn, []byte{prefixBalance}, func(k, v []byte) error {
-			a := s.accounts[string(k[1:])]
-			if a == nil {
-				return fmt.Errorf("balance record for unknown account %q", k[1:])
-			}
-			var rec balanceRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("balance of %q: %w", a.id, err)
-			}
-			a.bal, a.testBal, a.nextSeq = rec.Balance, rec.TestBalance, rec.NextSeq
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, a := range s.accounts {
-			if a.nextSeq == 0 {
-				return fmt.Errorf("account %q has no balance record", a.id)
-			}
-		}
-		err = iterate(txn, []byte{prefixOpenHold}, func(k, _ []byte) error {
-			if len(k) < 1+ledger.AccountIDLen {
-				return fmt.Errorf("malformed open-hold key %q", k)
-			}
-			acct, rid := string(k[1:1+ledger.AccountIDLen]), string(k[1+ledger.AccountIDLen:])
-			a := s.accounts[acct]
-			if a == nil {
-				return fmt.Errorf("open hold %q for unknown account %q", rid, acct)
-			}
-			rec, err := getHold(txn, acct, rid)
-			if err != nil {
-				return fmt.Errorf("open hold %q of %q: %w", rid, acct, err)
-			}
-			if rec.State != ledger.HoldOpen {
-				return fmt.Errorf("hold %q of %q is indexed as open but is %s", rid, acct, rec.State)
-			}
-			a.putHold(rid, &holdMem{rec: rec})
-			a.add(rec.Mode, 0, ledger.HeldCredits(rec.Credits))
-			s.openHolds.Add(1)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := s.loadMembers(txn); err != nil {
-			return err
-		}
-		if err := s.loadLots(func(prefix []byte, f func(k, v []byte) error) error { return iterate(txn, prefix, f) }); err != nil {
-			return err
-		}
-		return iterate(txn, []byte{prefixKey}, func(k, v []byte) error {
-			var rec keyRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("key %q: %w", k[1:], err)
-			}
-			a := s.accounts[rec.AccountID]
-			if a == nil {
-				return fmt.Errorf("key %q of unknown account %q", rec.ID, rec.AccountID)
-			}
-			e, err := newKeyEntry(a, rec)
-			if err != nil {
-				return err
-			}
-			a.keys = append(a.keys, e)
-			for _, d := range e.digests() {
-				s.byDigest[d] = e
-			}
-			s.keyIDs[e.id] = e
-			return nil
-		})
-	})
-}
-
 // voidPrevious voids the holds a previous process left open (voidLeftOver), once.
 func (s *Badger) voidPrevious() error {
 	n, err := s.voidLeftOver()
@@ -360,6 +288,7 @@ func (s *Badger) voidPrevious() error {
 		return fmt.Errorf("voiding the holds of the previous process: %w", err)
 	}
 	s.voidPending.Store(false)
+	s.diskHolds.Store(false)
 	if n > 0 {
 		s.log.Info("voided the holds the previous process left open", zap.Int("holds", n))
 	}
@@ -441,27 +370,6 @@ func (s *Badger) begin() error {
 		return err
 	}
 	return nil
-}
-
-// account returns the in-memory account or ErrNotFound.
-func (s *Badger) account(id string) (*account, error) {
-	s.acctMu.RLock()
-	a := s.accounts[id]
-	s.acctMu.RUnlock()
-	if a == nil {
-		return nil, fmt.Errorf("account %q: %w", id, ledger.ErrNotFound)
-	}
-	return a, nil
-}
-
-func (s *Badger) allAccounts() []*account {
-	s.acctMu.RLock()
-	defer s.acctMu.RUnlock()
-	out := make([]*account, 0, len(s.acctIDs))
-	for _, id := range s.acctIDs {
-		out = append(out, s.accounts[id])
-	}
-	return out
 }
 
 // Close stops the background work, waits for calls in flight, writes the keys' last-use times

@@ -173,9 +173,7 @@ func (s *Badger) CodeRedemptions(ctx context.Context, id string, limit int) ([]l
 		return nil, err
 	}
 	for i := range out {
-		if a, err := s.account(out[i].AccountID); err == nil {
-			out[i].Email = a.rec.Load().Email
-		}
+		out[i].Email = s.accountEmail(out[i].AccountID)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Time.Equal(out[j].Time) {
@@ -204,6 +202,7 @@ func (s *Badger) Redeem(ctx context.Context, accountID, code string) (ledger.Red
 	if err != nil {
 		return ledger.Redemption{}, err
 	}
+	defer s.unpin(a)
 	if a.rec.Load().Status == ledger.StatusDisabled {
 		return ledger.Redemption{}, ledger.ErrAccountDisabled
 	}

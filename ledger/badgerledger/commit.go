@@ -100,6 +100,7 @@ type committer struct {
 	failed error // sticky: after a failed commit memory may be ahead of disk
 
 	durable atomic.Uint64 // id of the last operation known to be committed
+	queued  atomic.Uint64 // id of the last operation queued (nextID, read without mu)
 	commits atomic.Uint64 // Badger transactions committed (for tests)
 	lazy    *time.Timer   // wakes the committer for lazy operations; armed while one waits (mu)
 	lazyOn  bool
@@ -223,6 +224,7 @@ func (c *committer) queueOp(ws []write, lazy bool) *pendingOp {
 	}
 	c.nextID++
 	op.id = c.nextID
+	c.queued.Store(c.nextID)
 	c.queue = append(c.queue, op)
 	if c.gathering && len(c.queue) >= groupOps {
 		c.gathering = false

@@ -2,8 +2,8 @@ package badgerledger
 
 import "github.com/caddy-textgen/textgen/ledger"
 
-// The Badger engine keeps every account and key in memory (memory.go), a million of
-// each on a large ledger, so what each holds counts: the strings that repeat across them are
+// The Badger engine keeps the accounts in use and their keys in memory (memory.go, cache.go),
+// up to Options.CacheAccounts of them and more while in use, so what each holds counts: the strings that repeat across them are
 // kept once (a key's account id is its account's, its mode and prefix are the constants), and an
 // account's maps of holds, grant references and idempotency records in flight are made when it
 // first has one (most accounts, most of the time, have none).

@@ -10,10 +10,18 @@ import (
 )
 
 // TestConformance runs the conformance suite on Badger: on disk (a real, synced directory, as
-// in production) and in memory (what unit tests of other packages use).
+// in production), in memory (what unit tests of other packages use), and on disk with a cache of
+// one account, so that every account is let go and read again between the suite's calls (a
+// revocation, a roll, a budget, a hold must survive that as they survive nothing).
 func TestConformance(t *testing.T) {
 	t.Run("disk", func(t *testing.T) {
 		ledgertest.Run(t, badgerEngine(func(t *testing.T, o Options) *Badger {
+			return openDir(t, t.TempDir(), o)
+		}))
+	})
+	t.Run("cache=1", func(t *testing.T) {
+		ledgertest.Run(t, badgerEngine(func(t *testing.T, o Options) *Badger {
+			o.CacheAccounts = 1
 			return openDir(t, t.TempDir(), o)
 		}))
 	})

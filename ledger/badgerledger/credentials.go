@@ -44,10 +44,9 @@ func (s *Badger) CreateAccountWithPassword(ctx context.Context, email, password 
 		return ledger.Account{}, err
 	}
 	// Refuse a known email before spending the hash; the check under createMu below decides.
-	s.acctMu.RLock()
-	_, dup := s.byEmail[e]
-	s.acctMu.RUnlock()
-	if dup {
+	if dup, err := s.accountIDByEmail(e); err != nil {
+		return ledger.Account{}, err
+	} else if dup != "" {
 		return ledger.Account{}, fmt.Errorf("email %q: %w", e, ledger.ErrDuplicateEmail)
 	}
 	hash, err := ledger.HashPassword(password)
@@ -66,6 +65,7 @@ func (s *Badger) SetPassword(ctx context.Context, accountID, password string) er
 	if err != nil {
 		return err
 	}
+	defer s.unpin(a)
 	if err := ledger.CheckPasswordPolicy(a.rec.Load().Email, password); err != nil {
 		return err
 	}
@@ -134,12 +134,19 @@ func (s *Badger) Authenticate(ctx context.Context, email, password string) (ledg
 		return ledger.Account{}, ledger.ErrInvalidCredentials // no account has such a password; do not hash it
 	}
 	e := ledger.FoldEmail(email)
-	s.acctMu.RLock()
-	a := s.byEmail[e]
-	s.acctMu.RUnlock()
-	if a == nil {
+	id, err := s.accountIDByEmail(e)
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	if id == "" {
 		return fail(ledger.DummyHash())
 	}
+	a, err := s.account(id)
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	defer s.unpin(a)
+	defer s.unpin(a)
 	cred, ok, err := s.credential(a.id)
 	if err != nil {
 		return ledger.Account{}, err
@@ -190,6 +197,7 @@ func (s *Badger) CreateSession(ctx context.Context, accountID string, ttl time.D
 	if err != nil {
 		return "", ledger.Session{}, err
 	}
+	defer s.unpin(a)
 	if a.rec.Load().Status == ledger.StatusDisabled {
 		return "", ledger.Session{}, ledger.ErrAccountDisabled
 	}
@@ -246,6 +254,7 @@ func (s *Badger) GetSession(ctx context.Context, token string) (ledger.Session, 
 	if err != nil {
 		return ledger.Session{}, ledger.Account{}, err
 	}
+	defer s.unpin(a)
 	return rec.session(d), *a.rec.Load(), nil
 }
 

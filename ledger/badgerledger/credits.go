@@ -33,6 +33,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 	if err != nil {
 		return ledger.GrantResult{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	if req.Reference != "" {
 		first, op, found, err := s.findGrant(a, req.Reference)
@@ -67,6 +68,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 		AmountCents: req.AmountCents, Currency: req.Currency}, req.Credits, 0, t)
 	ws = append(ws, ews...)
 	if !req.Expires.IsZero() {
+		s.someLots.Store(true) // before the lot's write: a load may read it from then on
 		ws = append(ws, a.addLot(ledger.Lot{Seq: ent.Seq, Amount: req.Credits, Remaining: req.Credits, Expires: req.Expires.UTC()}))
 	}
 	if req.Reference != "" {
@@ -125,6 +127,7 @@ func (s *Badger) Balance(ctx context.Context, accountID string) (ledger.Balance,
 	if err != nil {
 		return ledger.Balance{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return s.balanceNow(a)
@@ -157,7 +160,7 @@ func (s *Badger) Purchases(ctx context.Context, accountID string, limit int) ([]
 		return nil, err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return nil, err
 	}
 	out := []ledger.Entry{}
@@ -207,7 +210,7 @@ func (s *Badger) Purchase(ctx context.Context, accountID, reference string) (led
 	if err := ctx.Err(); err != nil {
 		return ledger.Entry{}, err
 	}
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return ledger.Entry{}, err
 	}
 	notFound := fmt.Errorf("purchase %q of account %q: %w", reference, accountID, ledger.ErrNotFound)
@@ -258,6 +261,7 @@ func (s *Badger) RefillTestCredits(ctx context.Context, accountID string, upTo i
 	if err != nil {
 		return 0, ledger.Balance{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	if a.rec.Load().Status == ledger.StatusDisabled {
 		a.mu.Unlock()

@@ -13,7 +13,7 @@
 //	04 acct key-id         -> key record: the public Key and its digest (never the key)
 //	05 acct                -> balance record: live and test balance, next entry number
 //	06 acct request-id     -> hold record: mode, state, key id, tool, created, expires, outcome
-//	07 acct request-id     -> (empty) present while the hold is open; loaded at Open
+//	07 acct request-id     -> (empty) present while the hold is open; read with its account
 //	08 acct seq            -> Entry (JSON); seq counts 1, 2, 3... per account, so History is
 //	                          a reverse iteration over one prefix
 //	09 acct reference      -> seq of the entry that first used the grant reference
@@ -34,8 +34,13 @@
 //
 // # Concurrency and durability
 //
-// The working state (accounts, keys, balances, open holds, next entry numbers) lives in memory,
-// loaded at Open. A change takes its account's mutex, checks and applies itself in memory,
+// The working state of an account (its record, keys, balances, open holds, lots, next entry
+// number) is read from Badger on first use into a bounded cache (cache.go, Options.CacheAccounts)
+// and kept while it is used; Open reads no account. A key is found by its digest among the
+// cached accounts' keys, or else through the key-hash index, which reads its account. An account
+// leaves the cache only when nothing of it is in use or only in memory (an open hold, a change
+// not yet in the committer's snapshot, a key's last use not yet written), so Badger stays the
+// source of truth and a revocation, a roll or a budget holds at the next request. A change takes its account's mutex, checks and applies itself in memory,
 // queues its blind writes (no reads inside a read-write transaction, so no ErrConflict) to the
 // group committer while still holding the mutex, and waits for the commit after releasing it.
 // The committer writes everything queued as one Badger transaction, so one sync serves many

@@ -2,15 +2,13 @@ package badgerledger
 
 import (
 	"encoding/binary"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
 // Credits that expire on the Badger engine (ledger/expiry.go has the rules). An account's lots
-// live in memory (account.lots, sorted by ledger.SortLots; nil for the accounts without any,
+// live in memory with the account while it is cached (account.lots, sorted by ledger.SortLots; nil for the accounts without any,
 // whose holds therefore do nothing more) and on disk under prefixLot, one record per lot,
 // dropped once nothing of it is left or held. What a hold took of them is on its holdRecord.
 
@@ -126,26 +124,6 @@ func (a *account) releaseLots(ws []write, takes []ledger.LotTake, settle bool) [
 		ws = a.lotWrites(ws, tk.Seq)
 	}
 	return ws
-}
-
-// loadLots reads the lots into memory (Open).
-func (s *Badger) loadLots(snapIterate func(prefix []byte, f func(k, v []byte) error) error) error {
-	return snapIterate([]byte{prefixLot}, func(k, v []byte) error {
-		if len(k) != 1+ledger.AccountIDLen+8 {
-			return fmt.Errorf("malformed lot key %q", k)
-		}
-		a := s.accounts[string(k[1:1+ledger.AccountIDLen])]
-		if a == nil {
-			return fmt.Errorf("lot of unknown account %q", k[1:1+ledger.AccountIDLen])
-		}
-		var l ledger.Lot
-		if err := json.Unmarshal(v, &l); err != nil {
-			return fmt.Errorf("lot %q: %w", k, err)
-		}
-		a.lots = append(a.lots, l)
-		ledger.SortLots(a.lots)
-		return nil
-	})
 }
 
 // liveBalance is a.balance() with what of the live credits expires after t.

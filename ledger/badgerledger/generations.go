@@ -32,7 +32,7 @@ func (s *Badger) PutGenerations(ctx context.Context, puts ...ledger.GenerationPu
 	}
 	defer s.life.End()
 	for _, p := range puts {
-		if _, err := s.account(p.Record.AccountID); err != nil {
+		if err := s.exists(p.Record.AccountID); err != nil {
 			return err
 		}
 	}

@@ -23,7 +23,7 @@ func (s *Badger) History(ctx context.Context, accountID string, p ledger.Page) (
 		return nil, "", err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return nil, "", err
 	}
 	out := []ledger.Entry{}
@@ -75,7 +75,7 @@ func (s *Badger) Usage(ctx context.Context, q ledger.UsageQuery) ([]ledger.Usage
 	}
 	defer s.life.End()
 	if q.AccountID != "" {
-		if _, err := s.account(q.AccountID); err != nil {
+		if err := s.exists(q.AccountID); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package badgerledger
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -32,7 +33,7 @@ func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
 		return nil, err
 	}
 	if rec.State == ledger.HoldOpen {
-		// Every open hold is loaded at Open and kept in memory until resolved.
+		// Every open hold is read with its account, which stays cached until it is resolved.
 		return nil, fmt.Errorf("hold %q of %q is open on disk but not in memory", rid, a.id)
 	}
 	return &holdMem{rec: rec}, nil
@@ -81,6 +82,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	if err != nil {
 		return ledger.HoldResult{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	h, err := s.findHold(a, req.RequestID)
 	switch {
@@ -209,6 +211,7 @@ func (s *Badger) resolve(accountID, requestID string, to ledger.HoldState, reaso
 	if err != nil {
 		return ledger.HoldResult{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	h, err := s.findHold(a, requestID)
 	if err == ledger.ErrNotFound {
@@ -318,19 +321,47 @@ func (s *Badger) sweep() (int, error) {
 	return n, s.expireLots(t)
 }
 
-// expireLots expires, at t, the credits of every account whose lots are due (expiry.go).
+// expireLots expires, at t, the credits of every account whose lots are due (expiry.go): it
+// walks the lots on disk, one record at a time, and reads into the cache only the accounts with
+// a lot due (a cached account's lots in memory decide).
 func (s *Badger) expireLots(t time.Time) error {
 	if err := s.beginChange(); err != nil {
 		return err
 	}
 	defer s.life.End()
+	var due []string
+	err := s.forEachRecord([]byte{prefixLot}, func(k, v []byte) error {
+		if len(k) != 1+ledger.AccountIDLen+8 {
+			return fmt.Errorf("malformed lot key %q", k)
+		}
+		acct := string(k[1 : 1+ledger.AccountIDLen])
+		if len(due) > 0 && due[len(due)-1] == acct {
+			return nil
+		}
+		var l ledger.Lot
+		if err := json.Unmarshal(v, &l); err != nil {
+			return fmt.Errorf("lot %q: %w", k, err)
+		}
+		if !l.Expires.After(t) && l.Remaining > l.Held {
+			due = append(due, acct)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	var ops []*pendingOp
-	for _, a := range s.allAccounts() {
+	for _, id := range due {
+		a, err := s.account(id)
+		if err != nil {
+			return err
+		}
 		a.mu.Lock()
 		if a.lotsDue(t) {
 			ops = append(ops, s.c.enqueue(a.expireDue(nil, t)))
 		}
 		a.mu.Unlock()
+		s.unpin(a)
 	}
 	var first error
 	for _, op := range ops {
@@ -344,20 +375,51 @@ func (s *Badger) expireLots(t time.Time) error {
 // voidLeftOver voids, at Open, every hold that is open on disk: the process that made it is
 // gone (Badger's directory lock admits one process), so it can never be settled, and waiting for
 // its hold_ttl would only keep the customer's credit locked. Expiry by TTL stays for stores that
-// several live processes share.
+// several live processes share. It reads the accounts with an open hold into the cache.
 func (s *Badger) voidLeftOver() (int, error) {
+	var accts []string
+	err := s.forEachRecord([]byte{prefixOpenHold}, func(k, _ []byte) error {
+		if len(k) < 1+ledger.AccountIDLen {
+			return fmt.Errorf("malformed open-hold key %q", k)
+		}
+		if id := string(k[1 : 1+ledger.AccountIDLen]); len(accts) == 0 || accts[len(accts)-1] != id {
+			accts = append(accts, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range accts {
+		a, err := s.account(id)
+		if err != nil {
+			return 0, fmt.Errorf("open hold of account %q: %w", id, err)
+		}
+		defer s.unpin(a)
+	}
 	return s.voidWhere("restart", s.now().UTC(), func(*holdMem) bool { return true })
 }
 
 // voidWhere voids, with reason, every open hold for which match is true, and returns how many.
+// Every open hold is in memory: an account with one stays cached.
 func (s *Badger) voidWhere(reason string, t time.Time, match func(*holdMem) bool) (int, error) {
 	if err := s.beginChange(); err != nil {
 		return 0, err
 	}
 	defer s.life.End()
 	var ops []*pendingOp
-	for _, a := range s.allAccounts() {
+	accts := s.cachedAccounts()
+	defer func() {
+		for _, a := range accts {
+			s.unpin(a)
+		}
+	}()
+	for _, a := range accts {
 		a.mu.Lock()
+		if len(a.holds) == 0 {
+			a.mu.Unlock()
+			continue
+		}
 		snap := s.c.acquire()
 		a.prune(snap)
 		s.c.release(snap)
@@ -390,6 +452,7 @@ func (s *Badger) GetHold(ctx context.Context, accountID, requestID string) (ledg
 	if err != nil {
 		return ledger.HoldInfo{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	h, err := s.findHold(a, requestID)
 	a.mu.Unlock()

@@ -54,6 +54,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec ledger.IdempotencyReco
 	if err != nil {
 		return ledger.IdempotencyRecord{}, false, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	old, err := s.findIdem(a, rec.Key)
 	if err == nil && old != nil && (ledger.IdemReusable(old.rec, s.now(), s.opts.HoldTTL) || ledger.IdemOrphaned(old.rec, s.opened)) {
@@ -103,6 +104,7 @@ func (s *Badger) FinishIdempotent(ctx context.Context, accountID, key string, st
 	if err != nil {
 		return err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	r, err := s.findIdem(a, key)
 	if err != nil || r == nil {

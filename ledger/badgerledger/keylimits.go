@@ -14,18 +14,12 @@ import (
 // the same commit as the hold, settle or void.
 
 // holdKeyEntry returns the account's key keyID, or nil if it is not one of its keys (a hold
-// may name no key, or one the caller made up).
+// may name no key, or one the caller made up). Called with a.mu held.
 func (s *Badger) holdKeyEntry(a *account, keyID string) *keyEntry {
 	if keyID == "" {
 		return nil
 	}
-	s.keyMu.RLock()
-	e := s.keyIDs[keyID]
-	s.keyMu.RUnlock()
-	if e == nil || e.acct != a {
-		return nil
-	}
-	return e
+	return a.key(keyID)
 }
 
 // keyCharged is key e with a hold of n credits at t counted, or the budget the hold would exceed; counted is
@@ -87,12 +81,20 @@ func (s *Badger) storeKeyLocked(e *keyEntry, k ledger.Key) write {
 	return e.recordWrite(e.keyWith(u))
 }
 
-// findKeyLocked returns the account's key keyID. Called with a.mu held.
-func findKeyLocked(a *account, keyID string) (*keyEntry, error) {
+// key returns the account's key keyID, or nil. Called with a.mu held.
+func (a *account) key(keyID string) *keyEntry {
 	for _, k := range a.keys {
 		if k.id == keyID {
-			return k, nil
+			return k
 		}
+	}
+	return nil
+}
+
+// findKeyLocked returns the account's key keyID. Called with a.mu held.
+func findKeyLocked(a *account, keyID string) (*keyEntry, error) {
+	if e := a.key(keyID); e != nil {
+		return e, nil
 	}
 	return nil, fmt.Errorf("key %q of account %q: %w", keyID, a.id, ledger.ErrNotFound)
 }
@@ -108,6 +110,7 @@ func (s *Badger) UpdateKey(ctx context.Context, accountID, keyID string, set led
 	if err != nil {
 		return ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	e, err := findKeyLocked(a, keyID)
 	if err != nil {
@@ -153,6 +156,7 @@ func (s *Badger) RollKey(ctx context.Context, accountID, keyID string, grace tim
 	if err != nil {
 		return "", ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	e, err := findKeyLocked(a, keyID)
 	if err != nil {
@@ -188,17 +192,17 @@ func (s *Badger) RollKey(ctx context.Context, accountID, keyID string, grace tim
 	op := s.c.enqueue(ws)
 	out := e.key()
 	a.mu.Unlock()
-	s.keyMu.Lock()
+	s.cacheMu.Lock()
 	for _, d := range drop {
 		delete(s.byDigest, d)
 	}
-	s.keyMu.Unlock()
+	s.cacheMu.Unlock()
 	if err := op.wait(); err != nil {
 		return "", ledger.Key{}, err
 	}
 	// The new secret becomes usable only once it is durable.
-	s.keyMu.Lock()
-	s.byDigest[sec.cur] = e
-	s.keyMu.Unlock()
+	s.cacheMu.Lock()
+	s.byDigest[sec.cur] = e // a is pinned: it is cached
+	s.cacheMu.Unlock()
 	return full, out, nil
 }

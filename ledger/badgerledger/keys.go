@@ -1,9 +1,11 @@
 package badgerledger
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -123,6 +125,7 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	if err != nil {
 		return "", ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	if maxActive > 0 {
 		// Held until the new key is in a.keys, so the next creator counts it.
 		a.keyCreateMu.Lock()
@@ -143,11 +146,16 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	e := &keyEntry{acct: a}
 	digest := sha256.Sum256([]byte(full))
 	e.sec.Store(&keySecrets{cur: digest})
-	s.keyMu.RLock()
-	for e.id == "" || s.keyIDs[e.id] != nil {
+	// 12 Base62 characters: a collision is as likely as guessing a key; the account's own keys
+	// are checked all the same.
+	for e.id == "" {
 		e.id = ledger.NewKeyID()
+		a.mu.Lock()
+		if _, err := findKeyLocked(a, e.id); err == nil {
+			e.id = ""
+		}
+		a.mu.Unlock()
 	}
-	s.keyMu.RUnlock()
 	k := ledger.Key{
 		ID:        e.id,
 		AccountID: a.id,
@@ -169,10 +177,9 @@ func (s *Badger) createKey(accountID, memberID string, mode ledger.Mode, name st
 	a.mu.Lock()
 	a.keys = append(a.keys, e)
 	a.mu.Unlock()
-	s.keyMu.Lock()
-	s.byDigest[digest] = e
-	s.keyIDs[e.id] = e
-	s.keyMu.Unlock()
+	s.cacheMu.Lock()
+	s.byDigest[digest] = e // a is pinned: it is cached
+	s.cacheMu.Unlock()
 	return full, k, nil
 }
 
@@ -185,6 +192,7 @@ func (s *Badger) ListKeys(ctx context.Context, accountID string) ([]ledger.Key, 
 	if err != nil {
 		return nil, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	out := make([]ledger.Key, 0, len(a.keys))
 	for _, e := range a.keys {
@@ -220,6 +228,7 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (ledger
 	if err != nil {
 		return ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	var e *keyEntry
 	for _, k := range a.keys {
@@ -254,7 +263,8 @@ func (s *Badger) RevokeKey(ctx context.Context, accountID, keyID string) (ledger
 // concurrent requests on one key do not fight over its cache line.
 const lastUsedGranularity = int64(time.Second)
 
-// LookupKey finds the key by its digest in memory. Malformed, unknown and revoked keys, and a
+// LookupKey finds the key by its digest among the cached accounts' keys or, failing that, in
+// the key-hash index on disk, which reads the key's account into the cache. Malformed, unknown and revoked keys, and a
 // rolled key's previous secret past its grace period, all give ErrInvalidKey, with no hint
 // which; an expired key gives ErrKeyExpired.
 func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, ledger.Account, error) {
@@ -266,11 +276,12 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
 	}
 	d := sha256.Sum256(buf[:])
-	s.keyMu.RLock()
-	e := s.byDigest[d]
-	s.keyMu.RUnlock()
+	e := s.keyByDigest(d)
 	if e == nil {
-		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
+		var err error
+		if e, err = s.keyFromDisk(d); err != nil || e == nil {
+			return ledger.Key{}, ledger.Account{}, cmp.Or(err, ledger.ErrInvalidKey)
+		}
 	}
 	sec := e.sec.Load()
 	k := *e.rec.Load()
@@ -287,6 +298,25 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 	return e.keyWith(e.used.Load()), *e.acct.rec.Load(), nil
 }
 
+// keyFromDisk finds the key of digest d through the key-hash index on disk and reads its
+// account, with its keys, into the cache; nil when no key has that digest (or it is a secret
+// being replaced). Like a cached entry, the entry it returns is read without a pin.
+func (s *Badger) keyFromDisk(d [32]byte) (*keyEntry, error) {
+	acct, err := s.keyAccount(d)
+	if err != nil || acct == "" {
+		return nil, err
+	}
+	a, err := s.account(acct)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.unpin(a)
+	return s.keyByDigest(d), nil
+}
+
 // noteUse records a use of the key at t (a hold made with it): its last-use time, written with
 // the hold's key record or by the next flush.
 func (e *keyEntry) noteUse(t time.Time) {
@@ -296,7 +326,7 @@ func (e *keyEntry) noteUse(t time.Time) {
 	}
 }
 
-// LookupKeyBalance is LookupKey and Balance (ledger/roles.go); both are in memory here.
+// LookupKeyBalance is LookupKey and Balance (ledger/roles.go); both read the cached account.
 func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (ledger.Key, ledger.Account, ledger.Balance, error) {
 	k, a, err := s.LookupKey(ctx, presented)
 	if err != nil {
@@ -304,6 +334,19 @@ func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (ledger
 	}
 	b, err := s.Balance(ctx, a.ID)
 	return k, a, b, err
+}
+
+// lastUsedWrites returns the writes of the account's keys whose last use changed since it was
+// last written, and counts them written. Called with a.mu held.
+func (a *account) lastUsedWrites() []write {
+	var ws []write
+	for _, e := range a.keys {
+		if u := e.used.Load(); u > e.flushed {
+			ws = append(ws, e.recordWrite(e.keyWith(u)))
+			e.flushed = u
+		}
+	}
+	return ws
 }
 
 // flushLastUsed writes the last-use times that changed since the last flush. admit is false when
@@ -315,17 +358,17 @@ func (s *Badger) flushLastUsed(admit bool) error {
 		}
 		defer s.life.End()
 	}
+	// Only cached accounts have last-use times not yet written (an account with one is kept).
 	var ops []*pendingOp
-	for _, a := range s.allAccounts() {
-		a.mu.Lock()
-		var ws []write
-		for _, e := range a.keys {
-			if u := e.used.Load(); u > e.flushed {
-				ws = append(ws, e.recordWrite(e.keyWith(u)))
-				e.flushed = u
-			}
+	accts := s.cachedAccounts()
+	defer func() {
+		for _, a := range accts {
+			s.unpin(a)
 		}
-		if len(ws) > 0 {
+	}()
+	for _, a := range accts {
+		a.mu.Lock()
+		if ws := a.lastUsedWrites(); len(ws) > 0 {
 			ops = append(ops, s.c.enqueue(ws))
 		}
 		a.mu.Unlock()

@@ -16,10 +16,8 @@ import (
 // keyMemberOf is the member whose key keyID of account a is (KeyMember), or a's own id for a key
 // it does not know.
 func (s *Badger) keyMemberOf(a *account, keyID string) string {
-	s.keyMu.RLock()
-	e := s.keyIDs[keyID]
-	s.keyMu.RUnlock()
-	if e == nil || e.acct != a {
+	e := a.key(keyID)
+	if e == nil {
 		return a.id
 	}
 	return ledger.KeyMember(*e.rec.Load())

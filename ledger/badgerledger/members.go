@@ -14,7 +14,8 @@ import (
 )
 
 // Organisations in the Badger engine (ledger/members.go). An organisation's members and their monthly
-// counts live in memory (orgState, loaded at Open), so the hold path reads no disk; a change of
+// counts live in memory with the account (orgState, read with it into the cache), so the hold
+// path reads no disk; a change of
 // members is made under the organisation's orgMu, written, and applied to memory once durable.
 
 // memberRecord is the stored form of a membership (prefixMember).
@@ -44,20 +45,17 @@ func memberUsageKey(org, member, month string) []byte {
 	return append(key2(prefixMemberUsage, org, member), month...)
 }
 
-// loadMembers reads every organisation's members and months into memory (load).
-func (s *Badger) loadMembers(txn *badger.Txn) error {
-	err := iterate(txn, []byte{prefixMember}, func(k, v []byte) error {
+// readMembers reads organisation a's members and months, if it is one (readAccount).
+// each calls f with every record of a.id under a prefix.
+func (s *Badger) readMembers(each func(prefix byte, f func(k, v []byte) error) error, a *account) error {
+	err := each(prefixMember, func(k, v []byte) error {
 		if len(k) != 1+2*ledger.AccountIDLen {
 			return fmt.Errorf("malformed membership key %q", k)
 		}
-		org, member := string(k[1:1+ledger.AccountIDLen]), string(k[1+ledger.AccountIDLen:])
-		a := s.accounts[org]
-		if a == nil {
-			return fmt.Errorf("membership of unknown organisation %q", org)
-		}
+		member := string(k[1+ledger.AccountIDLen:])
 		var rec memberRecord
 		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("membership %q of %q: %w", member, org, err)
+			return fmt.Errorf("membership %q of %q: %w", member, a.id, err)
 		}
 		if a.org == nil {
 			a.org = newOrgState()
@@ -68,14 +66,12 @@ func (s *Badger) loadMembers(txn *badger.Txn) error {
 	if err != nil {
 		return err
 	}
-	return iterate(txn, []byte{prefixMemberUsage}, func(k, v []byte) error {
+	return each(prefixMemberUsage, func(k, v []byte) error {
 		if len(k) != 1+2*ledger.AccountIDLen+7 {
 			return fmt.Errorf("malformed member usage key %q", k)
 		}
-		org := string(k[1 : 1+ledger.AccountIDLen])
-		a := s.accounts[org]
-		if a == nil || a.org == nil {
-			return fmt.Errorf("member usage of unknown organisation %q", org)
+		if a.org == nil {
+			return fmt.Errorf("member usage of %q, which has no members", a.id)
 		}
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
@@ -90,9 +86,7 @@ func (s *Badger) loadMembers(txn *badger.Txn) error {
 func (s *Badger) membership(a *account, member string, rec memberRecord) ledger.Membership {
 	m := ledger.Membership{OrgID: a.id, MemberID: member, OrgEmail: a.rec.Load().Email, Role: rec.Role,
 		MonthlyCap: rec.MonthlyCap, Pending: rec.Pending, Created: rec.Created}
-	if ma, err := s.account(member); err == nil {
-		m.Email = ma.rec.Load().Email
-	}
+	m.Email = s.accountEmail(member)
 	if a.org != nil {
 		m.Used = a.org.used[usageKey{member, ledger.MonthOf(s.now())}]
 	}
@@ -134,6 +128,7 @@ func (s *Badger) orgChange(orgID string, protect bool, change func(a *account) (
 	if err != nil {
 		return err
 	}
+	defer s.unpin(a)
 	a.orgMu.Lock()
 	defer a.orgMu.Unlock()
 	a.mu.Lock()
@@ -165,6 +160,7 @@ func (s *Badger) MakeOrganisation(ctx context.Context, accountID string) (ledger
 		}
 		rec := memberRecord{Role: ledger.RoleOwner, Created: s.now().UTC()}
 		out = s.membership(a, a.id, rec)
+		s.someOrgs.Store(true) // before the membership's write: a load may read it from then on
 		return []write{set(memberKey(a.id, a.id), mustJSON(rec)), set(memberOfKey(a.id, a.id), nil)}, func() {
 			if a.org == nil {
 				a.org = newOrgState()
@@ -183,7 +179,7 @@ func (s *Badger) AddMember(ctx context.Context, orgID, memberID string, role led
 	if orgID == memberID {
 		return ledger.Membership{}, fmt.Errorf("an organisation is its own member already: %w", ledger.ErrInvalidArgument)
 	}
-	if _, err := s.account(memberID); err != nil {
+	if err := s.exists(memberID); err != nil {
 		return ledger.Membership{}, err
 	}
 	var out ledger.Membership
@@ -291,6 +287,7 @@ func (s *Badger) GetMembership(ctx context.Context, orgID, memberID string) (led
 	if err != nil {
 		return ledger.Membership{}, fmt.Errorf("%q in %q: %w", memberID, orgID, ledger.ErrNotMember)
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.org != nil {
@@ -311,6 +308,7 @@ func (s *Badger) ListMembers(ctx context.Context, orgID string) ([]ledger.Member
 	if err != nil {
 		return nil, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return s.members(a), nil
@@ -345,6 +343,7 @@ func (s *Badger) MembershipsOf(ctx context.Context, memberID string) ([]ledger.M
 			}
 		}
 		a.mu.Unlock()
+		s.unpin(a)
 	}
 	slices.SortFunc(out, func(x, y ledger.Membership) int {
 		if c := x.Created.Compare(y.Created); c != 0 {
@@ -371,6 +370,7 @@ func (s *Badger) MemberUsage(ctx context.Context, orgID, from, to string) ([]led
 	if err != nil {
 		return nil, err
 	}
+	defer s.unpin(a)
 	out := []ledger.MemberMonth{}
 	a.mu.Lock()
 	if a.org != nil {
@@ -382,9 +382,7 @@ func (s *Badger) MemberUsage(ctx context.Context, orgID, from, to string) ([]led
 	}
 	a.mu.Unlock()
 	for i := range out {
-		if ma, err := s.account(out[i].MemberID); err == nil {
-			out[i].Email = ma.rec.Load().Email
-		}
+		out[i].Email = s.accountEmail(out[i].MemberID)
 	}
 	ledger.SortMemberMonths(out)
 	return out, nil
@@ -396,6 +394,7 @@ func (s *Badger) CreateMemberKey(ctx context.Context, orgID, memberID string, mo
 	if err != nil {
 		return "", ledger.Key{}, err
 	}
+	defer s.unpin(a)
 	// Held across the creation, so that RemoveMember (which takes it too) either comes first and
 	// refuses the key here, or comes after and revokes it.
 	a.orgMu.Lock()

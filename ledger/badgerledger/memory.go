@@ -8,15 +8,22 @@ import (
 	"github.com/caddy-textgen/textgen/ledger"
 )
 
-// The Badger engine's working state: every account's balances, open holds and next entry
-// number, and its keys (keyEntry, keys.go), live in memory, loaded at Open (badger.go),
-// so that a hold or a key lookup reads no disk. A change is applied here under the account's
+// The Badger engine's working state: an account's balances, open holds and next entry
+// number, and its keys (keyEntry, keys.go), live in memory while it is used, read from disk on
+// first use into the account cache (cache.go), so that a hold or a key lookup of an account in
+// use reads no disk. A change is applied here under the account's
 // mutex and recorded by blind writes that the group committer makes durable (commit.go).
 
 // account is the in-memory state of one account.
 type account struct {
 	id  string
 	rec atomic.Pointer[ledger.Account] // replaced, never mutated; read without mu
+	// The cache's bookkeeping (cache.go): pins counts the calls using the account, seen is the
+	// committer's last queued operation when one of them ended, used is set by each use and
+	// cleared by the eviction's passes.
+	pins atomic.Int32
+	seen atomic.Uint64
+	used atomic.Bool
 	// keyCreateMu makes counting an account's keys and creating one a single step
 	// (CreateKeyCapped); it is held across the new key's disk sync, so it is not mu.
 	keyCreateMu sync.Mutex

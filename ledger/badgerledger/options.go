@@ -61,6 +61,13 @@ type Options struct {
 	// Logger receives the ledger's and Badger's log messages. Default: zap.NewNop().
 	Logger *zap.Logger `json:"-"`
 
+	// CacheAccounts is how many accounts the store keeps in memory once their calls are done:
+	// an account's record, balances, open holds and keys are read from disk on first use and
+	// kept while used; past this many, those least recently used are let go (an account with an
+	// open hold is always kept). Each costs about 5 KB of heap with two keys. Default: 50,000
+	// (about 250 MB). The store holds every account in use whatever the size.
+	CacheAccounts int `json:"cache_accounts,omitempty"`
+
 	// InMemory keeps everything in memory and nothing on disk (dir must be ""). For unit tests
 	// only. Default: false.
 	InMemory bool `json:"in_memory,omitempty"`
@@ -81,6 +88,10 @@ func (o Options) withDefaults() (Options, error) {
 	o.SweepInterval = cmp.Or(o.SweepInterval, ledger.DefaultSweepInterval)
 	o.GCInterval = cmp.Or(o.GCInterval, DefaultGCInterval)
 	o.LastUsedFlushInterval = cmp.Or(o.LastUsedFlushInterval, ledger.DefaultLastUsedFlushInterval)
+	if o.CacheAccounts < 0 {
+		return o, fmt.Errorf("cache_accounts must not be negative: %w", ledger.ErrInvalidArgument)
+	}
+	o.CacheAccounts = cmp.Or(o.CacheAccounts, DefaultCacheAccounts)
 	if o.SpaceCheckInterval <= 0 {
 		o.SpaceCheckInterval = time.Second
 	}

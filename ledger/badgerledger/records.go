@@ -73,6 +73,20 @@ func iterate(txn *badger.Txn, prefix []byte, f func(k, v []byte) error) error {
 	return nil
 }
 
+// countKeys counts the keys under prefix, reading no value.
+func countKeys(txn *badger.Txn, prefix []byte) (int64, error) { return countKeysUpTo(txn, prefix, -1) }
+
+// countKeysUpTo is countKeys that stops at most (negative: no limit).
+func countKeysUpTo(txn *badger.Txn, prefix []byte, most int64) (int64, error) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	n := int64(0)
+	for it.Rewind(); it.Valid() && n != most; it.Next() {
+		n++
+	}
+	return n, nil
+}
+
 // scanJSON reads, under the engine's guard and in one snapshot, every JSON record under prefix in
 // key order, decoded as T (what names one in errors), and hands it to keep until keep says the
 // listing is full; ctx ends it early. The listings of records few enough to read whole use it.

@@ -338,6 +338,7 @@ func TestReserveAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.unpin(a0)
 	a0.mu.Lock()
 	id := a0.holds["req_alone"].op
 	a0.mu.Unlock()

@@ -189,6 +189,9 @@ func (s *Badger) Reverse(ctx context.Context, req ledger.ReversalRequest) (ledge
 		if a, err = s.account(p.AccountID); err != nil && st.Entry {
 			return ledger.ReversalResult{}, err
 		}
+		if a != nil {
+			defer s.unpin(a)
+		}
 	}
 	if st.Repeated {
 		if a != nil {

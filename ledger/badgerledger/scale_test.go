@@ -3,6 +3,7 @@ package badgerledger
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/pgledger"
@@ -49,9 +52,6 @@ func TestLedgerGen(t *testing.T) {
 		t.Fatalf("generated %+v", res)
 	}
 	s := openDir(t, dir, quiet)
-	if n := len(s.allAccounts()); n != 300 {
-		t.Fatalf("%d accounts loaded, want 300", n)
-	}
 	rep, err := s.Verify(bg)
 	if err != nil {
 		t.Fatal(err)
@@ -171,23 +171,66 @@ func measureLarge(b *testing.B, root, dir string) {
 		}
 		f.Close()
 	}
-	accts := s.allAccounts()
-	nKeys := 0
-	var big, small *account
-	for _, a := range accts {
-		nKeys += len(a.keys)
-		if big == nil || a.nextSeq > big.nextSeq {
-			big = a
-		}
-		if small == nil && a.nextSeq > 5 && a.nextSeq < 1000 {
-			small = a
-		}
-	}
-	say("open: %s (CPU %s) for %d accounts and %d keys; RSS %d MB before, %d MB after (%.0f bytes an account; anonymous %d MB); Go heap in use %d MB",
-		openTook.Round(time.Millisecond), openCPU.Round(time.Millisecond), len(accts), nKeys, rss0>>20, rss1>>20,
-		float64(rss1-rss0)/float64(len(accts)), anon1>>20, ms.HeapInuse>>20)
+	sc := scanLedger(b, s)
+	big, small := sc.big, sc.small
+	say("open: %s (CPU %s) for %d accounts and %d keys; RSS %d MB before, %d MB after (anonymous %d MB); Go heap in use %d MB",
+		openTook.Round(time.Millisecond), openCPU.Round(time.Millisecond), sc.accounts, sc.keys, rss0>>20, rss1>>20,
+		anon1>>20, ms.HeapInuse>>20)
 	b.ReportMetric(openTook.Seconds(), "open-s")
 	b.ReportMetric(float64(rss1)/(1<<20), "open-RSS-MB")
+
+	// The first use of an account (read from disk into the cache) against its later uses, on
+	// accounts spread over the ledger; then the cache full, and what the process holds.
+	var cold, warm []time.Duration
+	for _, id := range sc.sample {
+		t0 := time.Now()
+		if _, err := s.Balance(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := s.Balance(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		cold, warm = append(cold, t1.Sub(t0)), append(warm, time.Since(t1))
+	}
+	say("first use of an account (read into the cache), %d accounts: p50 %s p99 %s; its next use p50 %s p99 %s",
+		len(cold), pct(cold, 50), pct(cold, 99), pct(warm, 50), pct(warm, 99))
+	c0 := cpuTime()
+	t0 = time.Now()
+	for _, id := range sc.all {
+		if _, err := s.Balance(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	cs := s.CacheStats()
+	say("every account used once (%d): %s (CPU %s); cache %d accounts, %d key digests, %d evictions; RSS %d MB (anonymous %d MB), Go heap in use %d MB",
+		len(sc.all), time.Since(t0).Round(time.Millisecond), (cpuTime() - c0).Round(time.Millisecond), cs.Accounts, cs.Keys, cs.Evictions,
+		rssBytes()>>20, anonBytes()>>20, ms.HeapInuse>>20)
+	sc.all = nil
+
+	// What reads every record of a kind on disk now that nothing is loaded at open.
+	var found []ledger.Key
+	c0 = cpuTime()
+	took := timeIt(func() { found, err = s.FindKeys(ctx, "Zq9x", 50) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	say("key search by its last 4 characters: %d found in %s (CPU %s)", len(found), took.Round(time.Millisecond), (cpuTime() - c0).Round(time.Millisecond))
+	var low []ledger.LowBalanceChange
+	c0 = cpuTime()
+	took = timeIt(func() { low, err = s.LowBalanceChanges(ctx, 1000) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	say("low-balance changes: %d in %s (CPU %s)", len(low), took.Round(time.Millisecond), (cpuTime() - c0).Round(time.Millisecond))
+	var page []ledger.Account
+	took = timeIt(func() { page, _, err = s.ListAccounts(ctx, ledger.Page{Limit: 50}) })
+	if err != nil || len(page) != 50 {
+		b.Fatalf("list accounts: %v (%d)", err, len(page))
+	}
+	say("account list, first page of 50: %s", took.Round(time.Microsecond))
 
 	// The generate path, large against empty, interleaved.
 	empty, err := Open(filepath.Join(root, "empty-badger"), Options{SweepInterval: -1, GCInterval: -1, LastUsedFlushInterval: -1})
@@ -201,12 +244,12 @@ func measureLarge(b *testing.B, root, dir string) {
 	if _, err := empty.Grant(ctx, ledger.GrantRequest{AccountID: eacct.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 1 << 30}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.Grant(ctx, ledger.GrantRequest{AccountID: small.id, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 100_000}); err != nil {
+	if _, err := s.Grant(ctx, ledger.GrantRequest{AccountID: small, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: 100_000}); err != nil {
 		b.Fatal(err)
 	}
 	large := pathTimes{}
 	emptyT := pathTimes{}
-	runPath(b, s, small.id, 10, 200, &large, empty, eacct.ID, &emptyT)
+	runPath(b, s, small, 10, 200, &large, empty, eacct.ID, &emptyT)
 	large.log("large ledger")
 	emptyT.log("empty ledger")
 	say("generate path, large / empty: lookup p50 %.2fx, reserve p50 %.2fx p99 %.2fx, settle p50 %.2fx p99 %.2fx",
@@ -219,22 +262,22 @@ func measureLarge(b *testing.B, root, dir string) {
 		return
 	}
 	if os.Getenv("TEXTGEN_LARGE_LEDGER_PG") == "only" {
-		measurePostgres(b, s, big.id, small.id)
+		measurePostgres(b, s, big, small)
 		return
 	}
 
 	// One big account's history and usage.
 	var es []ledger.Entry
-	took := timeIt(func() { es, _, err = s.History(ctx, big.id, ledger.Page{Limit: 50}) })
+	took = timeIt(func() { es, _, err = s.History(ctx, big, ledger.Page{Limit: 50}) })
 	if err != nil || len(es) != 50 {
 		b.Fatalf("history: %v (%d)", err, len(es))
 	}
-	say("history of an account of %d entries, first page of 50: %s", big.nextSeq-1, took)
+	say("history of an account of %d entries, first page of 50: %s", sc.bigEntries, took)
 	pages := 0
 	took = timeIt(func() {
 		cur := ""
 		for {
-			_, next, err := s.History(ctx, big.id, ledger.Page{Limit: 1000, Cursor: cur})
+			_, next, err := s.History(ctx, big, ledger.Page{Limit: 1000, Cursor: cur})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -248,13 +291,13 @@ func measureLarge(b *testing.B, root, dir string) {
 	say("history of that account, all of it in pages of 1000: %d pages in %s", pages, took.Round(time.Millisecond))
 	var rows []ledger.UsageRow
 	took = timeIt(func() {
-		rows, err = s.Usage(ctx, ledger.UsageQuery{AccountID: big.id, From: time.Now().Add(-30 * 24 * time.Hour)})
+		rows, err = s.Usage(ctx, ledger.UsageQuery{AccountID: big, From: time.Now().Add(-30 * 24 * time.Hour)})
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	say("usage of that account, last 30 days: %d rows in %s", len(rows), took.Round(time.Microsecond))
-	took = timeIt(func() { rows, err = s.Usage(ctx, ledger.UsageQuery{AccountID: big.id}) })
+	took = timeIt(func() { rows, err = s.Usage(ctx, ledger.UsageQuery{AccountID: big}) })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -277,7 +320,7 @@ func measureLarge(b *testing.B, root, dir string) {
 	// The backup goes to a counter, not to disk: it is as large as the ledger uncompressed (25 GB
 	// at the full size), and what is measured is reading and encoding it.
 	w := &countWriter{}
-	c0 := cpuTime()
+	c0 = cpuTime()
 	took, peak = withPeakRSS(func() { err = s.Backup(ctx, w) })
 	if err != nil {
 		b.Fatal(err)
@@ -287,13 +330,59 @@ func measureLarge(b *testing.B, root, dir string) {
 	b.ReportMetric(took.Seconds(), "backup-s")
 
 	if os.Getenv("TEXTGEN_LARGE_LEDGER_PG") != "" {
-		measurePostgres(b, s, big.id, small.id)
+		measurePostgres(b, s, big, small)
 	}
 	took = timeIt(func() { err = s.Close() })
 	if err != nil {
 		b.Fatal(err)
 	}
 	say("close: %s", took.Round(time.Millisecond))
+}
+
+// ledgerScan is what scanLedger finds on disk.
+type ledgerScan struct {
+	accounts, keys int64
+	big, small     string // the account of most entries; one of a few entries
+	bigEntries     uint64
+	sample         []string // 1,000 accounts spread over the ledger
+	all            []string // every account
+}
+
+// scanLedger reads the open ledger's balance records and counts its keys, one record at a time.
+func scanLedger(b *testing.B, s *Badger) ledgerScan {
+	var sc ledgerScan
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		if sc.keys, err = countKeys(txn, []byte{prefixKey}); err != nil {
+			return err
+		}
+		return iterate(txn, []byte{prefixBalance}, func(k, v []byte) error {
+			var rec balanceRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			id := string(k[1:])
+			sc.accounts++
+			sc.all = append(sc.all, id)
+			if rec.NextSeq-1 > sc.bigEntries {
+				sc.big, sc.bigEntries = id, rec.NextSeq-1
+			}
+			if sc.small == "" && rec.NextSeq > 5 && rec.NextSeq < 1000 {
+				sc.small = id
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	step := max(1, len(sc.all)/1000)
+	for i := step / 2; i < len(sc.all); i += step {
+		if sc.all[i] != sc.small && sc.all[i] != sc.big {
+			sc.sample = append(sc.sample, sc.all[i])
+		}
+	}
+	return sc
 }
 
 // measurePostgres copies the open large ledger into a PostgreSQL server of its own (what

@@ -35,7 +35,7 @@ func (s *Badger) CreateToken(ctx context.Context, accountID string, purpose ledg
 		return "", err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	if err := s.exists(accountID); err != nil {
 		return "", err
 	}
 	token := ledger.RandomBase62(ledger.SessionTokenLen)
@@ -90,6 +90,7 @@ func (s *Badger) useToken(purpose ledger.TokenPurpose, token string, consume boo
 	if err != nil {
 		return ledger.Account{}, err
 	}
+	defer s.unpin(a)
 	if consume {
 		if err := s.c.enqueue([]write{del(tokenKey(d))}).wait(); err != nil {
 			return ledger.Account{}, err
@@ -144,9 +145,10 @@ func (s *Badger) NoteLowBalance(ctx context.Context, accountID string, below boo
 	return changed, err
 }
 
-// LowBalanceChanges reads the accounts and balances kept in memory, not the disk: it skips the
-// accounts without an alert with no lock, and reads the record and the figures of the others
-// together under the account's mutex. Like Balance, it may see a change still in flight.
+// LowBalanceChanges reads the accounts that have an alert, in id order, from a small index in
+// memory (low_balance_set.go). An account that is cached is read as memory has it (record and figures
+// together, under its mutex; like Balance, it may see a change still in flight); one that is not
+// has no open hold, and its records on disk are its figures. No account is read into the cache.
 func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.LowBalanceChange, error) {
 	limit, err := ledger.CheckListLimit(limit)
 	if err != nil {
@@ -156,27 +158,41 @@ func (s *Badger) LowBalanceChanges(ctx context.Context, limit int) ([]ledger.Low
 		return nil, err
 	}
 	defer s.life.End()
-	// The accounts with an alert, in id order, gathered under acctMu alone: no account's mutex
-	// is taken while acctMu is held.
-	var alerted []*account
-	s.acctMu.RLock()
-	for _, id := range s.acctIDs {
-		if a := s.accounts[id]; a.rec.Load().LowBalanceAlert > 0 {
-			alerted = append(alerted, a)
-		}
+	ids, err := s.alertedIDs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	s.acctMu.RUnlock()
 	out := []ledger.LowBalanceChange{}
-	for _, a := range alerted {
+	snap := s.c.acquire()
+	defer s.c.release(snap)
+	for _, id := range ids {
 		if len(out) == limit {
 			break
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		a.mu.Lock()
-		c := ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
-		a.mu.Unlock()
+		var c ledger.LowBalanceChange
+		if a := s.pinCached(id); a != nil {
+			a.mu.Lock()
+			c = ledger.LowBalanceChange{Account: *a.rec.Load(), Available: a.bal - a.held}
+			a.mu.Unlock()
+			s.unpin(a)
+		} else {
+			rec, ok, err := s.accountRecord(snap.txn, id)
+			if err != nil || !ok {
+				return nil, err
+			}
+			bv, ok, err := snap.get(balanceKey(id))
+			if err != nil || !ok {
+				return nil, err
+			}
+			var b balanceRecord
+			if err := json.Unmarshal(bv, &b); err != nil {
+				return nil, fmt.Errorf("balance of %q: %w", id, err)
+			}
+			c = ledger.LowBalanceChange{Account: rec, Available: b.Balance}
+		}
 		if c.Account.Status == ledger.StatusActive && c.Account.LowBalanceAlert > 0 && c.Below() != c.Account.LowBalanceNotified {
 			out = append(out, c)
 		}
@@ -194,6 +210,7 @@ func (s *Badger) updateAccount(id string, f func(*ledger.Account)) (ledger.Accou
 	if err != nil {
 		return ledger.Account{}, false, err
 	}
+	defer s.unpin(a)
 	a.mu.Lock()
 	old := *a.rec.Load()
 	rec := old
@@ -207,6 +224,9 @@ func (s *Badger) updateAccount(id string, f func(*ledger.Account)) (ledger.Accou
 	a.mu.Unlock()
 	if err := op.wait(); err != nil {
 		return ledger.Account{}, false, err
+	}
+	if rec.LowBalanceAlert > 0 {
+		s.noteAlert(id) // once durable: a first index's scan that missed it has ended
 	}
 	return rec, true, nil
 }

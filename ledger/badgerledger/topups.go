@@ -64,9 +64,11 @@ func (s *Badger) changeRule(accountID string, create bool, f func(*ledger.TopUpR
 		return ledger.TopUpRule{}, err
 	}
 	defer s.life.End()
-	if _, err := s.account(accountID); err != nil {
+	a, err := s.account(accountID)
+	if err != nil {
 		return ledger.TopUpRule{}, err
 	}
+	s.unpin(a) // only that the account exists
 	s.topUpMu.Lock()
 	defer s.topUpMu.Unlock()
 	r, ok, err := s.topUpRule(accountID)

@@ -20,7 +20,7 @@ func (s *Badger) UsageByKey(ctx context.Context, q ledger.UsageQuery) ([]ledger.
 		return nil, err
 	}
 	defer s.life.End()
-	if _, err := s.account(q.AccountID); err != nil {
+	if err := s.exists(q.AccountID); err != nil {
 		return nil, err
 	}
 	type rowKey struct {

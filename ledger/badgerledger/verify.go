@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -59,7 +61,7 @@ func (s *Badger) Verify(ctx context.Context) (ledger.VerifyReport, error) {
 	return s.VerifyProgress(ctx, nil)
 }
 
-// VerifyProgress is Verify that reports the accounts it has verified of those in memory
+// VerifyProgress is Verify that reports the accounts it has verified of those on disk
 // (ledger.ProgressVerifier), after each account.
 func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFunc) (ledger.VerifyReport, error) {
 	if progress == nil {
@@ -70,20 +72,30 @@ func (s *Badger) VerifyProgress(ctx context.Context, progress ledger.ProgressFun
 	}
 	defer s.life.End()
 
-	// Snapshot memory first, then wait until everything it reflects is durable: the Badger
-	// snapshot taken after that contains at least those entries. allAccounts is in id order.
-	accts := s.allAccounts()
+	// Snapshot memory first (the cached accounts: an account that is not cached has nothing in
+	// memory that its records lack), then wait until everything it reflects is durable: the
+	// Badger snapshot taken after that contains at least those entries.
+	accts := s.cachedAccounts()
 	mem := make([]memSnapshot, 0, len(accts))
 	for _, a := range accts {
 		a.mu.Lock()
 		mem = append(mem, memSnapshot{a.id, a.bal, a.testBal, a.held, a.testHeld, a.nextSeq})
 		a.mu.Unlock()
+		s.unpin(a)
 	}
 	accts = nil
+	slices.SortFunc(mem, func(x, y memSnapshot) int { return strings.Compare(x.id, y.id) })
 	if err := s.c.barrier(); err != nil {
 		return ledger.VerifyReport{}, err
 	}
-	total, done := int64(len(mem)), int64(0)
+	total, done := int64(0), int64(0)
+	if err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		total, err = countKeys(txn, []byte{prefixAccount})
+		return err
+	}); err != nil {
+		return ledger.VerifyReport{}, err
+	}
 	progress(0, total)
 
 	rep := ledger.VerifyReport{Problems: []ledger.Problem{}}

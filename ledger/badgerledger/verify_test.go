@@ -75,6 +75,7 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 	ac.mu.Lock()
 	ac.bal = -3
 	ac.mu.Unlock()
+	s.unpin(ac)
 	r, err = s.Verify(bg)
 	if err != nil {
 		t.Fatal(err)
