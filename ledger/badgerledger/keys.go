@@ -268,14 +268,28 @@ const lastUsedGranularity = int64(time.Second)
 // rolled key's previous secret past its grace period, all give ErrInvalidKey, with no hint
 // which; an expired key gives ErrKeyExpired.
 func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, ledger.Account, error) {
+	d, ok := keyDigest(presented)
+	if !ok {
+		return ledger.Key{}, ledger.Account{}, cmp.Or(s.closedErr(), ledger.ErrInvalidKey)
+	}
+	return s.lookupDigest(d)
+}
+
+// closedErr is ErrClosed once the store is closed, else nil.
+func (s *Badger) closedErr() error {
+	if s.life.Closed.Load() {
+		return ledger.ErrClosed
+	}
+	return nil
+}
+
+// lookupDigest is LookupKey of a well-formed key's digest d.
+//
+//go:noinline
+func (s *Badger) lookupDigest(d [32]byte) (ledger.Key, ledger.Account, error) {
 	if s.life.Closed.Load() {
 		return ledger.Key{}, ledger.Account{}, ledger.ErrClosed
 	}
-	var buf [ledger.KeyLen]byte
-	if _, ok := ledger.CheckKeyFormatInto(presented, &buf); !ok {
-		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey
-	}
-	d := sha256.Sum256(buf[:])
 	e := s.keyByDigest(d)
 	if e == nil {
 		var err error
@@ -284,7 +298,7 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 		}
 	}
 	sec := e.sec.Load()
-	k := *e.rec.Load()
+	k := e.rec.Load()
 	t := s.now()
 	if d != sec.cur && (!sec.hasPrev || d != sec.prev || !t.Before(sec.prevUntil)) {
 		return ledger.Key{}, ledger.Account{}, ledger.ErrInvalidKey // a replaced secret past its grace period
@@ -298,9 +312,28 @@ func (s *Badger) LookupKey(ctx context.Context, presented string) (ledger.Key, l
 	return e.keyWith(e.used.Load()), *e.acct.rec.Load(), nil
 }
 
+// keyDigest checks the format of a presented key and returns its SHA-256 digest. The lookups
+// call it before the frame that finds the key (lookupDigest), never inlined, so that SHA-256
+// does not run on top of that frame: every request's key is checked on the stack of its
+// connection goroutine, which keeps its deepest size for as long as the stream runs, and a
+// few hundred bytes more at this moment took it past 16 KiB, doubling every open stream's
+// stack (TestStreamStack).
+//
+//go:noinline
+func keyDigest(presented string) (d [32]byte, ok bool) {
+	var buf [ledger.KeyLen]byte
+	if _, ok := ledger.CheckKeyFormatInto(presented, &buf); !ok {
+		return d, false
+	}
+	return sha256.Sum256(buf[:]), true
+}
+
 // keyFromDisk finds the key of digest d through the key-hash index on disk and reads its
 // account, with its keys, into the cache; nil when no key has that digest (or it is a secret
-// being replaced). Like a cached entry, the entry it returns is read without a pin.
+// being replaced). Like a cached entry, the entry it returns is read without a pin. Never
+// inlined, for the reason loadAccount is not.
+//
+//go:noinline
 func (s *Badger) keyFromDisk(d [32]byte) (*keyEntry, error) {
 	acct, err := s.keyAccount(d)
 	if err != nil || acct == "" {
@@ -328,7 +361,11 @@ func (e *keyEntry) noteUse(t time.Time) {
 
 // LookupKeyBalance is LookupKey and Balance (ledger/roles.go); both read the cached account.
 func (s *Badger) LookupKeyBalance(ctx context.Context, presented string) (ledger.Key, ledger.Account, ledger.Balance, error) {
-	k, a, err := s.LookupKey(ctx, presented)
+	d, ok := keyDigest(presented)
+	if !ok {
+		return ledger.Key{}, ledger.Account{}, ledger.Balance{}, cmp.Or(s.closedErr(), ledger.ErrInvalidKey)
+	}
+	k, a, err := s.lookupDigest(d)
 	if err != nil {
 		return ledger.Key{}, ledger.Account{}, ledger.Balance{}, err
 	}
