@@ -163,7 +163,7 @@ caddy-textgen dev mode is running on http://localhost:$port (Caddy log: $devdir/
 The model is a tiny model with random weights: it writes random text, not answers. It exists so you
 can try the whole API flow (keys, credits, streaming, errors) without a real model. Its context
 window is 8,192 tokens, about a token a character, so each tool takes a shorter input than
-max_input_chars: GET http://localhost:8080/api/v1/tools states each tool's limit (max_input_chars),
+max_input_chars: GET http://localhost:$port/api/v1/tools states each tool's limit (max_input_chars),
 and a longer input is refused with 413 input_too_large, free.
 
 My Account: http://localhost:$port/account/ (sign up with any address for an account of your own:
