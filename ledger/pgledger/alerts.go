@@ -200,39 +200,23 @@ func (s *Postgres) ClaimAlertDeliveries(ctx context.Context, lease time.Duration
 
 // MarkAlertDelivered ends a delivery as delivered.
 func (s *Postgres) MarkAlertDelivered(ctx context.Context, id, claim string, status int) error {
-	return s.resolveAlert(ctx, "marking an alert delivered", `UPDATE alert_deliveries SET state = 'delivered', last_status = $3,
+	return s.execClaimed(ctx, "marking an alert delivered", "alert delivery", `UPDATE alert_deliveries SET state = 'delivered', last_status = $3,
 		last_error = '', finished = $4, lease_until = 0, claim = ''
 		WHERE id = $1 AND claim = $2 AND claim <> '' AND state = 'pending'`, id, claim, status, s.now().UnixNano())
 }
 
 // RetryAlertDelivery makes a delivery due again later.
 func (s *Postgres) RetryAlertDelivery(ctx context.Context, id, claim string, at time.Time, status int, lastErr string) error {
-	return s.resolveAlert(ctx, "retrying an alert", `UPDATE alert_deliveries SET next_attempt = $3, last_status = $4, last_error = $5,
+	return s.execClaimed(ctx, "retrying an alert", "alert delivery", `UPDATE alert_deliveries SET next_attempt = $3, last_status = $4, last_error = $5,
 		lease_until = 0, claim = '' WHERE id = $1 AND claim = $2 AND claim <> '' AND state = 'pending'`,
 		id, claim, at.UnixNano(), status, ledger.TruncateUTF8(lastErr, 512))
 }
 
 // GiveUpAlertDelivery ends a delivery as failed.
 func (s *Postgres) GiveUpAlertDelivery(ctx context.Context, id, claim string, status int, lastErr string) error {
-	return s.resolveAlert(ctx, "giving up an alert", `UPDATE alert_deliveries SET state = 'failed', last_status = $3, last_error = $4,
+	return s.execClaimed(ctx, "giving up an alert", "alert delivery", `UPDATE alert_deliveries SET state = 'failed', last_status = $3, last_error = $4,
 		finished = $5, lease_until = 0, claim = '' WHERE id = $1 AND claim = $2 AND claim <> '' AND state = 'pending'`,
 		id, claim, status, ledger.TruncateUTF8(lastErr, 512), s.now().UnixNano())
-}
-
-func (s *Postgres) resolveAlert(ctx context.Context, what, sql string, args ...any) error {
-	wctx, done, err := s.write(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	tag, err := s.pool.Exec(wctx, sql, args...)
-	if err != nil {
-		return pgErr(ctx, what, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("alert delivery %q under this claim: %w", ledger.TruncateUTF8(fmt.Sprint(args[0]), 64), ledger.ErrNotFound)
-	}
-	return nil
 }
 
 // ListAlertDeliveries lists the account's deliveries, newest first.

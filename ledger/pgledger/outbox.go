@@ -87,12 +87,12 @@ func (s *Postgres) ClaimMail(ctx context.Context, lease time.Duration, max int) 
 
 // MarkMailSent deletes a sent message.
 func (s *Postgres) MarkMailSent(ctx context.Context, id, claim string) error {
-	return s.resolveMail(ctx, "marking mail sent", `DELETE FROM mail_outbox WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim)
+	return s.execClaimed(ctx, "marking mail sent", "mail", `DELETE FROM mail_outbox WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim)
 }
 
 // RetryMail makes a message due again later.
 func (s *Postgres) RetryMail(ctx context.Context, id, claim string, at time.Time, lastErr string) error {
-	return s.resolveMail(ctx, "retrying mail", `UPDATE mail_outbox SET next_attempt = $3, lease_until = 0, claim = '', last_error = $4
+	return s.execClaimed(ctx, "retrying mail", "mail", `UPDATE mail_outbox SET next_attempt = $3, lease_until = 0, claim = '', last_error = $4
 		WHERE id = $1 AND claim = $2 AND claim <> ''`, id, claim, at.UnixNano(), ledger.TruncateUTF8(lastErr, 512))
 }
 
@@ -141,22 +141,6 @@ func (s *Postgres) DropMail(ctx context.Context, id string) error {
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("mail %q: %w", id, ledger.ErrNotFound)
-	}
-	return nil
-}
-
-func (s *Postgres) resolveMail(ctx context.Context, what, sql string, args ...any) error {
-	wctx, done, err := s.write(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	tag, err := s.pool.Exec(wctx, sql, args...)
-	if err != nil {
-		return pgErr(ctx, what, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("mail %q under this claim: %w", args[0], ledger.ErrNotFound)
 	}
 	return nil
 }
