@@ -105,54 +105,9 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 		a.delayedPayment(w, r, log, cs, ev.Type == "checkout.session.async_payment_failed")
 		return
 	}
-	payment := ledger.Payment{ID: cs.PaymentIntent, Reference: cs.ID, AccountID: cs.ClientReferenceID,
-		Package: cs.Metadata["package"], AmountCents: cs.AmountTotal, Currency: cs.Currency, Status: ledger.PaymentPaid}
-	unmatched := ledger.UnmatchedPayment{
-		Reference: cs.ID, Event: ev.ID, AccountID: cs.ClientReferenceID, Package: cs.Metadata["package"],
-		AmountCents: cs.AmountTotal, Currency: cs.Currency,
-	}
-	pkg, ok := a.sessionPackage(cs)
+	res, pkg, ok := a.creditPaid(w, r, log, paidPackage{event: ev.ID, account: cs.ClientReferenceID, reference: cs.ID,
+		intent: cs.PaymentIntent, reason: checkoutReason, cents: cs.AmountTotal, currency: cs.Currency, metadata: cs.Metadata})
 	if !ok {
-		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownPackage, "no package of this id is configured"
-		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown package")
-		return
-	}
-	unmatched.Credits = pkg.Credits
-	if !strings.EqualFold(cs.Currency, "eur") || cs.AmountTotal != pkg.PriceCents {
-		// A price changed by hand in Stripe, a coupon, a tampered session: the customer paid
-		// something else than the package costs. Crediting it anyway would sell credits below
-		// their price; the operator decides (credit by hand, or refund).
-		unmatched.Problem = ledger.ProblemAmountMismatch
-		unmatched.Detail = fmt.Sprintf("paid %d %s cents; package %s costs %d EUR cents for %d credits",
-			cs.AmountTotal, strings.ToUpper(cs.Currency), pkg.ID, pkg.PriceCents, pkg.Credits)
-		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: amount differs from the package price")
-		return
-	}
-	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
-		AccountID:   cs.ClientReferenceID,
-		Mode:        ledger.Live,
-		Kind:        ledger.KindPurchase,
-		Credits:     pkg.Credits,
-		Reference:   cs.ID,
-		Reason:      checkoutReason + pkg.ID,
-		AmountCents: cs.AmountTotal,
-		Currency:    strings.ToUpper(cs.Currency),
-		Expires:     pkg.expiresFrom(now()),
-	})
-	if errors.Is(err, ledger.ErrNotFound) {
-		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownAccount, "no account has this id"
-		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown account")
-		return
-	}
-	if err != nil {
-		log.Error("crediting a paid checkout session failed; answering 500 so that Stripe retries", zap.Error(err))
-		webhookReply(w, http.StatusInternalServerError, "ledger error")
-		return
-	}
-	// The payment that refunds and disputes will name, recorded after the purchase (also when
-	// the purchase is a repeat: a delivery that failed between the two records it now).
-	payment.Credits = pkg.Credits
-	if !a.recordPayment(w, r, log, payment) {
 		return
 	}
 	// Raised on a repeat too (the first delivery may have failed before it got here): the
@@ -168,6 +123,77 @@ func (a *app) webhook(w http.ResponseWriter, r *http.Request) {
 	log.Info("purchase credited", zap.String("package", pkg.ID), zap.Int64("credits", pkg.Credits),
 		zap.Int64("amount_cents", cs.AmountTotal), zap.Int64("available", res.Balance.Available))
 	webhookReply(w, http.StatusOK, "credited")
+}
+
+// paidPackage is a payment for a package: a Checkout Session's, or an automatic top-up's
+// PaymentIntent (webhook_topup.go).
+type paidPackage struct {
+	event, account string
+	// reference is the purchase's grant reference (the session's or the PaymentIntent's id):
+	// a repeated event credits nothing the second time.
+	reference string
+	// intent is the PaymentIntent that refunds and disputes name ("" for a session without one).
+	intent   string
+	reason   string // the purchase entry's reason, before the package id
+	cents    int64
+	currency string
+	metadata map[string]string // the package as the payment was created for it
+}
+
+// creditPaid credits p's package once and records the payment that refunds and disputes name.
+// A payment that cannot be credited (an unknown package or account, another amount or
+// currency) is kept in the ledger's unmatched payments. Where it ends the webhook's answer
+// (unmatched, the ledger failed) it writes it and returns ok false.
+func (a *app) creditPaid(w http.ResponseWriter, r *http.Request, log *zap.Logger, p paidPackage) (res ledger.GrantResult, pkg Package, ok bool) {
+	payment := ledger.Payment{ID: p.intent, Reference: p.reference, AccountID: p.account, Package: p.metadata["package"],
+		AmountCents: p.cents, Currency: p.currency, Status: ledger.PaymentPaid}
+	unmatched := ledger.UnmatchedPayment{Reference: p.reference, Event: p.event, AccountID: p.account,
+		Package: p.metadata["package"], AmountCents: p.cents, Currency: p.currency}
+	pkg, ok = a.packageOf(p.metadata)
+	if !ok {
+		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownPackage, "no package of this id is configured"
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown package")
+		return res, pkg, false
+	}
+	unmatched.Credits = pkg.Credits
+	if !strings.EqualFold(p.currency, "eur") || p.cents != pkg.PriceCents {
+		// A price changed by hand in Stripe, a coupon, a tampered session: the customer paid
+		// something else than the package costs. Crediting it anyway would sell credits below
+		// their price; the operator decides (credit by hand, or refund).
+		unmatched.Problem = ledger.ProblemAmountMismatch
+		unmatched.Detail = fmt.Sprintf("paid %d %s cents; package %s costs %d EUR cents for %d credits",
+			p.cents, strings.ToUpper(p.currency), pkg.ID, pkg.PriceCents, pkg.Credits)
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: amount differs from the package price")
+		return res, pkg, false
+	}
+	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
+		AccountID:   p.account,
+		Mode:        ledger.Live,
+		Kind:        ledger.KindPurchase,
+		Credits:     pkg.Credits,
+		Reference:   p.reference,
+		Reason:      p.reason + pkg.ID,
+		AmountCents: p.cents,
+		Currency:    strings.ToUpper(p.currency),
+		Expires:     pkg.expiresFrom(now()),
+	})
+	if errors.Is(err, ledger.ErrNotFound) {
+		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownAccount, "no account has this id"
+		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown account")
+		return res, pkg, false
+	}
+	if err != nil {
+		log.Error("crediting a paid package failed; answering 500 so that Stripe retries", zap.Error(err))
+		webhookReply(w, http.StatusInternalServerError, "ledger error")
+		return res, pkg, false
+	}
+	// The payment that refunds and disputes will name, recorded after the purchase (also when
+	// the purchase is a repeat: a delivery that failed between the two records it now).
+	payment.Credits = pkg.Credits
+	if !a.recordPayment(w, r, log, payment) {
+		return res, pkg, false
+	}
+	return res, pkg, true
 }
 
 // keepUnmatched keeps a paid session that credits nothing in the ledger's unmatched payments
@@ -260,16 +286,16 @@ const (
 	resolveUnmatched = "caddy textgen payments resolve --reference <checkout session id> --note <what you did>"
 )
 
-// sessionPackage is the package a Checkout Session was created for: its credits and price as
-// buy wrote them into the session's metadata (a later change of the configured package does not
-// change what this customer was offered), else the configured package of that id.
-func (a *app) sessionPackage(cs checkoutSession) (Package, bool) {
-	pkg, ok := a.packageBy[cs.Metadata["package"]]
-	credits, cerr := strconv.ParseInt(cs.Metadata["credits"], 10, 64)
-	price, perr := strconv.ParseInt(cs.Metadata["price_cents"], 10, 64)
-	if cerr == nil && perr == nil && credits > 0 && price > 0 && cs.Metadata["package"] != "" {
-		p := Package{ID: cs.Metadata["package"], Credits: credits, PriceCents: price}
-		if secs, err := strconv.ParseInt(cs.Metadata["expires_seconds"], 10, 64); err == nil && secs > 0 {
+// packageOf is the package a payment was created for: its credits and price as buy (or a
+// top-up) wrote them into the payment's metadata (a later change of the configured package does
+// not change what this customer was offered), else the configured package of that id.
+func (a *app) packageOf(md map[string]string) (Package, bool) {
+	pkg, ok := a.packageBy[md["package"]]
+	credits, cerr := strconv.ParseInt(md["credits"], 10, 64)
+	price, perr := strconv.ParseInt(md["price_cents"], 10, 64)
+	if cerr == nil && perr == nil && credits > 0 && price > 0 && md["package"] != "" {
+		p := Package{ID: md["package"], Credits: credits, PriceCents: price}
+		if secs, err := strconv.ParseInt(md["expires_seconds"], 10, 64); err == nil && secs > 0 {
 			p.Expires = caddy.Duration(time.Duration(secs) * time.Second)
 		}
 		return p, true

@@ -3,9 +3,7 @@ package account
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
@@ -124,43 +122,9 @@ func (a *app) topUpPaid(w http.ResponseWriter, r *http.Request, log *zap.Logger,
 	if paid == 0 {
 		paid = pi.Amount
 	}
-	payment := ledger.Payment{ID: pi.ID, Reference: pi.ID, AccountID: t.AccountID, Package: pi.Metadata["package"],
-		AmountCents: paid, Currency: pi.Currency, Status: ledger.PaymentPaid}
-	unmatched := ledger.UnmatchedPayment{Reference: pi.ID, Event: ev.ID, AccountID: t.AccountID, Package: pi.Metadata["package"],
-		AmountCents: paid, Currency: pi.Currency}
-	// The package as the top-up offered it (its metadata), else the configured one.
-	pkg, ok := a.sessionPackage(checkoutSession{Metadata: pi.Metadata})
+	res, pkg, ok := a.creditPaid(w, r, log, paidPackage{event: ev.ID, account: t.AccountID, reference: pi.ID, intent: pi.ID,
+		reason: topUpReason, cents: paid, currency: pi.Currency, metadata: pi.Metadata})
 	if !ok {
-		unmatched.Problem, unmatched.Detail = ledger.ProblemUnknownPackage, "no package of this id is configured"
-		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: unknown package")
-		return
-	}
-	unmatched.Credits = pkg.Credits
-	if !strings.EqualFold(pi.Currency, "eur") || paid != pkg.PriceCents {
-		unmatched.Problem = ledger.ProblemAmountMismatch
-		unmatched.Detail = fmt.Sprintf("paid %d %s cents; package %s costs %d EUR cents for %d credits",
-			paid, strings.ToUpper(pi.Currency), pkg.ID, pkg.PriceCents, pkg.Credits)
-		a.keepUnmatched(w, r, log, unmatched, payment, "ignored: amount differs from the package price")
-		return
-	}
-	res, err := a.store.Grant(r.Context(), ledger.GrantRequest{
-		AccountID:   t.AccountID,
-		Mode:        ledger.Live,
-		Kind:        ledger.KindPurchase,
-		Credits:     pkg.Credits,
-		Reference:   pi.ID,
-		Reason:      topUpReason + pkg.ID,
-		AmountCents: paid,
-		Currency:    strings.ToUpper(pi.Currency),
-		Expires:     pkg.expiresFrom(now()),
-	})
-	if err != nil {
-		log.Error("crediting a paid top-up failed; answering 500 so that Stripe retries", zap.Error(err))
-		webhookReply(w, http.StatusInternalServerError, "ledger error")
-		return
-	}
-	payment.Credits = pkg.Credits
-	if !a.recordPayment(w, r, log, payment) {
 		return
 	}
 	got, changed, err := a.store.FinishTopUp(r.Context(), t.ID, ledger.TopUpSucceeded, "")
