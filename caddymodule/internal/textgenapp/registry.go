@@ -7,7 +7,7 @@ import "sync"
 // registers when it starts and withdraws in its Cleanup; during a reload the old config's
 // module and the new one's are both registered, and the newest answers.
 type registry[T any] struct {
-	mu sync.Mutex
+	mu sync.RWMutex // read on a request's path (HeldLive)
 	// byLS holds each ledger's registrations, oldest first; each is a pointer of its own, so
 	// that withdrawing one removes that one even when two registered equal values.
 	byLS map[appLedger][]*T
@@ -42,8 +42,8 @@ func (r *registry[T]) register(store appLedger, v T) (unregister func()) {
 
 // newest returns the newest registration for store, or the zero value (nil) when there is none.
 func (r *registry[T]) newest(store appLedger) T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	l := r.byLS[store]
 	if len(l) == 0 {
 		var zero T
