@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"io"
 	"net"
 	"net/http"
@@ -426,25 +427,9 @@ func joinChunks(cs []chunk) string {
 }
 
 // apiErr decodes an error answer.
-type apiErrBody struct {
-	Error struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		Param     string `json:"param"`
-		RequestID string `json:"request_id"`
-	} `json:"error"`
-}
+type apiErrBody = apitest.ErrBody
 
-func decodeErr(t *testing.T, resp *http.Response) apiErrBody {
-	t.Helper()
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var b apiErrBody
-	if err := json.Unmarshal(data, &b); err != nil {
-		t.Fatalf("error body is not JSON: %q", data)
-	}
-	return b
-}
+func decodeErr(t *testing.T, resp *http.Response) apiErrBody { return apitest.DecodeErr(t, resp) }
 
 // sseEvent is one parsed server-sent event.
 type sseEvent struct {
@@ -452,24 +437,12 @@ type sseEvent struct {
 }
 
 func readSSE(r io.Reader) ([]sseEvent, error) {
-	var out []sseEvent
-	sc := bufio.NewScanner(r)
-	var cur sseEvent
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.name != "" || cur.data != "" {
-				out = append(out, cur)
-			}
-			cur = sseEvent{}
-		case strings.HasPrefix(line, "event: "):
-			cur.name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			cur.data += strings.TrimPrefix(line, "data: ")
-		}
+	evs, err := apitest.ReadSSE(r)
+	out := make([]sseEvent, len(evs))
+	for i, e := range evs {
+		out[i] = sseEvent{name: e.Name, data: e.Data}
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // deadURL returns the URL of a loopback port nothing listens on.

@@ -1,11 +1,9 @@
 package caddymodule
 
 import (
-	"bufio"
 	"context"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,30 +19,6 @@ func scrape(t *testing.T, e *env) map[string]float64 {
 	resp := e.get("/metrics", "")
 	defer resp.Body.Close()
 	return parseMetrics(t, resp)
-}
-
-// parseMetrics reads the caddy_textgen_ series of a metrics answer.
-func parseMetrics(t testing.TB, resp *http.Response) map[string]float64 {
-	t.Helper()
-	if resp.StatusCode != 200 {
-		t.Fatalf("metrics endpoint: %d", resp.StatusCode)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, "caddy_textgen_") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
 }
 
 // TestMetricsCountKnownTraffic sends a known mix of requests and checks what the metrics
@@ -247,3 +221,6 @@ func TestMetricsReversals(t *testing.T) {
 		t.Errorf("%s after the dispute was won: +%v, want +0", disputes, d)
 	}
 }
+
+// parseMetrics reads the caddy_textgen_ series of a metrics answer.
+var parseMetrics = apitest.ParseMetrics

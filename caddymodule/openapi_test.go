@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"io"
 	"net/http"
 	"os"
@@ -397,30 +398,7 @@ func pathMatches(template, p string) bool {
 // fields, and this makes the tests catch a field the server sends that the document lacks.
 func strictDocument(t *testing.T) []byte {
 	t.Helper()
-	var doc map[string]any
-	if err := json.Unmarshal(docs.OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var closeObjects func(v any)
-	closeObjects = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if _, has := v["properties"]; has {
-				if _, set := v["additionalProperties"]; !set {
-					v["additionalProperties"] = false
-				}
-			}
-			for _, sub := range v {
-				closeObjects(sub)
-			}
-		case []any:
-			for _, sub := range v {
-				closeObjects(sub)
-			}
-		}
-	}
-	closeObjects(doc["components"].(map[string]any)["schemas"])
-	out, err := json.Marshal(doc)
+	out, err := apitest.StrictDocument(docs.OpenAPI)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"io"
 	"net/http"
 	"os"
@@ -49,36 +50,6 @@ func (e *env) fetchSigned(key, rid string) (receipts.Signed, receipts.Generation
 		e.t.Fatal(err)
 	}
 	return sr, g
-}
-
-// keyHolding is the id of the listed key whose period (valid_from to valid_until) holds the
-// receipt time at; it fails the test when none or several do.
-func keyHolding(t *testing.T, set receipts.KeySet, at string) string {
-	t.Helper()
-	ts, err := time.Parse(time.RFC3339, at)
-	if err != nil {
-		t.Fatalf("receipt time %q: %v", at, err)
-	}
-	var ids []string
-	for _, k := range set.Keys {
-		from, err := time.Parse(time.RFC3339Nano, k.ValidFrom)
-		if err != nil {
-			t.Fatalf("key %s valid_from %q: %v", k.KeyID, k.ValidFrom, err)
-		}
-		until := time.Time{}
-		if k.ValidUntil != "" {
-			if until, err = time.Parse(time.RFC3339Nano, k.ValidUntil); err != nil {
-				t.Fatalf("key %s valid_until %q: %v", k.KeyID, k.ValidUntil, err)
-			}
-		}
-		if !ts.Before(from) && (until.IsZero() || ts.Before(until)) {
-			ids = append(ids, k.KeyID)
-		}
-	}
-	if len(ids) != 1 {
-		t.Fatalf("receipt time %s is in the period of %d keys (%v): %+v", at, len(ids), ids, set.Keys)
-	}
-	return ids[0]
 }
 
 // TestSignedGenerationReceipts: a real server signs a settled generation's receipt; a test that
@@ -274,3 +245,6 @@ func TestSignedReceiptAfterWindowAndVoid(t *testing.T) {
 	wantNotFound(t, "a voided generation", r, body)
 	e.verify()
 }
+
+// keyHolding is the id of the listed key whose period holds the receipt time at.
+var keyHolding = apitest.KeyHolding

@@ -2,7 +2,6 @@ package binarytest
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"sync"
@@ -11,29 +10,9 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"github.com/caddy-textgen/textgen/docs"
 )
-
-// apiErrBody is the JSON error every refusal of the API answers.
-type apiErrBody struct {
-	Error struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		RequestID string `json:"request_id"`
-	} `json:"error"`
-}
-
-// decodeErr reads resp's body as the API's JSON error and closes it.
-func decodeErr(t *testing.T, resp *http.Response) apiErrBody {
-	t.Helper()
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var b apiErrBody
-	if err := json.Unmarshal(data, &b); err != nil {
-		t.Fatalf("error body is not JSON: %q", data)
-	}
-	return b
-}
 
 // apiDocument is the API document (docs/openapi.json) as a validator, with every object schema
 // closed (no property it does not name), built once per test binary.
@@ -49,12 +28,7 @@ var apiDocument struct {
 func documented(t *testing.T, req *http.Request, resp *http.Response) {
 	t.Helper()
 	apiDocument.once.Do(func() {
-		var raw map[string]any
-		if apiDocument.err = json.Unmarshal(docs.OpenAPI, &raw); apiDocument.err != nil {
-			return
-		}
-		closeObjects(raw["components"].(map[string]any)["schemas"])
-		strict, err := json.Marshal(raw)
+		strict, err := apitest.StrictDocument(docs.OpenAPI)
 		if err != nil {
 			apiDocument.err = err
 			return
@@ -87,25 +61,4 @@ func documented(t *testing.T, req *http.Request, resp *http.Response) {
 		t.Errorf("the answer was %v %s", resp.Header, body)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-}
-
-// closeObjects sets additionalProperties false on every object schema that names its
-// properties and does not say otherwise, so that an answer with a field the document does not
-// name fails.
-func closeObjects(v any) {
-	switch v := v.(type) {
-	case map[string]any:
-		if _, has := v["properties"]; has {
-			if _, set := v["additionalProperties"]; !set {
-				v["additionalProperties"] = false
-			}
-		}
-		for _, sub := range v {
-			closeObjects(sub)
-		}
-	case []any:
-		for _, sub := range v {
-			closeObjects(sub)
-		}
-	}
 }

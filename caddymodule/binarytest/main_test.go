@@ -7,16 +7,12 @@
 package binarytest
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +20,7 @@ import (
 	"time"
 
 	"github.com/caddy-textgen/textgen/backends/ollamatest"
-	"github.com/caddy-textgen/textgen/caddymodule/internal/receipts"
+	"github.com/caddy-textgen/textgen/caddymodule/internal/apitest"
 	"github.com/caddy-textgen/textgen/internal/tier"
 	"github.com/caddy-textgen/textgen/ledger/pgtest"
 )
@@ -137,55 +133,6 @@ func deadURL(t *testing.T) string {
 	return "http://" + addr
 }
 
-// parseMetrics reads the caddy_textgen_ series of a Prometheus text answer.
-func parseMetrics(t testing.TB, resp *http.Response) map[string]float64 {
-	t.Helper()
-	if resp.StatusCode != 200 {
-		t.Fatalf("metrics endpoint: %d", resp.StatusCode)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, "caddy_textgen_") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
-type sseEvent struct {
-	name, data string
-}
-
-func readSSE(r io.Reader) ([]sseEvent, error) {
-	var out []sseEvent
-	sc := bufio.NewScanner(r)
-	var cur sseEvent
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.name != "" || cur.data != "" {
-				out = append(out, cur)
-			}
-			cur = sseEvent{}
-		case strings.HasPrefix(line, "event: "):
-			cur.name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			cur.data += strings.TrimPrefix(line, "data: ")
-		}
-	}
-	return out, sc.Err()
-}
-
 // raiseFileLimit raises this process's open-file limit to its hard limit (processes it starts
 // inherit it) and returns the limit now in force.
 func raiseFileLimit(b testing.TB) uint64 {
@@ -205,32 +152,10 @@ func raiseFileLimit(b testing.TB) uint64 {
 	return l.Cur
 }
 
-// keyHolding is the id of the listed key whose period (valid_from to valid_until) holds the
-// receipt time at; it fails the test when none or several do.
-func keyHolding(t *testing.T, set receipts.KeySet, at string) string {
-	t.Helper()
-	ts, err := time.Parse(time.RFC3339, at)
-	if err != nil {
-		t.Fatalf("receipt time %q: %v", at, err)
-	}
-	var ids []string
-	for _, k := range set.Keys {
-		from, err := time.Parse(time.RFC3339Nano, k.ValidFrom)
-		if err != nil {
-			t.Fatalf("key %s valid_from %q: %v", k.KeyID, k.ValidFrom, err)
-		}
-		until := time.Time{}
-		if k.ValidUntil != "" {
-			if until, err = time.Parse(time.RFC3339Nano, k.ValidUntil); err != nil {
-				t.Fatalf("key %s valid_until %q: %v", k.KeyID, k.ValidUntil, err)
-			}
-		}
-		if !ts.Before(from) && (until.IsZero() || ts.Before(until)) {
-			ids = append(ids, k.KeyID)
-		}
-	}
-	if len(ids) != 1 {
-		t.Fatalf("receipt time %s is in the period of %d keys (%v): %+v", at, len(ids), ids, set.Keys)
-	}
-	return ids[0]
-}
+// The API's answers, read as caddymodule's tests read them (internal/apitest).
+var (
+	parseMetrics = apitest.ParseMetrics
+	readSSE      = apitest.ReadSSE
+	keyHolding   = apitest.KeyHolding
+	decodeErr    = apitest.DecodeErr
+)

@@ -87,7 +87,7 @@ func TestTwoInstancesResumeGeneration(t *testing.T) {
 		t.Fatalf("SSE on b: %d %q", r2.StatusCode, events)
 	}
 	evs, err := readSSE(bufio.NewReader(strings.NewReader(events)))
-	if err != nil || len(evs) != pieces-10+1 || evs[len(evs)-1].name != "done" || !strings.Contains(events, "id: 11\n") || strings.Contains(events, "id: 10\n") {
+	if err != nil || len(evs) != pieces-10+1 || evs[len(evs)-1].Name != "done" || !strings.Contains(events, "id: 11\n") || strings.Contains(events, "id: 10\n") {
 		t.Fatalf("SSE resume on b: %d events %v: %q", len(evs), err, events)
 	}
 	// The Idempotency-Key retry on b gets the kept text, no charge.
