@@ -174,6 +174,11 @@ func Open(dir string, opts Options) (*Badger, error) {
 	}); err != nil {
 		return fail(fmt.Errorf("opening ledger %q: %w", dir, err))
 	}
+	if s.someLots.Load() && !readOnly {
+		if err := indexLots(db); err != nil {
+			return fail(fmt.Errorf("opening ledger %q: indexing its lots by expiry: %w", dir, err))
+		}
+	}
 	s.opened = s.now().UTC()
 	if err := s.space.err(); err != nil {
 		// Start on a full disk: serve reads, refuse new work, and void the holds once there

@@ -69,7 +69,7 @@ func (s *Badger) Grant(ctx context.Context, req ledger.GrantRequest) (ledger.Gra
 	ws = append(ws, ews...)
 	if !req.Expires.IsZero() {
 		s.someLots.Store(true) // before the lot's write: a load may read it from then on
-		ws = append(ws, a.addLot(ledger.Lot{Seq: ent.Seq, Amount: req.Credits, Remaining: req.Credits, Expires: req.Expires.UTC()}))
+		ws = a.addLot(ws, ledger.Lot{Seq: ent.Seq, Amount: req.Credits, Remaining: req.Credits, Expires: req.Expires.UTC()})
 	}
 	if req.Reference != "" {
 		ws = append(ws, set(grantRefKey(a.id, req.Reference), seqBytes(ent.Seq)))

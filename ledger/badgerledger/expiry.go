@@ -2,7 +2,11 @@ package badgerledger
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -11,9 +15,25 @@ import (
 // live in memory with the account while it is cached (account.lots, sorted by ledger.SortLots; nil for the accounts without any,
 // whose holds therefore do nothing more) and on disk under prefixLot, one record per lot,
 // dropped once nothing of it is left or held. What a hold took of them is on its holdRecord.
+// Beside each lot, prefixLotDue orders the lots by expiry, so that the sweep reads the lots
+// whose expiry has come and no other.
 
 func lotKey(acct string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(key1(prefixLot, acct), seq)
+}
+
+func lotDueKey(acct string, l *ledger.Lot) []byte {
+	k := binary.BigEndian.AppendUint64([]byte{prefixLotDue}, uint64(l.Expires.UnixNano()))
+	return binary.BigEndian.AppendUint64(append(k, acct...), l.Seq)
+}
+
+// lotDueAccount is the account of a prefixLotDue key, and whether its expiry is after t.
+func lotDueAccount(k []byte, t time.Time) (acct string, later bool, ok bool) {
+	if len(k) != 1+8+ledger.AccountIDLen+8 {
+		return "", false, false
+	}
+	exp := int64(binary.BigEndian.Uint64(k[1:9]))
+	return string(k[9 : 9+ledger.AccountIDLen]), exp > t.UnixNano(), true
 }
 
 // lot returns the account's lot of grant entry seq, or nil. Called with a.mu held.
@@ -26,11 +46,11 @@ func (a *account) lot(seq uint64) *ledger.Lot {
 	return nil
 }
 
-// addLot adds a lot and returns its write. Called with a.mu held.
-func (a *account) addLot(l ledger.Lot) write {
+// addLot adds a lot and appends its writes to ws. Called with a.mu held.
+func (a *account) addLot(ws []write, l ledger.Lot) []write {
 	a.lots = append(a.lots, l)
 	ledger.SortLots(a.lots)
-	return set(lotKey(a.id, l.Seq), mustJSON(l))
+	return append(ws, set(lotKey(a.id, l.Seq), mustJSON(l)), set(lotDueKey(a.id, &l), nil))
 }
 
 // lotWrites returns the writes of the lots of seqs as they are now, dropping those with nothing
@@ -42,7 +62,7 @@ func (a *account) lotWrites(ws []write, seqs ...uint64) []write {
 			continue
 		}
 		if l.Remaining == 0 && l.Held == 0 {
-			ws = append(ws, del(lotKey(a.id, seq)))
+			ws = append(ws, del(lotKey(a.id, seq)), del(lotDueKey(a.id, l)))
 			a.dropLot(seq)
 			continue
 		}
@@ -134,4 +154,31 @@ func (a *account) liveBalance(t time.Time) ledger.Balance {
 		b.Expiring = ledger.ExpiringOf(a.lots, t)
 	}
 	return b
+}
+
+// indexLots writes the expiry order of a ledger's lots (prefixLotDue) where a ledger written
+// before it has lots and no order: once, at Open, before anything else writes.
+func indexLots(db *badger.DB) error {
+	var have int64
+	if err := db.View(func(txn *badger.Txn) error {
+		var err error
+		have, err = countKeysUpTo(txn, []byte{prefixLotDue}, 1)
+		return err
+	}); err != nil || have > 0 {
+		return err
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	if err := db.View(func(txn *badger.Txn) error {
+		return iterate(txn, []byte{prefixLot}, func(k, v []byte) error {
+			var l ledger.Lot
+			if len(k) != 1+ledger.AccountIDLen+8 || json.Unmarshal(v, &l) != nil {
+				return fmt.Errorf("malformed lot %q", k)
+			}
+			return wb.Set(lotDueKey(string(k[1:1+ledger.AccountIDLen]), &l), nil)
+		})
+	}); err != nil {
+		return err
+	}
+	return wb.Flush()
 }

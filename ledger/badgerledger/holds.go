@@ -3,9 +3,10 @@ package badgerledger
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-textgen/textgen/ledger"
 )
@@ -322,33 +323,39 @@ func (s *Badger) sweep() (int, error) {
 }
 
 // expireLots expires, at t, the credits of every account whose lots are due (expiry.go): it
-// walks the lots on disk, one record at a time, and reads into the cache only the accounts with
-// a lot due (a cached account's lots in memory decide).
+// reads the lots' expiry order (prefixLotDue) up to t, and reads into the cache only the
+// accounts with a lot due (a cached account's lots in memory decide).
 func (s *Badger) expireLots(t time.Time) error {
 	if err := s.beginChange(); err != nil {
 		return err
 	}
 	defer s.life.End()
+	if !s.someLots.Load() {
+		return nil
+	}
 	var due []string
-	err := s.forEachRecord([]byte{prefixLot}, func(k, v []byte) error {
-		if len(k) != 1+ledger.AccountIDLen+8 {
-			return fmt.Errorf("malformed lot key %q", k)
+	seen := map[string]bool{}
+	snap := s.c.acquire()
+	it := snap.txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixLotDue}})
+	var bad []byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		acct, later, ok := lotDueAccount(it.Item().Key(), t)
+		if !ok {
+			bad = it.Item().KeyCopy(nil)
+			break
 		}
-		acct := string(k[1 : 1+ledger.AccountIDLen])
-		if len(due) > 0 && due[len(due)-1] == acct {
-			return nil
+		if later {
+			break
 		}
-		var l ledger.Lot
-		if err := json.Unmarshal(v, &l); err != nil {
-			return fmt.Errorf("lot %q: %w", k, err)
-		}
-		if !l.Expires.After(t) && l.Remaining > l.Held {
+		if !seen[acct] {
+			seen[acct] = true
 			due = append(due, acct)
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+	}
+	it.Close()
+	s.c.release(snap)
+	if bad != nil {
+		return fmt.Errorf("malformed lot expiry key %q", bad)
 	}
 	var ops []*pendingOp
 	for _, id := range due {

@@ -57,7 +57,8 @@ const (
 	prefixCodeHash   byte = 0x27 // SHA-256 digest of a normalised code (32 bytes) -> code id
 	prefixCodeRedeem byte = 0x28 // code id + acct id -> CodeRedemption (JSON)
 	// Credits that expire (expiry.go), dropped once spent or expired.
-	prefixLot byte = 0x29 // acct id + grant entry seq (uint64 BE) -> ledger.Lot (JSON)
+	prefixLot    byte = 0x29 // acct id + grant entry seq (uint64 BE) -> ledger.Lot (JSON)
+	prefixLotDue byte = 0x31 // expiry (unix ns, uint64 BE) + acct id + grant entry seq (uint64 BE) -> empty: the lots by expiry, for the sweep
 	// Automatic top-ups (topups.go), kept for good.
 	prefixTopUpRule byte = 0x2A // acct id -> ledger.TopUpRule (JSON)
 	prefixTopUp     byte = 0x2B // acct id + top-up id -> ledger.TopUp (JSON)
