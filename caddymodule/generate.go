@@ -143,7 +143,7 @@ func (g *generation) admitModel() (backends.Backend, backends.Admission, bool) {
 func (g *generation) holdCredit() bool {
 	t0 := time.Now()
 	hold, err := pipeline.Reserve(context.WithoutCancel(g.r.Context()), g.store, ledger.HoldRequest{
-		AccountID: g.caller.acct.ID, Mode: g.caller.key.Mode, RequestID: g.id, KeyID: g.caller.key.ID, Tool: g.ask.tool.Slug,
+		AccountID: g.caller.acct.ID, Mode: g.caller.key.Mode, RequestID: g.id, NewID: true, KeyID: g.caller.key.ID, Tool: g.ask.tool.Slug,
 		Credits: g.ask.tool.price, TTL: time.Duration(g.h.HoldTTL),
 	}, g.h.logger, holdMetrics{})
 	g.trace.step(spanHold, t0, g)

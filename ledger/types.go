@@ -140,6 +140,11 @@ type HoldRequest struct {
 	// TTL is how long the hold may stay open before it expires; 0: Options.HoldTTL. Callers that
 	// share one store with different generation limits each pass their own.
 	TTL time.Duration
+	// NewID says that RequestID was made for this call from enough random bits that no hold of
+	// it can exist from before: a store may then skip looking for an earlier hold of it on disk
+	// (a hold of it made in this process is still found, so a repeated call stays a no-op).
+	// Set it only for an id the caller just made (the generate handler's request id).
+	NewID bool
 }
 
 // DefaultHoldTTL is how long a hold may stay open when neither the request (HoldRequest.TTL)

@@ -21,13 +21,17 @@ func (s *Badger) holdResult(a *account, h *holdMem, repeated bool) ledger.HoldRe
 }
 
 // findHold returns the hold from memory or, once its resolution is visible in the committer's
-// snapshot, from there. Called with a.mu held.
-func (s *Badger) findHold(a *account, rid string) (*holdMem, error) {
+// snapshot, from there. With inMemory (a hold of a new id, HoldRequest.NewID) only memory is
+// looked in: no hold of the id can be on disk from before this process. Called with a.mu held.
+func (s *Badger) findHold(a *account, rid string, inMemory bool) (*holdMem, error) {
 	snap := s.c.acquire()
 	defer s.c.release(snap)
 	a.prune(snap)
 	if h := a.holds[rid]; h != nil {
 		return h, nil
+	}
+	if inMemory {
+		return nil, ledger.ErrNotFound
 	}
 	rec, err := getHold(snap.txn, a.id, rid)
 	if err != nil {
@@ -85,7 +89,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	}
 	defer s.unpin(a)
 	a.mu.Lock()
-	h, err := s.findHold(a, req.RequestID)
+	h, err := s.findHold(a, req.RequestID, req.NewID)
 	switch {
 	case err == nil:
 		return s.repeated(a, h)
@@ -214,7 +218,7 @@ func (s *Badger) resolve(accountID, requestID string, to ledger.HoldState, reaso
 	}
 	defer s.unpin(a)
 	a.mu.Lock()
-	h, err := s.findHold(a, requestID)
+	h, err := s.findHold(a, requestID, false)
 	if err == ledger.ErrNotFound {
 		a.mu.Unlock()
 		return ledger.HoldResult{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ledger.ErrNotFound)
@@ -461,7 +465,7 @@ func (s *Badger) GetHold(ctx context.Context, accountID, requestID string) (ledg
 	}
 	defer s.unpin(a)
 	a.mu.Lock()
-	h, err := s.findHold(a, requestID)
+	h, err := s.findHold(a, requestID, false)
 	a.mu.Unlock()
 	if err == ledger.ErrNotFound {
 		return ledger.HoldInfo{}, fmt.Errorf("hold %q of account %q: %w", requestID, accountID, ledger.ErrNotFound)

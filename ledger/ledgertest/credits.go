@@ -449,3 +449,40 @@ func testRefillTestCredits(t *testing.T, eng engine) {
 		t.Fatalf("target 0: %v", err)
 	}
 }
+
+// testHoldNewID: a hold of an id the caller just made (HoldRequest.NewID) is a hold like any
+// other, and a repeat of it while the hold is open, even after other accounts were used (a
+// store that caches accounts keeps one with an open hold), reserves nothing more.
+func testHoldNewID(t *testing.T, eng engine) {
+	s := eng.open(t, 0)
+	a := MustAccount(t, s, "newid@example.com").ID
+	b := MustAccount(t, s, "newid2@example.com").ID
+	MustGrant(t, s, a, ledger.Live, 2)
+	MustGrant(t, s, b, ledger.Live, 1)
+	req := ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: "req_new1", NewID: true, KeyID: "key_test", Tool: "summarize"}
+	r, err := s.Hold(bg, req) // Hold, not Reserve: the history below is read from the disk
+	if err != nil || r.State != ledger.HoldOpen || r.Available != 1 || r.Repeated {
+		t.Fatalf("hold of a new id: %+v %v", r, err)
+	}
+	entries := len(AllHistory(t, s, a))
+	MustHold(t, s, b, ledger.Live, "req_other") // another account in use meanwhile
+	for _, again := range []ledger.HoldRequest{req, {AccountID: a, Mode: ledger.Live, RequestID: "req_new1"}} {
+		r, err := s.Hold(bg, again)
+		if err != nil || !r.Repeated || r.State != ledger.HoldOpen || r.Available != 1 {
+			t.Fatalf("repeat of an open hold (new id %v): %+v %v", again.NewID, r, err)
+		}
+	}
+	if n := len(AllHistory(t, s, a)); n != entries {
+		t.Fatalf("repeats wrote %d entries", n-entries)
+	}
+	if r, err := s.Settle(bg, a, "req_new1"); err != nil || r.State != ledger.HoldSettled || r.Repeated {
+		t.Fatalf("settle: %+v %v", r, err)
+	}
+	if b := MustBalance(t, s, a); b.Balance != 1 || b.Available != 1 {
+		t.Fatalf("balance after the settle: %+v", b)
+	}
+	// A hold that does not say its id is new finds the settled hold wherever it is.
+	if r, err := s.Hold(bg, ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: "req_new1"}); err != nil || !r.Repeated || r.State != ledger.HoldSettled {
+		t.Fatalf("hold of a settled id: %+v %v", r, err)
+	}
+}

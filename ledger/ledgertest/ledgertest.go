@@ -124,6 +124,7 @@ var conformanceTests = []struct {
 	{"KeyUpdate", testKeyUpdate},
 	// Credits (credits.go).
 	{"HoldSettleVoid", testHoldSettleVoid},
+	{"HoldNewID", testHoldNewID},
 	{"TestModeIsSeparate", testTestModeIsSeparate},
 	{"GrantIdempotentOnReference", testGrantIdempotentOnReference},
 	{"HoldExpiry", testHoldExpiry},
