@@ -39,10 +39,12 @@ const (
 	// groupOps are queued. Every commit is a WAL msync that costs CPU as much as time; under
 	// load, committing each settle as it came cost about one commit a request. Below
 	// groupSiblings nothing waits, so one client's requests see no delay (PostgreSQL's
-	// commit_delay and commit_siblings work the same way).
-	groupWait     = 500 * time.Microsecond
+	// commit_delay and commit_siblings work the same way). The wait delays only what follows a
+	// settle (the end of a plain-text answer, the last event), never a first byte: at 64 clients
+	// of instant generations, 2 ms against 0.5 ms halved the msync's CPU a request.
+	groupWait     = 2 * time.Millisecond
 	groupSiblings = 8
-	groupOps      = 32
+	groupOps      = 64
 )
 
 // write is one blind write of an operation.
@@ -113,6 +115,7 @@ type committer struct {
 	groupWait time.Duration
 	gathering bool
 	full      chan struct{}
+	urgent    bool // an operation queued with enqueueNow waits (mu)
 	snap      atomic.Pointer[snapshot]
 	wake      chan struct{}
 	stop      chan struct{}
@@ -200,7 +203,15 @@ func (c *committer) err() error {
 // account's mutex held. An operation with no writes is a barrier: when it is done, every
 // operation queued before it is durable.
 func (c *committer) enqueue(ws []write) *pendingOp {
-	op := c.queueOp(ws, false)
+	op := c.queueOp(ws, false, false)
+	c.wakeUp()
+	return op
+}
+
+// enqueueNow is enqueue for an operation a client's first byte waits for (an Idempotency-Key's
+// record): it ends the group window, so it never waits for company.
+func (c *committer) enqueueNow(ws []write) *pendingOp {
+	op := c.queueOp(ws, false, true)
 	c.wakeUp()
 	return op
 }
@@ -211,10 +222,10 @@ func (c *committer) enqueue(ws []write) *pendingOp {
 // shared. A generation faster than lazyDelay so costs one commit (its hold rides with its
 // settle) instead of two, and its hold's sync never runs beside the call to the model.
 func (c *committer) enqueueLazy(ws []write) *pendingOp {
-	return c.queueOp(ws, true)
+	return c.queueOp(ws, true, false)
 }
 
-func (c *committer) queueOp(ws []write, lazy bool) *pendingOp {
+func (c *committer) queueOp(ws []write, lazy, now bool) *pendingOp {
 	op := &pendingOp{writes: ws, done: make(chan error, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -226,7 +237,8 @@ func (c *committer) queueOp(ws []write, lazy bool) *pendingOp {
 	op.id = c.nextID
 	c.queued.Store(c.nextID)
 	c.queue = append(c.queue, op)
-	if c.gathering && len(c.queue) >= groupOps {
+	c.urgent = c.urgent || now
+	if c.gathering && (len(c.queue) >= groupOps || now) {
 		c.gathering = false
 		c.full <- struct{}{} // cap 1, and sent once per gathering
 	}
@@ -318,7 +330,7 @@ func (c *committer) gather() {
 		return
 	}
 	c.mu.Lock()
-	if len(c.queue) == 0 || len(c.queue) >= groupOps {
+	if len(c.queue) == 0 || len(c.queue) >= groupOps || c.urgent {
 		c.mu.Unlock()
 		return
 	}
@@ -355,6 +367,7 @@ func (c *committer) take() []*pendingOp {
 	batch := c.queue[:n:n]
 	if n == len(c.queue) {
 		c.queue = nil
+		c.urgent = false
 	} else {
 		c.queue = c.queue[n:]
 	}

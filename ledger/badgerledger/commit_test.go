@@ -85,3 +85,33 @@ func TestGroupWindowNotBelowSiblings(t *testing.T) {
 		t.Fatalf("a settle with %d generations open waited for the group window", groupSiblings-1)
 	}
 }
+
+// An Idempotency-Key's record is waited for before the client's first byte: it ends the group
+// window even with many generations open (the window here is 30 s).
+func TestGroupWindowEndsForIdempotencyKey(t *testing.T) {
+	s := openDir(t, t.TempDir(), Options{})
+	a := ledgertest.MustAccount(t, s, "idem-group@example.com").ID
+	ledgertest.MustGrant(t, s, a, ledger.Live, groupSiblings)
+	for i := range groupSiblings {
+		if _, err := s.Reserve(bg, ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: fmt.Sprintf("req_i%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.c.barrier(); err != nil {
+		t.Fatal(err)
+	}
+	setGroupWait(s, 30*time.Second) // a failure ends within it
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.BeginIdempotent(bg, ledger.IdempotencyRecord{AccountID: a, Key: "idem-1", RequestID: "req_idem", Fingerprint: "f", Created: time.Now()})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("an Idempotency-Key's record with %d generations open waited for the group window", groupSiblings)
+	}
+}

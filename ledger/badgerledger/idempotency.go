@@ -84,7 +84,7 @@ func (s *Badger) BeginIdempotent(ctx context.Context, rec ledger.IdempotencyReco
 
 // storeIdem queues rec's write. Called with a.mu held.
 func (s *Badger) storeIdem(a *account, rec ledger.IdempotencyRecord) *pendingOp {
-	op := s.c.enqueue([]write{s.idemWrite(rec)})
+	op := s.c.enqueueNow([]write{s.idemWrite(rec)})
 	a.putIdem(rec.Key, &idemMem{rec: rec, op: op.id})
 	a.recent = append(a.recent, recentItem{kind: 'i', key: rec.Key, op: op.id})
 	return op
