@@ -485,15 +485,16 @@ func runPath(b *testing.B, s ledger.Store, acct string, rounds, n int, st *pathT
 	}
 	sk, ek := key(s, acct), key(e, eacct)
 	var seq atomic.Int64
+	run := time.Now().UnixNano() // ids new to the ledger, as the handler's are (NewID)
 	one := func(s ledger.Store, acct, full string, t *pathTimes) {
-		rid := fmt.Sprintf("req_bench%013d", seq.Add(1))
+		rid := fmt.Sprintf("req_bench%d_%013d", run, seq.Add(1))
 		t0 := time.Now()
 		k, _, err := s.LookupKey(ctx, full)
 		t1 := time.Now()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Reserve(ctx, ledger.HoldRequest{AccountID: acct, Mode: ledger.Live, RequestID: rid, KeyID: k.ID, Tool: "summarize"}); err != nil {
+		if _, err := s.Reserve(ctx, ledger.HoldRequest{AccountID: acct, Mode: ledger.Live, RequestID: rid, NewID: true, KeyID: k.ID, Tool: "summarize"}); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
