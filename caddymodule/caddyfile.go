@@ -115,6 +115,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "ledger":
 			err = cfarg.String(d, &h.Ledger)
+		case "ledger_cache_accounts":
+			if err = cfarg.Int(d, &h.LedgerCacheAccounts); err == nil && h.LedgerCacheAccounts < 1 {
+				err = d.Errf("ledger_cache_accounts: a number of accounts, at least 1")
+			}
 		case "model":
 			err = cfarg.String(d, &h.Model)
 		case "languages":

@@ -42,6 +42,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		generation_timeout 2m
 		keep_alive 10m
 		hold_ttl 20m
+		ledger_cache_accounts 200000
 		pull_models
 		buy_url https://example.com/account
 		log_prompts
@@ -60,7 +61,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	if h.Ledger != "/var/lib/textgen" || h.Model != "llama3.2" {
+	if h.Ledger != "/var/lib/textgen" || h.Model != "llama3.2" || h.LedgerCacheAccounts != 200000 {
 		t.Errorf("basic fields: %+v", h)
 	}
 	if w := string(h.WireRaw); w != `{"api":"ollama","hosts":["http://a:11434","http://b:11434"],"keep_alive":600000000000,"pull_models":true}` {
@@ -101,6 +102,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		"textgen {\n bogus 1\n}":                         "unrecognized textgen subdirective 'bogus'",
 		"textgen {\n max_input_chars lots\n}":            "not a whole number",
 		"textgen {\n max_input_chars -5\n}":              "not a whole number",
+		"textgen {\n ledger_cache_accounts 0\n}":         "at least 1",
 		"textgen {\n temperature warm\n}":                "not a number",
 		"textgen {\n idle_timeout soon\n}":               "idle_timeout",
 		"textgen {\n max_body_size huge\n}":              "max_body_size",
@@ -125,6 +127,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error: the setting at fault
 	}{
 		"no ledger":            {Handler{}, "ledger"},
+		"cache of a database":  {Handler{Ledger: "postgres://db/textgen", LedgerCacheAccounts: 10}, "ledger_cache_accounts"},
 		"bad temperature":      {Handler{Ledger: "x", Temperature: &neg}, "temperature"},
 		"NaN temperature":      {Handler{Ledger: "x", Temperature: &nan}, "temperature"},
 		"NaN tool temperature": {Handler{Ledger: "x", Tools: map[string]*ToolConfig{"summarizer": {Temperature: &nan}}}, "temperature"},

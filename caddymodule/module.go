@@ -44,6 +44,12 @@ type Handler struct {
 	// resolved at start. Required. Several handlers (and config reloads) naming the same ledger
 	// share one open database.
 	Ledger string `json:"ledger,omitempty"`
+	// LedgerCacheAccounts is how many accounts a Badger ledger keeps in memory once their
+	// requests are done (with their keys, about 5 KB each); default 50,000. Accounts beyond it
+	// are read from the disk on their next request. It counts when the ledger is opened: the
+	// first handler to open a directory sets it for every handler sharing it, until the ledger
+	// is closed (a restart). Not for a PostgreSQL ledger.
+	LedgerCacheAccounts int `json:"ledger_cache_accounts,omitempty"`
 
 	// WireRaw is the model servers and the API they speak: a textgen.wires module named by
 	// "api": "ollama" (Ollama's own API: hosts, keep_alive, pull_models), "openai"
@@ -303,8 +309,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app = app
 	if h.ledgerRef, err = app.Ledger(h.Ledger, badgerledger.Options{
-		HoldTTL: time.Duration(h.HoldTTL),
-		Logger:  h.logger.Named("ledger"),
+		HoldTTL:       time.Duration(h.HoldTTL),
+		CacheAccounts: h.LedgerCacheAccounts,
+		Logger:        h.logger.Named("ledger"),
 	}); err != nil {
 		return fmt.Errorf("textgen: %w", err)
 	}
@@ -362,6 +369,12 @@ func (h *Handler) setDefaults() {
 func (h *Handler) Validate() error {
 	if strings.TrimSpace(h.Ledger) == "" {
 		return fmt.Errorf("textgen: ledger: a directory or a postgres:// URL for the ledger is required")
+	}
+	if h.LedgerCacheAccounts < 0 {
+		return fmt.Errorf("textgen: ledger_cache_accounts must be a number of accounts, at least 1")
+	}
+	if h.LedgerCacheAccounts != 0 && textgenapp.IsDatabaseURL(h.Ledger) {
+		return fmt.Errorf("textgen: ledger_cache_accounts sizes a Badger ledger's cache; a PostgreSQL ledger keeps none")
 	}
 	if h.MaxInputChars < 0 || h.MaxBodyBytes < 0 || h.MaxOutputTokens < 0 || h.NumCtx < 0 {
 		return fmt.Errorf("textgen: max_input_chars, max_body_bytes, max_output_tokens and num_ctx must not be negative")

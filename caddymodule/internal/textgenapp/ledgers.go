@@ -26,9 +26,9 @@ var ledgers = caddy.NewUsagePool()
 // LedgerRef is a module's share of a pooled ledger.
 type LedgerRef = Ref[ledger.Store]
 
-// isDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
+// IsDatabaseURL reports a ledger value that names a PostgreSQL database (postgres:// or
 // postgresql://) rather than a Badger directory: the choice of engine, made here only.
-func isDatabaseURL(spec string) bool {
+func IsDatabaseURL(spec string) bool {
 	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
 }
 
@@ -37,7 +37,7 @@ func isDatabaseURL(spec string) bool {
 // Placeholders are resolved as Ledger resolves them.
 func LedgerPlacement(spec string) (ledger.Placement, error) {
 	spec = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(spec, ""))
-	if isDatabaseURL(spec) {
+	if IsDatabaseURL(spec) {
 		return pgledger.PlacementOf(), nil
 	}
 	abs, err := LedgerKey(spec)
@@ -57,7 +57,7 @@ func LedgerShared(spec string) bool {
 // LedgerKey is the key under which OpenLedgers lists the ledger spec names: a Badger ledger's
 // absolute directory, or a database URL without its password (the admin API lists the keys).
 func LedgerKey(spec string) (string, error) {
-	if isDatabaseURL(spec) {
+	if IsDatabaseURL(spec) {
 		u, err := url.Parse(spec)
 		if err != nil {
 			return "", fmt.Errorf("ledger database URL: %w", err)
@@ -84,7 +84,7 @@ func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	if isDatabaseURL(spec) {
+	if IsDatabaseURL(spec) {
 		popts := pgledger.PostgresOptions{HoldTTL: opts.HoldTTL, Logger: opts.Logger}
 		// Holds of an instance that died are voided by the others' sweeps: sweep a few times
 		// per hold TTL, so a hold outlives its TTL by a quarter of it at most.
