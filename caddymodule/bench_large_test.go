@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,34 +153,9 @@ http://127.0.0.1:%d {
 	rps := make([]float64, len(paths))
 	cpu := make([]float64, len(paths))
 	for _, i := range []int{0, 1, 1, 0} {
-		const conc = 64
 		stopProfile := phaseProfile(b, "large-http-"+paths[i].name)
 		cpu0 := processCPU(b)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		var failed atomic.Value
-		start := time.Now()
-		for range conc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					k := next.Add(1)
-					if k > int64(n) {
-						return
-					}
-					if _, err := one(paths[i], int(k)); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		rps[i] += float64(n) / time.Since(start).Seconds() / 2
+		rps[i] += genRate(b, int64(n), 64, func(k int64) error { _, err := one(paths[i], int(k)); return err }) / 2
 		cpu[i] += float64((processCPU(b) - cpu0).Microseconds()) / float64(n) / 2
 		stopProfile()
 	}
