@@ -45,19 +45,11 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 		if err != nil {
 			return err
 		}
-		lots := map[string][]ledger.Lot{} // the credits that expire, per account (expiry.go)
-		err = iterate(txn, []byte{prefixLot}, func(k, v []byte) error {
-			var l ledger.Lot
-			if err := json.Unmarshal(v, &l); err != nil {
-				return fmt.Errorf("lot %x: %w", k, err)
-			}
-			acct := string(k[1 : 1+ledger.AccountIDLen])
-			lots[acct] = append(lots[acct], l)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
+		// The credits that expire (expiry.go) are keyed by account first, as the accounts are:
+		// one walk beside the accounts gives each its lots, one account's at a time.
+		lots := &lotWalk{it: txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixLot}, PrefetchValues: true, PrefetchSize: 64})}
+		defer lots.it.Close()
+		lots.it.Rewind()
 		steps := []struct {
 			prefix byte
 			each   func(k, v []byte) error
@@ -75,8 +67,12 @@ func (s *Badger) Export(ctx context.Context, sink ledger.ExportSink) error {
 				if err := json.Unmarshal(bv, &b); err != nil {
 					return fmt.Errorf("balance of %q: %w", a.ID, err)
 				}
+				ls, err := lots.of(a.ID)
+				if err != nil {
+					return err
+				}
 				return sink.Account(ledger.ExportAccount{Account: a, Balance: b.Balance, Held: held[a.ID][ledger.Live],
-					TestBalance: b.TestBalance, TestHeld: held[a.ID][ledger.Test], NextSeq: b.NextSeq, Lots: sortedLots(lots[a.ID])})
+					TestBalance: b.TestBalance, TestHeld: held[a.ID][ledger.Test], NextSeq: b.NextSeq, Lots: sortedLots(ls)})
 			}},
 			{prefixKey, func(k, v []byte) error {
 				var rec keyRecord
@@ -324,6 +320,40 @@ func (c *exportCounter) end() {
 
 // Interface guards
 var _ ledger.Exporter = (*Badger)(nil)
+
+// lotWalk reads the lots in key order beside the accounts, which come in the same order (both
+// keys start with the account id).
+type lotWalk struct{ it *badger.Iterator }
+
+// of returns the lots of account id, passing over those of accounts before it (a lot of no
+// account, which verify reports).
+func (w *lotWalk) of(id string) ([]ledger.Lot, error) {
+	var out []ledger.Lot
+	for ; w.it.Valid(); w.it.Next() {
+		item := w.it.Item()
+		k := item.Key()
+		if len(k) < 1+ledger.AccountIDLen {
+			return nil, fmt.Errorf("lot %x: malformed key", k)
+		}
+		acct := string(k[1 : 1+ledger.AccountIDLen])
+		if acct > id {
+			break
+		}
+		if acct < id {
+			continue
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		var l ledger.Lot
+		if err := json.Unmarshal(v, &l); err != nil {
+			return nil, fmt.Errorf("lot %x: %w", k, err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
 
 func sortedLots(l []ledger.Lot) []ledger.Lot {
 	ledger.SortLots(l)

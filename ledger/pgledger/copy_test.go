@@ -809,3 +809,40 @@ func (x *exported) count() int {
 	}
 	return n
 }
+
+// Badger's export gives each account its own lots (credits that expire), read beside the
+// accounts in one walk: accounts with and without lots, in whatever order their ids fall.
+func TestExportLotsPerAccount(t *testing.T) {
+	t0 := time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
+	setNow(t, &t0)
+	from := openBadger(t, t.TempDir())
+	want := map[string][]int64{} // account -> the amounts of its lots
+	for i := range 12 {
+		a := ledgertest.MustAccount(t, from, fmt.Sprintf("lots%d@example.com", i))
+		want[a.ID] = nil
+		for j := range i % 3 { // 0, 1 or 2 lots
+			credits := int64(10*i + j + 1)
+			if _, err := from.Grant(bg, ledger.GrantRequest{AccountID: a.ID, Mode: ledger.Live, Kind: ledger.KindGrant, Credits: credits,
+				Expires: t0.Add(time.Duration(j+1) * time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			want[a.ID] = append(want[a.ID], credits)
+		}
+	}
+	var x exported
+	if err := from.Export(bg, &x); err != nil {
+		t.Fatal(err)
+	}
+	if len(x.accounts) != len(want) {
+		t.Fatalf("%d accounts exported, want %d", len(x.accounts), len(want))
+	}
+	for _, a := range x.accounts {
+		var got []int64
+		for _, l := range a.Lots {
+			got = append(got, l.Amount)
+		}
+		if !slices.Equal(got, want[a.ID]) {
+			t.Errorf("account %s: lots %v, want %v", a.ID, got, want[a.ID])
+		}
+	}
+}
