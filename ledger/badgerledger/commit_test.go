@@ -1,6 +1,8 @@
 package badgerledger
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"testing"
@@ -113,5 +115,48 @@ func TestGroupWindowEndsForIdempotencyKey(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatalf("an Idempotency-Key's record with %d generations open waited for the group window", groupSiblings)
+	}
+}
+
+// A generation's text digest rides in the next commit (the next generation's settle) instead of
+// a disk sync of its own, and its put returns once it is durable: with one client at a time, a
+// generation costs one commit, not two.
+func TestReceiptDigestRidesInTheNextCommit(t *testing.T) {
+	s := openDir(t, t.TempDir(), Options{})
+	a := ledgertest.MustAccount(t, s, "digest-ride@example.com").ID
+	ledgertest.MustGrant(t, s, a, ledger.Live, 2)
+	setLazyWait(s, time.Hour) // only another commit can carry the digest
+	generation := func(rid string) {
+		if _, err := s.Reserve(bg, ledger.HoldRequest{AccountID: a, Mode: ledger.Live, RequestID: rid, NewID: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Settle(bg, a, rid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	generation("req_ride1")
+	t0 := time.Now().UTC()
+	rec := ledger.GenerationRecord{AccountID: a, RequestID: "req_ride1", Mode: ledger.Live, Tool: "summarizer", State: ledger.GenerationCompleted,
+		Created: t0, Finished: t0, Expires: t0.Add(time.Minute), Pieces: 1, Bytes: 5}
+	sum := sha256.Sum256([]byte("hello"))
+	commits := s.c.commits.Load()
+	put := make(chan error, 1)
+	go func() {
+		put <- s.PutGenerations(bg, ledger.GenerationPut{Record: rec, Chunks: [][]byte{[]byte("c0")}, TextSHA256: sum[:]})
+	}()
+	select {
+	case err := <-put:
+		t.Fatalf("the digest's put returned before any commit carried it (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	generation("req_ride2")
+	if err := <-put; err != nil {
+		t.Fatal(err)
+	}
+	if n := s.c.commits.Load() - commits; n != 1 {
+		t.Fatalf("a generation and the previous one's digest took %d commits, want 1", n)
+	}
+	if d, err := s.ReceiptDigest(bg, a, "req_ride1"); err != nil || !bytes.Equal(d, sum[:]) {
+		t.Fatalf("the digest: %x %v", d, err)
 	}
 }

@@ -111,7 +111,11 @@ func (s *Badger) putReceiptDigests(puts []ledger.GenerationPut) error {
 	if len(w) == 0 {
 		return nil
 	}
-	return s.c.enqueue(w).wait()
+	// The digests ride in the next commit (the next settle's, or lazyDelay later), not one of
+	// their own: with one client at a time a commit of their own was a second disk sync a
+	// generation, running beside the next request. The call still returns once they are durable,
+	// and until then the receipt is read from the instance's kept text (the flusher's caller).
+	return s.c.enqueueLazy(w).wait()
 }
 
 // exportReceipts gives sink the receipt keys and digests.
