@@ -46,9 +46,9 @@ type Handler struct {
 	Ledger string `json:"ledger,omitempty"`
 	// LedgerCacheAccounts is how many accounts a Badger ledger keeps in memory once their
 	// requests are done (with their keys, about 5 KB each); default 50,000. Accounts beyond it
-	// are read from the disk on their next request. It counts when the ledger is opened: the
-	// first handler to open a directory sets it for every handler sharing it, until the ledger
-	// is closed (a restart). Not for a PostgreSQL ledger.
+	// are read from the disk on their next request. It counts when the ledger is opened: handlers
+	// sharing a directory get the largest any of them asked, until the ledger is closed (a
+	// restart). Not for a PostgreSQL ledger.
 	LedgerCacheAccounts int `json:"ledger_cache_accounts,omitempty"`
 
 	// WireRaw is the model servers and the API they speak: a textgen.wires module named by

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -104,8 +106,10 @@ func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 			func(s ledger.Store) error { return s.Close() },
 			func(err error) bool { return errors.Is(err, ledger.ErrUnavailable) }, opts.Logger)
 	}
+	cache := askCache(key, opts.CacheAccounts)
 	return acquire(ledgers, key,
 		func() (ledger.Store, error) {
+			opts.CacheAccounts = int(cache.Load())
 			db, err := badgerledger.Open(key, opts)
 			if err != nil {
 				return nil, fmt.Errorf("opening ledger %s: %w", key, err)
@@ -116,6 +120,21 @@ func newLedgerRef(spec string, opts badgerledger.Options) (*LedgerRef, error) {
 		// A disk that filled up while the directory has a log to replay: it opens once space
 		// is freed.
 		func(err error) bool { return errors.Is(err, ledger.ErrDiskFull) }, opts.Logger)
+}
+
+// cacheSizes is, per Badger directory, the largest account cache (Options.CacheAccounts) any
+// module asked of it: the open takes it, whichever module created the pool entry (My Account
+// and the console, which ask none, may be provisioned before the textgen handler that does).
+var cacheSizes sync.Map // key -> *atomic.Int64
+
+// askCache records that a module asks for a cache of n accounts of the directory key and
+// returns the largest asked so far.
+func askCache(key string, n int) *atomic.Int64 {
+	v, _ := cacheSizes.LoadOrStore(key, new(atomic.Int64))
+	c := v.(*atomic.Int64)
+	for old := c.Load(); int64(n) > old && !c.CompareAndSwap(old, int64(n)); old = c.Load() {
+	}
+	return c
 }
 
 // AcquireLedger joins the ledger spec names (a directory or a database URL), opening it unless

@@ -1,6 +1,8 @@
 package textgenapp
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -43,5 +45,43 @@ func TestLedgerPlacement(t *testing.T) {
 		if want := (ledger.Placement{Shared: true}); got != want {
 			t.Errorf("%s: %+v, want %+v", spec, got, want)
 		}
+	}
+}
+
+// The account cache of a Badger ledger is the largest any module asked before it opened, not the
+// first module's: My Account, which asks none, may create the pool entry before the textgen
+// handler that sets ledger_cache_accounts.
+func TestLedgerCacheLargestAsked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ledger")
+	first, err := newLedgerRef(dir, badgerledger.Options{DisableSyncWrites: true}) // the default
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Release() })
+	second, err := newLedgerRef(dir, badgerledger.Options{DisableSyncWrites: true, CacheAccounts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Release() })
+	if err := first.Open(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := second.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 6 {
+		a, err := s.CreateAccount(ctx, fmt.Sprintf("cache%d@example.com", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Balance(ctx, a.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.(*badgerledger.Badger).CacheStats()
+	if st.Evictions == 0 || st.Accounts > 2 {
+		t.Fatalf("asked for a cache of 2 after a module that asked none: %d accounts cached, %d evictions", st.Accounts, st.Evictions)
 	}
 }
