@@ -1,11 +1,9 @@
 package caddymodule
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,7 +81,7 @@ http://127.0.0.1:%d {
 	largeKeys := benchKeys(b, open[large], accounts, true)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024, DisableCompression: true}}
-	body := []byte(genBody("email-writer", "Summarize this.", "en", ""))
+	body := genBody("email-writer", "Summarize this.", "en", "")
 	var want bytes.Buffer
 	for i := range 8 {
 		fmt.Fprintf(&want, "p%d ", i)
@@ -96,29 +94,7 @@ http://127.0.0.1:%d {
 	paths := []path{{"empty", baseURL + "/api/v1/generate", emptyKeys}, {"large", baseURL + "/large/api/v1/generate", largeKeys}}
 	// one makes the i-th request of p: the time to its first byte, its whole text checked.
 	one := func(p path, i int) (time.Duration, error) {
-		r, _ := http.NewRequest("POST", p.url, bytes.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("X-API-Key", p.keys[i%len(p.keys)])
-		start := time.Now()
-		resp, err := client.Do(r)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		first, err := br.ReadByte()
-		ttfb := time.Since(start)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
-		}
-		rest, err := io.ReadAll(br)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
-		}
-		if got := append([]byte{first}, rest...); resp.StatusCode != 200 || !bytes.Equal(got, want.Bytes()) {
-			return 0, fmt.Errorf("%s: status %d, body %q", p.name, resp.StatusCode, got)
-		}
-		return ttfb, nil
+		return timeGenerateAt(client, p.url, p.keys[i%len(p.keys)], body, want.String())
 	}
 	// The warm-up uses every account once on each ledger (the large one reads it into its cache).
 	for i := range accounts + 200 {

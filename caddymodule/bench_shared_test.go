@@ -122,10 +122,15 @@ func BenchmarkSharedLedger(b *testing.B) {
 	}
 }
 
-// timeGenerate sends one generate request and returns its time to the first byte, after reading
-// the whole answer and checking it is a 200 with want.
+// timeGenerate sends one generate request to the server at addr and returns its time to the
+// first byte, after reading the whole answer and checking it is a 200 with want.
 func timeGenerate(client *http.Client, addr, key, body, want string) (time.Duration, error) {
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/generate", strings.NewReader(body))
+	return timeGenerateAt(client, "http://"+addr+"/api/v1/generate", key, body, want)
+}
+
+// timeGenerateAt is timeGenerate of the generate request at url.
+func timeGenerateAt(client *http.Client, url, key, body, want string) (time.Duration, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-API-Key", key)
 	start := time.Now()
@@ -146,7 +151,7 @@ func timeGenerate(client *http.Client, addr, key, body, want string) (time.Durat
 		return 0, err
 	}
 	if resp.StatusCode != 200 || rest.String() != want {
-		return 0, fmt.Errorf("%s: %d %q", addr, resp.StatusCode, rest.String())
+		return 0, fmt.Errorf("%s: %d %q", url, resp.StatusCode, rest.String())
 	}
 	return ttfb, nil
 }
