@@ -194,6 +194,27 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// logDigest is what a failed test shows of a server's log: all of it with -v; otherwise its
+// warnings and errors (the first 6) and its last 3 lines, with a count of what was left out, so
+// that the failure's own message stays in sight at the end of a long run's output (CI shows its
+// tail). A test that sent thousands of requests would otherwise bury it under their log lines.
+func logDigest(log string, all bool) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	if all || len(lines) <= 10 {
+		return strings.Join(lines, "\n")
+	}
+	const keepWarnings, keepLast = 6, 3
+	var out []string
+	last := len(lines) - keepLast
+	for _, l := range lines[:last] {
+		if len(out) < keepWarnings && !strings.Contains(l, `"level":"info"`) && !strings.Contains(l, `"level":"debug"`) {
+			out = append(out, l)
+		}
+	}
+	out = append(out, fmt.Sprintf("... %d lines left out (go test -v shows them all)", last-len(out)))
+	return strings.Join(append(out, lines[last:]...), "\n")
+}
+
 // Start runs the built caddy binary with one site block (site) on free ports and waits until its
 // admin API answers (for ledgerDir's ledger, when it is not empty). The process is killed at the
 // end of the test, and its log shown when the test failed.
@@ -256,7 +277,7 @@ http://127.0.0.1:%d {
 			<-s.done
 		}
 		if t.Failed() {
-			t.Logf("caddy log (%s):\n%s", s.Admin, s.logs.String())
+			t.Logf("caddy log (%s):\n%s", s.Admin, logDigest(s.logs.String(), testing.Verbose()))
 		}
 	})
 	s.waitReady()
