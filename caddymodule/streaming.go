@@ -65,6 +65,11 @@ const streamBufferBytes = 256 << 10
 // streamFlushBytes is the most text the writer writes between two flushes.
 const streamFlushBytes = 16 << 10
 
+// firstFlushBytes is the most text the first flush carries when the model had more than one
+// piece ready: small beside any socket's send buffer, so that the first flush cannot wait on a
+// client that does not read, and one write instead of two for a short answer that came at once.
+const firstFlushBytes = 1 << 10
+
 // streamer writes the pieces of one generation to the client.
 //
 // The model and the client each go at their own pace: emit queues a piece and a writer
@@ -252,10 +257,12 @@ func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
 		if err := s.write(p, id); err != nil {
 			return n, err
 		}
-		// The first piece goes out alone: the first byte is not kept waiting for the pieces
-		// behind it, and a client that then stops reading has certainly got it (a first
-		// flush of many pieces could block on the client's window and never be delivered).
-		if unflushed < streamFlushBytes && i < len(pieces)-1 && s.flushedOnce {
+		// The first flush carries the pieces that were ready with the first up to
+		// firstFlushBytes, a larger first piece alone: the first byte is not kept waiting for
+		// text still to come, and a client that then stops reading has certainly got it (a
+		// first flush of much text could block on the client's window and never be delivered).
+		if i < len(pieces)-1 && (s.flushedOnce && unflushed < streamFlushBytes ||
+			!s.flushedOnce && unflushed+len(pieces[i+1]) <= firstFlushBytes) {
 			continue
 		}
 		unflushed = 0

@@ -1,10 +1,18 @@
 package caddymodule
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-textgen/textgen/backends/ollamatest"
 )
 
 // deadlineRecorder is a response writer that records the write deadlines set through its
@@ -61,4 +69,79 @@ func TestWriteDeadlineArmedOnce(t *testing.T) {
 	if n := len(rec.set); n != 5 || !rec.set[3].IsZero() {
 		t.Errorf("deadlines %v, want the cleared one, then a new one", rec.set)
 	}
+}
+
+// rawChunks sends a generate request on a connection of its own and returns the body's
+// HTTP/1.1 chunks as the server wrote them: one a flush.
+func rawChunks(t *testing.T, key, body string) []string {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /api/v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		key, len(body), body)
+	br := bufio.NewReader(conn)
+	for { // the status line and headers
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\r\n" {
+			break
+		}
+		if strings.HasPrefix(line, "HTTP/1.1 ") && !strings.HasPrefix(line, "HTTP/1.1 200 ") {
+			t.Fatalf("status %q", line)
+		}
+	}
+	var chunks []string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d chunks: %v", len(chunks), err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size %q: %v", line, err)
+		}
+		if n == 0 {
+			return chunks
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(br, b); err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, string(b[:n]))
+	}
+}
+
+// The first flush carries the pieces the model had ready with the first, up to
+// firstFlushBytes: a short answer that came at once goes out in one write, not the first piece
+// and then the rest. A first piece larger than the bound goes alone, so a client that does not
+// read cannot hold up the flush that decides its charge; the rest follows in one write.
+func TestFirstFlushCarriesReadyPieces(t *testing.T) {
+	fs := ollamatest.NewFaultServerT(t, ollamatest.FaultConfig{Pieces: 8, Piece: "p", Numbered: true})
+	big := strings.Repeat("b", firstFlushBytes+1)
+	fs.Set(ollamatest.FaultConfig{Model: "big", Pieces: 3, Piece: big})
+	e := newEnv(t, envOptions{ollama: fs.URL, extra: "tool summarizer {\n\t\t\tmodel big\n\t\t}"})
+	_, key := e.account(10)
+
+	chunks := rawChunks(t, key, genBody("email-writer", "x", "en", ""))
+	if want := "p0 p1 p2 p3 p4 p5 p6 p7 "; len(chunks) != 1 || chunks[0] != want {
+		t.Fatalf("an answer of 8 pieces that came at once was written as %d chunks %q; want one, %q", len(chunks), chunks, want)
+	}
+	chunks = rawChunks(t, key, genBody("summarizer", "x", "en", ""))
+	// (net/http writes what passes its 2 KiB buffer in chunks of its own: the rest may be two.)
+	if len(chunks) < 2 || chunks[0] != big || strings.Join(chunks[1:], "") != big+big {
+		t.Fatalf("three pieces of %d bytes came as %d chunks of %v bytes; want the first alone, then the other two", len(big), len(chunks), chunkSizes(chunks))
+	}
+}
+
+func chunkSizes(chunks []string) []int {
+	n := make([]int, len(chunks))
+	for i, c := range chunks {
+		n[i] = len(c)
+	}
+	return n
 }
