@@ -6,6 +6,7 @@ package binarytest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,8 +49,9 @@ func postTo(client *http.Client, addr, key, body string, hdr ...string) (int, st
 
 // TestTwoInstancesSpendEachCreditOnce: 10,000 generate requests spread over two Caddy
 // instances, against an account with 1,000 credits: exactly 1,000 are answered 200 and charged,
-// the rest 402; the available credits, sampled all along through the other instance, never go
-// below 0; the ledger verifies clean. Then Idempotency-Key retries sent to the other instance
+// the rest 402 (or 503 ledger_unavailable, charged nothing, where a slow machine's database
+// missed the query timeout); the available credits, sampled all along through the other
+// instance, never go below 0; the ledger verifies clean. Then Idempotency-Key retries sent to the other instance
 // replay the first result and charge nothing.
 func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 	url := pgtest.NewDatabase(t)
@@ -62,7 +64,7 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 
 	const total, workers = 10_000, 64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
-	var next, ok, broke, other atomic.Int64
+	var next, ok, broke, unavailable, other atomic.Int64
 	var firstOther atomic.Value
 	var remMu sync.Mutex
 	remaining := map[string]int{} // X-Credits-Remaining of the answers 200
@@ -71,6 +73,8 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 	var minSeen atomic.Int64
 	minSeen.Store(1 << 40)
 	sampled := make(chan struct{})
+	var samples, sampleFailures atomic.Int64
+	var firstSampleFailure atomic.Value
 	go func() { // the available credits, read through the other instance while requests run
 		defer close(sampled)
 		for {
@@ -79,8 +83,17 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 				return
 			default:
 			}
-			bal := b.JSON("balance", "--account", acct)
-			if v := caddyproc.Num(t, bal, "available"); v < minSeen.Load() {
+			// A sample the loaded server could not answer in time is counted, not fatal: this
+			// goroutine may not end the test, and the check is of the values it reads.
+			res := b.Textgen("balance", "--account", acct, "--json")
+			var bal struct{ Available *int64 }
+			if err := json.Unmarshal([]byte(res.Stdout), &bal); res.Code != 0 || err != nil || bal.Available == nil {
+				sampleFailures.Add(1)
+				firstSampleFailure.CompareAndSwap(nil, res.String())
+				continue
+			}
+			samples.Add(1)
+			if v := *bal.Available; v < minSeen.Load() {
 				minSeen.Store(v)
 			}
 		}
@@ -108,6 +121,10 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 					remMu.Unlock()
 				case err == nil && status == http.StatusPaymentRequired:
 					broke.Add(1)
+				case err == nil && status == http.StatusServiceUnavailable && strings.Contains(text, `"ledger_unavailable"`):
+					// The database did not answer within the query timeout (a slow machine's
+					// disk): refused, charged nothing. Allowed; the credits must still add up.
+					unavailable.Add(1)
 				default:
 					other.Add(1)
 					firstOther.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", status, text, err))
@@ -118,9 +135,18 @@ func TestTwoInstancesSpendEachCreditOnce(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	<-sampled
-	if ok.Load() != 1000 || broke.Load() != total-1000 || other.Load() != 0 {
-		t.Fatalf("%d requests over two instances against 1000 credits: %d x 200, %d x 402, %d other (first: %v)",
-			total, ok.Load(), broke.Load(), other.Load(), firstOther.Load())
+	if ok.Load() != 1000 || broke.Load()+unavailable.Load() != total-1000 || other.Load() != 0 {
+		t.Fatalf("%d requests over two instances against 1000 credits: %d x 200, %d x 402, %d x 503 ledger_unavailable, %d other (first: %v)",
+			total, ok.Load(), broke.Load(), unavailable.Load(), other.Load(), firstOther.Load())
+	}
+	if n := unavailable.Load(); n > 0 {
+		t.Logf("%d requests answered 503 ledger_unavailable under the load, charged nothing", n)
+	}
+	if samples.Load() == 0 {
+		t.Fatalf("no balance sample answered during the load (%d failed; first: %v)", sampleFailures.Load(), firstSampleFailure.Load())
+	}
+	if n := sampleFailures.Load(); n > 0 {
+		t.Logf("%d of %d balance samples failed under the load (first: %v)", n, n+samples.Load(), firstSampleFailure.Load())
 	}
 	if minSeen.Load() < 0 {
 		t.Fatalf("available credits went down to %d", minSeen.Load())
