@@ -532,7 +532,9 @@ func (k *keptText) prepare(final bool) (keptStep, []ledger.GenerationPut) {
 		}
 		gp := ledger.GenerationPut{Record: put, First: k.chunks + step.chunks, Chunks: sealed}
 		if len(chunks) == 0 && final {
-			gp.TextSHA256 = digest
+			// The handler made the request id for this generation, and a retry hashes the
+			// same pieces: the ledger need not look for another digest first.
+			gp.TextSHA256, gp.NewID = digest, true
 		}
 		puts = append(puts, gp)
 		step.pieces, step.bytes, step.chunks = step.pieces+n, step.bytes+b, step.chunks+len(sealed)

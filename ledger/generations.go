@@ -58,8 +58,13 @@ type GenerationPut struct {
 	First  int
 	Chunks [][]byte
 	// TextSHA256, given with the put that ends a charged generation, is the SHA-256 digest of
-	// its whole text: the store keeps it for good (Receipts.ReceiptDigest), past the window.
+	// its whole text: the store keeps it for good (Receipts.ReceiptDigest), past the window. A
+	// digest already stored for the request id stays as it is.
 	TextSHA256 []byte
+	// NewID says that the caller made the request id for this generation and sends the same
+	// TextSHA256 with every retry of its last put, so that no other digest can be stored under
+	// it: the store may write the digest without looking for one first (as HoldRequest.NewID).
+	NewID bool
 }
 
 // Bounds of kept generations.

@@ -86,7 +86,9 @@ func (s *Badger) ReceiptDigest(ctx context.Context, accountID, requestID string)
 }
 
 // putReceiptDigests stores the digests that puts carry in the ledger's own store, each once:
-// a digest already stored stays as it is (under s.rcptMu, so no two writers race on one).
+// a digest already stored stays as it is (under s.rcptMu, so no two writers race on one). A put
+// with NewID is written without that read: none other can be stored (a read of a digest that is
+// not there costs about 10 us, a tenth of a generation's own work beyond a bare proxy).
 func (s *Badger) putReceiptDigests(puts []ledger.GenerationPut) error {
 	var w []write
 	locked := false
@@ -100,13 +102,16 @@ func (s *Badger) putReceiptDigests(puts []ledger.GenerationPut) error {
 			defer s.rcptMu.Unlock()
 		}
 		k := receiptDigestKey(p.Record.AccountID, p.Record.RequestID)
-		_, ok, err := s.get(k)
-		if err != nil {
-			return err
+		if !p.NewID {
+			_, ok, err := s.get(k)
+			if err != nil {
+				return err
+			}
+			if ok {
+				continue
+			}
 		}
-		if !ok {
-			w = append(w, set(k, slices.Clone(p.TextSHA256)))
-		}
+		w = append(w, set(k, slices.Clone(p.TextSHA256)))
 	}
 	if len(w) == 0 {
 		return nil

@@ -135,6 +135,21 @@ func testReceiptDigests(t *testing.T, eng engine) {
 	WantErr(t, err, ledger.ErrNotFound)
 	rec.RequestID, rec.Expires = "req_dig2", t0.Add(time.Minute)
 	WantErr(t, s.PutGenerations(bg, ledger.GenerationPut{Record: rec, TextSHA256: sum[:31]}), ledger.ErrInvalidArgument)
+
+	// A last put of a request id its caller made (NewID), as the handler's is, and its retry:
+	// the digest is stored once, as it was sent, beside the other account's.
+	rec.RequestID, rec.Finished = "req_dig3", t0
+	for range 2 {
+		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: rec, TextSHA256: other[:], NewID: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := s.ReceiptDigest(bg, a, "req_dig3"); err != nil || !bytes.Equal(d, other[:]) {
+		t.Fatalf("the digest of a put with NewID and its retry: %x %v, want %x", d, err, other)
+	}
+	if d, err := s.ReceiptDigest(bg, a, "req_dig1"); err != nil || !bytes.Equal(d, sum[:]) {
+		t.Fatalf("another generation's digest after a put with NewID: %x %v", d, err)
+	}
 }
 
 // SampleReceiptKey is a key as the handler gives it: the private half sealed (here: random bytes
