@@ -245,9 +245,10 @@ func (s *streamer) writeQueued() {
 	s.mu.Unlock()
 }
 
-// writeBatch writes pieces, the first one's SSE id after id, and flushes them to the client,
-// at least every streamFlushBytes, so that what a client that stops reading got is known
-// (delivered) to about that much. It returns their bytes.
+// writeBatch writes pieces, the first one's SSE id after id, and flushes them to the client
+// before their text passes streamFlushBytes (firstFlushBytes for the first flush), so that
+// what a client that stops reading got is known (delivered) to about that much. It returns
+// their bytes.
 func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
 	n, unflushed := 0, 0
 	for i, p := range pieces {
@@ -257,12 +258,15 @@ func (s *streamer) writeBatch(pieces []string, id int) (int, error) {
 		if err := s.write(p, id); err != nil {
 			return n, err
 		}
-		// The first flush carries the pieces that were ready with the first up to
-		// firstFlushBytes, a larger first piece alone: the first byte is not kept waiting for
-		// text still to come, and a client that then stops reading has certainly got it (a
-		// first flush of much text could block on the client's window and never be delivered).
-		if i < len(pieces)-1 && (s.flushedOnce && unflushed < streamFlushBytes ||
-			!s.flushedOnce && unflushed+len(pieces[i+1]) <= firstFlushBytes) {
+		// A flush carries the pieces ready with it up to a bound, a larger piece alone. The first
+		// flush's bound is small: the first byte is not kept waiting for text still to come,
+		// and a client that then stops reading has certainly got it (a first flush of much text
+		// could block on the client's window and never be delivered).
+		bound := streamFlushBytes
+		if !s.flushedOnce {
+			bound = firstFlushBytes
+		}
+		if i < len(pieces)-1 && unflushed+len(pieces[i+1]) <= bound {
 			continue
 		}
 		unflushed = 0

@@ -88,7 +88,7 @@ func (s *Badger) ReceiptDigest(ctx context.Context, accountID, requestID string)
 // putReceiptDigests stores the digests that puts carry in the ledger's own store, each once:
 // a digest already stored stays as it is (under s.rcptMu, so no two writers race on one). A put
 // with NewID is written without that read: none other can be stored (a read of a digest that is
-// not there costs about 10 us, a tenth of a generation's own work beyond a bare proxy).
+// not there cost about 5 us of every kept generation).
 func (s *Badger) putReceiptDigests(puts []ledger.GenerationPut) error {
 	var w []write
 	locked := false
