@@ -42,24 +42,7 @@ func BenchmarkLargeLedgerHTTP(b *testing.B) {
 	accounts := envInt(b, "TEXTGEN_LARGE_HTTP_ACCOUNTS", 1000)
 	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: 8, Piece: "p", Numbered: true})
 	empty := ledgerDir(b)
-	handler := func(dir string) string {
-		return fmt.Sprintf(`		ledger %s
-		ollama %s
-		model tiny
-		rate_limit key 100000000/1m
-		rate_limit account 100000000/1m
-		max_concurrent_per_account 10000
-		max_in_flight 10000`, dir, fs.URL)
-	}
-	cfg := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	skip_install_trust
-	log {
-		output file %s
-	}
-}
+	cfg := fmt.Sprintf(`%s
 http://127.0.0.1:%d {
 	handle_path /large/* {
 		textgen {
@@ -70,7 +53,7 @@ http://127.0.0.1:%d {
 %s
 	}
 }
-`, adminPort, httpPort, httpsPort, filepath.Join(testRoot, "bench-large-caddy.log"), httpPort, handler(large), handler(empty))
+`, benchGlobal("bench-large-caddy.log"), httpPort, benchHandler(large, fs.URL), benchHandler(empty, fs.URL))
 	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 5 * time.Minute})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {

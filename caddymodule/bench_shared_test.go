@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,4 +191,32 @@ func genRate(b *testing.B, n, conc int64, one func(i int64) error) float64 {
 // the limits out of reach (this benchmark loads the ledger, not the limits).
 func pgSite(url, model, extra string) string {
 	return fmt.Sprintf("textgen {\n\t\tledger %s\n\t\tollama %s\n\t\tmodel tiny\n\t\trate_limit key off\n\t\trate_limit account off\n\t\tauth_failure_limit off\n\t\tmax_concurrent_per_account 1000\n\t\tmax_in_flight 1000\n\t\tqueue_size 1000\n%s\t}", url, model, extra)
+}
+
+// benchGlobal is the global options block of the benchmarks' in-process Caddy: the test run's
+// ports, and Caddy's log (one line a request) in the file logName under testRoot, so that its
+// cost stays in the figures and its lines out of the benchmark's output.
+func benchGlobal(logName string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	skip_install_trust
+	log {
+		output file %s
+	}
+}`, adminPort, httpPort, httpsPort, filepath.Join(testRoot, logName))
+}
+
+// benchHandler is the settings of the benchmarks' textgen handler on the ledger dir and the
+// model server ollama: the limits are on (their code runs on every request) but out of the
+// load's reach.
+func benchHandler(dir, ollama string) string {
+	return fmt.Sprintf(`		ledger %s
+		ollama %s
+		model tiny
+		rate_limit key 100000000/1m
+		rate_limit account 100000000/1m
+		max_concurrent_per_account 10000
+		max_in_flight 10000`, dir, ollama)
 }

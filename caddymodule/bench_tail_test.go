@@ -41,15 +41,7 @@ import (
 func BenchmarkTail(b *testing.B) {
 	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: 8, Piece: "p", Numbered: true})
 	dir := ledgerDir(b)
-	cfg := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	skip_install_trust
-	log {
-		output file %s
-	}
-}
+	cfg := fmt.Sprintf(`%s
 http://127.0.0.1:%d {
 	handle /proxy/* {
 		uri strip_prefix /proxy
@@ -58,16 +50,10 @@ http://127.0.0.1:%d {
 		}
 	}
 	textgen /api/* {
-		ledger %s
-		ollama %s
-		model tiny
-		rate_limit key 100000000/1m
-		rate_limit account 100000000/1m
-		max_concurrent_per_account 10000
-		max_in_flight 10000
+%s
 	}
 }
-`, adminPort, httpPort, httpsPort, filepath.Join(testRoot, "bench-tail-caddy.log"), httpPort, strings.TrimPrefix(fs.URL, "http://"), dir, fs.URL)
+`, benchGlobal("bench-tail-caddy.log"), httpPort, strings.TrimPrefix(fs.URL, "http://"), benchHandler(dir, fs.URL))
 	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {

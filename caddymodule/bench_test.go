@@ -54,29 +54,11 @@ func BenchmarkGenerate(b *testing.B) {
 	fs := ollamatest.NewFaultServerT(b, ollamatest.FaultConfig{Pieces: 8, Piece: "p", Numbered: true})
 	fs.Set(ollamatest.FaultConfig{Model: "slow", Pieces: 50, Piece: "s", Numbered: true, Delay: 10 * time.Millisecond})
 	dir := ledgerDir(b)
-	// Caddy's log (one line per request) goes to a file: its cost stays in the figures, its
-	// lines stay out of the benchmark's output.
-	logFile := filepath.Join(testRoot, "bench-caddy.log")
-	handlerCfg := fmt.Sprintf(`		ledger %s
-		ollama %s
-		model tiny
-		# The limits are on (their code runs on every request) but out of the load's reach.
-		rate_limit key 100000000/1m
-		rate_limit account 100000000/1m
-		max_concurrent_per_account 10000
-		max_in_flight 10000
+	handlerCfg := benchHandler(dir, fs.URL) + `
 		tool summarizer {
 			model slow
-		}`, dir, fs.URL)
-	cfg := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	skip_install_trust
-	log {
-		output file %s
-	}
-}
+		}`
+	cfg := fmt.Sprintf(`%s
 http://127.0.0.1:%d {
 	handle /proxy/* {
 		uri strip_prefix /proxy
@@ -95,7 +77,7 @@ http://127.0.0.1:%d {
 		}
 	}
 }
-`, adminPort, httpPort, httpsPort, logFile, httpPort, strings.TrimPrefix(fs.URL, "http://"), handlerCfg, handlerCfg)
+`, benchGlobal("bench-caddy.log"), httpPort, strings.TrimPrefix(fs.URL, "http://"), handlerCfg, handlerCfg)
 	tester := caddytest.NewTester(b).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort, LoadRequestTimeout: 30 * time.Second})
 	tester.InitServer(cfg, "caddyfile")
 	if b.Failed() || b.Skipped() {
