@@ -1,0 +1,66 @@
+//go:build linux
+
+package badgerledger
+
+import (
+	"crypto/rand"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/caddy-textgen/textgen/ledger"
+	"github.com/caddy-textgen/textgen/ledger/ledgertest"
+)
+
+// BenchmarkKeptCPU is the CPU the process spends to keep one generation's text in the kept
+// store: the put the retention's flusher makes when a charged generation ends (its record and
+// one sealed chunk of a short answer), in batches of 16 as generations end together under load,
+// with the store's memtable flushes and compactions that follow. It compares the store as it
+// is (records and text in the value log) with one that keeps them in its tables, one after the
+// other in the same run, each from its open to its close, so that its compactions count
+// whole and never in the other's figure; b.N is thousands of generations (-benchtime 500x:
+// 500,000 each). The receipt digest is left out: it rides in the ledger's next commit.
+func BenchmarkKeptCPU(b *testing.B) {
+	chunk := make([]byte, 12+16+200) // nonce, tag and a short answer's text
+	rand.Read(chunk)
+	n := 0
+	measure := func(threshold int64) float64 {
+		old := keptValueThreshold
+		keptValueThreshold = threshold
+		defer func() { keptValueThreshold = old }()
+		c0 := processCPUTime(b)
+		s, err := Open(filepath.Join(b.TempDir(), "ledger"), onTestClock(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		acct := ledgertest.MustAccount(b, s, "kept@example.com").ID
+		const batch = 16
+		for range b.N * 1000 / batch {
+			puts := make([]ledger.GenerationPut, batch)
+			t := now()
+			for j := range puts {
+				n++
+				puts[j] = ledger.GenerationPut{
+					Record: ledger.GenerationRecord{AccountID: acct, RequestID: fmt.Sprintf("req_%026d", n), Mode: ledger.Live,
+						Tool: "summarize", Language: "en", State: ledger.GenerationCompleted, Created: t, Finished: t,
+						Expires: t.Add(time.Hour), OutputTokens: 40, FinishReason: "stop", Pieces: 8, Bytes: 200},
+					Chunks: [][]byte{chunk},
+				}
+			}
+			if err := s.PutGenerations(bg, puts...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return float64((processCPUTime(b) - c0).Microseconds()) / float64(b.N*1000)
+	}
+	b.ResetTimer()
+	kept := measure(keptValueThreshold)
+	inline := measure(1 << 20) // Badger's default: values inline
+	b.ReportMetric(kept, "kept-cpu-us/gen")
+	b.ReportMetric(inline, "inline-cpu-us/gen")
+	b.ReportMetric(kept/inline, "kept/inline")
+}
