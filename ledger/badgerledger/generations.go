@@ -78,7 +78,7 @@ func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
 	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil); err != nil {
 		return err
 	}
-	return set(generationKey(rec.AccountID, rec.RequestID), mustJSON(rec))
+	return set(generationKey(rec.AccountID, rec.RequestID), generationJSON(&rec))
 }
 
 // GetGeneration returns the record and its chunks from number from on.

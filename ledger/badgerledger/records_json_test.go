@@ -190,7 +190,7 @@ func fillRecord(t testing.TB, src recordSource, p any, allSet bool) {
 			f.Set(reflect.ValueOf(genTime(src, allSet)))
 		case sf.Type.Kind() == reflect.String:
 			f.SetString(genString(src, allSet))
-		case sf.Type.Kind() == reflect.Int64:
+		case sf.Type.Kind() == reflect.Int64 || sf.Type.Kind() == reflect.Int:
 			x := genInt64(src)
 			if allSet && x == 0 {
 				x = -7
@@ -237,6 +237,8 @@ func checkRecordJSON(t testing.TB, p any) {
 		got, err = appendHoldRecordJSON(prefix, p)
 	case *balanceRecord:
 		got, err = appendBalanceRecordJSON(prefix, p)
+	case *ledger.GenerationRecord:
+		got, err = appendGenerationJSON(prefix, p)
 	default:
 		t.Fatalf("no encoder for %T", p)
 	}
@@ -266,6 +268,9 @@ func checkAllRecordsJSON(t testing.TB, src recordSource, allSet bool) {
 	var b balanceRecord
 	fillRecord(t, src, &b, allSet)
 	checkRecordJSON(t, &b)
+	var g ledger.GenerationRecord
+	fillRecord(t, src, &g, allSet)
+	checkRecordJSON(t, &g)
 }
 
 // TestRecordJSONProperty: thousands of random values of each type, with every field set and with
@@ -274,6 +279,7 @@ func TestRecordJSONProperty(t *testing.T) {
 	checkRecordJSON(t, &ledger.Entry{})
 	checkRecordJSON(t, &holdRecord{})
 	checkRecordJSON(t, &balanceRecord{})
+	checkRecordJSON(t, &ledger.GenerationRecord{})
 	src := randSource{rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))}
 	for i := range 10000 {
 		checkAllRecordsJSON(t, src, i%2 == 0)
@@ -352,7 +358,7 @@ func TestRecordJSONWrappers(t *testing.T) {
 	}
 }
 
-// FuzzRecordJSON: the fuzzer's bytes choose the values of every field of each of the three
+// FuzzRecordJSON: the fuzzer's bytes choose the values of every field of each of the four
 // records, compared with json.Marshal.
 func FuzzRecordJSON(f *testing.F) {
 	f.Add([]byte{})
@@ -383,6 +389,9 @@ func BenchmarkRecordJSON(b *testing.B) {
 	h := holdRecord{AccountID: e.AccountID, RequestID: e.RequestID, Mode: ledger.Live, State: ledger.HoldSettled, KeyID: e.KeyID,
 		Tool: e.Tool, Created: t, Expires: t.Add(ledger.DefaultHoldTTL), HoldSeq: 123456, Resolved: t, ResolveSeq: 123457}
 	r := balanceRecord{Balance: 1<<40 - 61728, TestBalance: 100, NextSeq: 123458}
+	g := ledger.GenerationRecord{AccountID: e.AccountID, RequestID: e.RequestID, Mode: ledger.Live, Tool: e.Tool, Language: "en",
+		State: ledger.GenerationCompleted, Created: t, Finished: t, Expires: t.Add(time.Hour), OutputTokens: 40, FinishReason: "stop",
+		Pieces: 8, Bytes: 200, Chunks: 1}
 	var sink []byte
 	for _, c := range []struct {
 		name      string
@@ -391,6 +400,7 @@ func BenchmarkRecordJSON(b *testing.B) {
 		{"entry", func() []byte { return mustJSON(e) }, func() []byte { return entryJSON(&e) }},
 		{"hold", func() []byte { return mustJSON(h) }, func() []byte { return holdRecordJSON(&h) }},
 		{"balance", func() []byte { return mustJSON(r) }, func() []byte { return balanceRecordJSON(&r) }},
+		{"generation", func() []byte { return mustJSON(g) }, func() []byte { return generationJSON(&g) }},
 	} {
 		b.Run(c.name+"/mustJSON", func(b *testing.B) {
 			b.ReportAllocs()
