@@ -53,10 +53,44 @@ type write struct {
 	val       []byte
 	del       bool
 	expiresAt uint64 // unix seconds; 0 = never
+	// fresh: the key was never written before (setFresh); skip: the batch leaves it out
+	// (cancelFresh).
+	fresh, skip bool
 }
 
 func set(k, v []byte) write { return write{key: k, val: v} }
 func del(k []byte) write    { return write{key: k, del: true} }
+
+// setFresh is set of a key that was never written before, so that a del of it later in the
+// same batch cancels both (cancelFresh): an open hold's marker, made by the hold and deleted by
+// its settle, which under load ride in the same commit.
+func setFresh(k, v []byte) write { return write{key: k, val: v, fresh: true} }
+
+// cancelFresh leaves out of a batch each fresh set together with the del of the same key that
+// follows it: the key was not on disk before the batch and is not after it, and the batch
+// commits whole, so neither write changes what the disk holds; written, they were a key and a
+// tombstone in the memtable, the write-ahead log and every compaction after.
+func cancelFresh(batch []*pendingOp) {
+	var fresh map[string]*write
+	for _, op := range batch {
+		for i := range op.writes {
+			w := &op.writes[i]
+			if w.fresh {
+				if fresh == nil {
+					fresh = map[string]*write{}
+				}
+				fresh[string(w.key)] = w
+				continue
+			}
+			if f, ok := fresh[string(w.key)]; ok {
+				if w.del {
+					f.skip, w.skip = true, true
+				}
+				delete(fresh, string(w.key)) // a plain set after it: both stay
+			}
+		}
+	}
+}
 
 type pendingOp struct {
 	writes []write
@@ -422,11 +456,15 @@ func (c *committer) write(batch []*pendingOp) (committing bool, err error) {
 	c.mu.Lock()
 	db := c.db
 	c.mu.Unlock()
+	cancelFresh(batch)
 	txn := db.NewTransaction(true)
 	defer txn.Discard()
 	n := 0
 	for _, op := range batch {
 		for _, w := range op.writes {
+			if w.skip {
+				continue
+			}
 			var err error
 			if w.del {
 				err = txn.Delete(w.key)

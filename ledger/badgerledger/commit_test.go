@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
+
 	"github.com/caddy-textgen/textgen/ledger"
 	"github.com/caddy-textgen/textgen/ledger/ledgertest"
 )
@@ -158,5 +160,69 @@ func TestReceiptDigestRidesInTheNextCommit(t *testing.T) {
 	}
 	if d, err := s.ReceiptDigest(bg, a, "req_ride1"); err != nil || !bytes.Equal(d, sum[:]) {
 		t.Fatalf("the digest: %x %v", d, err)
+	}
+}
+
+// openHoldVersions counts every version of the open-hold marker of rid that Badger holds,
+// tombstones included.
+func openHoldVersions(t *testing.T, s *Badger, acct, rid string) int {
+	t.Helper()
+	n := 0
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: openHoldKey(acct, rid)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if bytes.Equal(it.Item().Key(), openHoldKey(acct, rid)) {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A hold and its settle that ride in one commit leave no trace of the hold's open marker: it
+// was made and deleted within the batch, so neither write reaches Badger. A hold committed on
+// its own writes the marker, and its settle a tombstone. Either way the ledger verifies and a
+// restart finds no hold left open.
+func TestOpenHoldMarkerCancelledInOneCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, quiet)
+	acct := ledgertest.MustAccount(t, s, "marker@example.com").ID
+	ledgertest.MustGrant(t, s, acct, ledger.Live, 10)
+
+	setLazyWait(s, time.Hour) // the reservation waits for the settle's commit
+	if _, err := s.Reserve(bg, ledger.HoldRequest{AccountID: acct, Mode: ledger.Live, RequestID: "together", NewID: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Settle(bg, acct, "together"); err != nil {
+		t.Fatal(err)
+	}
+	if n := openHoldVersions(t, s, acct, "together"); n != 0 {
+		t.Fatalf("a hold settled in the same commit left %d versions of its open marker", n)
+	}
+
+	if _, err := s.Hold(bg, ledger.HoldRequest{AccountID: acct, Mode: ledger.Live, RequestID: "apart"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := openHoldVersions(t, s, acct, "apart"); n != 1 {
+		t.Fatalf("a durable hold: %d versions of its open marker, want 1", n)
+	}
+	if _, err := s.Settle(bg, acct, "apart"); err != nil {
+		t.Fatal(err)
+	}
+	if n := openHoldVersions(t, s, acct, "apart"); n != 2 {
+		t.Fatalf("its settle: %d versions of the open marker, want 2 (the marker and its tombstone)", n)
+	}
+	if rep, err := s.Verify(bg); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+	s.Close()
+	s = openDir(t, dir, quiet)
+	if bal, err := s.Balance(bg, acct); err != nil || bal.Balance != 8 || bal.Available != 8 {
+		t.Fatalf("after a restart: %+v %v, want 8 credits and none held", bal, err)
 	}
 }

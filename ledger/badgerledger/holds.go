@@ -159,7 +159,7 @@ func (s *Badger) hold(req ledger.HoldRequest, wait bool) (ledger.HoldResult, err
 	}
 	ws = append(append(ws, mws...),
 		set(holdKey(a.id, req.RequestID), holdRecordJSON(&rec)),
-		set(openHoldKey(a.id, req.RequestID), nil),
+		setFresh(openHoldKey(a.id, req.RequestID), nil), // a new hold: its marker was never written
 	)
 	if counted {
 		ws = append(ws, kw)
