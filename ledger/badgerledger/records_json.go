@@ -110,12 +110,7 @@ func appendEntryJSON(dst []byte, e *ledger.Entry) ([]byte, error) {
 // appendHoldRecordJSON appends json.Marshal(r) to dst; the error as for appendEntryJSON.
 func appendHoldRecordJSON(dst []byte, r *holdRecord) ([]byte, error) {
 	var err, err2 error
-	dst = append(dst, `{"account_id":`...)
-	dst = jsonenc.AppendString(dst, r.AccountID)
-	dst = append(dst, `,"request_id":`...)
-	dst = jsonenc.AppendString(dst, r.RequestID)
-	dst = append(dst, `,"mode":`...)
-	dst = jsonenc.AppendString(dst, string(r.Mode))
+	dst = appendRecordHead(dst, r.AccountID, r.RequestID, r.Mode)
 	dst = append(dst, `,"state":`...)
 	dst = jsonenc.AppendString(dst, string(r.State))
 	dst = appendOmitEmpty(dst, `,"key_id":`, r.KeyID)
@@ -173,12 +168,7 @@ func appendBalanceRecordJSON(dst []byte, r *balanceRecord) ([]byte, error) {
 // appendGenerationJSON appends json.Marshal(r) to dst; the error as for appendEntryJSON.
 func appendGenerationJSON(dst []byte, r *ledger.GenerationRecord) ([]byte, error) {
 	var err, err2 error
-	dst = append(dst, `{"account_id":`...)
-	dst = jsonenc.AppendString(dst, r.AccountID)
-	dst = append(dst, `,"request_id":`...)
-	dst = jsonenc.AppendString(dst, r.RequestID)
-	dst = append(dst, `,"mode":`...)
-	dst = jsonenc.AppendString(dst, string(r.Mode))
+	dst = appendRecordHead(dst, r.AccountID, r.RequestID, r.Mode)
 	dst = appendOmitEmpty(dst, `,"tool":`, r.Tool)
 	dst = appendOmitEmpty(dst, `,"language":`, r.Language)
 	dst = append(dst, `,"state":`...)
@@ -205,6 +195,17 @@ func appendGenerationJSON(dst []byte, r *ledger.GenerationRecord) ([]byte, error
 	dst = append(dst, `,"chunks":`...)
 	dst = strconv.AppendInt(dst, int64(r.Chunks), 10)
 	return append(dst, '}'), err
+}
+
+// appendRecordHead opens a record whose first members are its account, request id and mode (a
+// hold record's, a kept generation's).
+func appendRecordHead(dst []byte, acct, rid string, m ledger.Mode) []byte {
+	dst = append(dst, `{"account_id":`...)
+	dst = jsonenc.AppendString(dst, acct)
+	dst = append(dst, `,"request_id":`...)
+	dst = jsonenc.AppendString(dst, rid)
+	dst = append(dst, `,"mode":`...)
+	return jsonenc.AppendString(dst, string(m))
 }
 
 // appendOmitEmpty appends the member name (its comma, quoted name and colon) and s, unless s is
