@@ -100,3 +100,34 @@ func TestKeptTextSpaceIsReclaimed(t *testing.T) {
 		t.Fatal("an expired generation is still read")
 	}
 }
+
+// Kept text that an earlier version wrote inline in the kept store's tables stays readable
+// once the store writes to its value log, and the two kinds live side by side.
+func TestKeptTextWrittenInlineStaysReadable(t *testing.T) {
+	dir := t.TempDir()
+	old := keptValueThreshold
+	keptValueThreshold = 1 << 20 // Badger's default, as before: values inline
+	s := openDir(t, dir, quiet)
+	acct := ledgertest.MustAccount(t, s, "inline@example.com").ID
+	at := now().UTC()
+	put := func(s *Badger, rid string, text []byte) {
+		t.Helper()
+		rec := ledger.GenerationRecord{AccountID: acct, RequestID: rid, Mode: ledger.Live, State: ledger.GenerationCompleted,
+			Created: at, Finished: at, Expires: at.Add(time.Hour), Pieces: 1, Bytes: int64(len(text))}
+		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: rec, Chunks: [][]byte{text}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, after := []byte(strings.Repeat("written inline; ", 20)), []byte(strings.Repeat("in the value log; ", 20))
+	put(s, "req_inline", before)
+	s.Close()
+	keptValueThreshold = old
+	s = openDir(t, dir, quiet)
+	put(s, "req_vlog", after)
+	for rid, want := range map[string][]byte{"req_inline": before, "req_vlog": after} {
+		rec, chunks, err := s.GetGeneration(bg, acct, rid, 0)
+		if err != nil || len(chunks) != 1 || string(chunks[0]) != string(want) || rec.Bytes != int64(len(want)) {
+			t.Fatalf("%s: %v, %d chunks", rid, err, len(chunks))
+		}
+	}
+}
