@@ -74,7 +74,7 @@ const firstFlushBytes = 1 << 10
 //
 // The model and the client each go at their own pace: emit queues a piece and a writer
 // goroutine, started while pieces wait (kick) and gone once they are written, writes them to the
-// client. So a model that has sent its last piece gives its place back (Generate returns) while a
+// client (the first text of an HTTP/1 stream, when small, flush writes itself: firstInline). So a model that has sent its last piece gives its place back (Generate returns) while a
 // slow client still reads the rest from what the server holds: the kept text, or the queue of at
 // most streamBufferBytes with retention off (beyond it, emit waits for the writer). The handler
 // waits for the writer (drain) before it settles.
@@ -187,12 +187,32 @@ func (s *streamer) emit(piece string) error {
 }
 
 // flush hands the queued pieces to the writer (backends.Request.Flush: the backend holds no
-// further piece now). It never waits for the client.
+// further piece now). It never waits for a client that does not read: the first text alone,
+// when it is small, it writes itself (firstInline).
 func (s *streamer) flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.firstInline() {
+		s.writing, s.texted = true, true
+		s.writeRound()
+		s.writing = false
+		s.moved.Broadcast()
+	}
 	s.kick()
 	return s.failed()
+}
+
+// firstInline reports whether the pieces queued now are the stream's first text and fit the
+// first flush (firstFlushBytes) on an HTTP/1 connection: then flush writes them on the model's
+// goroutine instead of starting the writer, since a connection that has had no text yet takes
+// them into the socket's send buffer without waiting for its client to read (what is written
+// before, the headers or a keep-alive comment, is smaller still). The first byte then waits for
+// no goroutine to be started and scheduled, and a short answer that came at once needs no
+// writer at all. On HTTP/2 a write waits for the stream's flow-control window, which a client
+// sets: the writer goes on writing there. Called with mu held.
+func (s *streamer) firstInline() bool {
+	return !s.http2 && !s.writing && !s.flushedOnce && len(s.queue) > 0 && s.queued <= firstFlushBytes &&
+		s.writeErr == nil && !s.detached
 }
 
 // failed is the error that ends the generation after a failed write; none while the writes
@@ -223,26 +243,32 @@ func (s *streamer) kick() {
 func (s *streamer) writeQueued() {
 	s.mu.Lock()
 	for len(s.queue) > 0 && s.writeErr == nil && !s.detached {
-		batch, id := s.queue, s.sent
-		s.queue, s.sent = s.spare[:0], s.sent+len(batch)
-		s.mu.Unlock()
-		bytes, err := s.writeBatch(batch, id)
-		clear(batch) // the pieces are the kept text's or garbage, not the writer's
-		s.mu.Lock()
-		s.spare = batch
-		s.queued -= bytes
-		if err != nil {
-			s.writeErr = err
-			s.queue, s.queued = nil, 0
-			if s.failed() != nil {
-				s.stop() // the generation has no reader left: the model stops
-			}
-		}
-		s.moved.Broadcast()
+		s.writeRound()
 	}
 	s.writing = false
 	s.moved.Broadcast()
 	s.mu.Unlock()
+}
+
+// writeRound writes the pieces queued now as one batch. Called with mu held by the one that
+// writes (writing is set); mu is released while it writes.
+func (s *streamer) writeRound() {
+	batch, id := s.queue, s.sent
+	s.queue, s.sent = s.spare[:0], s.sent+len(batch)
+	s.mu.Unlock()
+	bytes, err := s.writeBatch(batch, id)
+	clear(batch) // the pieces are the kept text's or garbage, not the writer's
+	s.mu.Lock()
+	s.spare = batch
+	s.queued -= bytes
+	if err != nil {
+		s.writeErr = err
+		s.queue, s.queued = nil, 0
+		if s.failed() != nil {
+			s.stop() // the generation has no reader left: the model stops
+		}
+	}
+	s.moved.Broadcast()
 }
 
 // writeBatch writes pieces, the first one's SSE id after id, and flushes them to the client

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +146,77 @@ func chunkSizes(chunks []string) []int {
 		n[i] = len(c)
 	}
 	return n
+}
+
+// flushRecorder is a response writer that counts its flushes and says which goroutine made
+// them (through the goroutine's stack: the test's own or another).
+type flushRecorder struct {
+	*httptest.ResponseRecorder
+	mu        sync.Mutex
+	flushes   int
+	elsewhere int // flushes made by another goroutine than the test's
+	test      string
+}
+
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1]
+}
+
+func (r *flushRecorder) Flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ResponseRecorder.Flush()
+	r.flushes++
+	if goroutineID() != r.test {
+		r.elsewhere++
+	}
+}
+
+// The first text of an HTTP/1 stream, when it fits the first flush, is written and flushed by
+// flush itself, on the model's goroutine: when flush returns it is with the client, and no writer
+// goroutine was started for it. The text after it goes to the writer, so that the model does not
+// wait for a client that has stopped reading; on HTTP/2, whose writes wait for a flow-control
+// window the client sets, so does the first.
+func TestFirstTextWrittenInline(t *testing.T) {
+	for _, proto := range []int{1, 2} {
+		rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder(), test: goroutineID()}
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/generate", nil)
+		r.ProtoMajor = proto
+		s := newStreamer(rec, r, plainEncoder{}, false, "req_1", 9, time.Minute, time.Now().Add(time.Minute), nil)
+		for _, p := range []string{"one ", "two "} {
+			if err := s.emit(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.flush(); err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		body, flushes, elsewhere := rec.Body.String(), rec.flushes, rec.elsewhere
+		rec.mu.Unlock()
+		if proto == 1 && (body != "one two " || flushes != 1 || elsewhere != 0) {
+			t.Fatalf("HTTP/1: after the first flush the client has %q in %d flushes (%d by another goroutine); want %q in one, by flush itself", body, flushes, elsewhere, "one two ")
+		}
+		if err := s.emit("three"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.drain(); err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		body, flushes, elsewhere = rec.Body.String(), rec.flushes, rec.elsewhere
+		rec.mu.Unlock()
+		want := flushes - 1 // all but the first: by the writer
+		if proto == 2 {
+			want = flushes // the first as well
+		}
+		if body != "one two three" || elsewhere != want || elsewhere == 0 {
+			t.Fatalf("HTTP/%d: the client has %q, %d of %d flushes by another goroutine; want %q and %d", proto, body, elsewhere, flushes, "one two three", want)
+		}
+	}
 }
