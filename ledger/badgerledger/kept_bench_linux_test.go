@@ -63,4 +63,11 @@ func BenchmarkKeptCPU(b *testing.B) {
 	b.ReportMetric(kept, "kept-cpu-us/gen")
 	b.ReportMetric(inline, "inline-cpu-us/gen")
 	b.ReportMetric(kept/inline, "kept/inline")
+	// The regression guard: the value log costs about half of the inline store (0.37-0.54x
+	// measured); near the inline store's cost it would no longer be worth its files. It judges
+	// runs of 100,000 generations or more (the testing package's first call has b.N 1: a
+	// thousand generations, too few for a compaction).
+	if b.N >= 100 && kept/inline > 0.75 {
+		b.Errorf("keeping a generation cost %.1f us of CPU, %.2fx the %.1f of a store that keeps it inline: above the guard of 0.75x", kept, kept/inline, inline)
+	}
 }
