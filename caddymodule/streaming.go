@@ -74,10 +74,11 @@ const firstFlushBytes = 1 << 10
 //
 // The model and the client each go at their own pace: emit queues a piece and a writer
 // goroutine, started while pieces wait (kick) and gone once they are written, writes them to the
-// client (the first text of an HTTP/1 stream, when small, flush writes itself: firstInline). So a model that has sent its last piece gives its place back (Generate returns) while a
-// slow client still reads the rest from what the server holds: the kept text, or the queue of at
-// most streamBufferBytes with retention off (beyond it, emit waits for the writer). The handler
-// waits for the writer (drain) before it settles.
+// client (the first text of an HTTP/1 stream, when small, flush writes itself: firstInline). So
+// a model that has sent its last piece gives its place back (Generate returns) while a slow
+// client still reads the rest from what the server holds: the kept text, or the queue of at most
+// streamBufferBytes with retention off (beyond it, emit waits for the writer). The handler waits
+// for the writer (drain) before it settles.
 //
 // Every write has a deadline: WriteTimeout from its start, and never later than the end of the
 // generation (the whole response). A client that stops reading (a stalled or deliberately slow
