@@ -300,19 +300,6 @@ func envInt(b *testing.B, name string, def int) int {
 	return i
 }
 
-// envFloat is envInt for a positive number with a fraction.
-func envFloat(b *testing.B, name string, def float64) float64 {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 {
-		b.Fatalf("%s=%q: want a positive number", name, v)
-	}
-	return f
-}
-
 // BenchmarkStreamsSteady holds the long-stream load for a long time (memory must stay
 // flat): TEXTGEN_BENCH_STREAMS clients (default 2,000) each run one generation of 60 pieces
 // 500 ms apart after another, for TEXTGEN_BENCH_STEADY (default 10m), through one caddy process

@@ -74,7 +74,7 @@ const firstFlushBytes = 1 << 10
 //
 // The model and the client each go at their own pace: emit queues a piece and a writer
 // goroutine, started while pieces wait (kick) and gone once they are written, writes them to the
-// client (the first text of an HTTP/1 stream, when small, flush writes itself: firstInline). So
+// client (the first text of an HTTP/1 stream, when small, kick writes itself). So
 // a model that has sent its last piece gives its place back (Generate returns) while a slow
 // client still reads the rest from what the server holds: the kept text, or the queue of at most
 // streamBufferBytes with retention off (beyond it, emit waits for the writer). The handler waits
@@ -188,32 +188,12 @@ func (s *streamer) emit(piece string) error {
 }
 
 // flush hands the queued pieces to the writer (backends.Request.Flush: the backend holds no
-// further piece now). It never waits for a client that does not read: the first text alone,
-// when it is small, it writes itself (firstInline).
+// further piece now). It never waits for a client that does not read (kick).
 func (s *streamer) flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.firstInline() {
-		s.writing, s.texted = true, true
-		s.writeRound()
-		s.writing = false
-		s.moved.Broadcast()
-	}
 	s.kick()
 	return s.failed()
-}
-
-// firstInline reports whether the pieces queued now are the stream's first text and fit the
-// first flush (firstFlushBytes) on an HTTP/1 connection: then flush writes them on the model's
-// goroutine instead of starting the writer, since a connection that has had no text yet takes
-// them into the socket's send buffer without waiting for its client to read (what is written
-// before, the headers or a keep-alive comment, is smaller still). The first byte then waits for
-// no goroutine to be started and scheduled, and a short answer that came at once needs no
-// writer at all. On HTTP/2 a write waits for the stream's flow-control window, which a client
-// sets: the writer goes on writing there. Called with mu held.
-func (s *streamer) firstInline() bool {
-	return !s.http2 && !s.writing && !s.flushedOnce && len(s.queue) > 0 && s.queued <= firstFlushBytes &&
-		s.writeErr == nil && !s.detached
 }
 
 // failed is the error that ends the generation after a failed write; none while the writes
@@ -231,12 +211,26 @@ func (s *streamer) failed() error {
 }
 
 // kick starts the writer if pieces wait and none runs. Called with mu held.
+//
+// The stream's first text on an HTTP/1 connection, when it fits the first flush
+// (firstFlushBytes), kick writes itself instead, on the model's goroutine: a connection that has
+// had no text yet takes it into the socket's send buffer without waiting for its client to read
+// (what went before, the headers or a keep-alive comment, is smaller still). The first byte then
+// waits for no goroutine to be started and scheduled, and a short answer that came at once needs
+// no writer at all. On HTTP/2 a write waits for the stream's flow-control window, which the
+// client sets: the writer writes there from the first piece.
 func (s *streamer) kick() {
 	if s.writing || len(s.queue) == 0 || s.writeErr != nil || s.detached {
 		return
 	}
 	s.writing, s.texted = true, true
-	go s.writeQueued()
+	if s.http2 || s.flushedOnce || s.queued > firstFlushBytes {
+		go s.writeQueued()
+		return
+	}
+	s.writeRound()
+	s.writing = false
+	s.moved.Broadcast()
 }
 
 // writeQueued is the writer: it writes the queued pieces, a batch and one flush at a time, until

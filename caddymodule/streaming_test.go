@@ -175,7 +175,7 @@ func (r *flushRecorder) Flush() {
 }
 
 // The first text of an HTTP/1 stream, when it fits the first flush, is written and flushed by
-// flush itself, on the model's goroutine: when flush returns it is with the client, and no writer
+// flush itself (kick), on the model's goroutine: when flush returns it is with the client, and no writer
 // goroutine was started for it. The text after it goes to the writer, so that the model does not
 // wait for a client that has stopped reading; on HTTP/2, whose writes wait for a flow-control
 // window the client sets, so does the first.

@@ -1,10 +1,14 @@
+//go:build unix
+
 package badgerledger
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,10 +106,12 @@ func TestKeptTextSpaceIsReclaimed(t *testing.T) {
 }
 
 // Kept text that an earlier version wrote inline in the kept store's tables stays readable
-// once the store writes to its value log, and the two kinds live side by side.
+// once the store writes to its value log, and the two kinds live side by side: the first put
+// leaves the value log as it was, the second grows it by its text.
 func TestKeptTextWrittenInlineStaysReadable(t *testing.T) {
 	dir := t.TempDir()
 	old := keptValueThreshold
+	t.Cleanup(func() { keptValueThreshold = old })
 	keptValueThreshold = 1 << 20 // Badger's default, as before: values inline
 	s := openDir(t, dir, quiet)
 	acct := ledgertest.MustAccount(t, s, "inline@example.com").ID
@@ -114,19 +120,31 @@ func TestKeptTextWrittenInlineStaysReadable(t *testing.T) {
 		t.Helper()
 		rec := ledger.GenerationRecord{AccountID: acct, RequestID: rid, Mode: ledger.Live, State: ledger.GenerationCompleted,
 			Created: at, Finished: at, Expires: at.Add(time.Hour), Pieces: 1, Bytes: int64(len(text))}
-		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: rec, Chunks: [][]byte{text}}); err != nil {
+		var chunks [][]byte // of 64 KiB, the most a chunk holds
+		for c := range slices.Chunk(text, 64<<10) {
+			chunks = append(chunks, c)
+		}
+		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: rec, Chunks: chunks}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	before, after := []byte(strings.Repeat("written inline; ", 20)), []byte(strings.Repeat("in the value log; ", 20))
+	const size = 128 << 10
+	before, after := bytes.Repeat([]byte("written inline; "), size/16), bytes.Repeat([]byte("into value logs;"), size/16)
 	put(s, "req_inline", before)
+	if n, _ := keptLogBytes(t, dir); n >= size {
+		t.Fatalf("a put with values inline left %d bytes in the value log", n)
+	}
 	s.Close()
 	keptValueThreshold = old
 	s = openDir(t, dir, quiet)
+	vlog0, _ := keptLogBytes(t, dir)
 	put(s, "req_vlog", after)
+	if vlog1, _ := keptLogBytes(t, dir); vlog1-vlog0 < size {
+		t.Fatalf("the value log grew by %d bytes for a text of %d", vlog1-vlog0, size)
+	}
 	for rid, want := range map[string][]byte{"req_inline": before, "req_vlog": after} {
 		rec, chunks, err := s.GetGeneration(bg, acct, rid, 0)
-		if err != nil || len(chunks) != 1 || string(chunks[0]) != string(want) || rec.Bytes != int64(len(want)) {
+		if err != nil || !bytes.Equal(bytes.Join(chunks, nil), want) || rec.Bytes != int64(len(want)) {
 			t.Fatalf("%s: %v, %d chunks", rid, err, len(chunks))
 		}
 	}
