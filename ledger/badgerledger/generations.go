@@ -2,7 +2,9 @@ package badgerledger
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -14,7 +16,13 @@ import (
 // prefixGenChunk in the kept store (kept.go: a directory of their own, without synced
 // writes), every key with Badger's TTL at the end of the window, so that Badger drops them even
 // if no sweep runs; the sweep (at Open and every SweepInterval) deletes them by the ledger
-// clock, and reads check it too. The values are what the caller gave: ciphertext.
+// clock, and reads check it too. The chunks are what the caller gave: ciphertext.
+//
+// A generation that comes whole in one put (its first and its final one: nearly every answer
+// that fits ledger.MaxGenerationPut) is one key: its record's value carries the chunks
+// (wholeValue). Its own keys for each chunk would cost the store a key, a value-log entry and
+// their share of every compaction more per generation. A generation written in several puts
+// (a long answer, or one kept while it runs) has a key per chunk; a record's value says which.
 
 // PutGenerations stores the puts with one write batch of the kept store (Badger splits it
 // into transactions it takes whole, committed in order).
@@ -68,17 +76,71 @@ func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
 		e.ExpiresAt = exp
 		return wb.SetEntry(e)
 	}
-	for i, c := range p.Chunks {
-		if err := set(genChunkKey(rec.AccountID, rec.RequestID, p.First+i), c); err != nil {
-			return err
-		}
-	}
 	// The index of the sweep: a put that moves the expiry (the final one) adds a key; the sweep
 	// deletes the record at the first that is due and the others as it meets them.
 	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil); err != nil {
 		return err
 	}
+	if p.First == 0 && rec.State != ledger.GenerationRunning {
+		// Whole: no put came before it (it holds chunk 0) and none comes after (it is final).
+		return set(generationKey(rec.AccountID, rec.RequestID), wholeValue(&rec, p.Chunks))
+	}
+	for i, c := range p.Chunks {
+		if err := set(genChunkKey(rec.AccountID, rec.RequestID, p.First+i), c); err != nil {
+			return err
+		}
+	}
 	return set(generationKey(rec.AccountID, rec.RequestID), generationJSON(&rec))
+}
+
+// wholeMark starts the value of a generation kept whole, where a record alone starts with '{'.
+const wholeMark byte = 0x01
+
+// wholeValue is the value of a generation kept whole: wholeMark, the number of chunks, each
+// chunk after its length (uvarints), and the record's JSON to the end.
+func wholeValue(rec *ledger.GenerationRecord, chunks [][]byte) []byte {
+	n := 1 + binary.MaxVarintLen32 + 400 + len(rec.AccountID) + len(rec.RequestID) + len(rec.Tool) + len(rec.Language) + len(rec.FinishReason)
+	for _, c := range chunks {
+		n += binary.MaxVarintLen32 + len(c)
+	}
+	v := binary.AppendUvarint(append(make([]byte, 0, n), wholeMark), uint64(len(chunks)))
+	for _, c := range chunks {
+		v = append(binary.AppendUvarint(v, uint64(len(c))), c...)
+	}
+	v, err := appendGenerationJSON(v, rec)
+	if err != nil {
+		panic(err) // what generationJSON does: no record the ledger builds fails to encode
+	}
+	return v
+}
+
+// parseGenerationValue reads a record's value: the record, and its chunks if it was kept
+// whole (inline; nil otherwise: they have keys of their own). The chunks are slices of v.
+func parseGenerationValue(v []byte) (rec ledger.GenerationRecord, inline [][]byte, whole bool, err error) {
+	if len(v) > 0 && v[0] == wholeMark {
+		rest := v[1:]
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > uint64(len(rest)) {
+			return rec, nil, false, errors.New("a whole generation's value is cut short")
+		}
+		rest = rest[k:]
+		inline = make([][]byte, 0, n)
+		for range n {
+			l, k := binary.Uvarint(rest)
+			if k <= 0 || l > uint64(len(rest)-k) {
+				return rec, nil, false, errors.New("a whole generation's value is cut short")
+			}
+			inline, rest = append(inline, rest[k:k+int(l):k+int(l)]), rest[k+int(l):]
+		}
+		v, whole = rest, true
+	}
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return rec, nil, false, err
+	}
+	if whole && rec.Chunks != len(inline) {
+		return rec, nil, false, fmt.Errorf("a whole generation's value holds %d chunks of %d", len(inline), rec.Chunks)
+	}
+	return rec, inline, whole, nil
 }
 
 // GetGeneration returns the record and its chunks from number from on.
@@ -108,11 +170,19 @@ func (s *Badger) GetGeneration(ctx context.Context, accountID, requestID string,
 		if !ok {
 			return ledger.ErrNotFound
 		}
-		if err := json.Unmarshal(v, &rec); err != nil {
+		var inline [][]byte
+		var whole bool
+		if rec, inline, whole, err = parseGenerationValue(v); err != nil {
 			return fmt.Errorf("generation %q: %w", requestID, err)
 		}
 		if ledger.GenerationExpired(rec, s.now()) {
 			return ledger.ErrNotFound
+		}
+		if whole {
+			if from < len(inline) {
+				chunks = inline[from:]
+			}
+			return nil
 		}
 		for n := from; n < rec.Chunks; n++ {
 			if err := ctx.Err(); err != nil {
@@ -227,7 +297,7 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 			}
 			var rec ledger.GenerationRecord
 			if found {
-				if err := json.Unmarshal(v, &rec); err != nil {
+				if rec, _, _, err = parseGenerationValue(v); err != nil {
 					return fmt.Errorf("generation %q: %w", rid, err)
 				}
 			}

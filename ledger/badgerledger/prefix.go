@@ -29,7 +29,7 @@ const (
 	prefixSession     byte = 0x0D // SHA-256 digest of a session token (32 bytes) -> sessionRecord (JSON), Badger TTL = expiry
 	prefixAcctSession byte = 0x0E // acct id + session digest -> empty, same TTL; finds an account's sessions
 	// Kept generations (generations.go), Badger TTL = the end of their window.
-	prefixGeneration byte = 0x0F // acct id + request id -> GenerationRecord (JSON)
+	prefixGeneration byte = 0x0F // acct id + request id -> GenerationRecord (JSON), or it and its chunks (wholeValue)
 	prefixGenChunk   byte = 0x10 // acct id + len(request id) (1 byte) + request id + n (uint32 BE) -> ciphertext
 	// E-mail (outbox.go, tokens.go).
 	prefixOutbox byte = 0x11 // mail id -> outboxRecord (JSON): a queued message, sealed by the caller
