@@ -76,13 +76,20 @@ func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
 		e.ExpiresAt = exp
 		return wb.SetEntry(e)
 	}
+	// Whole: no put came before it (it holds chunk 0) and none comes after (it is final).
+	whole := p.First == 0 && rec.State != ledger.GenerationRunning
 	// The index of the sweep: a put that moves the expiry (the final one) adds a key; the sweep
-	// deletes the record at the first that is due and the others as it meets them.
-	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), nil); err != nil {
+	// deletes the record at the first that is due and the others as it meets them. The entry
+	// of a generation kept whole says so, and its expiry is its record's: the sweep deletes
+	// both without reading the record.
+	var mark []byte
+	if whole {
+		mark = []byte{wholeMark}
+	}
+	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), mark); err != nil {
 		return err
 	}
-	if p.First == 0 && rec.State != ledger.GenerationRunning {
-		// Whole: no put came before it (it holds chunk 0) and none comes after (it is final).
+	if whole {
 		return set(generationKey(rec.AccountID, rec.RequestID), wholeValue(&rec, p.Chunks))
 	}
 	for i, c := range p.Chunks {
@@ -221,6 +228,15 @@ func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID stri
 	var keys [][]byte
 	if err := db.View(func(txn *badger.Txn) error {
 		keys = generationKeys(txn, accountID, requestID)
+		// A generation kept whole leaves the sweep's index too, which counts it by its
+		// entry alone.
+		v, ok, err := getValue(txn, generationKey(accountID, requestID))
+		if err != nil || !ok {
+			return err
+		}
+		if rec, _, whole, err := parseGenerationValue(v); err == nil && whole {
+			keys = append(keys, genExpiryKey(rec.Expires.Unix(), accountID, requestID))
+		}
 		return nil
 	}); err != nil {
 		return err
@@ -240,6 +256,16 @@ func generationKeys(txn *badger.Txn, acct, rid string) [][]byte {
 		keys = append(keys, generationKey(acct, rid))
 	}
 	return keys
+}
+
+// indexedWhole reports whether the sweep's index entry item names a generation kept whole.
+func indexedWhole(item *badger.Item) bool {
+	whole := false
+	_ = item.Value(func(v []byte) error { // inline: the index's values are one byte at most
+		whole = len(v) == 1 && v[0] == wholeMark
+		return nil
+	})
+	return whole
 }
 
 // deleteKeys deletes keys from the kept store in transactions Badger takes whole.
@@ -282,13 +308,21 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			k := it.Item().KeyCopy(nil)
+			item := it.Item()
+			k := item.KeyCopy(nil)
 			exp, acct, rid, ok := parseGenExpiryKey(k)
 			if ok && exp > t.Unix() {
 				break // the index is in expiry order: the rest is not due
 			}
 			keys = append(keys, k)
 			if !ok {
+				continue
+			}
+			if exp < t.Unix() && indexedWhole(item) {
+				// Kept whole: its window ended before this second began, and its record is
+				// all there is to delete (DeleteGeneration deletes this entry with it).
+				keys = append(keys, generationKey(acct, rid))
+				n++
 				continue
 			}
 			v, found, err := getValue(txn, generationKey(acct, rid))
@@ -301,10 +335,15 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 					return fmt.Errorf("generation %q: %w", rid, err)
 				}
 			}
-			if found && ledger.GenerationExpired(rec, t) {
+			switch {
+			case found && ledger.GenerationExpired(rec, t):
 				keys = append(keys, generationKeys(txn, acct, rid)...)
 				n++
+			case found && exp == rec.Expires.Unix():
+				// Its own entry, due later within this second: the next sweep's.
+				keys = keys[:len(keys)-1]
 			}
+			// Otherwise the entry of an expiry a later put moved, or of a record gone: it goes.
 		}
 		return nil
 	})

@@ -96,7 +96,8 @@ func TestGenerationKeptWholeIsOneKey(t *testing.T) {
 	}
 }
 
-// The sweep deletes a whole generation once its window has passed, like one in parts.
+// The sweep deletes a whole generation once its window has passed, like one in parts, and
+// counts only what it deleted: not a generation deleted before it.
 func TestGenerationKeptWholeIsSwept(t *testing.T) {
 	at := time.Now().UTC()
 	setNow(t, &at)
@@ -108,9 +109,41 @@ func TestGenerationKeptWholeIsSwept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := s.DeleteGeneration(bg, acct, "req_1"); err != nil {
+		t.Fatal(err)
+	}
 	at = at.Add(2 * time.Hour)
-	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 3 {
-		t.Fatalf("sweep: %d deleted, %v", n, err)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 2 {
+		t.Fatalf("sweep: %d deleted, want the 2 not deleted before; %v", n, err)
+	}
+	if n := keptKeys(t, s); len(n) != 0 {
+		t.Fatalf("keys left after the sweep: %v", n)
+	}
+}
+
+// A generation whose window ends within the second the sweep runs in stays until it has ended,
+// and a later sweep deletes it.
+func TestGenerationSweptWithinItsLastSecond(t *testing.T) {
+	base := time.Now().UTC().Truncate(time.Second).Add(time.Hour)
+	at := base.Add(-time.Hour)
+	setNow(t, &at)
+	s := openDir(t, t.TempDir(), quiet)
+	acct := ledgertest.MustAccount(t, s, "second@example.com").ID
+	rec := keptRecord(acct, "req_edge", ledger.GenerationCompleted, 1)
+	rec.Expires = base.Add(500 * time.Millisecond)
+	if err := s.PutGenerations(bg, ledger.GenerationPut{Record: rec, Chunks: [][]byte{[]byte("text")}}); err != nil {
+		t.Fatal(err)
+	}
+	at = base.Add(200 * time.Millisecond) // the same second, before its end
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 0 {
+		t.Fatalf("sweep before the end: %d deleted, %v", n, err)
+	}
+	if _, got, err := s.GetGeneration(bg, acct, "req_edge", 0); err != nil || len(got) != 1 {
+		t.Fatalf("read before the end: %v, %d chunks", err, len(got))
+	}
+	at = base.Add(600 * time.Millisecond) // the same second, after its end
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 1 {
+		t.Fatalf("sweep after the end: %d deleted, %v", n, err)
 	}
 	if n := keptKeys(t, s); len(n) != 0 {
 		t.Fatalf("keys left after the sweep: %v", n)
