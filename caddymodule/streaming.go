@@ -218,7 +218,8 @@ func (s *streamer) failed() error {
 // (what went before, the headers or a keep-alive comment, is smaller still). The first byte then
 // waits for no goroutine to be started and scheduled, and a short answer that came at once needs
 // no writer at all. On HTTP/2 a write waits for the stream's flow-control window, which the
-// client sets: the writer writes there from the first piece.
+// client sets: the writer writes there from the first piece. (emit kicks only above its limit,
+// far above firstFlushBytes, so it always gets the writer it then waits for.)
 func (s *streamer) kick() {
 	if s.writing || len(s.queue) == 0 || s.writeErr != nil || s.detached {
 		return

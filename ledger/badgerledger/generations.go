@@ -23,6 +23,11 @@ import (
 // (wholeValue). Its own keys for each chunk would cost the store a key, a value-log entry and
 // their share of every compaction more per generation. A generation written in several puts
 // (a long answer, or one kept while it runs) has a key per chunk; a record's value says which.
+//
+// The sweep finds what is due in an index by expiry (prefixGenExpiry). The entry a generation's
+// final put writes names how many chunk keys the generation has (sweepEntry), so that the sweep
+// deletes it without reading its record; the entries of earlier puts are empty, and the sweep
+// reads the record they name.
 
 // PutGenerations stores the puts with one write batch of the kept store (Badger splits it
 // into transactions it takes whole, committed in order).
@@ -76,17 +81,16 @@ func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
 		e.ExpiresAt = exp
 		return wb.SetEntry(e)
 	}
-	// Whole: no put came before it (it holds chunk 0) and none comes after (it is final).
-	whole := p.First == 0 && rec.State != ledger.GenerationRunning
+	final := rec.State != ledger.GenerationRunning
+	// Whole: no put came before it (it holds chunk 0) and none comes after.
+	whole := final && p.First == 0
 	// The index of the sweep: a put that moves the expiry (the final one) adds a key; the sweep
-	// deletes the record at the first that is due and the others as it meets them. The entry
-	// of a generation kept whole says so, and its expiry is its record's: the sweep deletes
-	// both without reading the record.
-	var mark []byte
-	if whole {
-		mark = []byte{wholeMark}
+	// deletes the record at the first that is due and the others as it meets them.
+	var entry []byte
+	if final {
+		entry = sweepEntry(whole, rec.Chunks)
 	}
-	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), mark); err != nil {
+	if err := set(genExpiryKey(rec.Expires.Unix(), rec.AccountID, rec.RequestID), entry); err != nil {
 		return err
 	}
 	if whole {
@@ -100,13 +104,14 @@ func writeGeneration(wb *badger.WriteBatch, p ledger.GenerationPut) error {
 	return set(generationKey(rec.AccountID, rec.RequestID), generationJSON(&rec))
 }
 
-// wholeMark starts the value of a generation kept whole, where a record alone starts with '{'.
+// wholeMark starts the value of a generation kept whole, where a record alone starts with '{',
+// and the sweep's index entry of a generation's final put.
 const wholeMark byte = 0x01
 
 // wholeValue is the value of a generation kept whole: wholeMark, the number of chunks, each
 // chunk after its length (uvarints), and the record's JSON to the end.
 func wholeValue(rec *ledger.GenerationRecord, chunks [][]byte) []byte {
-	n := 1 + binary.MaxVarintLen32 + 400 + len(rec.AccountID) + len(rec.RequestID) + len(rec.Tool) + len(rec.Language) + len(rec.FinishReason)
+	n := 1 + binary.MaxVarintLen32 + generationJSONSize(rec)
 	for _, c := range chunks {
 		n += binary.MaxVarintLen32 + len(c)
 	}
@@ -114,11 +119,29 @@ func wholeValue(rec *ledger.GenerationRecord, chunks [][]byte) []byte {
 	for _, c := range chunks {
 		v = append(binary.AppendUvarint(v, uint64(len(c))), c...)
 	}
-	v, err := appendGenerationJSON(v, rec)
-	if err != nil {
-		panic(err) // what generationJSON does: no record the ledger builds fails to encode
+	return appendGeneration(v, rec)
+}
+
+// sweepEntry is the sweep's index entry of a generation's final put: wholeMark and the number
+// of its chunk keys (none when it was kept whole).
+func sweepEntry(whole bool, chunks int) []byte {
+	if whole {
+		chunks = 0
 	}
-	return v
+	return binary.AppendUvarint([]byte{wholeMark}, uint64(chunks))
+}
+
+// parseSweepEntry reads an index entry's value: ok when it is a final put's, with the number of
+// the generation's chunk keys.
+func parseSweepEntry(v []byte) (chunkKeys int, ok bool) {
+	if len(v) < 2 || v[0] != wholeMark {
+		return 0, false
+	}
+	n, k := binary.Uvarint(v[1:])
+	if k != len(v)-1 || n > 1<<31 {
+		return 0, false
+	}
+	return int(n), true
 }
 
 // parseGenerationValue reads a record's value: the record, and its chunks if it was kept
@@ -227,14 +250,15 @@ func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID stri
 	}
 	var keys [][]byte
 	if err := db.View(func(txn *badger.Txn) error {
-		keys = generationKeys(txn, accountID, requestID)
-		// A generation kept whole leaves the sweep's index too, which counts it by its
-		// entry alone.
+		keys = chunkKeys(txn, accountID, requestID)
 		v, ok, err := getValue(txn, generationKey(accountID, requestID))
-		if err != nil || !ok {
+		if err != nil || (!ok && len(keys) == 0) {
 			return err
 		}
-		if rec, _, whole, err := parseGenerationValue(v); err == nil && whole {
+		keys = append(keys, generationKey(accountID, requestID))
+		// A final put's index entry goes with it: the sweep counts a generation by that
+		// entry alone.
+		if rec, _, _, err := parseGenerationValue(v); err == nil && ok && rec.State != ledger.GenerationRunning {
 			keys = append(keys, genExpiryKey(rec.Expires.Unix(), accountID, requestID))
 		}
 		return nil
@@ -244,28 +268,15 @@ func (s *Badger) DeleteGeneration(ctx context.Context, accountID, requestID stri
 	return deleteKeys(db, keys)
 }
 
-// generationKeys lists the keys of a generation's record and every chunk it has.
-func generationKeys(txn *badger.Txn, acct, rid string) [][]byte {
+// chunkKeys lists the keys of every chunk of a generation that has keys of its own.
+func chunkKeys(txn *badger.Txn, acct, rid string) [][]byte {
 	var keys [][]byte
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: genChunkPrefix(acct, rid)})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
 		keys = append(keys, it.Item().KeyCopy(nil))
 	}
-	if _, err := txn.Get(generationKey(acct, rid)); err == nil || len(keys) > 0 {
-		keys = append(keys, generationKey(acct, rid))
-	}
 	return keys
-}
-
-// indexedWhole reports whether the sweep's index entry item names a generation kept whole.
-func indexedWhole(item *badger.Item) bool {
-	whole := false
-	_ = item.Value(func(v []byte) error { // inline: the index's values are one byte at most
-		whole = len(v) == 1 && v[0] == wholeMark
-		return nil
-	})
-	return whole
 }
 
 // deleteKeys deletes keys from the kept store in transactions Badger takes whole.
@@ -318,12 +329,23 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 			if !ok {
 				continue
 			}
-			if exp < t.Unix() && indexedWhole(item) {
-				// Kept whole: its window ended before this second began, and its record is
-				// all there is to delete (DeleteGeneration deletes this entry with it).
-				keys = append(keys, generationKey(acct, rid))
-				n++
-				continue
+			if exp < t.Unix() {
+				var chunks int
+				final := false
+				_ = item.Value(func(v []byte) error { // inline: a few bytes at most
+					chunks, final = parseSweepEntry(v)
+					return nil
+				})
+				if final {
+					// A final put's: the window ended before this second began, and the entry
+					// names every key (DeleteGeneration deletes the entry with them).
+					keys = append(keys, generationKey(acct, rid))
+					for c := range chunks {
+						keys = append(keys, genChunkKey(acct, rid, c))
+					}
+					n++
+					continue
+				}
 			}
 			v, found, err := getValue(txn, generationKey(acct, rid))
 			if err != nil {
@@ -336,14 +358,16 @@ func (s *Badger) DeleteExpiredGenerations(ctx context.Context) (int, error) {
 				}
 			}
 			switch {
-			case found && ledger.GenerationExpired(rec, t):
-				keys = append(keys, generationKeys(txn, acct, rid)...)
+			case !found || exp != rec.Expires.Unix():
+				// The entry of a record gone, or of an expiry a later put moved: the record
+				// has an entry of its own (written before it), which deletes and counts it.
+			case ledger.GenerationExpired(rec, t):
+				keys = append(append(keys, chunkKeys(txn, acct, rid)...), generationKey(acct, rid))
 				n++
-			case found && exp == rec.Expires.Unix():
+			default:
 				// Its own entry, due later within this second: the next sweep's.
 				keys = keys[:len(keys)-1]
 			}
-			// Otherwise the entry of an expiry a later put moved, or of a record gone: it goes.
 		}
 		return nil
 	})

@@ -96,9 +96,10 @@ func TestGenerationKeptWholeIsOneKey(t *testing.T) {
 	}
 }
 
-// The sweep deletes a whole generation once its window has passed, like one in parts, and
-// counts only what it deleted: not a generation deleted before it.
-func TestGenerationKeptWholeIsSwept(t *testing.T) {
+// The sweep deletes a generation once its window has passed, whole or in parts, every key of
+// it, and counts each once: not a generation deleted before it, and not again at the entry of
+// an expiry its final put moved.
+func TestGenerationSweptOnceWholeOrInParts(t *testing.T) {
 	at := time.Now().UTC()
 	setNow(t, &at)
 	s := openDir(t, t.TempDir(), quiet)
@@ -109,12 +110,29 @@ func TestGenerationKeptWholeIsSwept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.DeleteGeneration(bg, acct, "req_1"); err != nil {
-		t.Fatal(err)
+	for i := range 2 {
+		rid := fmt.Sprint("req_parts_", i)
+		running := keptRecord(acct, rid, ledger.GenerationRunning, 1)
+		running.Finished, running.Expires = time.Time{}, at.Add(2*time.Hour) // a window from the start, with the longest a generation runs
+		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: running, Chunks: [][]byte{[]byte("one")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutGenerations(bg, ledger.GenerationPut{Record: keptRecord(acct, rid, ledger.GenerationCompleted, 2), First: 1,
+			Chunks: [][]byte{[]byte("two")}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	at = at.Add(2 * time.Hour)
-	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 2 {
-		t.Fatalf("sweep: %d deleted, want the 2 not deleted before; %v", n, err)
+	if n := keptKeys(t, s); n[prefixGenExpiry] != 7 || n[prefixGenChunk] != 4 {
+		t.Fatalf("keys before the sweep: %v, want 7 index entries and 4 chunks", n)
+	}
+	for _, rid := range []string{"req_1", "req_parts_1"} {
+		if err := s.DeleteGeneration(bg, acct, rid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at = at.Add(3 * time.Hour)
+	if n, err := s.DeleteExpiredGenerations(bg); err != nil || n != 3 {
+		t.Fatalf("sweep: %d deleted, want the 3 not deleted before; %v", n, err)
 	}
 	if n := keptKeys(t, s); len(n) != 0 {
 		t.Fatalf("keys left after the sweep: %v", n)
@@ -204,6 +222,10 @@ func FuzzGenerationValue(f *testing.F) {
 	f.Add([]byte{}, []byte{wholeMark, 5, 0}, uint8(0))
 	f.Fuzz(func(t *testing.T, text, raw []byte, parts uint8) {
 		parseGenerationValue(raw) // must not panic
+		parseSweepEntry(raw)
+		if n, ok := parseSweepEntry(sweepEntry(false, int(parts)*1000)); !ok || n != int(parts)*1000 {
+			t.Fatalf("sweep entry of %d chunk keys read back as %d, %v", int(parts)*1000, n, ok)
+		}
 		var chunks [][]byte
 		for i := range int(parts % 8) {
 			chunks = append(chunks, text[:len(text)*i/8])

@@ -48,10 +48,10 @@ func newKeptStore(dir string, o Options, bypassLock bool) *keptStore {
 	if !o.InMemory {
 		// The records and the text go to the value log, appended once; the tables hold their
 		// keys and pointers. Inline, every byte of text was copied again by each memtable flush
-		// and compaction: a generation cost the process about 25 us of CPU instead of 12
-		// (BenchmarkKeptCPU). The value log's files are reclaimed by runGC once the window has
-		// passed over them (TestKeptTextSpaceIsReclaimed). (An in-memory Badger has no value
-		// log: it refuses values above the threshold.)
+		// and compaction: about twice the CPU a kept generation (BenchmarkKeptCPU compares the
+		// two). The value log's files are reclaimed by runGC once the window has passed over
+		// them (TestKeptTextSpaceIsReclaimed). (An in-memory Badger has no value log: it
+		// refuses values above the threshold.)
 		bo = bo.WithSyncWrites(false).WithValueThreshold(keptValueThreshold)
 	}
 	bo = bo.

@@ -82,8 +82,8 @@ func BenchmarkKeptCPU(b *testing.B) {
 	if b.N >= 100 && kept/inline > 0.75 {
 		b.Errorf("keeping a generation cost %.1f us of CPU, %.2fx the %.1f of a store that keeps it inline: above the guard of 0.75x", kept, kept/inline, inline)
 	}
-	// The sweep deletes a generation kept whole by its index entry alone (0.6x the rest of
-	// its life measured); reading each record back made it 2.9x.
+	// The sweep deletes a generation by its final index entry alone (0.6x the rest of its life
+	// measured); reading each record back made it 2.9x.
 	if b.N >= 100 && sweep > kept-sweep {
 		b.Errorf("sweeping a kept generation cost %.1f us of CPU, more than the %.1f of the rest of its life: above the guard", sweep, kept-sweep)
 	}

@@ -70,7 +70,7 @@ const (
 	prefixAlertNote     byte = 0x30 // acct id + occurrence key -> until (unix ns, decimal; 0: for good), Badger TTL = until
 	// In the kept generations' own directory only (kept.go); a code far from the
 	// ledger's, whose codes grow from 0x10.
-	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty, or wholeMark for a generation kept whole
+	prefixGenExpiry byte = 0x40 // expiry (unix seconds, uint64 BE) + acct id + len(request id) + request id -> empty, or a final put's sweepEntry (generations.go)
 )
 
 func key1(p byte, a string) []byte {

@@ -56,9 +56,18 @@ func holdRecordJSON(r *holdRecord) []byte {
 
 // generationJSON is mustJSON(r), faster.
 func generationJSON(r *ledger.GenerationRecord) []byte {
+	return appendGeneration(make([]byte, 0, generationJSONSize(r)), r)
+}
+
+// generationJSONSize is about the most generationJSON(r) takes.
+func generationJSONSize(r *ledger.GenerationRecord) int {
 	// 170 bytes of names and punctuation, 4 numbers of at most 20 digits, 3 times of at most 35.
-	n := 360 + len(r.AccountID) + len(r.RequestID) + len(r.Mode) + len(r.Tool) + len(r.Language) + len(r.State) + len(r.FinishReason)
-	b, err := appendGenerationJSON(make([]byte, 0, n), r)
+	return 360 + len(r.AccountID) + len(r.RequestID) + len(r.Mode) + len(r.Tool) + len(r.Language) + len(r.State) + len(r.FinishReason)
+}
+
+// appendGeneration is append(dst, mustJSON(r)...), faster.
+func appendGeneration(dst []byte, r *ledger.GenerationRecord) []byte {
+	b, err := appendGenerationJSON(dst, r)
 	if err != nil {
 		return mustJSON(*r) // panics, with json.Marshal's message
 	}
